@@ -1,0 +1,243 @@
+package classifier
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+)
+
+// RuleUnknown is the rule id of the answer given when no rule matched.
+const RuleUnknown = "unknown"
+
+// RuleShouldRetryHeader is the rule id of an answer that the server's
+// x-should-retry header decided.
+const RuleShouldRetryHeader = "header.x-should-retry"
+
+// Classifier classifies failures by an ordered rules table. It is safe for
+// concurrent use; build a new one to change the rules.
+type Classifier struct {
+	rules   []compiledRule
+	kinds   patternIndex
+	codes   patternIndex
+	nblocks int
+	now     func() time.Time
+	pool    sync.Pool
+}
+
+// Option configures a Classifier.
+type Option func(*Classifier)
+
+// WithClock sets the clock used to read HTTP-date and epoch delay hints.
+// The default is time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(c *Classifier) { c.now = now }
+}
+
+// New compiles a rule set. Errors name the rule's file and line and the field.
+func New(rs RuleSet, opts ...Option) (*Classifier, error) {
+	rules, kinds, codes, nblocks, err := compile(rs)
+	if err != nil {
+		return nil, err
+	}
+	c := &Classifier{rules: rules, kinds: kinds, codes: codes, nblocks: nblocks, now: time.Now}
+	for _, o := range opts {
+		o(c)
+	}
+	c.pool.New = func() any { return &facts{} }
+	return c, nil
+}
+
+// Default returns a classifier with the built-in rules.
+func Default(opts ...Option) *Classifier {
+	c, err := New(DefaultRuleSet(), opts...)
+	if err != nil {
+		panic("classifier: built-in rules: " + err.Error())
+	}
+	return c
+}
+
+// RuleIDs returns the ids of the rules in precedence order.
+func (c *Classifier) RuleIDs() []string {
+	ids := make([]string, len(c.rules))
+	for i, r := range c.rules {
+		ids[i] = r.id
+	}
+	return ids
+}
+
+// Classify classifies f. opts may be nil; an empty profile means "default".
+// It never fails: a failure no rule recognises is FAILURE_TYPE_UNKNOWN,
+// not retryable, under rule "unknown".
+func (c *Classifier) Classify(f *policydv1.Failure, opts *policydv1.ClassifyOptions, profile string) *policydv1.Classification {
+	if f == nil {
+		f = &policydv1.Failure{}
+	}
+	if profile == "" {
+		profile = "default"
+	}
+	fx := c.pool.Get().(*facts)
+	fx.reset(c.nblocks)
+	c.load(fx, f, opts, profile)
+
+	out := &policydv1.Classification{}
+	rule := c.match(fx)
+	if rule == nil {
+		out.FailureType = policydv1.FailureType_FAILURE_TYPE_UNKNOWN
+		out.Rule = RuleUnknown
+		out.Reason = "no rule recognised the failure"
+		out.RecoveryAction = "Inspect the error; policyd does not recognise it and does not retry it."
+	} else {
+		res := &rule.result
+		out.FailureType = res.failureType
+		out.Retryable = res.retryable
+		out.Rule = rule.id
+		out.Reason, out.RecoveryAction = res.reason, res.recovery
+		if res.templated {
+			out.Reason, out.RecoveryAction = expand(res.reason, f), expand(res.recovery, f)
+		}
+		out.ContinuationPrompt = res.continuation
+	}
+	applyShouldRetry(out, fx.shouldRetry, f)
+	if fx.hint.source != hintNone {
+		out.RetryAfter = durationpb.New(fx.hint.delay)
+		out.RetryAfterSource = hintSourceNames[fx.hint.source]
+	}
+	fx.f = nil
+	c.pool.Put(fx)
+	return out
+}
+
+// applyShouldRetry lets the server's x-should-retry header override the
+// decision for a failure that got an HTTP response (Stainless SDK semantics).
+func applyShouldRetry(out *policydv1.Classification, shouldRetry int8, f *policydv1.Failure) {
+	if shouldRetry == 0 || f.GetHttpStatus() == 0 || out.FailureType == policydv1.FailureType_FAILURE_TYPE_CANCELED {
+		return
+	}
+	want := shouldRetry > 0
+	if want == out.Retryable {
+		return
+	}
+	out.Reason = "x-should-retry: " + strconv.FormatBool(want) + " overrides rule " + out.Rule + " (" + out.Reason + ")"
+	out.Rule = RuleShouldRetryHeader
+	out.Retryable = want
+	if want {
+		out.RecoveryAction = "Retry with backoff; the server asked for a retry."
+	} else {
+		out.RecoveryAction = "Do not retry; the server said this request should not be retried."
+	}
+}
+
+// expand fills in {status} and {provider}.
+func expand(s string, f *policydv1.Failure) string {
+	if !strings.Contains(s, "{") {
+		return s
+	}
+	return strings.NewReplacer(
+		"{status}", strconv.Itoa(int(f.GetHttpStatus())),
+		"{provider}", f.GetProvider(),
+	).Replace(s)
+}
+
+// match returns the first rule with a matching block, or nil.
+func (c *Classifier) match(fx *facts) *compiledRule {
+	for i := range c.rules {
+		r := &c.rules[i]
+		for j := range r.blocks {
+			if r.blocks[j].matches(fx) {
+				return r
+			}
+		}
+	}
+	return nil
+}
+
+func (b *block) matches(fx *facts) bool {
+	f := fx.f
+	if b.options != 0 && fx.options&b.options != b.options {
+		return false
+	}
+	if len(b.profiles) > 0 && !containsFold(b.profiles, fx.profile) {
+		return false
+	}
+	if len(b.phases) > 0 && !containsPhase(b.phases, f.GetPhase()) {
+		return false
+	}
+	if len(b.statuses) > 0 && !inRanges(b.statuses, f.GetHttpStatus()) {
+		return false
+	}
+	if len(b.grpcCodes) > 0 && !containsInt(b.grpcCodes, f.GetGrpcCode()) {
+		return false
+	}
+	if len(b.providers) > 0 && !matchAny(b.providers, fx.provider) {
+		return false
+	}
+	if len(b.operations) > 0 && !matchAny(b.operations, fx.op) {
+		return false
+	}
+	if b.hasKind && !fx.kindHits.has(b.index) {
+		return false
+	}
+	if b.hasCode && !fx.codeHits.has(b.index) {
+		return false
+	}
+	if len(b.message) > 0 && !containsAny(fx.text[:fx.split], &fx.bigrams, b.message) {
+		return false
+	}
+	if len(b.body) > 0 && !containsAny(fx.text[fx.split+1:], &fx.bigrams, b.body) {
+		return false
+	}
+	if len(b.text) > 0 && !containsAny(fx.text, &fx.bigrams, b.text) {
+		return false
+	}
+	return true
+}
+
+func containsAny(text []byte, bigrams *bigramSet, subs []substring) bool {
+	for i := range subs {
+		if subs[i].in(text, bigrams) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsFold(list []string, s string) bool {
+	for _, v := range list {
+		if strings.EqualFold(v, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsPhase(list []policydv1.Phase, p policydv1.Phase) bool {
+	for _, v := range list {
+		if v == p {
+			return true
+		}
+	}
+	return false
+}
+
+func containsInt(list []int32, v int32) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func inRanges(ranges []statusRange, s int32) bool {
+	for _, r := range ranges {
+		if s >= r.lo && s <= r.hi {
+			return true
+		}
+	}
+	return false
+}

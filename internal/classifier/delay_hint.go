@@ -1,0 +1,210 @@
+package classifier
+
+import (
+	"bytes"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxDelayHint is the largest server delay hint accepted; larger values are
+// treated as garbage and ignored. A week covers per-day quota resets.
+const MaxDelayHint = 7 * 24 * time.Hour
+
+// Hint sources, most trusted first. A hint from a more trusted source wins.
+const (
+	hintNone = iota
+	hintRetryAfterMs
+	hintRetryAfter
+	hintAmzRetryAfter
+	hintGRPCPushback
+	hintRateLimitReset
+	hintBodyField
+	hintBodyPhrase
+)
+
+var hintSourceNames = [...]string{
+	hintNone:           "",
+	hintRetryAfterMs:   "header retry-after-ms",
+	hintRetryAfter:     "header retry-after",
+	hintAmzRetryAfter:  "header x-amz-retry-after",
+	hintGRPCPushback:   "header grpc-retry-pushback-ms",
+	hintRateLimitReset: "header x-ratelimit-reset",
+	hintBodyField:      "body field",
+	hintBodyPhrase:     "body phrase",
+}
+
+// delayHint keeps the most trusted server delay hint seen so far.
+type delayHint struct {
+	delay  time.Duration
+	source int
+}
+
+func (h *delayHint) offer(d time.Duration, ok bool, source int) {
+	if !ok || d < 0 || d > MaxDelayHint {
+		return
+	}
+	if h.source == hintNone || source < h.source {
+		h.delay, h.source = d, source
+	}
+}
+
+// ParseRetryAfter reads a Retry-After value: delay seconds (integer or
+// decimal) or an HTTP-date, relative to now. A date in the past means 0.
+func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if c := v[0]; c == '-' || c == '+' || c == '.' || (c >= '0' && c <= '9') {
+		return seconds(v, time.Second)
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	if d := t.Sub(now); d > 0 {
+		return d, true
+	}
+	return 0, true
+}
+
+// ParseMillis reads a delay in milliseconds, such as retry-after-ms.
+func ParseMillis(v string) (time.Duration, bool) {
+	return seconds(strings.TrimSpace(v), time.Millisecond)
+}
+
+// seconds parses a non-negative decimal number of units.
+func seconds(v string, unit time.Duration) (time.Duration, bool) {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return 0, false
+	}
+	d := f * float64(unit)
+	if d > float64(MaxDelayHint) {
+		return 0, false
+	}
+	return time.Duration(d), true
+}
+
+// ParseRateLimitReset reads an x-ratelimit-reset* value in the shapes
+// providers use: a Go-style duration ("1s", "6m0s", "20ms"), an RFC 3339
+// time, Unix epoch seconds or milliseconds, or plain seconds to wait.
+func ParseRateLimitReset(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+			return 0, false
+		}
+		switch {
+		case f > 1e12: // epoch milliseconds
+			return untilEpoch(time.UnixMilli(int64(f)), now), true
+		case f > 1e9: // epoch seconds
+			return untilEpoch(time.Unix(int64(f), 0), now), true
+		default:
+			return seconds(v, time.Second)
+		}
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return d, true
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return untilEpoch(t, now), true
+	}
+	return 0, false
+}
+
+func untilEpoch(t, now time.Time) time.Duration {
+	if d := t.Sub(now); d > 0 {
+		return d
+	}
+	return 0
+}
+
+// ParseGoogleDuration reads a google.protobuf.Duration in its JSON form,
+// such as RetryInfo's retryDelay "20s" or "1.5s".
+func ParseGoogleDuration(v string) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	num, ok := strings.CutSuffix(v, "s")
+	if !ok {
+		return 0, false
+	}
+	return seconds(num, time.Second)
+}
+
+// phraseStarts are the lower-case phrases after which bodies and messages
+// state a delay: "Please retry in 20s", "Try again in 59 seconds".
+var phraseStarts = [][]byte{
+	[]byte("retry in "),
+	[]byte("try again in "),
+	[]byte("retry after "),
+	[]byte("try again after "),
+}
+
+// ParseDelayPhrase finds a delay stated in lower-case text, such as
+// "please retry in 20.5s" or "try again in 59 seconds".
+func ParseDelayPhrase(text []byte) (time.Duration, bool) {
+	for _, p := range phraseStarts {
+		rest := text
+		for {
+			i := bytes.Index(rest, p)
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len(p):]
+			if d, ok := parseAmount(rest); ok {
+				return d, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// parseAmount reads "<number>[ ]<unit>" at the start of b, where unit is
+// ms, s, sec(s), second(s), m, min(s), minute(s), h, hour(s); a compact Go
+// duration such as "1m30s" is read whole.
+func parseAmount(b []byte) (time.Duration, bool) {
+	n := 0
+	for n < len(b) && ((b[n] >= '0' && b[n] <= '9') || b[n] == '.') {
+		n++
+	}
+	if n == 0 {
+		return 0, false
+	}
+	num := string(b[:n])
+	rest := b[n:]
+	// A compact duration: digits and unit letters with no space.
+	m := 0
+	for m < len(rest) && ((rest[m] >= 'a' && rest[m] <= 'z') || (rest[m] >= '0' && rest[m] <= '9') || rest[m] == '.') {
+		m++
+	}
+	if m > 0 {
+		if d, err := time.ParseDuration(num + string(rest[:m])); err == nil && d >= 0 && d <= MaxDelayHint {
+			return d, true
+		}
+	}
+	rest = bytes.TrimLeft(rest, " ")
+	unitEnd := 0
+	for unitEnd < len(rest) && rest[unitEnd] >= 'a' && rest[unitEnd] <= 'z' {
+		unitEnd++
+	}
+	var unit time.Duration
+	switch string(rest[:unitEnd]) {
+	case "ms", "msec", "msecs", "millisecond", "milliseconds":
+		unit = time.Millisecond
+	case "s", "sec", "secs", "second", "seconds":
+		unit = time.Second
+	case "m", "min", "mins", "minute", "minutes":
+		unit = time.Minute
+	case "h", "hr", "hrs", "hour", "hours":
+		unit = time.Hour
+	default:
+		return 0, false
+	}
+	return seconds(num, unit)
+}

@@ -1,0 +1,286 @@
+package classifier
+
+import (
+	"bytes"
+	"strings"
+	"time"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+)
+
+// Bounds on what one classification reads, so that a hostile failure costs
+// no more than a normal one. The server documents and enforces its own limits.
+const (
+	// MaxBodyBytes is how much of a body is read; the rest is ignored.
+	MaxBodyBytes = 64 << 10
+	// MaxCauses is how many links of a cause chain are read.
+	MaxCauses = 64
+	// maxTextBytes bounds each message copied into the text searched by rules.
+	maxTextBytes = 8 << 10
+)
+
+// facts is what the rules look at, extracted from a Failure once per
+// classification into reusable buffers (pooled, so Classify allocates little).
+type facts struct {
+	f        *policydv1.Failure
+	profile  string
+	options  optionSet
+	provider []byte // lower case
+	op       []byte // lower case
+
+	kindHits bitset
+	codeHits bitset
+
+	// text holds the lower-case runtime messages, a 0 byte at split, then the
+	// lower-case body messages (or body text when the body is not JSON).
+	text    []byte
+	split   int
+	bigrams bigramSet // of text, to skip substring searches that cannot match
+
+	scratch     []byte // lower-casing one kind at a time
+	hint        delayHint
+	shouldRetry int8 // x-should-retry: 0 absent, 1 true, -1 false
+
+	resets [4]resetHeader
+	nreset int
+}
+
+// resetHeader is one x-ratelimit-reset* header with its remaining count.
+type resetHeader struct {
+	suffix    string // "", "-requests", "-tokens", ...
+	delay     time.Duration
+	exhausted bool // the matching x-ratelimit-remaining* header is 0
+}
+
+type bitset []uint64
+
+func (b bitset) set(i int)      { b[i>>6] |= 1 << (uint(i) & 63) }
+func (b bitset) has(i int) bool { return b[i>>6]&(1<<(uint(i)&63)) != 0 }
+
+func (fx *facts) reset(nblocks int) {
+	words := (nblocks + 63) / 64
+	if cap(fx.kindHits) < words {
+		fx.kindHits = make(bitset, words)
+		fx.codeHits = make(bitset, words)
+	}
+	fx.kindHits = fx.kindHits[:words]
+	fx.codeHits = fx.codeHits[:words]
+	clear(fx.kindHits)
+	clear(fx.codeHits)
+	fx.text = fx.text[:0]
+	fx.provider = fx.provider[:0]
+	fx.op = fx.op[:0]
+	fx.hint = delayHint{}
+	fx.shouldRetry = 0
+	fx.nreset = 0
+	fx.f = nil
+}
+
+// load extracts the facts of f.
+func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.ClassifyOptions, profile string) {
+	fx.f = f
+	fx.profile = profile
+	fx.options = 0
+	if opts.GetRetryFetchErrors() {
+		fx.options |= optRetryFetchErrors
+	}
+	fx.provider = appendLower(fx.provider, f.GetProvider(), 256)
+	fx.op = appendLower(fx.op, f.GetOperation(), 256)
+	now := c.now()
+
+	// Runtime kinds, codes and messages: the error and its cause chain.
+	c.addKind(fx, f.GetErrorName(), false)
+	c.addKind(fx, f.GetErrorCode(), true)
+	fx.text = appendLower(fx.text, f.GetMessage(), maxTextBytes)
+	for i, cause := range f.GetCauses() {
+		if i == MaxCauses {
+			break
+		}
+		c.addKind(fx, cause.GetName(), false)
+		c.addKind(fx, cause.GetCode(), true)
+		fx.text = append(fx.text, '\n')
+		fx.text = appendLower(fx.text, cause.GetMessage(), maxTextBytes)
+	}
+	fx.split = len(fx.text)
+	fx.text = append(fx.text, 0)
+
+	c.loadHeaders(fx, f.GetHeaders(), now)
+	c.loadBody(fx, f.GetBody())
+	fx.bigrams.build(fx.text)
+
+	// Delay phrases in messages come last in trust: "Please retry in 20s".
+	if fx.hint.source == hintNone || fx.hint.source > hintBodyPhrase {
+		fx.hint.offer(phraseDelay(fx.text))
+	}
+}
+
+func phraseDelay(text []byte) (time.Duration, bool, int) {
+	if !bytes.Contains(text, []byte("try ")) {
+		return 0, false, hintBodyPhrase
+	}
+	d, ok := ParseDelayPhrase(text)
+	return d, ok, hintBodyPhrase
+}
+
+// addKind lower-cases s and marks the blocks whose kind (and, for codes,
+// code) conditions it satisfies.
+func (c *Classifier) addKind(fx *facts, s string, isCode bool) {
+	if s == "" {
+		return
+	}
+	fx.scratch = appendLower(fx.scratch[:0], s, 256)
+	c.kinds.mark(fx.kindHits, fx.scratch)
+	if isCode {
+		c.codes.mark(fx.codeHits, fx.scratch)
+	}
+}
+
+func (p *patternIndex) mark(hits bitset, lower []byte) {
+	for _, b := range p.exact[string(lower)] {
+		hits.set(b)
+	}
+	for _, g := range p.globs {
+		if g.glob.match(lower) {
+			for _, b := range g.blocks {
+				hits.set(b)
+			}
+		}
+	}
+}
+
+// loadHeaders reads delay hints, x-should-retry and AWS's error type.
+func (c *Classifier) loadHeaders(fx *facts, headers map[string]string, now time.Time) {
+	var remainingZero [4]string
+	nzero := 0
+	for name, v := range headers {
+		switch {
+		case strings.EqualFold(name, "retry-after-ms"):
+			d, ok := ParseMillis(v)
+			fx.hint.offer(d, ok, hintRetryAfterMs)
+		case strings.EqualFold(name, "retry-after"):
+			d, ok := ParseRetryAfter(v, now)
+			fx.hint.offer(d, ok, hintRetryAfter)
+		case strings.EqualFold(name, "x-amz-retry-after"):
+			d, ok := ParseMillis(v)
+			fx.hint.offer(d, ok, hintAmzRetryAfter)
+		case strings.EqualFold(name, "grpc-retry-pushback-ms"):
+			d, ok := ParseMillis(v)
+			fx.hint.offer(d, ok, hintGRPCPushback)
+		case strings.EqualFold(name, "x-should-retry"):
+			switch strings.ToLower(strings.TrimSpace(v)) {
+			case "true":
+				fx.shouldRetry = 1
+			case "false":
+				fx.shouldRetry = -1
+			}
+		case strings.EqualFold(name, "x-amzn-errortype"):
+			kind, _, _ := strings.Cut(v, ":")
+			c.addKind(fx, kind, false)
+		case hasPrefixFold(name, "x-ratelimit-reset"):
+			if fx.nreset < len(fx.resets) {
+				if d, ok := ParseRateLimitReset(v, now); ok && d <= MaxDelayHint {
+					fx.resets[fx.nreset] = resetHeader{suffix: name[len("x-ratelimit-reset"):], delay: d}
+					fx.nreset++
+				}
+			}
+		case hasPrefixFold(name, "x-ratelimit-remaining"):
+			if strings.TrimSpace(v) == "0" && nzero < len(remainingZero) {
+				remainingZero[nzero] = name[len("x-ratelimit-remaining"):]
+				nzero++
+			}
+		}
+	}
+	if fx.nreset == 0 {
+		return
+	}
+	// Prefer the reset of a limit that is used up; else the longest reset.
+	var best time.Duration
+	found, anyExhausted := false, false
+	for i := 0; i < fx.nreset; i++ {
+		r := &fx.resets[i]
+		for _, s := range remainingZero[:nzero] {
+			if strings.EqualFold(s, r.suffix) {
+				r.exhausted = true
+			}
+		}
+		anyExhausted = anyExhausted || r.exhausted
+	}
+	for i := 0; i < fx.nreset; i++ {
+		r := fx.resets[i]
+		if anyExhausted && !r.exhausted {
+			continue
+		}
+		if !found || r.delay > best {
+			best, found = r.delay, true
+		}
+	}
+	fx.hint.offer(best, found, hintRateLimitReset)
+}
+
+// loadBody reads a provider's error payload: kinds (error code, type,
+// status, AWS __type, Google ErrorInfo reasons and QuotaFailure ids), the
+// error messages, and delay fields. A body that is not JSON is read as text.
+func (c *Classifier) loadBody(fx *facts, body string) {
+	if body == "" {
+		return
+	}
+	if len(body) > MaxBodyBytes {
+		body = body[:MaxBodyBytes]
+	}
+	if !looksLikeJSON(body) {
+		fx.text = appendLower(fx.text, body, maxTextBytes)
+		return
+	}
+	scanJSONKeys(body, func(key, value string, isString bool) {
+		switch key {
+		case "code", "type", "status", "reason", "quotaId", "error_code", "errorCode":
+			c.addKind(fx, value, false)
+		case "__type":
+			if i := strings.LastIndexByte(value, '#'); i >= 0 {
+				value = value[i+1:]
+			}
+			kind, _, _ := strings.Cut(value, ":")
+			c.addKind(fx, kind, false)
+		case "message", "Message", "detail", "error_description", "msg", "errorMessage":
+			fx.text = append(fx.text, '\n')
+			fx.text = appendLower(fx.text, value, maxTextBytes)
+		case "error":
+			// {"error": "rate_limited"}: both a kind and a message.
+			if isString {
+				c.addKind(fx, value, false)
+				fx.text = append(fx.text, '\n')
+				fx.text = appendLower(fx.text, value, maxTextBytes)
+			}
+		case "retryDelay":
+			d, ok := ParseGoogleDuration(value)
+			fx.hint.offer(d, ok, hintBodyField)
+		case "retry_after_ms", "retryAfterMs":
+			d, ok := ParseMillis(value)
+			fx.hint.offer(d, ok, hintBodyField)
+		case "retry_after", "retryAfter":
+			d, ok := ParseRetryAfter(value, c.now())
+			fx.hint.offer(d, ok, hintBodyField)
+		}
+	})
+}
+
+// appendLower appends s, ASCII lower-cased, to dst, at most limit bytes of it.
+func appendLower(dst []byte, s string, limit int) []byte {
+	if len(s) > limit {
+		s = s[:limit]
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+func bytesContains(b, sub []byte) bool { return bytes.Contains(b, sub) }

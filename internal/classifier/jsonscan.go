@@ -1,0 +1,95 @@
+package classifier
+
+// scanJSONKeys walks a JSON document once and calls visit for every object
+// key whose value is a string or a number, with the raw value (escapes are
+// left as they are; a string value is passed without its quotes). Keys are
+// reported at any depth, in document order. Malformed input ends the walk
+// early; it never panics and never allocates.
+//
+// Written by hand because error bodies need a handful of keys wherever they
+// sit (error.message, error.details[].quotaId, __type, ...) within a 2 µs
+// budget: encoding/json allocates per value, and path-based readers such as
+// gjson or jsonparser rescan the body once per path.
+func scanJSONKeys(doc string, visit func(key, value string, isString bool)) {
+	i := 0
+	for {
+		// Gaps between strings are short (": ", ",\n    "): a plain loop
+		// beats strings.IndexByte's call overhead here.
+		for i < len(doc) && doc[i] != '"' {
+			i++
+		}
+		if i >= len(doc) {
+			return
+		}
+		start := i + 1
+		end := stringEnd(doc, start)
+		if end < 0 {
+			return
+		}
+		j := skipSpace(doc, end+1)
+		if j >= len(doc) || doc[j] != ':' {
+			i = end + 1
+			continue
+		}
+		key := doc[start:end]
+		k := skipSpace(doc, j+1)
+		if k >= len(doc) {
+			return
+		}
+		switch c := doc[k]; {
+		case c == '"':
+			vend := stringEnd(doc, k+1)
+			if vend < 0 {
+				return
+			}
+			visit(key, doc[k+1:vend], true)
+			i = vend + 1
+		case c == '-' || (c >= '0' && c <= '9'):
+			m := k + 1
+			for m < len(doc) && isNumberByte(doc[m]) {
+				m++
+			}
+			visit(key, doc[k:m], false)
+			i = m
+		default:
+			i = k
+		}
+	}
+}
+
+// stringEnd returns the index of the quote closing a JSON string whose
+// contents start at from, or -1. A backslash escapes the byte after it.
+func stringEnd(doc string, from int) int {
+	for i := from; i < len(doc); i++ {
+		switch doc[i] {
+		case '"':
+			return i
+		case '\\':
+			i++
+		}
+	}
+	return -1
+}
+
+func skipSpace(doc string, i int) int {
+	for i < len(doc) {
+		switch doc[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+func isNumberByte(c byte) bool {
+	return (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'
+}
+
+// looksLikeJSON reports whether a body starts, after white space, like a JSON
+// object or array.
+func looksLikeJSON(body string) bool {
+	i := skipSpace(body, 0)
+	return i < len(body) && (body[i] == '{' || body[i] == '[')
+}

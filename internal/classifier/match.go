@@ -1,0 +1,106 @@
+package classifier
+
+import "bytes"
+
+// glob is a compiled lower-case pattern where '*' matches any run of bytes.
+// Hand-written because path.Match treats '/' specially and works on
+// strings, and this runs on pooled byte buffers on the hot path: the pattern
+// is split at '*' once, so a match is a prefix, a suffix and ordered
+// substring searches, with no backtracking.
+type glob struct {
+	pattern string
+	parts   [][]byte // the pieces between '*'
+	anchorL bool     // the pattern does not start with '*'
+	anchorR bool     // the pattern does not end with '*'
+}
+
+func compileGlob(pattern string) glob {
+	g := glob{pattern: pattern}
+	g.anchorL = len(pattern) == 0 || pattern[0] != '*'
+	g.anchorR = len(pattern) == 0 || pattern[len(pattern)-1] != '*'
+	for _, p := range bytes.Split([]byte(pattern), []byte("*")) {
+		g.parts = append(g.parts, p)
+	}
+	return g
+}
+
+func compileGlobs(patterns []string) []glob {
+	var out []glob
+	for _, p := range patterns {
+		out = append(out, compileGlob(lowerString(p)))
+	}
+	return out
+}
+
+func lowerString(s string) string { return string(appendLower(nil, s, len(s))) }
+
+// match reports whether lower-case s matches the pattern.
+func (g *glob) match(s []byte) bool {
+	parts := g.parts
+	if len(parts) == 1 { // no '*'
+		return bytes.Equal(parts[0], s)
+	}
+	first, last := parts[0], parts[len(parts)-1]
+	if len(s) < len(first)+len(last) || !bytes.HasPrefix(s, first) || !bytes.HasSuffix(s, last) {
+		return false
+	}
+	s = s[len(first) : len(s)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := bytes.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return true
+}
+
+func matchAny(globs []glob, s []byte) bool {
+	for i := range globs {
+		if globs[i].match(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// bigramSet records which byte pairs occur in a text (hashed into 4096 bits),
+// so that a substring search can be skipped when one of the pattern's pairs
+// is absent. Rules hold about a hundred phrases; most never occur, and this
+// turns their searches into three bit tests.
+type bigramSet [64]uint64
+
+func bigram(a, b byte) uint { return uint(a&63)<<6 | uint(b&63) }
+
+func (s *bigramSet) build(text []byte) {
+	clear(s[:])
+	for i := 0; i+1 < len(text); i++ {
+		h := bigram(text[i], text[i+1])
+		s[h>>6] |= 1 << (h & 63)
+	}
+}
+
+func (s *bigramSet) has(h uint) bool { return s[h>>6]&(1<<(h&63)) != 0 }
+
+// substring is a lower-case phrase with the pairs it is checked for.
+type substring struct {
+	text  []byte
+	pairs [3]uint // first, middle and last pair; for a 1-byte phrase, unused
+}
+
+func newSubstring(s string) substring {
+	sub := substring{text: []byte(s)}
+	if n := len(s); n >= 2 {
+		sub.pairs = [3]uint{bigram(s[0], s[1]), bigram(s[n/2-1], s[n/2]), bigram(s[n-2], s[n-1])}
+	}
+	return sub
+}
+
+// in reports whether the phrase occurs in text; bigrams must describe a text
+// that contains text.
+func (sub *substring) in(text []byte, bigrams *bigramSet) bool {
+	if len(sub.text) >= 2 && (!bigrams.has(sub.pairs[0]) || !bigrams.has(sub.pairs[1]) || !bigrams.has(sub.pairs[2])) {
+		return false
+	}
+	return bytes.Contains(text, sub.text)
+}
