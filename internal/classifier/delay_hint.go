@@ -65,10 +65,7 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	if d := t.Sub(now); d > 0 {
-		return d, true
-	}
-	return 0, true
+	return untilTime(t, now)
 }
 
 // ParseMillis reads a delay in milliseconds, such as retry-after-ms.
@@ -102,28 +99,36 @@ func ParseRateLimitReset(v string, now time.Time) (time.Duration, bool) {
 			return 0, false
 		}
 		switch {
+		case f > 1e15:
+			return 0, false
 		case f > 1e12: // epoch milliseconds
-			return untilEpoch(time.UnixMilli(int64(f)), now), true
+			return untilTime(time.UnixMilli(int64(f)), now)
 		case f > 1e9: // epoch seconds
-			return untilEpoch(time.Unix(int64(f), 0), now), true
+			return untilTime(time.Unix(int64(f), 0), now)
 		default:
 			return seconds(v, time.Second)
 		}
 	}
-	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 && d <= MaxDelayHint {
 		return d, true
 	}
 	if t, err := time.Parse(time.RFC3339, v); err == nil {
-		return untilEpoch(t, now), true
+		return untilTime(t, now)
 	}
 	return 0, false
 }
 
-func untilEpoch(t, now time.Time) time.Duration {
-	if d := t.Sub(now); d > 0 {
-		return d
+// untilTime is the wait until t: 0 for a time in the past, not ok for one
+// more than MaxDelayHint away.
+func untilTime(t, now time.Time) (time.Duration, bool) {
+	d := t.Sub(now)
+	switch {
+	case d <= 0:
+		return 0, true
+	case d > MaxDelayHint:
+		return 0, false
 	}
-	return 0
+	return d, true
 }
 
 // ParseGoogleDuration reads a google.protobuf.Duration in its JSON form,

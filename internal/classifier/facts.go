@@ -282,5 +282,3 @@ func appendLower(dst []byte, s string, limit int) []byte {
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
-
-func bytesContains(b, sub []byte) bool { return bytes.Contains(b, sub) }

@@ -18,9 +18,7 @@ func compileGlob(pattern string) glob {
 	g := glob{pattern: pattern}
 	g.anchorL = len(pattern) == 0 || pattern[0] != '*'
 	g.anchorR = len(pattern) == 0 || pattern[len(pattern)-1] != '*'
-	for _, p := range bytes.Split([]byte(pattern), []byte("*")) {
-		g.parts = append(g.parts, p)
-	}
+	g.parts = bytes.Split([]byte(pattern), []byte("*"))
 	return g
 }
 
