@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "policyd:", err)
+	}
+	os.Exit(exitCode(err))
+}
+
+const usage = `policyd classifies AI agent failures: what a failure is, whether another
+attempt can succeed and what to do about it.
+
+Usage:
+  policyd <command> [flags]
+
+Commands:
+  serve      run the gRPC daemon
+  classify   classify one failure offline and print the result as JSON
+  version    print the version
+  help       print this help, or a command's: policyd help <command>
+
+Run 'policyd <command> --help' for a command's flags.
+`
+
+// run runs the command line args (without the program name). It returns
+// flag.ErrHelp after printing requested help, and a *usageError for bad input.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageErrorf("no command given")
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return serve(ctx, rest, stdout, stderr)
+	case "classify":
+		return classify(rest, stdin, stdout)
+	case "version":
+		return printVersion(rest, stdout)
+	case "help":
+		if len(rest) > 0 && rest[0] != "help" {
+			return run(ctx, []string{rest[0], "--help"}, stdin, stdout, stderr)
+		}
+		fmt.Fprint(stdout, usage)
+		return nil
+	case "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return usageErrorf("unknown command %q", cmd)
+	}
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/policyd/policyd/internal/classifier"
+	"github.com/policyd/policyd/internal/server"
+)
+
+// defaultListen is loopback only: policyd has no authentication, so exposing
+// it beyond the host is an explicit choice.
+const defaultListen = "127.0.0.1:7433"
+
+// shutdownTimeout bounds how long a graceful stop waits for in-flight calls
+// before closing their connections; classifications take microseconds, so
+// only a stuck client hits it.
+const shutdownTimeout = 10 * time.Second
+
+const serveUsage = `Usage: policyd serve [flags]
+
+Runs the gRPC daemon: policyd.v1.PolicyService, grpc.health.v1.Health and
+server reflection, without TLS. Logs go to stderr; once listening it logs
+"serving" with the bound address (addr). SIGINT or SIGTERM stops it
+gracefully: health turns NOT_SERVING, in-flight calls get up to 10s.
+`
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve", serveUsage)
+	listen := fs.String("listen", envOr("POLICYD_LISTEN", defaultListen),
+		"`address` to listen on, host:port; port 0 picks a free port (env POLICYD_LISTEN)")
+	level := fs.String("log-level", envOr("POLICYD_LOG_LEVEL", "info"),
+		"log `level`: debug, info, warn or error (env POLICYD_LOG_LEVEL)")
+	format := fs.String("log-format", "text", "log `format`: text or json")
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
+	}
+	logger, err := newLogger(stderr, *level, *format)
+	if err != nil {
+		return err
+	}
+
+	lis, err := new(net.ListenConfig).Listen(ctx, "tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	gs, hs := server.NewGRPCServer(server.NewPolicyServer(classifier.Default()), logger)
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(lis) }()
+	logger.Info("serving", "addr", lis.Addr().String())
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down", "timeout", shutdownTimeout)
+	hs.Shutdown() // NOT_SERVING, so load balancers stop sending first
+	stopped := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(shutdownTimeout):
+		logger.Warn("graceful stop timed out, closing connections")
+		gs.Stop()
+		<-stopped
+	}
+	<-served // nil after a stop
+	logger.Info("stopped")
+	return nil
+}
+
+// newLogger returns a slog.Logger writing level and above to w as format.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lvl slog.Level
+	switch level {
+	case "debug":
+		lvl = slog.LevelDebug
+	case "info":
+		lvl = slog.LevelInfo
+	case "warn":
+		lvl = slog.LevelWarn
+	case "error":
+		lvl = slog.LevelError
+	default:
+		return nil, usageErrorf("serve: --log-level (or POLICYD_LOG_LEVEL): want debug, info, warn or error, got %q", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, usageErrorf("serve: --log-format: want text or json, got %q", format)
+	}
+}
+
+// envOr returns the environment variable key, or def when it is unset or
+// empty; a flag given on the command line overrides either.
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,8 @@
+// Package server is policyd's gRPC layer: the PolicyService implementation,
+// request validation, and the grpc.Server that carries it with logging,
+// panic recovery, health checking and reflection.
+//
+// Handlers return plain Go errors; they become gRPC status codes in one
+// place, toStatus, so that clients see InvalidArgument naming the bad field
+// for a validation error and an opaque Internal for anything else.
+package server

@@ -1,0 +1,54 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// toStatus turns a handler error into the status a client sees; it is the
+// only place errors become gRPC codes.
+//
+//   - a *FieldError becomes codes.InvalidArgument naming the field, with an
+//     errdetails.BadRequest FieldViolation detail;
+//   - a context error becomes codes.Canceled or codes.DeadlineExceeded;
+//   - an error that already is a status passes through;
+//   - anything else is logged and becomes codes.Internal with no internals.
+func toStatus(ctx context.Context, logger *slog.Logger, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if fe, ok := errors.AsType[*FieldError](err); ok {
+		st := status.New(codes.InvalidArgument, fe.Error())
+		if d, derr := st.WithDetails(&errdetails.BadRequest{
+			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.Field, Description: fe.Description}},
+		}); derr == nil {
+			st = d
+		}
+		return st.Err()
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err).Err()
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	logger.ErrorContext(ctx, "internal error", "grpc.method", method, "error", err)
+	return status.Error(codes.Internal, "internal error")
+}
+
+// statusInterceptor applies toStatus to every unary handler's error.
+func statusInterceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if err != nil {
+			return nil, toStatus(ctx, logger, info.FullMethod, err)
+		}
+		return resp, nil
+	}
+}

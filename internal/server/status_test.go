@@ -1,0 +1,46 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestToStatus(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		err       error
+		wantCode  codes.Code
+		wantField string
+	}{
+		{name: "nil", err: nil, wantCode: codes.OK},
+		{name: "field error", err: fieldErrorf("failure.http_status", "bad"), wantCode: codes.InvalidArgument, wantField: "failure.http_status"},
+		{name: "wrapped field error", err: fmt.Errorf("validate: %w", fieldErrorf("profile", "bad")), wantCode: codes.InvalidArgument, wantField: "profile"},
+		{name: "canceled", err: context.Canceled, wantCode: codes.Canceled},
+		{name: "deadline", err: fmt.Errorf("x: %w", context.DeadlineExceeded), wantCode: codes.DeadlineExceeded},
+		{name: "status passes through", err: status.Error(codes.Unavailable, "later"), wantCode: codes.Unavailable},
+		{name: "unknown error", err: errors.New("secret internals"), wantCode: codes.Internal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := toStatus(t.Context(), slog.New(slog.DiscardHandler), "/test", tt.err)
+			if got := status.Code(err); got != tt.wantCode {
+				t.Fatalf("code = %v, want %v", got, tt.wantCode)
+			}
+			if got := violationField(err); got != tt.wantField {
+				t.Errorf("BadRequest field = %q, want %q", got, tt.wantField)
+			}
+			if tt.wantCode == codes.Internal && strings.Contains(status.Convert(err).Message(), "secret") {
+				t.Errorf("Internal message leaks the error: %q", status.Convert(err).Message())
+			}
+		})
+	}
+}

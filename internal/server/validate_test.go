@@ -1,0 +1,77 @@
+package server
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/classifier"
+)
+
+func TestValidateClassifyRequest(t *testing.T) {
+	t.Parallel()
+	long := func(n int) string { return strings.Repeat("a", n) }
+	headers := func(n int) map[string]string {
+		h := make(map[string]string, n)
+		for i := range n {
+			h[strings.Repeat("h", i+1)] = "v"
+		}
+		return h
+	}
+	tests := []struct {
+		name      string
+		req       *policydv1.ClassifyRequest
+		wantField string // "" means valid
+	}{
+		{name: "nil request", req: nil, wantField: "failure"},
+		{name: "empty failure", req: req(&policydv1.Failure{})},
+		{name: "status 100", req: req(&policydv1.Failure{HttpStatus: 100})},
+		{name: "status 999", req: req(&policydv1.Failure{HttpStatus: 999})},
+		{name: "status 99", req: req(&policydv1.Failure{HttpStatus: 99}), wantField: "failure.http_status"},
+		{name: "status 1000", req: req(&policydv1.Failure{HttpStatus: 1000}), wantField: "failure.http_status"},
+		{name: "status negative", req: req(&policydv1.Failure{HttpStatus: -1}), wantField: "failure.http_status"},
+		{name: "grpc code 16", req: req(&policydv1.Failure{GrpcCode: 16})},
+		{name: "grpc code 17", req: req(&policydv1.Failure{GrpcCode: 17}), wantField: "failure.grpc_code"},
+		{name: "grpc code negative", req: req(&policydv1.Failure{GrpcCode: -1}), wantField: "failure.grpc_code"},
+		{name: "phase mid stream", req: req(&policydv1.Failure{Phase: policydv1.Phase_PHASE_MID_STREAM})},
+		{name: "phase 3", req: req(&policydv1.Failure{Phase: 3}), wantField: "failure.phase"},
+		{name: "100 headers", req: req(&policydv1.Failure{Headers: headers(100)})},
+		{name: "101 headers", req: req(&policydv1.Failure{Headers: headers(101)}), wantField: "failure.headers"},
+		{name: "header name 256", req: req(&policydv1.Failure{Headers: map[string]string{long(256): "v"}})},
+		{name: "header name 257", req: req(&policydv1.Failure{Headers: map[string]string{long(257): "v"}}), wantField: "failure.headers"},
+		{name: "header value 8 KiB", req: req(&policydv1.Failure{Headers: map[string]string{"x": long(8 << 10)}})},
+		{name: "header value over 8 KiB", req: req(&policydv1.Failure{Headers: map[string]string{"x": long(8<<10 + 1)}}), wantField: `failure.headers["x"]`},
+		{name: "64 causes", req: req(&policydv1.Failure{Causes: make([]*policydv1.Cause, classifier.MaxCauses)})},
+		{name: "65 causes", req: req(&policydv1.Failure{Causes: make([]*policydv1.Cause, classifier.MaxCauses+1)}), wantField: "failure.causes"},
+		{
+			name:      "long cause code",
+			req:       req(&policydv1.Failure{Causes: []*policydv1.Cause{{}, {}, {}, {Code: long(8<<10 + 1)}}}),
+			wantField: "failure.causes[3].code",
+		},
+		{name: "message 64 KiB", req: req(&policydv1.Failure{Message: long(64 << 10)})},
+		{name: "message over 64 KiB", req: req(&policydv1.Failure{Message: long(64<<10 + 1)}), wantField: "failure.message"},
+		{name: "long error_code", req: req(&policydv1.Failure{ErrorCode: long(8<<10 + 1)}), wantField: "failure.error_code"},
+		{name: "body over 64 KiB is truncated, not rejected", req: req(&policydv1.Failure{Body: long(classifier.MaxBodyBytes + 1)})},
+		{name: "profile", req: &policydv1.ClassifyRequest{Failure: &policydv1.Failure{}, Profile: "agent_cli-2.x"}},
+		{name: "profile 64", req: &policydv1.ClassifyRequest{Failure: &policydv1.Failure{}, Profile: long(64)}},
+		{name: "profile 65", req: &policydv1.ClassifyRequest{Failure: &policydv1.Failure{}, Profile: long(65)}, wantField: "profile"},
+		{name: "profile upper case", req: &policydv1.ClassifyRequest{Failure: &policydv1.Failure{}, Profile: "Default"}, wantField: "profile"},
+		{name: "profile slash", req: &policydv1.ClassifyRequest{Failure: &policydv1.Failure{}, Profile: "a/b"}, wantField: "profile"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := ValidateClassifyRequest(tt.req)
+			var got string
+			if fe, ok := errors.AsType[*FieldError](err); ok {
+				got = fe.Field
+			} else if err != nil {
+				t.Fatalf("error %v is not a *FieldError", err)
+			}
+			if got != tt.wantField {
+				t.Errorf("field = %q, want %q (err %v)", got, tt.wantField, err)
+			}
+		})
+	}
+}
