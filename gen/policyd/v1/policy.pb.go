@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -192,6 +193,420 @@ func (x Phase) Number() protoreflect.EnumNumber {
 // Deprecated: Use Phase.Descriptor instead.
 func (Phase) EnumDescriptor() ([]byte, []int) {
 	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{1}
+}
+
+// OperationSafety is whether an operation may be repeated.
+type OperationSafety int32
+
+const (
+	// Derived from the failure's operation and method: GET, HEAD, OPTIONS and
+	// model requests are safe; other methods, shell and deploy operations are
+	// irreversible; file writes are conditional.
+	OperationSafety_OPERATION_SAFETY_UNSPECIFIED OperationSafety = 0
+	// Reads and model requests: always retried.
+	OperationSafety_OPERATION_SAFETY_SAFE OperationSafety = 1
+	// Checkpointed writes: retried, after the caller rolls back.
+	OperationSafety_OPERATION_SAFETY_CONDITIONAL OperationSafety = 2
+	// Shell exec, external writes, deploys: retried only when the operator allows it.
+	OperationSafety_OPERATION_SAFETY_IRREVERSIBLE OperationSafety = 3
+)
+
+// Enum value maps for OperationSafety.
+var (
+	OperationSafety_name = map[int32]string{
+		0: "OPERATION_SAFETY_UNSPECIFIED",
+		1: "OPERATION_SAFETY_SAFE",
+		2: "OPERATION_SAFETY_CONDITIONAL",
+		3: "OPERATION_SAFETY_IRREVERSIBLE",
+	}
+	OperationSafety_value = map[string]int32{
+		"OPERATION_SAFETY_UNSPECIFIED":  0,
+		"OPERATION_SAFETY_SAFE":         1,
+		"OPERATION_SAFETY_CONDITIONAL":  2,
+		"OPERATION_SAFETY_IRREVERSIBLE": 3,
+	}
+)
+
+func (x OperationSafety) Enum() *OperationSafety {
+	p := new(OperationSafety)
+	*p = x
+	return p
+}
+
+func (x OperationSafety) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OperationSafety) Descriptor() protoreflect.EnumDescriptor {
+	return file_policyd_v1_policy_proto_enumTypes[2].Descriptor()
+}
+
+func (OperationSafety) Type() protoreflect.EnumType {
+	return &file_policyd_v1_policy_proto_enumTypes[2]
+}
+
+func (x OperationSafety) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OperationSafety.Descriptor instead.
+func (OperationSafety) EnumDescriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{2}
+}
+
+// Action is what the caller should do next.
+type Action int32
+
+const (
+	Action_ACTION_UNSPECIFIED Action = 0
+	// Wait Decision.delay, then try again.
+	Action_ACTION_RETRY Action = 1
+	// Give up and surface the failure, with Decision.stop_reason.
+	Action_ACTION_STOP Action = 2
+	// Try something else: Decision.fallback says what.
+	Action_ACTION_FALL_BACK Action = 3
+)
+
+// Enum value maps for Action.
+var (
+	Action_name = map[int32]string{
+		0: "ACTION_UNSPECIFIED",
+		1: "ACTION_RETRY",
+		2: "ACTION_STOP",
+		3: "ACTION_FALL_BACK",
+	}
+	Action_value = map[string]int32{
+		"ACTION_UNSPECIFIED": 0,
+		"ACTION_RETRY":       1,
+		"ACTION_STOP":        2,
+		"ACTION_FALL_BACK":   3,
+	}
+)
+
+func (x Action) Enum() *Action {
+	p := new(Action)
+	*p = x
+	return p
+}
+
+func (x Action) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Action) Descriptor() protoreflect.EnumDescriptor {
+	return file_policyd_v1_policy_proto_enumTypes[3].Descriptor()
+}
+
+func (Action) Type() protoreflect.EnumType {
+	return &file_policyd_v1_policy_proto_enumTypes[3]
+}
+
+func (x Action) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Action.Descriptor instead.
+func (Action) EnumDescriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{3}
+}
+
+// StopReason says why the answer is not to retry.
+type StopReason int32
+
+const (
+	StopReason_STOP_REASON_UNSPECIFIED StopReason = 0
+	// The failure type is not retried.
+	StopReason_STOP_REASON_NOT_RETRYABLE StopReason = 1
+	// The attempt budget is spent.
+	StopReason_STOP_REASON_ATTEMPTS_EXHAUSTED StopReason = 2
+	// Waiting would pass the deadline or the time budget.
+	StopReason_STOP_REASON_DEADLINE StopReason = 3
+	// The server asked for a longer wait than the ceiling.
+	StopReason_STOP_REASON_SERVER_DELAY_ABOVE_CEILING StopReason = 4
+	// The operation is irreversible (or its method not idempotent).
+	StopReason_STOP_REASON_IRREVERSIBLE_OPERATION StopReason = 5
+	// The invalid stream was already continued, or continuing is switched off.
+	StopReason_STOP_REASON_CONTINUATION_OFF StopReason = 6
+	// The profile does not retry failures in this stream phase.
+	StopReason_STOP_REASON_STREAM_PHASE StopReason = 7
+)
+
+// Enum value maps for StopReason.
+var (
+	StopReason_name = map[int32]string{
+		0: "STOP_REASON_UNSPECIFIED",
+		1: "STOP_REASON_NOT_RETRYABLE",
+		2: "STOP_REASON_ATTEMPTS_EXHAUSTED",
+		3: "STOP_REASON_DEADLINE",
+		4: "STOP_REASON_SERVER_DELAY_ABOVE_CEILING",
+		5: "STOP_REASON_IRREVERSIBLE_OPERATION",
+		6: "STOP_REASON_CONTINUATION_OFF",
+		7: "STOP_REASON_STREAM_PHASE",
+	}
+	StopReason_value = map[string]int32{
+		"STOP_REASON_UNSPECIFIED":                0,
+		"STOP_REASON_NOT_RETRYABLE":              1,
+		"STOP_REASON_ATTEMPTS_EXHAUSTED":         2,
+		"STOP_REASON_DEADLINE":                   3,
+		"STOP_REASON_SERVER_DELAY_ABOVE_CEILING": 4,
+		"STOP_REASON_IRREVERSIBLE_OPERATION":     5,
+		"STOP_REASON_CONTINUATION_OFF":           6,
+		"STOP_REASON_STREAM_PHASE":               7,
+	}
+)
+
+func (x StopReason) Enum() *StopReason {
+	p := new(StopReason)
+	*p = x
+	return p
+}
+
+func (x StopReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StopReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_policyd_v1_policy_proto_enumTypes[4].Descriptor()
+}
+
+func (StopReason) Type() protoreflect.EnumType {
+	return &file_policyd_v1_policy_proto_enumTypes[4]
+}
+
+func (x StopReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StopReason.Descriptor instead.
+func (StopReason) EnumDescriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{4}
+}
+
+// FallbackKind is what to fall back to.
+type FallbackKind int32
+
+const (
+	FallbackKind_FALLBACK_KIND_UNSPECIFIED FallbackKind = 0
+	// A model of the same family with a larger context window.
+	FallbackKind_FALLBACK_KIND_LARGER_CONTEXT_MODEL FallbackKind = 1
+	// Another provider.
+	FallbackKind_FALLBACK_KIND_OTHER_PROVIDER FallbackKind = 2
+	// Another model of the same provider.
+	FallbackKind_FALLBACK_KIND_OTHER_MODEL FallbackKind = 3
+)
+
+// Enum value maps for FallbackKind.
+var (
+	FallbackKind_name = map[int32]string{
+		0: "FALLBACK_KIND_UNSPECIFIED",
+		1: "FALLBACK_KIND_LARGER_CONTEXT_MODEL",
+		2: "FALLBACK_KIND_OTHER_PROVIDER",
+		3: "FALLBACK_KIND_OTHER_MODEL",
+	}
+	FallbackKind_value = map[string]int32{
+		"FALLBACK_KIND_UNSPECIFIED":          0,
+		"FALLBACK_KIND_LARGER_CONTEXT_MODEL": 1,
+		"FALLBACK_KIND_OTHER_PROVIDER":       2,
+		"FALLBACK_KIND_OTHER_MODEL":          3,
+	}
+)
+
+func (x FallbackKind) Enum() *FallbackKind {
+	p := new(FallbackKind)
+	*p = x
+	return p
+}
+
+func (x FallbackKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FallbackKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_policyd_v1_policy_proto_enumTypes[5].Descriptor()
+}
+
+func (FallbackKind) Type() protoreflect.EnumType {
+	return &file_policyd_v1_policy_proto_enumTypes[5]
+}
+
+func (x FallbackKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FallbackKind.Descriptor instead.
+func (FallbackKind) EnumDescriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{5}
+}
+
+// Backoff is the shape of the delay between attempts.
+type Backoff int32
+
+const (
+	Backoff_BACKOFF_UNSPECIFIED Backoff = 0
+	// initial × multiplier^(n-1) after attempt n.
+	Backoff_BACKOFF_EXPONENTIAL Backoff = 1
+	// initial + step × (n-1) after attempt n.
+	Backoff_BACKOFF_LINEAR Backoff = 2
+	// initial after every attempt (0 = immediately).
+	Backoff_BACKOFF_CONSTANT Backoff = 3
+)
+
+// Enum value maps for Backoff.
+var (
+	Backoff_name = map[int32]string{
+		0: "BACKOFF_UNSPECIFIED",
+		1: "BACKOFF_EXPONENTIAL",
+		2: "BACKOFF_LINEAR",
+		3: "BACKOFF_CONSTANT",
+	}
+	Backoff_value = map[string]int32{
+		"BACKOFF_UNSPECIFIED": 0,
+		"BACKOFF_EXPONENTIAL": 1,
+		"BACKOFF_LINEAR":      2,
+		"BACKOFF_CONSTANT":    3,
+	}
+)
+
+func (x Backoff) Enum() *Backoff {
+	p := new(Backoff)
+	*p = x
+	return p
+}
+
+func (x Backoff) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Backoff) Descriptor() protoreflect.EnumDescriptor {
+	return file_policyd_v1_policy_proto_enumTypes[6].Descriptor()
+}
+
+func (Backoff) Type() protoreflect.EnumType {
+	return &file_policyd_v1_policy_proto_enumTypes[6]
+}
+
+func (x Backoff) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Backoff.Descriptor instead.
+func (Backoff) EnumDescriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{6}
+}
+
+// Jitter is how randomness spreads the delay.
+type Jitter int32
+
+const (
+	Jitter_JITTER_UNSPECIFIED Jitter = 0
+	Jitter_JITTER_NONE        Jitter = 1
+	// Uniform in [0, d].
+	Jitter_JITTER_FULL Jitter = 2
+	// Uniform in [d/2, d].
+	Jitter_JITTER_EQUAL Jitter = 3
+	// Uniform in [initial, 3 × previous delay].
+	Jitter_JITTER_DECORRELATED Jitter = 4
+	// Uniform in [d × (1-f), d × (1+f)].
+	Jitter_JITTER_PROPORTIONAL Jitter = 5
+)
+
+// Enum value maps for Jitter.
+var (
+	Jitter_name = map[int32]string{
+		0: "JITTER_UNSPECIFIED",
+		1: "JITTER_NONE",
+		2: "JITTER_FULL",
+		3: "JITTER_EQUAL",
+		4: "JITTER_DECORRELATED",
+		5: "JITTER_PROPORTIONAL",
+	}
+	Jitter_value = map[string]int32{
+		"JITTER_UNSPECIFIED":  0,
+		"JITTER_NONE":         1,
+		"JITTER_FULL":         2,
+		"JITTER_EQUAL":        3,
+		"JITTER_DECORRELATED": 4,
+		"JITTER_PROPORTIONAL": 5,
+	}
+)
+
+func (x Jitter) Enum() *Jitter {
+	p := new(Jitter)
+	*p = x
+	return p
+}
+
+func (x Jitter) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Jitter) Descriptor() protoreflect.EnumDescriptor {
+	return file_policyd_v1_policy_proto_enumTypes[7].Descriptor()
+}
+
+func (Jitter) Type() protoreflect.EnumType {
+	return &file_policyd_v1_policy_proto_enumTypes[7]
+}
+
+func (x Jitter) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Jitter.Descriptor instead.
+func (Jitter) EnumDescriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{7}
+}
+
+// RetryAfterMode is how the server's delay hint combines with the backoff.
+type RetryAfterMode int32
+
+const (
+	RetryAfterMode_RETRY_AFTER_MODE_UNSPECIFIED RetryAfterMode = 0
+	// Wait the hint (plus padding) instead of the backoff.
+	RetryAfterMode_RETRY_AFTER_MODE_OVERRIDE RetryAfterMode = 1
+	// Wait the larger of the hint and the backoff.
+	RetryAfterMode_RETRY_AFTER_MODE_AT_LEAST RetryAfterMode = 2
+)
+
+// Enum value maps for RetryAfterMode.
+var (
+	RetryAfterMode_name = map[int32]string{
+		0: "RETRY_AFTER_MODE_UNSPECIFIED",
+		1: "RETRY_AFTER_MODE_OVERRIDE",
+		2: "RETRY_AFTER_MODE_AT_LEAST",
+	}
+	RetryAfterMode_value = map[string]int32{
+		"RETRY_AFTER_MODE_UNSPECIFIED": 0,
+		"RETRY_AFTER_MODE_OVERRIDE":    1,
+		"RETRY_AFTER_MODE_AT_LEAST":    2,
+	}
+)
+
+func (x RetryAfterMode) Enum() *RetryAfterMode {
+	p := new(RetryAfterMode)
+	*p = x
+	return p
+}
+
+func (x RetryAfterMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RetryAfterMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_policyd_v1_policy_proto_enumTypes[8].Descriptor()
+}
+
+func (RetryAfterMode) Type() protoreflect.EnumType {
+	return &file_policyd_v1_policy_proto_enumTypes[8]
+}
+
+func (x RetryAfterMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RetryAfterMode.Descriptor instead.
+func (RetryAfterMode) EnumDescriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{8}
 }
 
 // Cause is one link of an error's cause chain.
@@ -418,10 +833,14 @@ func (x *Failure) GetGrpcCode() int32 {
 type ClassifyOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Retry a generic "fetch failed" error that carries no network code
-	// (seed 000's retryFetchErrors). Off by default.
+	// (seed 000's retryFetchErrors), and, under profiles that ask for it,
+	// network errors in the middle of a stream. Off by default.
 	RetryFetchErrors bool `protobuf:"varint,1,opt,name=retry_fetch_errors,json=retryFetchErrors,proto3" json:"retry_fetch_errors,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Continue an invalid stream once with the continuation prompt
+	// (seed 001's continueOnFailedApiCall). On when not set.
+	ContinueOnFailedApiCall *bool `protobuf:"varint,2,opt,name=continue_on_failed_api_call,json=continueOnFailedApiCall,proto3,oneof" json:"continue_on_failed_api_call,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *ClassifyOptions) Reset() {
@@ -457,6 +876,13 @@ func (*ClassifyOptions) Descriptor() ([]byte, []int) {
 func (x *ClassifyOptions) GetRetryFetchErrors() bool {
 	if x != nil {
 		return x.RetryFetchErrors
+	}
+	return false
+}
+
+func (x *ClassifyOptions) GetContinueOnFailedApiCall() bool {
+	if x != nil && x.ContinueOnFailedApiCall != nil {
+		return *x.ContinueOnFailedApiCall
 	}
 	return false
 }
@@ -680,12 +1106,922 @@ func (x *ClassifyResponse) GetClassification() *Classification {
 	return nil
 }
 
+// Strategy is how one failure type is retried.
+type Strategy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the failure type is retried at all.
+	Retry bool `protobuf:"varint,1,opt,name=retry,proto3" json:"retry,omitempty"`
+	// Total attempts allowed, the first included.
+	MaxAttempts  int32                `protobuf:"varint,2,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	Backoff      Backoff              `protobuf:"varint,3,opt,name=backoff,proto3,enum=policyd.v1.Backoff" json:"backoff,omitempty"`
+	InitialDelay *durationpb.Duration `protobuf:"bytes,4,opt,name=initial_delay,json=initialDelay,proto3" json:"initial_delay,omitempty"`
+	// The cap on any delay; unset means none.
+	MaxDelay   *durationpb.Duration `protobuf:"bytes,5,opt,name=max_delay,json=maxDelay,proto3" json:"max_delay,omitempty"`
+	Multiplier float64              `protobuf:"fixed64,6,opt,name=multiplier,proto3" json:"multiplier,omitempty"`
+	Step       *durationpb.Duration `protobuf:"bytes,7,opt,name=step,proto3" json:"step,omitempty"`
+	Jitter     Jitter               `protobuf:"varint,8,opt,name=jitter,proto3,enum=policyd.v1.Jitter" json:"jitter,omitempty"`
+	// The ± fraction of proportional jitter, e.g. 0.3.
+	JitterFraction float64 `protobuf:"fixed64,9,opt,name=jitter_fraction,json=jitterFraction,proto3" json:"jitter_fraction,omitempty"`
+	// Use the server's delay hint when there is one.
+	HonorRetryAfter bool           `protobuf:"varint,10,opt,name=honor_retry_after,json=honorRetryAfter,proto3" json:"honor_retry_after,omitempty"`
+	RetryAfterMode  RetryAfterMode `protobuf:"varint,11,opt,name=retry_after_mode,json=retryAfterMode,proto3,enum=policyd.v1.RetryAfterMode" json:"retry_after_mode,omitempty"`
+	// Added to the hint, e.g. 0.1 for +10 %.
+	RetryAfterPadding float64 `protobuf:"fixed64,12,opt,name=retry_after_padding,json=retryAfterPadding,proto3" json:"retry_after_padding,omitempty"`
+	// A hint above it is not waited for: fall back or stop.
+	RetryAfterCeiling *durationpb.Duration `protobuf:"bytes,13,opt,name=retry_after_ceiling,json=retryAfterCeiling,proto3" json:"retry_after_ceiling,omitempty"`
+	Fallback          FallbackKind         `protobuf:"varint,14,opt,name=fallback,proto3,enum=policyd.v1.FallbackKind" json:"fallback,omitempty"`
+	// Fall back after this many failed attempts; 0: only when retrying is not possible.
+	FallbackAfter int32 `protobuf:"varint,15,opt,name=fallback_after,json=fallbackAfter,proto3" json:"fallback_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Strategy) Reset() {
+	*x = Strategy{}
+	mi := &file_policyd_v1_policy_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Strategy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Strategy) ProtoMessage() {}
+
+func (x *Strategy) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_policy_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Strategy.ProtoReflect.Descriptor instead.
+func (*Strategy) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Strategy) GetRetry() bool {
+	if x != nil {
+		return x.Retry
+	}
+	return false
+}
+
+func (x *Strategy) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *Strategy) GetBackoff() Backoff {
+	if x != nil {
+		return x.Backoff
+	}
+	return Backoff_BACKOFF_UNSPECIFIED
+}
+
+func (x *Strategy) GetInitialDelay() *durationpb.Duration {
+	if x != nil {
+		return x.InitialDelay
+	}
+	return nil
+}
+
+func (x *Strategy) GetMaxDelay() *durationpb.Duration {
+	if x != nil {
+		return x.MaxDelay
+	}
+	return nil
+}
+
+func (x *Strategy) GetMultiplier() float64 {
+	if x != nil {
+		return x.Multiplier
+	}
+	return 0
+}
+
+func (x *Strategy) GetStep() *durationpb.Duration {
+	if x != nil {
+		return x.Step
+	}
+	return nil
+}
+
+func (x *Strategy) GetJitter() Jitter {
+	if x != nil {
+		return x.Jitter
+	}
+	return Jitter_JITTER_UNSPECIFIED
+}
+
+func (x *Strategy) GetJitterFraction() float64 {
+	if x != nil {
+		return x.JitterFraction
+	}
+	return 0
+}
+
+func (x *Strategy) GetHonorRetryAfter() bool {
+	if x != nil {
+		return x.HonorRetryAfter
+	}
+	return false
+}
+
+func (x *Strategy) GetRetryAfterMode() RetryAfterMode {
+	if x != nil {
+		return x.RetryAfterMode
+	}
+	return RetryAfterMode_RETRY_AFTER_MODE_UNSPECIFIED
+}
+
+func (x *Strategy) GetRetryAfterPadding() float64 {
+	if x != nil {
+		return x.RetryAfterPadding
+	}
+	return 0
+}
+
+func (x *Strategy) GetRetryAfterCeiling() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfterCeiling
+	}
+	return nil
+}
+
+func (x *Strategy) GetFallback() FallbackKind {
+	if x != nil {
+		return x.Fallback
+	}
+	return FallbackKind_FALLBACK_KIND_UNSPECIFIED
+}
+
+func (x *Strategy) GetFallbackAfter() int32 {
+	if x != nil {
+		return x.FallbackAfter
+	}
+	return 0
+}
+
+// AppliedStrategy is the strategy a decision used, for humans.
+type AppliedStrategy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "<profile>/<FAILURE_TYPE>", e.g. "default/RATE_LIMIT".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// A one-line rendering, e.g. "exponential 1s→1m0s ×2, full jitter, 5 attempts".
+	Summary       string    `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	Parameters    *Strategy `protobuf:"bytes,3,opt,name=parameters,proto3" json:"parameters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppliedStrategy) Reset() {
+	*x = AppliedStrategy{}
+	mi := &file_policyd_v1_policy_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppliedStrategy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppliedStrategy) ProtoMessage() {}
+
+func (x *AppliedStrategy) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_policy_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppliedStrategy.ProtoReflect.Descriptor instead.
+func (*AppliedStrategy) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *AppliedStrategy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AppliedStrategy) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *AppliedStrategy) GetParameters() *Strategy {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+// Fallback is what to fall back to and why.
+type Fallback struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          FallbackKind           `protobuf:"varint,1,opt,name=kind,proto3,enum=policyd.v1.FallbackKind" json:"kind,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Fallback) Reset() {
+	*x = Fallback{}
+	mi := &file_policyd_v1_policy_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fallback) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fallback) ProtoMessage() {}
+
+func (x *Fallback) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_policy_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fallback.ProtoReflect.Descriptor instead.
+func (*Fallback) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Fallback) GetKind() FallbackKind {
+	if x != nil {
+		return x.Kind
+	}
+	return FallbackKind_FALLBACK_KIND_UNSPECIFIED
+}
+
+func (x *Fallback) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// NextDelayRequest asks what to do after a failed attempt.
+type NextDelayRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The failure; classified on the way in. Either this or failure_type.
+	Failure *Failure `protobuf:"bytes,1,opt,name=failure,proto3" json:"failure,omitempty"`
+	// An already known failure type, when there is no failure to classify.
+	FailureType FailureType `protobuf:"varint,2,opt,name=failure_type,json=failureType,proto3,enum=policyd.v1.FailureType" json:"failure_type,omitempty"`
+	// How many attempts were made, the failed one included (1-based).
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The profile; empty means "default".
+	Profile string `protobuf:"bytes,4,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Time since the first attempt.
+	Elapsed *durationpb.Duration `protobuf:"bytes,5,opt,name=elapsed,proto3" json:"elapsed,omitempty"`
+	// The caller's absolute deadline; a retry that would land past it stops.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// Whether the operation may be repeated; derived when unspecified.
+	Safety OperationSafety `protobuf:"varint,7,opt,name=safety,proto3,enum=policyd.v1.OperationSafety" json:"safety,omitempty"`
+	// The RetryContext this attempt belongs to (journal; optional).
+	ContextId string `protobuf:"bytes,8,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	// Caller switches.
+	Options       *ClassifyOptions `protobuf:"bytes,9,opt,name=options,proto3" json:"options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextDelayRequest) Reset() {
+	*x = NextDelayRequest{}
+	mi := &file_policyd_v1_policy_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextDelayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextDelayRequest) ProtoMessage() {}
+
+func (x *NextDelayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_policy_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextDelayRequest.ProtoReflect.Descriptor instead.
+func (*NextDelayRequest) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *NextDelayRequest) GetFailure() *Failure {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+func (x *NextDelayRequest) GetFailureType() FailureType {
+	if x != nil {
+		return x.FailureType
+	}
+	return FailureType_FAILURE_TYPE_UNSPECIFIED
+}
+
+func (x *NextDelayRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *NextDelayRequest) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *NextDelayRequest) GetElapsed() *durationpb.Duration {
+	if x != nil {
+		return x.Elapsed
+	}
+	return nil
+}
+
+func (x *NextDelayRequest) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *NextDelayRequest) GetSafety() OperationSafety {
+	if x != nil {
+		return x.Safety
+	}
+	return OperationSafety_OPERATION_SAFETY_UNSPECIFIED
+}
+
+func (x *NextDelayRequest) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+func (x *NextDelayRequest) GetOptions() *ClassifyOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+// Decision is what to do after a failed attempt.
+type Decision struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Action Action                 `protobuf:"varint,1,opt,name=action,proto3,enum=policyd.v1.Action" json:"action,omitempty"`
+	// How long to wait before retrying (ACTION_RETRY).
+	Delay *durationpb.Duration `protobuf:"bytes,2,opt,name=delay,proto3" json:"delay,omitempty"`
+	// What the failure is.
+	Classification *Classification `protobuf:"bytes,3,opt,name=classification,proto3" json:"classification,omitempty"`
+	// Attempts still allowed after this one.
+	AttemptsLeft int32 `protobuf:"varint,4,opt,name=attempts_left,json=attemptsLeft,proto3" json:"attempts_left,omitempty"`
+	// Why not to retry (ACTION_STOP, and ACTION_FALL_BACK when retrying ended).
+	StopReason StopReason `protobuf:"varint,5,opt,name=stop_reason,json=stopReason,proto3,enum=policyd.v1.StopReason" json:"stop_reason,omitempty"`
+	// The reason in a sentence.
+	StopText string `protobuf:"bytes,6,opt,name=stop_text,json=stopText,proto3" json:"stop_text,omitempty"`
+	// What to fall back to (ACTION_FALL_BACK).
+	Fallback *Fallback `protobuf:"bytes,7,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	// The strategy applied, so a human can see why this delay.
+	Strategy *AppliedStrategy `protobuf:"bytes,8,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	// Whether the attempt was recorded in the journal.
+	Journaled bool `protobuf:"varint,9,opt,name=journaled,proto3" json:"journaled,omitempty"`
+	// The operation safety the decision assumed.
+	Safety        OperationSafety `protobuf:"varint,10,opt,name=safety,proto3,enum=policyd.v1.OperationSafety" json:"safety,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Decision) Reset() {
+	*x = Decision{}
+	mi := &file_policyd_v1_policy_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Decision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Decision) ProtoMessage() {}
+
+func (x *Decision) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_policy_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Decision.ProtoReflect.Descriptor instead.
+func (*Decision) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Decision) GetAction() Action {
+	if x != nil {
+		return x.Action
+	}
+	return Action_ACTION_UNSPECIFIED
+}
+
+func (x *Decision) GetDelay() *durationpb.Duration {
+	if x != nil {
+		return x.Delay
+	}
+	return nil
+}
+
+func (x *Decision) GetClassification() *Classification {
+	if x != nil {
+		return x.Classification
+	}
+	return nil
+}
+
+func (x *Decision) GetAttemptsLeft() int32 {
+	if x != nil {
+		return x.AttemptsLeft
+	}
+	return 0
+}
+
+func (x *Decision) GetStopReason() StopReason {
+	if x != nil {
+		return x.StopReason
+	}
+	return StopReason_STOP_REASON_UNSPECIFIED
+}
+
+func (x *Decision) GetStopText() string {
+	if x != nil {
+		return x.StopText
+	}
+	return ""
+}
+
+func (x *Decision) GetFallback() *Fallback {
+	if x != nil {
+		return x.Fallback
+	}
+	return nil
+}
+
+func (x *Decision) GetStrategy() *AppliedStrategy {
+	if x != nil {
+		return x.Strategy
+	}
+	return nil
+}
+
+func (x *Decision) GetJournaled() bool {
+	if x != nil {
+		return x.Journaled
+	}
+	return false
+}
+
+func (x *Decision) GetSafety() OperationSafety {
+	if x != nil {
+		return x.Safety
+	}
+	return OperationSafety_OPERATION_SAFETY_UNSPECIFIED
+}
+
+// NextDelayResponse carries the decision.
+type NextDelayResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Decision      *Decision              `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextDelayResponse) Reset() {
+	*x = NextDelayResponse{}
+	mi := &file_policyd_v1_policy_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextDelayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextDelayResponse) ProtoMessage() {}
+
+func (x *NextDelayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_policy_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextDelayResponse.ProtoReflect.Descriptor instead.
+func (*NextDelayResponse) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *NextDelayResponse) GetDecision() *Decision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+// Profile is a named table: failure type → strategy.
+type Profile struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// "built-in" or the policy file that defined or changed it.
+	Source     string             `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	Strategies []*ProfileStrategy `protobuf:"bytes,4,rep,name=strategies,proto3" json:"strategies,omitempty"`
+	// For failure types the table does not list.
+	DefaultStrategy *Strategy `protobuf:"bytes,5,opt,name=default_strategy,json=defaultStrategy,proto3" json:"default_strategy,omitempty"`
+	// Whether failures in the connect phase of a stream are retried.
+	RetryConnectPhase bool `protobuf:"varint,6,opt,name=retry_connect_phase,json=retryConnectPhase,proto3" json:"retry_connect_phase,omitempty"`
+	// Whether mid-stream network failures need ClassifyOptions.retry_fetch_errors.
+	MidStreamNeedsRetryFetchErrors bool `protobuf:"varint,7,opt,name=mid_stream_needs_retry_fetch_errors,json=midStreamNeedsRetryFetchErrors,proto3" json:"mid_stream_needs_retry_fetch_errors,omitempty"`
+	// HTTP methods treated as idempotent besides GET, HEAD and OPTIONS.
+	IdempotentMethods []string `protobuf:"bytes,8,rep,name=idempotent_methods,json=idempotentMethods,proto3" json:"idempotent_methods,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Profile) Reset() {
+	*x = Profile{}
+	mi := &file_policyd_v1_policy_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Profile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Profile) ProtoMessage() {}
+
+func (x *Profile) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_policy_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Profile.ProtoReflect.Descriptor instead.
+func (*Profile) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Profile) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Profile) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Profile) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Profile) GetStrategies() []*ProfileStrategy {
+	if x != nil {
+		return x.Strategies
+	}
+	return nil
+}
+
+func (x *Profile) GetDefaultStrategy() *Strategy {
+	if x != nil {
+		return x.DefaultStrategy
+	}
+	return nil
+}
+
+func (x *Profile) GetRetryConnectPhase() bool {
+	if x != nil {
+		return x.RetryConnectPhase
+	}
+	return false
+}
+
+func (x *Profile) GetMidStreamNeedsRetryFetchErrors() bool {
+	if x != nil {
+		return x.MidStreamNeedsRetryFetchErrors
+	}
+	return false
+}
+
+func (x *Profile) GetIdempotentMethods() []string {
+	if x != nil {
+		return x.IdempotentMethods
+	}
+	return nil
+}
+
+// ProfileStrategy is one row of a profile.
+type ProfileStrategy struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	FailureType FailureType            `protobuf:"varint,1,opt,name=failure_type,json=failureType,proto3,enum=policyd.v1.FailureType" json:"failure_type,omitempty"`
+	Strategy    *Strategy              `protobuf:"bytes,2,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	// The one-line rendering of strategy.
+	Summary       string `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProfileStrategy) Reset() {
+	*x = ProfileStrategy{}
+	mi := &file_policyd_v1_policy_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfileStrategy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfileStrategy) ProtoMessage() {}
+
+func (x *ProfileStrategy) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_policy_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfileStrategy.ProtoReflect.Descriptor instead.
+func (*ProfileStrategy) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ProfileStrategy) GetFailureType() FailureType {
+	if x != nil {
+		return x.FailureType
+	}
+	return FailureType_FAILURE_TYPE_UNSPECIFIED
+}
+
+func (x *ProfileStrategy) GetStrategy() *Strategy {
+	if x != nil {
+		return x.Strategy
+	}
+	return nil
+}
+
+func (x *ProfileStrategy) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+// ListProfilesRequest lists the profiles in force.
+type ListProfilesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProfilesRequest) Reset() {
+	*x = ListProfilesRequest{}
+	mi := &file_policyd_v1_policy_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProfilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProfilesRequest) ProtoMessage() {}
+
+func (x *ListProfilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_policy_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProfilesRequest.ProtoReflect.Descriptor instead.
+func (*ListProfilesRequest) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{14}
+}
+
+// ListProfilesResponse holds the profiles, sorted by name.
+type ListProfilesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Profiles      []*Profile             `protobuf:"bytes,1,rep,name=profiles,proto3" json:"profiles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProfilesResponse) Reset() {
+	*x = ListProfilesResponse{}
+	mi := &file_policyd_v1_policy_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProfilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProfilesResponse) ProtoMessage() {}
+
+func (x *ListProfilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_policy_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProfilesResponse.ProtoReflect.Descriptor instead.
+func (*ListProfilesResponse) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListProfilesResponse) GetProfiles() []*Profile {
+	if x != nil {
+		return x.Profiles
+	}
+	return nil
+}
+
+// GetProfileRequest names a profile.
+type GetProfileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProfileRequest) Reset() {
+	*x = GetProfileRequest{}
+	mi := &file_policyd_v1_policy_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProfileRequest) ProtoMessage() {}
+
+func (x *GetProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_policy_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProfileRequest.ProtoReflect.Descriptor instead.
+func (*GetProfileRequest) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetProfileRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetProfileResponse holds the profile.
+type GetProfileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Profile       *Profile               `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProfileResponse) Reset() {
+	*x = GetProfileResponse{}
+	mi := &file_policyd_v1_policy_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProfileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProfileResponse) ProtoMessage() {}
+
+func (x *GetProfileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_policy_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProfileResponse.ProtoReflect.Descriptor instead.
+func (*GetProfileResponse) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetProfileResponse) GetProfile() *Profile {
+	if x != nil {
+		return x.Profile
+	}
+	return nil
+}
+
 var File_policyd_v1_policy_proto protoreflect.FileDescriptor
 
 const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\n" +
 	"\x17policyd/v1/policy.proto\x12\n" +
-	"policyd.v1\x1a\x1egoogle/protobuf/duration.proto\"I\n" +
+	"policyd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"I\n" +
 	"\x05Cause\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x18\n" +
@@ -710,9 +2046,11 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\tgrpc_code\x18\r \x01(\x05R\bgrpcCode\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"?\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\x01\n" +
 	"\x0fClassifyOptions\x12,\n" +
-	"\x12retry_fetch_errors\x18\x01 \x01(\bR\x10retryFetchErrors\"\x91\x01\n" +
+	"\x12retry_fetch_errors\x18\x01 \x01(\bR\x10retryFetchErrors\x12A\n" +
+	"\x1bcontinue_on_failed_api_call\x18\x02 \x01(\bH\x00R\x17continueOnFailedApiCall\x88\x01\x01B\x1e\n" +
+	"\x1c_continue_on_failed_api_call\"\x91\x01\n" +
 	"\x0fClassifyRequest\x12-\n" +
 	"\afailure\x18\x01 \x01(\v2\x13.policyd.v1.FailureR\afailure\x125\n" +
 	"\aoptions\x18\x02 \x01(\v2\x1b.policyd.v1.ClassifyOptionsR\aoptions\x12\x18\n" +
@@ -728,7 +2066,83 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x12retry_after_source\x18\a \x01(\tR\x10retryAfterSource\x12/\n" +
 	"\x13continuation_prompt\x18\b \x01(\tR\x12continuationPrompt\"V\n" +
 	"\x10ClassifyResponse\x12B\n" +
-	"\x0eclassification\x18\x01 \x01(\v2\x1a.policyd.v1.ClassificationR\x0eclassification*\xff\x04\n" +
+	"\x0eclassification\x18\x01 \x01(\v2\x1a.policyd.v1.ClassificationR\x0eclassification\"\xd8\x05\n" +
+	"\bStrategy\x12\x14\n" +
+	"\x05retry\x18\x01 \x01(\bR\x05retry\x12!\n" +
+	"\fmax_attempts\x18\x02 \x01(\x05R\vmaxAttempts\x12-\n" +
+	"\abackoff\x18\x03 \x01(\x0e2\x13.policyd.v1.BackoffR\abackoff\x12>\n" +
+	"\rinitial_delay\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\finitialDelay\x126\n" +
+	"\tmax_delay\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bmaxDelay\x12\x1e\n" +
+	"\n" +
+	"multiplier\x18\x06 \x01(\x01R\n" +
+	"multiplier\x12-\n" +
+	"\x04step\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04step\x12*\n" +
+	"\x06jitter\x18\b \x01(\x0e2\x12.policyd.v1.JitterR\x06jitter\x12'\n" +
+	"\x0fjitter_fraction\x18\t \x01(\x01R\x0ejitterFraction\x12*\n" +
+	"\x11honor_retry_after\x18\n" +
+	" \x01(\bR\x0fhonorRetryAfter\x12D\n" +
+	"\x10retry_after_mode\x18\v \x01(\x0e2\x1a.policyd.v1.RetryAfterModeR\x0eretryAfterMode\x12.\n" +
+	"\x13retry_after_padding\x18\f \x01(\x01R\x11retryAfterPadding\x12I\n" +
+	"\x13retry_after_ceiling\x18\r \x01(\v2\x19.google.protobuf.DurationR\x11retryAfterCeiling\x124\n" +
+	"\bfallback\x18\x0e \x01(\x0e2\x18.policyd.v1.FallbackKindR\bfallback\x12%\n" +
+	"\x0efallback_after\x18\x0f \x01(\x05R\rfallbackAfter\"u\n" +
+	"\x0fAppliedStrategy\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\asummary\x18\x02 \x01(\tR\asummary\x124\n" +
+	"\n" +
+	"parameters\x18\x03 \x01(\v2\x14.policyd.v1.StrategyR\n" +
+	"parameters\"P\n" +
+	"\bFallback\x12,\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x18.policyd.v1.FallbackKindR\x04kind\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa9\x03\n" +
+	"\x10NextDelayRequest\x12-\n" +
+	"\afailure\x18\x01 \x01(\v2\x13.policyd.v1.FailureR\afailure\x12:\n" +
+	"\ffailure_type\x18\x02 \x01(\x0e2\x17.policyd.v1.FailureTypeR\vfailureType\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x18\n" +
+	"\aprofile\x18\x04 \x01(\tR\aprofile\x123\n" +
+	"\aelapsed\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x126\n" +
+	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x123\n" +
+	"\x06safety\x18\a \x01(\x0e2\x1b.policyd.v1.OperationSafetyR\x06safety\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\b \x01(\tR\tcontextId\x125\n" +
+	"\aoptions\x18\t \x01(\v2\x1b.policyd.v1.ClassifyOptionsR\aoptions\"\xe4\x03\n" +
+	"\bDecision\x12*\n" +
+	"\x06action\x18\x01 \x01(\x0e2\x12.policyd.v1.ActionR\x06action\x12/\n" +
+	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12B\n" +
+	"\x0eclassification\x18\x03 \x01(\v2\x1a.policyd.v1.ClassificationR\x0eclassification\x12#\n" +
+	"\rattempts_left\x18\x04 \x01(\x05R\fattemptsLeft\x127\n" +
+	"\vstop_reason\x18\x05 \x01(\x0e2\x16.policyd.v1.StopReasonR\n" +
+	"stopReason\x12\x1b\n" +
+	"\tstop_text\x18\x06 \x01(\tR\bstopText\x120\n" +
+	"\bfallback\x18\a \x01(\v2\x14.policyd.v1.FallbackR\bfallback\x127\n" +
+	"\bstrategy\x18\b \x01(\v2\x1b.policyd.v1.AppliedStrategyR\bstrategy\x12\x1c\n" +
+	"\tjournaled\x18\t \x01(\bR\tjournaled\x123\n" +
+	"\x06safety\x18\n" +
+	" \x01(\x0e2\x1b.policyd.v1.OperationSafetyR\x06safety\"E\n" +
+	"\x11NextDelayResponse\x120\n" +
+	"\bdecision\x18\x01 \x01(\v2\x14.policyd.v1.DecisionR\bdecision\"\x81\x03\n" +
+	"\aProfile\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\x12;\n" +
+	"\n" +
+	"strategies\x18\x04 \x03(\v2\x1b.policyd.v1.ProfileStrategyR\n" +
+	"strategies\x12?\n" +
+	"\x10default_strategy\x18\x05 \x01(\v2\x14.policyd.v1.StrategyR\x0fdefaultStrategy\x12.\n" +
+	"\x13retry_connect_phase\x18\x06 \x01(\bR\x11retryConnectPhase\x12K\n" +
+	"#mid_stream_needs_retry_fetch_errors\x18\a \x01(\bR\x1emidStreamNeedsRetryFetchErrors\x12-\n" +
+	"\x12idempotent_methods\x18\b \x03(\tR\x11idempotentMethods\"\x99\x01\n" +
+	"\x0fProfileStrategy\x12:\n" +
+	"\ffailure_type\x18\x01 \x01(\x0e2\x17.policyd.v1.FailureTypeR\vfailureType\x120\n" +
+	"\bstrategy\x18\x02 \x01(\v2\x14.policyd.v1.StrategyR\bstrategy\x12\x18\n" +
+	"\asummary\x18\x03 \x01(\tR\asummary\"\x15\n" +
+	"\x13ListProfilesRequest\"G\n" +
+	"\x14ListProfilesResponse\x12/\n" +
+	"\bprofiles\x18\x01 \x03(\v2\x13.policyd.v1.ProfileR\bprofiles\"'\n" +
+	"\x11GetProfileRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"C\n" +
+	"\x12GetProfileResponse\x12-\n" +
+	"\aprofile\x18\x01 \x01(\v2\x13.policyd.v1.ProfileR\aprofile*\xff\x04\n" +
 	"\vFailureType\x12\x1c\n" +
 	"\x18FAILURE_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17FAILURE_TYPE_RATE_LIMIT\x10\x01\x12 \n" +
@@ -754,9 +2168,54 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPHASE_CONNECT\x10\x01\x12\x14\n" +
-	"\x10PHASE_MID_STREAM\x10\x022V\n" +
+	"\x10PHASE_MID_STREAM\x10\x02*\x93\x01\n" +
+	"\x0fOperationSafety\x12 \n" +
+	"\x1cOPERATION_SAFETY_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15OPERATION_SAFETY_SAFE\x10\x01\x12 \n" +
+	"\x1cOPERATION_SAFETY_CONDITIONAL\x10\x02\x12!\n" +
+	"\x1dOPERATION_SAFETY_IRREVERSIBLE\x10\x03*Y\n" +
+	"\x06Action\x12\x16\n" +
+	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fACTION_RETRY\x10\x01\x12\x0f\n" +
+	"\vACTION_STOP\x10\x02\x12\x14\n" +
+	"\x10ACTION_FALL_BACK\x10\x03*\x9a\x02\n" +
+	"\n" +
+	"StopReason\x12\x1b\n" +
+	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19STOP_REASON_NOT_RETRYABLE\x10\x01\x12\"\n" +
+	"\x1eSTOP_REASON_ATTEMPTS_EXHAUSTED\x10\x02\x12\x18\n" +
+	"\x14STOP_REASON_DEADLINE\x10\x03\x12*\n" +
+	"&STOP_REASON_SERVER_DELAY_ABOVE_CEILING\x10\x04\x12&\n" +
+	"\"STOP_REASON_IRREVERSIBLE_OPERATION\x10\x05\x12 \n" +
+	"\x1cSTOP_REASON_CONTINUATION_OFF\x10\x06\x12\x1c\n" +
+	"\x18STOP_REASON_STREAM_PHASE\x10\a*\x96\x01\n" +
+	"\fFallbackKind\x12\x1d\n" +
+	"\x19FALLBACK_KIND_UNSPECIFIED\x10\x00\x12&\n" +
+	"\"FALLBACK_KIND_LARGER_CONTEXT_MODEL\x10\x01\x12 \n" +
+	"\x1cFALLBACK_KIND_OTHER_PROVIDER\x10\x02\x12\x1d\n" +
+	"\x19FALLBACK_KIND_OTHER_MODEL\x10\x03*e\n" +
+	"\aBackoff\x12\x17\n" +
+	"\x13BACKOFF_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13BACKOFF_EXPONENTIAL\x10\x01\x12\x12\n" +
+	"\x0eBACKOFF_LINEAR\x10\x02\x12\x14\n" +
+	"\x10BACKOFF_CONSTANT\x10\x03*\x86\x01\n" +
+	"\x06Jitter\x12\x16\n" +
+	"\x12JITTER_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vJITTER_NONE\x10\x01\x12\x0f\n" +
+	"\vJITTER_FULL\x10\x02\x12\x10\n" +
+	"\fJITTER_EQUAL\x10\x03\x12\x17\n" +
+	"\x13JITTER_DECORRELATED\x10\x04\x12\x17\n" +
+	"\x13JITTER_PROPORTIONAL\x10\x05*p\n" +
+	"\x0eRetryAfterMode\x12 \n" +
+	"\x1cRETRY_AFTER_MODE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19RETRY_AFTER_MODE_OVERRIDE\x10\x01\x12\x1d\n" +
+	"\x19RETRY_AFTER_MODE_AT_LEAST\x10\x022\xc0\x02\n" +
 	"\rPolicyService\x12E\n" +
-	"\bClassify\x12\x1b.policyd.v1.ClassifyRequest\x1a\x1c.policyd.v1.ClassifyResponseB5Z3github.com/policyd/policyd/gen/policyd/v1;policydv1b\x06proto3"
+	"\bClassify\x12\x1b.policyd.v1.ClassifyRequest\x1a\x1c.policyd.v1.ClassifyResponse\x12H\n" +
+	"\tNextDelay\x12\x1c.policyd.v1.NextDelayRequest\x1a\x1d.policyd.v1.NextDelayResponse\x12Q\n" +
+	"\fListProfiles\x12\x1f.policyd.v1.ListProfilesRequest\x1a .policyd.v1.ListProfilesResponse\x12K\n" +
+	"\n" +
+	"GetProfile\x12\x1d.policyd.v1.GetProfileRequest\x1a\x1e.policyd.v1.GetProfileResponseB5Z3github.com/policyd/policyd/gen/policyd/v1;policydv1b\x06proto3"
 
 var (
 	file_policyd_v1_policy_proto_rawDescOnce sync.Once
@@ -770,36 +2229,92 @@ func file_policyd_v1_policy_proto_rawDescGZIP() []byte {
 	return file_policyd_v1_policy_proto_rawDescData
 }
 
-var file_policyd_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_policyd_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_policyd_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_policyd_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_policyd_v1_policy_proto_goTypes = []any{
-	(FailureType)(0),            // 0: policyd.v1.FailureType
-	(Phase)(0),                  // 1: policyd.v1.Phase
-	(*Cause)(nil),               // 2: policyd.v1.Cause
-	(*Failure)(nil),             // 3: policyd.v1.Failure
-	(*ClassifyOptions)(nil),     // 4: policyd.v1.ClassifyOptions
-	(*ClassifyRequest)(nil),     // 5: policyd.v1.ClassifyRequest
-	(*Classification)(nil),      // 6: policyd.v1.Classification
-	(*ClassifyResponse)(nil),    // 7: policyd.v1.ClassifyResponse
-	nil,                         // 8: policyd.v1.Failure.HeadersEntry
-	(*durationpb.Duration)(nil), // 9: google.protobuf.Duration
+	(FailureType)(0),              // 0: policyd.v1.FailureType
+	(Phase)(0),                    // 1: policyd.v1.Phase
+	(OperationSafety)(0),          // 2: policyd.v1.OperationSafety
+	(Action)(0),                   // 3: policyd.v1.Action
+	(StopReason)(0),               // 4: policyd.v1.StopReason
+	(FallbackKind)(0),             // 5: policyd.v1.FallbackKind
+	(Backoff)(0),                  // 6: policyd.v1.Backoff
+	(Jitter)(0),                   // 7: policyd.v1.Jitter
+	(RetryAfterMode)(0),           // 8: policyd.v1.RetryAfterMode
+	(*Cause)(nil),                 // 9: policyd.v1.Cause
+	(*Failure)(nil),               // 10: policyd.v1.Failure
+	(*ClassifyOptions)(nil),       // 11: policyd.v1.ClassifyOptions
+	(*ClassifyRequest)(nil),       // 12: policyd.v1.ClassifyRequest
+	(*Classification)(nil),        // 13: policyd.v1.Classification
+	(*ClassifyResponse)(nil),      // 14: policyd.v1.ClassifyResponse
+	(*Strategy)(nil),              // 15: policyd.v1.Strategy
+	(*AppliedStrategy)(nil),       // 16: policyd.v1.AppliedStrategy
+	(*Fallback)(nil),              // 17: policyd.v1.Fallback
+	(*NextDelayRequest)(nil),      // 18: policyd.v1.NextDelayRequest
+	(*Decision)(nil),              // 19: policyd.v1.Decision
+	(*NextDelayResponse)(nil),     // 20: policyd.v1.NextDelayResponse
+	(*Profile)(nil),               // 21: policyd.v1.Profile
+	(*ProfileStrategy)(nil),       // 22: policyd.v1.ProfileStrategy
+	(*ListProfilesRequest)(nil),   // 23: policyd.v1.ListProfilesRequest
+	(*ListProfilesResponse)(nil),  // 24: policyd.v1.ListProfilesResponse
+	(*GetProfileRequest)(nil),     // 25: policyd.v1.GetProfileRequest
+	(*GetProfileResponse)(nil),    // 26: policyd.v1.GetProfileResponse
+	nil,                           // 27: policyd.v1.Failure.HeadersEntry
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
 }
 var file_policyd_v1_policy_proto_depIdxs = []int32{
-	8, // 0: policyd.v1.Failure.headers:type_name -> policyd.v1.Failure.HeadersEntry
-	2, // 1: policyd.v1.Failure.causes:type_name -> policyd.v1.Cause
-	1, // 2: policyd.v1.Failure.phase:type_name -> policyd.v1.Phase
-	3, // 3: policyd.v1.ClassifyRequest.failure:type_name -> policyd.v1.Failure
-	4, // 4: policyd.v1.ClassifyRequest.options:type_name -> policyd.v1.ClassifyOptions
-	0, // 5: policyd.v1.Classification.failure_type:type_name -> policyd.v1.FailureType
-	9, // 6: policyd.v1.Classification.retry_after:type_name -> google.protobuf.Duration
-	6, // 7: policyd.v1.ClassifyResponse.classification:type_name -> policyd.v1.Classification
-	5, // 8: policyd.v1.PolicyService.Classify:input_type -> policyd.v1.ClassifyRequest
-	7, // 9: policyd.v1.PolicyService.Classify:output_type -> policyd.v1.ClassifyResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	27, // 0: policyd.v1.Failure.headers:type_name -> policyd.v1.Failure.HeadersEntry
+	9,  // 1: policyd.v1.Failure.causes:type_name -> policyd.v1.Cause
+	1,  // 2: policyd.v1.Failure.phase:type_name -> policyd.v1.Phase
+	10, // 3: policyd.v1.ClassifyRequest.failure:type_name -> policyd.v1.Failure
+	11, // 4: policyd.v1.ClassifyRequest.options:type_name -> policyd.v1.ClassifyOptions
+	0,  // 5: policyd.v1.Classification.failure_type:type_name -> policyd.v1.FailureType
+	28, // 6: policyd.v1.Classification.retry_after:type_name -> google.protobuf.Duration
+	13, // 7: policyd.v1.ClassifyResponse.classification:type_name -> policyd.v1.Classification
+	6,  // 8: policyd.v1.Strategy.backoff:type_name -> policyd.v1.Backoff
+	28, // 9: policyd.v1.Strategy.initial_delay:type_name -> google.protobuf.Duration
+	28, // 10: policyd.v1.Strategy.max_delay:type_name -> google.protobuf.Duration
+	28, // 11: policyd.v1.Strategy.step:type_name -> google.protobuf.Duration
+	7,  // 12: policyd.v1.Strategy.jitter:type_name -> policyd.v1.Jitter
+	8,  // 13: policyd.v1.Strategy.retry_after_mode:type_name -> policyd.v1.RetryAfterMode
+	28, // 14: policyd.v1.Strategy.retry_after_ceiling:type_name -> google.protobuf.Duration
+	5,  // 15: policyd.v1.Strategy.fallback:type_name -> policyd.v1.FallbackKind
+	15, // 16: policyd.v1.AppliedStrategy.parameters:type_name -> policyd.v1.Strategy
+	5,  // 17: policyd.v1.Fallback.kind:type_name -> policyd.v1.FallbackKind
+	10, // 18: policyd.v1.NextDelayRequest.failure:type_name -> policyd.v1.Failure
+	0,  // 19: policyd.v1.NextDelayRequest.failure_type:type_name -> policyd.v1.FailureType
+	28, // 20: policyd.v1.NextDelayRequest.elapsed:type_name -> google.protobuf.Duration
+	29, // 21: policyd.v1.NextDelayRequest.deadline:type_name -> google.protobuf.Timestamp
+	2,  // 22: policyd.v1.NextDelayRequest.safety:type_name -> policyd.v1.OperationSafety
+	11, // 23: policyd.v1.NextDelayRequest.options:type_name -> policyd.v1.ClassifyOptions
+	3,  // 24: policyd.v1.Decision.action:type_name -> policyd.v1.Action
+	28, // 25: policyd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	13, // 26: policyd.v1.Decision.classification:type_name -> policyd.v1.Classification
+	4,  // 27: policyd.v1.Decision.stop_reason:type_name -> policyd.v1.StopReason
+	17, // 28: policyd.v1.Decision.fallback:type_name -> policyd.v1.Fallback
+	16, // 29: policyd.v1.Decision.strategy:type_name -> policyd.v1.AppliedStrategy
+	2,  // 30: policyd.v1.Decision.safety:type_name -> policyd.v1.OperationSafety
+	19, // 31: policyd.v1.NextDelayResponse.decision:type_name -> policyd.v1.Decision
+	22, // 32: policyd.v1.Profile.strategies:type_name -> policyd.v1.ProfileStrategy
+	15, // 33: policyd.v1.Profile.default_strategy:type_name -> policyd.v1.Strategy
+	0,  // 34: policyd.v1.ProfileStrategy.failure_type:type_name -> policyd.v1.FailureType
+	15, // 35: policyd.v1.ProfileStrategy.strategy:type_name -> policyd.v1.Strategy
+	21, // 36: policyd.v1.ListProfilesResponse.profiles:type_name -> policyd.v1.Profile
+	21, // 37: policyd.v1.GetProfileResponse.profile:type_name -> policyd.v1.Profile
+	12, // 38: policyd.v1.PolicyService.Classify:input_type -> policyd.v1.ClassifyRequest
+	18, // 39: policyd.v1.PolicyService.NextDelay:input_type -> policyd.v1.NextDelayRequest
+	23, // 40: policyd.v1.PolicyService.ListProfiles:input_type -> policyd.v1.ListProfilesRequest
+	25, // 41: policyd.v1.PolicyService.GetProfile:input_type -> policyd.v1.GetProfileRequest
+	14, // 42: policyd.v1.PolicyService.Classify:output_type -> policyd.v1.ClassifyResponse
+	20, // 43: policyd.v1.PolicyService.NextDelay:output_type -> policyd.v1.NextDelayResponse
+	24, // 44: policyd.v1.PolicyService.ListProfiles:output_type -> policyd.v1.ListProfilesResponse
+	26, // 45: policyd.v1.PolicyService.GetProfile:output_type -> policyd.v1.GetProfileResponse
+	42, // [42:46] is the sub-list for method output_type
+	38, // [38:42] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_policyd_v1_policy_proto_init() }
@@ -807,13 +2322,14 @@ func file_policyd_v1_policy_proto_init() {
 	if File_policyd_v1_policy_proto != nil {
 		return
 	}
+	file_policyd_v1_policy_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_policyd_v1_policy_proto_rawDesc), len(file_policyd_v1_policy_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   7,
+			NumEnums:      9,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

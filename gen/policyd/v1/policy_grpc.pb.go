@@ -19,7 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PolicyService_Classify_FullMethodName = "/policyd.v1.PolicyService/Classify"
+	PolicyService_Classify_FullMethodName     = "/policyd.v1.PolicyService/Classify"
+	PolicyService_NextDelay_FullMethodName    = "/policyd.v1.PolicyService/NextDelay"
+	PolicyService_ListProfiles_FullMethodName = "/policyd.v1.PolicyService/ListProfiles"
+	PolicyService_GetProfile_FullMethodName   = "/policyd.v1.PolicyService/GetProfile"
 )
 
 // PolicyServiceClient is the client API for PolicyService service.
@@ -32,6 +35,13 @@ type PolicyServiceClient interface {
 	// Classify turns a raw failure into a failure type, whether it is
 	// retryable, the rule that decided it and an actionable message.
 	Classify(ctx context.Context, in *ClassifyRequest, opts ...grpc.CallOption) (*ClassifyResponse, error)
+	// NextDelay answers what to do after a failed attempt: retry after a
+	// delay, stop (and why) or fall back (to what).
+	NextDelay(ctx context.Context, in *NextDelayRequest, opts ...grpc.CallOption) (*NextDelayResponse, error)
+	// ListProfiles lists the profiles in force, built-in and from the policy file.
+	ListProfiles(ctx context.Context, in *ListProfilesRequest, opts ...grpc.CallOption) (*ListProfilesResponse, error)
+	// GetProfile returns one profile with every strategy it applies.
+	GetProfile(ctx context.Context, in *GetProfileRequest, opts ...grpc.CallOption) (*GetProfileResponse, error)
 }
 
 type policyServiceClient struct {
@@ -52,6 +62,36 @@ func (c *policyServiceClient) Classify(ctx context.Context, in *ClassifyRequest,
 	return out, nil
 }
 
+func (c *policyServiceClient) NextDelay(ctx context.Context, in *NextDelayRequest, opts ...grpc.CallOption) (*NextDelayResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NextDelayResponse)
+	err := c.cc.Invoke(ctx, PolicyService_NextDelay_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *policyServiceClient) ListProfiles(ctx context.Context, in *ListProfilesRequest, opts ...grpc.CallOption) (*ListProfilesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListProfilesResponse)
+	err := c.cc.Invoke(ctx, PolicyService_ListProfiles_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *policyServiceClient) GetProfile(ctx context.Context, in *GetProfileRequest, opts ...grpc.CallOption) (*GetProfileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetProfileResponse)
+	err := c.cc.Invoke(ctx, PolicyService_GetProfile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PolicyServiceServer is the server API for PolicyService service.
 // All implementations must embed UnimplementedPolicyServiceServer
 // for forward compatibility.
@@ -62,6 +102,13 @@ type PolicyServiceServer interface {
 	// Classify turns a raw failure into a failure type, whether it is
 	// retryable, the rule that decided it and an actionable message.
 	Classify(context.Context, *ClassifyRequest) (*ClassifyResponse, error)
+	// NextDelay answers what to do after a failed attempt: retry after a
+	// delay, stop (and why) or fall back (to what).
+	NextDelay(context.Context, *NextDelayRequest) (*NextDelayResponse, error)
+	// ListProfiles lists the profiles in force, built-in and from the policy file.
+	ListProfiles(context.Context, *ListProfilesRequest) (*ListProfilesResponse, error)
+	// GetProfile returns one profile with every strategy it applies.
+	GetProfile(context.Context, *GetProfileRequest) (*GetProfileResponse, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }
 
@@ -74,6 +121,15 @@ type UnimplementedPolicyServiceServer struct{}
 
 func (UnimplementedPolicyServiceServer) Classify(context.Context, *ClassifyRequest) (*ClassifyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Classify not implemented")
+}
+func (UnimplementedPolicyServiceServer) NextDelay(context.Context, *NextDelayRequest) (*NextDelayResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NextDelay not implemented")
+}
+func (UnimplementedPolicyServiceServer) ListProfiles(context.Context, *ListProfilesRequest) (*ListProfilesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListProfiles not implemented")
+}
+func (UnimplementedPolicyServiceServer) GetProfile(context.Context, *GetProfileRequest) (*GetProfileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetProfile not implemented")
 }
 func (UnimplementedPolicyServiceServer) mustEmbedUnimplementedPolicyServiceServer() {}
 func (UnimplementedPolicyServiceServer) testEmbeddedByValue()                       {}
@@ -114,6 +170,60 @@ func _PolicyService_Classify_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PolicyService_NextDelay_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NextDelayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).NextDelay(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_NextDelay_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).NextDelay(ctx, req.(*NextDelayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PolicyService_ListProfiles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListProfilesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).ListProfiles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_ListProfiles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).ListProfiles(ctx, req.(*ListProfilesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PolicyService_GetProfile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetProfileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).GetProfile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_GetProfile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).GetProfile(ctx, req.(*GetProfileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PolicyService_ServiceDesc is the grpc.ServiceDesc for PolicyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -124,6 +234,18 @@ var PolicyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Classify",
 			Handler:    _PolicyService_Classify_Handler,
+		},
+		{
+			MethodName: "NextDelay",
+			Handler:    _PolicyService_NextDelay_Handler,
+		},
+		{
+			MethodName: "ListProfiles",
+			Handler:    _PolicyService_ListProfiles_Handler,
+		},
+		{
+			MethodName: "GetProfile",
+			Handler:    _PolicyService_GetProfile_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,97 @@
+package policy
+
+import (
+	"sort"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/strategy"
+)
+
+// StrategyProto renders a strategy for the API.
+func StrategyProto(s strategy.Strategy) *policydv1.Strategy {
+	out := &policydv1.Strategy{
+		Retry:             s.Retry,
+		MaxAttempts:       int32(s.MaxAttempts),
+		Backoff:           policydv1.Backoff(s.Backoff + 1),
+		InitialDelay:      durationpb.New(s.Initial),
+		Multiplier:        s.Multiplier,
+		Jitter:            policydv1.Jitter(s.Jitter + 1),
+		JitterFraction:    s.JitterFraction,
+		HonorRetryAfter:   s.HonorRetryAfter,
+		RetryAfterMode:    policydv1.RetryAfterMode(s.HintMode + 1),
+		RetryAfterPadding: s.HintPadding,
+		Fallback:          fallbackProto(s.Fallback),
+		FallbackAfter:     int32(s.FallbackAfter),
+	}
+	if s.Max > 0 {
+		out.MaxDelay = durationpb.New(s.Max)
+	}
+	if s.Step > 0 {
+		out.Step = durationpb.New(s.Step)
+	}
+	if s.HintCeiling > 0 {
+		out.RetryAfterCeiling = durationpb.New(s.HintCeiling)
+	}
+	return out
+}
+
+// ProfileProto renders a profile for the API, its strategies ordered by failure type.
+func ProfileProto(p *Profile) *policydv1.Profile {
+	out := &policydv1.Profile{
+		Name: p.Name, Description: p.Description, Source: p.Source,
+		DefaultStrategy:                StrategyProto(p.Default),
+		RetryConnectPhase:              p.RetryConnectPhase,
+		MidStreamNeedsRetryFetchErrors: p.MidStreamNeedsFetchErrors,
+		IdempotentMethods:              p.IdempotentMethods,
+	}
+	types := make([]policydv1.FailureType, 0, len(p.Strategies))
+	for t := range p.Strategies {
+		types = append(types, t)
+	}
+	sort.Slice(types, func(i, j int) bool { return types[i] < types[j] })
+	for _, t := range types {
+		s := p.Strategies[t]
+		out.Strategies = append(out.Strategies, &policydv1.ProfileStrategy{FailureType: t, Strategy: StrategyProto(s), Summary: s.String()})
+	}
+	return out
+}
+
+func actionProto(a strategy.Action) policydv1.Action {
+	switch a {
+	case strategy.ActionRetry:
+		return policydv1.Action_ACTION_RETRY
+	case strategy.ActionFallBack:
+		return policydv1.Action_ACTION_FALL_BACK
+	}
+	return policydv1.Action_ACTION_STOP
+}
+
+func stopReasonProto(r strategy.StopReason) policydv1.StopReason {
+	switch r {
+	case strategy.StopNotRetryable:
+		return policydv1.StopReason_STOP_REASON_NOT_RETRYABLE
+	case strategy.StopAttemptsExhausted:
+		return policydv1.StopReason_STOP_REASON_ATTEMPTS_EXHAUSTED
+	case strategy.StopDeadline:
+		return policydv1.StopReason_STOP_REASON_DEADLINE
+	case strategy.StopHintAboveCeiling:
+		return policydv1.StopReason_STOP_REASON_SERVER_DELAY_ABOVE_CEILING
+	case strategy.StopIrreversible:
+		return policydv1.StopReason_STOP_REASON_IRREVERSIBLE_OPERATION
+	}
+	return policydv1.StopReason_STOP_REASON_UNSPECIFIED
+}
+
+func fallbackProto(f strategy.FallbackKind) policydv1.FallbackKind {
+	switch f {
+	case strategy.FallbackLargerContextModel:
+		return policydv1.FallbackKind_FALLBACK_KIND_LARGER_CONTEXT_MODEL
+	case strategy.FallbackOtherProvider:
+		return policydv1.FallbackKind_FALLBACK_KIND_OTHER_PROVIDER
+	case strategy.FallbackOtherModel:
+		return policydv1.FallbackKind_FALLBACK_KIND_OTHER_MODEL
+	}
+	return policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED
+}

@@ -1,0 +1,160 @@
+package policy
+
+import (
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/strategy"
+)
+
+// NextDelay answers what to do after a failed attempt. The request must be
+// valid (see server.ValidateNextDelayRequest); an unknown profile is the
+// caller's to reject first. now is the current time, rnd the jitter source.
+func (p *Policy) NextDelay(req *policydv1.NextDelayRequest, now time.Time, rnd strategy.Rand) *policydv1.Decision {
+	prof := p.Profiles[profileName(req.GetProfile())]
+	opts := req.GetOptions()
+
+	var cls *policydv1.Classification
+	failureType := req.GetFailureType()
+	if req.GetFailure() != nil {
+		cls = p.Classifier.Classify(req.GetFailure(), opts, prof.Name)
+		failureType = cls.GetFailureType()
+	}
+	strat := prof.StrategyFor(failureType)
+	if cls == nil {
+		cls = &policydv1.Classification{FailureType: failureType, Retryable: strat.Retry, Rule: "request.failure_type",
+			Reason: "the caller gave the failure type", RecoveryAction: recoveryFor(strat)}
+	}
+	safety := p.safety(req, prof)
+	in := strategy.Input{
+		Retryable:         cls.GetRetryable(),
+		Attempt:           int(req.GetAttempt()),
+		Now:               now,
+		Elapsed:           req.GetElapsed().AsDuration(),
+		Safety:            strategy.Safety(safety),
+		AllowIrreversible: p.Caps.RetryIrreversible,
+		MaxAttemptsCap:    p.Caps.MaxAttempts,
+		MaxDelayCap:       p.Caps.MaxDelay,
+	}
+	if req.GetDeadline() != nil {
+		in.Deadline = req.GetDeadline().AsTime()
+	}
+	if ra := cls.GetRetryAfter(); ra != nil {
+		in.RetryAfter, in.HasRetryAfter = ra.AsDuration(), true
+	}
+	if p.Caps.MaxRetryAfter > 0 && (strat.HintCeiling == 0 || p.Caps.MaxRetryAfter < strat.HintCeiling) && strat.HonorRetryAfter {
+		strat.HintCeiling = p.Caps.MaxRetryAfter
+	}
+
+	d := &policydv1.Decision{
+		Classification: cls,
+		Safety:         safety,
+		Strategy: &policydv1.AppliedStrategy{
+			Name: strat.Name, Summary: strat.String(), Parameters: StrategyProto(strat),
+		},
+	}
+	if stop, why := streamStop(prof, req.GetFailure(), failureType, opts); stop != policydv1.StopReason_STOP_REASON_UNSPECIFIED {
+		d.Action, d.StopReason, d.StopText = policydv1.Action_ACTION_STOP, stop, why
+		return d
+	}
+	out := strat.Decide(in, rnd)
+	d.Action = actionProto(out.Action)
+	d.AttemptsLeft = int32(out.AttemptsLeft)
+	d.StopReason = stopReasonProto(out.StopReason)
+	d.StopText = out.Why
+	if out.Action == strategy.ActionRetry {
+		d.Delay = durationpb.New(out.Delay)
+	}
+	if out.Action == strategy.ActionFallBack {
+		d.Fallback = &policydv1.Fallback{Kind: fallbackProto(out.Fallback), Reason: out.Why}
+	}
+	if d.Action == policydv1.Action_ACTION_STOP && d.StopReason == policydv1.StopReason_STOP_REASON_NOT_RETRYABLE {
+		d.StopText = "not retryable: " + cls.GetRecoveryAction()
+	}
+	return d
+}
+
+func profileName(name string) string {
+	if name == "" {
+		return DefaultProfile
+	}
+	return name
+}
+
+// streamStop applies the profile's stream rules (seeds 000 and 001): an
+// invalid stream is continued only while the caller allows it; a profile may
+// leave connect-phase failures to the request layer and retry mid-stream
+// network failures only with retry_fetch_errors.
+func streamStop(prof *Profile, f *policydv1.Failure, t policydv1.FailureType, opts *policydv1.ClassifyOptions) (policydv1.StopReason, string) {
+	if t == policydv1.FailureType_FAILURE_TYPE_INVALID_STREAM && opts != nil && opts.ContinueOnFailedApiCall != nil && !opts.GetContinueOnFailedApiCall() {
+		return policydv1.StopReason_STOP_REASON_CONTINUATION_OFF, "continue_on_failed_api_call is off: the invalid stream is not continued"
+	}
+	if f == nil {
+		return policydv1.StopReason_STOP_REASON_UNSPECIFIED, ""
+	}
+	if !prof.RetryConnectPhase && f.GetPhase() == policydv1.Phase_PHASE_CONNECT {
+		return policydv1.StopReason_STOP_REASON_STREAM_PHASE, "profile " + prof.Name + " does not retry failures in a stream's connect phase; the request layer does"
+	}
+	if prof.MidStreamNeedsFetchErrors && t == policydv1.FailureType_FAILURE_TYPE_STREAM_INTERRUPTED && !opts.GetRetryFetchErrors() {
+		return policydv1.StopReason_STOP_REASON_STREAM_PHASE, "profile " + prof.Name + " retries mid-stream network failures only with retry_fetch_errors"
+	}
+	return policydv1.StopReason_STOP_REASON_UNSPECIFIED, ""
+}
+
+// safety is the request's safety, or the one its operation and method imply:
+// model requests and GET, HEAD, OPTIONS (plus the profile's idempotent
+// methods) are safe; other methods and shell, exec and deploy operations
+// are irreversible; file writes are conditional; anything else is safe
+// (seed 004: unknown operations default to safe).
+func (p *Policy) safety(req *policydv1.NextDelayRequest, prof *Profile) policydv1.OperationSafety {
+	if s := req.GetSafety(); s != policydv1.OperationSafety_OPERATION_SAFETY_UNSPECIFIED {
+		return s
+	}
+	f := req.GetFailure()
+	op := strings.ToLower(f.GetOperation())
+	if isModelOperation(op) {
+		return policydv1.OperationSafety_OPERATION_SAFETY_SAFE
+	}
+	if m := strings.ToUpper(strings.TrimSpace(f.GetMethod())); m != "" {
+		switch m {
+		case "GET", "HEAD", "OPTIONS":
+			return policydv1.OperationSafety_OPERATION_SAFETY_SAFE
+		}
+		for _, im := range prof.IdempotentMethods {
+			if im == m {
+				return policydv1.OperationSafety_OPERATION_SAFETY_SAFE
+			}
+		}
+		return policydv1.OperationSafety_OPERATION_SAFETY_IRREVERSIBLE
+	}
+	switch {
+	case hasAnyPrefix(op, "shell", "exec", "deploy", "external_write", "api.write", "payment"):
+		return policydv1.OperationSafety_OPERATION_SAFETY_IRREVERSIBLE
+	case hasAnyPrefix(op, "file.write", "file.edit", "write_file", "edit_file", "patch"):
+		return policydv1.OperationSafety_OPERATION_SAFETY_CONDITIONAL
+	}
+	return policydv1.OperationSafety_OPERATION_SAFETY_SAFE
+}
+
+func isModelOperation(op string) bool {
+	return hasAnyPrefix(op, "chat", "completion", "complete", "embed", "messages", "responses", "generate", "model", "llm")
+}
+
+func hasAnyPrefix(s string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func recoveryFor(s strategy.Strategy) string {
+	if s.Retry {
+		return "Retry as the decision says."
+	}
+	return "Do not retry; fix the cause first."
+}

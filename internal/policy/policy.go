@@ -1,0 +1,424 @@
+// Package policy holds the retry policy in force — profiles (failure type →
+// strategy), classification rules and global caps — loads it from the
+// built-ins, an operator's policy file and the environment, and answers
+// NextDelay with it.
+package policy
+
+import (
+	_ "embed"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/classifier"
+	"github.com/policyd/policyd/internal/strategy"
+)
+
+//go:embed builtin_profiles.yaml
+var builtinProfilesYAML []byte
+
+// DefaultProfile is the profile used when a request names none.
+const DefaultProfile = "default"
+
+// Policy is one immutable snapshot of the policy in force. A reload builds a
+// new Policy; requests in flight keep the one they started with.
+type Policy struct {
+	// Profiles by name.
+	Profiles map[string]*Profile
+	// Classifier applies the built-in rules merged with the file's.
+	Classifier *classifier.Classifier
+	// Caps are the global caps from the environment.
+	Caps Caps
+	// Source is the policy file, or "built-in".
+	Source string
+}
+
+// Profile is a named table: failure type → strategy.
+type Profile struct {
+	Name        string
+	Description string
+	// Source is "built-in" or the file that defined or changed the profile.
+	Source string
+	// Strategies by failure type; types not listed get Default.
+	Strategies map[policydv1.FailureType]strategy.Strategy
+	Default    strategy.Strategy
+	// RetryConnectPhase: whether failures in a stream's connect phase are retried.
+	RetryConnectPhase bool
+	// MidStreamNeedsFetchErrors: whether mid-stream network failures are
+	// retried only with the caller's retry_fetch_errors.
+	MidStreamNeedsFetchErrors bool
+	// IdempotentMethods are HTTP methods safe to repeat besides GET, HEAD, OPTIONS.
+	IdempotentMethods []string
+}
+
+// StrategyFor returns the strategy for a failure type, named "<profile>/<TYPE>".
+func (p *Profile) StrategyFor(t policydv1.FailureType) strategy.Strategy {
+	s, ok := p.Strategies[t]
+	if !ok {
+		s = p.Default
+	}
+	s.Name = p.Name + "/" + strings.TrimPrefix(t.String(), "FAILURE_TYPE_")
+	return s
+}
+
+// ProfileNames returns the profile names, sorted.
+func (p *Policy) ProfileNames() []string {
+	names := make([]string, 0, len(p.Profiles))
+	for n := range p.Profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Builtin returns the built-in policy with no caps.
+func Builtin() *Policy {
+	p, err := build(nil, "", Caps{})
+	if err != nil {
+		panic("policy: built-in profiles: " + err.Error())
+	}
+	return p
+}
+
+// Load builds the policy from the built-ins, the policy file at path (none
+// when empty) and the global caps in env (os.Getenv when nil). Errors name
+// the file, line and field, or the environment variable.
+func Load(path string, env func(string) string) (*Policy, error) {
+	if env == nil {
+		env = os.Getenv
+	}
+	caps, err := CapsFromEnv(env)
+	if err != nil {
+		return nil, err
+	}
+	var data []byte
+	if path != "" {
+		if data, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("read policy file: %w", err)
+		}
+	}
+	return build(data, path, caps)
+}
+
+// Parse builds a policy from a policy document's bytes (file names errors).
+func Parse(data []byte, file string, caps Caps) (*Policy, error) {
+	return build(data, file, caps)
+}
+
+func build(fileData []byte, file string, caps Caps) (*Policy, error) {
+	profiles, _, err := parseDocument(builtinProfilesYAML, "built-in")
+	if err != nil {
+		return nil, err
+	}
+	rules := classifier.DefaultRuleSet()
+	source := "built-in"
+	if fileData != nil {
+		source = file
+		fileProfiles, fileRules, err := parseDocument(fileData, file)
+		if err != nil {
+			return nil, err
+		}
+		for name, fp := range fileProfiles {
+			base, exists := profiles[name]
+			if fp.extends != "" {
+				if base, exists = profiles[fp.extends], true; base == nil {
+					return nil, fmt.Errorf("%s: profiles.%s.extends: no profile %q", fp.pos, name, fp.extends)
+				}
+			}
+			if !exists {
+				base = nil
+			}
+			profiles[name] = fp.overlay(base)
+		}
+		if rules, err = rules.Merge(fileRules); err != nil {
+			return nil, err
+		}
+	}
+	c, err := classifier.New(rules)
+	if err != nil {
+		return nil, err
+	}
+	out := &Policy{Profiles: make(map[string]*Profile, len(profiles)), Classifier: c, Caps: caps, Source: source}
+	for name, pp := range profiles {
+		out.Profiles[name] = pp.profile
+	}
+	if _, ok := out.Profiles[DefaultProfile]; !ok {
+		return nil, fmt.Errorf("policy: no %q profile", DefaultProfile)
+	}
+	return out, nil
+}
+
+// parsedProfile is a profile as one document states it: only the fields it
+// sets, so that a file can change a built-in profile field by field.
+type parsedProfile struct {
+	profile *Profile
+	pos     string
+	extends string
+	set     map[string]bool // top-level keys present
+}
+
+// overlay applies the file's profile on top of base (nil for a new profile).
+func (fp *parsedProfile) overlay(base *parsedProfile) *parsedProfile {
+	if base == nil {
+		return fp
+	}
+	p := *base.profile
+	p.Name, p.Source = fp.profile.Name, fp.profile.Source
+	p.Strategies = make(map[policydv1.FailureType]strategy.Strategy, len(base.profile.Strategies))
+	for t, s := range base.profile.Strategies {
+		p.Strategies[t] = s
+	}
+	for t, s := range fp.profile.Strategies {
+		p.Strategies[t] = s
+	}
+	if fp.set["description"] {
+		p.Description = fp.profile.Description
+	}
+	if fp.set["default"] {
+		p.Default = fp.profile.Default
+	}
+	if fp.set["retry_connect_phase"] {
+		p.RetryConnectPhase = fp.profile.RetryConnectPhase
+	}
+	if fp.set["mid_stream_needs_retry_fetch_errors"] {
+		p.MidStreamNeedsFetchErrors = fp.profile.MidStreamNeedsFetchErrors
+	}
+	if fp.set["idempotent_methods"] {
+		p.IdempotentMethods = fp.profile.IdempotentMethods
+	}
+	return &parsedProfile{profile: &p, pos: fp.pos, set: fp.set}
+}
+
+// parseDocument reads a policy document: profiles, and classification
+// lists and rules.
+func parseDocument(data []byte, file string) (map[string]*parsedProfile, classifier.RuleSet, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, classifier.RuleSet{}, fmt.Errorf("%s: %w", file, err)
+	}
+	profiles := map[string]*parsedProfile{}
+	if len(doc.Content) == 0 {
+		return profiles, classifier.RuleSet{}, nil
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, classifier.RuleSet{}, fmt.Errorf("%s:%d: the policy must be a mapping with profiles, lists and rules", file, root.Line)
+	}
+	rulesDoc := &yaml.Node{Kind: yaml.MappingNode, Line: root.Line}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		key, val := root.Content[i], root.Content[i+1]
+		switch key.Value {
+		case "profiles":
+			if val.Kind != yaml.MappingNode {
+				return nil, classifier.RuleSet{}, fmt.Errorf("%s:%d: profiles: must be a mapping of name to profile", file, val.Line)
+			}
+			for j := 0; j+1 < len(val.Content); j += 2 {
+				name := val.Content[j].Value
+				pp, err := parseProfile(name, val.Content[j+1], file)
+				if err != nil {
+					return nil, classifier.RuleSet{}, err
+				}
+				profiles[name] = pp
+			}
+		case "lists", "rules":
+			rulesDoc.Content = append(rulesDoc.Content, key, val)
+		default:
+			return nil, classifier.RuleSet{}, fmt.Errorf("%s:%d: unknown field %q (want profiles, lists or rules)", file, key.Line, key.Value)
+		}
+	}
+	rs, err := classifier.ParseRuleSetNode(rulesDoc, file)
+	if err != nil {
+		return nil, classifier.RuleSet{}, err
+	}
+	return profiles, rs, nil
+}
+
+var profileNameOK = func(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, error) {
+	at := func(n *yaml.Node) string { return fmt.Sprintf("%s:%d", file, n.Line) }
+	path := "profiles." + name
+	if !profileNameOK(name) {
+		return nil, fmt.Errorf("%s: %s: a profile name is 1 to 64 of [a-z0-9_.-]", at(node), path)
+	}
+	if node.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s: %s: must be a mapping", at(node), path)
+	}
+	pp := &parsedProfile{
+		profile: &Profile{Name: name, Source: file, Strategies: map[policydv1.FailureType]strategy.Strategy{}},
+		pos:     at(node), set: map[string]bool{},
+	}
+	p := pp.profile
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		key, val := node.Content[i], node.Content[i+1]
+		field := path + "." + key.Value
+		pp.set[key.Value] = true
+		var err error
+		switch key.Value {
+		case "description":
+			p.Description = strings.TrimSpace(val.Value)
+		case "extends":
+			pp.extends = val.Value
+		case "retry_connect_phase":
+			p.RetryConnectPhase, err = parseBool(val)
+		case "mid_stream_needs_retry_fetch_errors":
+			p.MidStreamNeedsFetchErrors, err = parseBool(val)
+		case "idempotent_methods":
+			if val.Kind != yaml.SequenceNode {
+				err = fmt.Errorf("must be a list of HTTP methods")
+			}
+			for _, m := range val.Content {
+				p.IdempotentMethods = append(p.IdempotentMethods, strings.ToUpper(m.Value))
+			}
+		case "default":
+			p.Default, err = parseStrategy(val, file, field)
+		case "strategies":
+			if val.Kind != yaml.MappingNode {
+				err = fmt.Errorf("must be a mapping of failure type to strategy")
+				break
+			}
+			for j := 0; j+1 < len(val.Content); j += 2 {
+				tkey := val.Content[j]
+				t, ok := parseFailureType(tkey.Value)
+				if !ok {
+					return nil, fmt.Errorf("%s: %s.strategies: %q is not a failure type (want e.g. RATE_LIMIT)", at(tkey), path, tkey.Value)
+				}
+				s, err := parseStrategy(val.Content[j+1], file, field+"."+tkey.Value)
+				if err != nil {
+					return nil, err
+				}
+				p.Strategies[t] = s
+			}
+		default:
+			err = fmt.Errorf("unknown field (want description, extends, retry_connect_phase, mid_stream_needs_retry_fetch_errors, idempotent_methods, strategies or default)")
+		}
+		if err != nil {
+			if strings.HasPrefix(err.Error(), file+":") {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%s: %s: %w", at(key), field, err)
+		}
+	}
+	return pp, nil
+}
+
+func parseFailureType(s string) (policydv1.FailureType, bool) {
+	name := strings.ToUpper(strings.TrimSpace(s))
+	if !strings.HasPrefix(name, "FAILURE_TYPE_") {
+		name = "FAILURE_TYPE_" + name
+	}
+	v, ok := policydv1.FailureType_value[name]
+	return policydv1.FailureType(v), ok && v != 0
+}
+
+func parseBool(n *yaml.Node) (bool, error) {
+	b, err := strconv.ParseBool(n.Value)
+	if err != nil || n.Kind != yaml.ScalarNode {
+		return false, fmt.Errorf("%q is not true or false", n.Value)
+	}
+	return b, nil
+}
+
+// parseStrategy reads a strategy mapping; errors name the line and field.
+func parseStrategy(node *yaml.Node, file, path string) (strategy.Strategy, error) {
+	var s strategy.Strategy
+	if node.Kind != yaml.MappingNode {
+		return s, fmt.Errorf("%s:%d: %s: must be a mapping", file, node.Line, path)
+	}
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		key, val := node.Content[i], node.Content[i+1]
+		var err error
+		switch key.Value {
+		case "retry":
+			s.Retry, err = parseBool(val)
+		case "max_attempts":
+			s.MaxAttempts, err = parseInt(val)
+		case "backoff":
+			s.Backoff, err = strategy.ParseBackoff(val.Value)
+		case "initial_delay":
+			s.Initial, err = parseDuration(val)
+		case "max_delay":
+			s.Max, err = parseDuration(val)
+		case "multiplier":
+			s.Multiplier, err = parseFloat(val)
+		case "step":
+			s.Step, err = parseDuration(val)
+		case "jitter":
+			s.Jitter, err = strategy.ParseJitter(val.Value)
+		case "jitter_fraction":
+			s.JitterFraction, err = parseFloat(val)
+		case "honor_retry_after":
+			s.HonorRetryAfter, err = parseBool(val)
+		case "retry_after_mode":
+			switch strings.ToLower(val.Value) {
+			case "override":
+				s.HintMode = strategy.HintOverride
+			case "at_least":
+				s.HintMode = strategy.HintAtLeast
+			default:
+				err = fmt.Errorf("%q is not a mode (want override or at_least)", val.Value)
+			}
+		case "retry_after_padding":
+			s.HintPadding, err = parseFloat(val)
+		case "retry_after_ceiling":
+			s.HintCeiling, err = parseDuration(val)
+		case "fallback":
+			s.Fallback, err = strategy.ParseFallback(val.Value)
+		case "fallback_after":
+			s.FallbackAfter, err = parseInt(val)
+		default:
+			err = fmt.Errorf("unknown field (want retry, max_attempts, backoff, initial_delay, max_delay, multiplier, step, " +
+				"jitter, jitter_fraction, honor_retry_after, retry_after_mode, retry_after_padding, retry_after_ceiling, fallback, fallback_after)")
+		}
+		if err != nil {
+			return s, fmt.Errorf("%s:%d: %s.%s: %w", file, key.Line, path, key.Value, err)
+		}
+	}
+	if err := s.Validate(); err != nil {
+		return s, fmt.Errorf("%s:%d: %s.%w", file, node.Line, path, err)
+	}
+	return s, nil
+}
+
+func parseInt(n *yaml.Node) (int, error) {
+	v, err := strconv.Atoi(n.Value)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a whole number", n.Value)
+	}
+	return v, nil
+}
+
+func parseFloat(n *yaml.Node) (float64, error) {
+	v, err := strconv.ParseFloat(n.Value, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a number", n.Value)
+	}
+	return v, nil
+}
+
+func parseDuration(n *yaml.Node) (time.Duration, error) {
+	d, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (want e.g. 500ms, 30s, 2m)", n.Value)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%q is negative", n.Value)
+	}
+	return d, nil
+}
