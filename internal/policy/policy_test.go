@@ -1,0 +1,287 @@
+package policy
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+)
+
+type fixedRand float64
+
+func (r fixedRand) Float64() float64 { return float64(r) }
+
+var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func TestBuiltinProfiles(t *testing.T) {
+	t.Parallel()
+	p := Builtin()
+	want := []string{"agent_cli", "default", "task_runner", "web_fetch"}
+	if got := strings.Join(p.ProfileNames(), ","); got != strings.Join(want, ",") {
+		t.Fatalf("profiles = %s, want %s", got, strings.Join(want, ","))
+	}
+	tests := []struct {
+		profile, failureType, want string
+	}{
+		{"default", "RATE_LIMIT", "exponential 1s→1m0s ×2, full jitter, 5 attempts, retry-after +10% ≤10s, fall back to other_provider"},
+		{"default", "OVERLOADED", "exponential 5s→2m0s ×2, full jitter, 5 attempts, retry-after +10% ≤10s, fall back to other_provider"},
+		{"default", "SERVER_ERROR", "exponential 1s→30s ×2, full jitter, 3 attempts, retry-after +10% ≤10s, fall back to other_provider after 2"},
+		{"default", "TIMEOUT", "constant 0s, 2 attempts"},
+		{"default", "CONTEXT_TOO_LONG", "no retry"},
+		{"default", "AUTH_INVALID", "no retry"},
+		{"agent_cli", "SERVER_ERROR", "exponential 5s→30s ×2, ±30% jitter, 10 attempts, retry-after"},
+		{"agent_cli", "INVALID_STREAM", "constant 0s, 2 attempts"},
+		{"task_runner", "RATE_LIMIT", "exponential 30s→5m0s ×2, 7 attempts"},
+		{"task_runner", "TASK_TRANSIENT", "linear 5s +5s →∞, 4 attempts"},
+		{"task_runner", "TASK_FATAL", "no retry"},
+		{"web_fetch", "SERVER_ERROR", "exponential 1s→10s ×2, full jitter, 3 attempts, retry-after (at least)"},
+	}
+	for _, tc := range tests {
+		ft, _ := parseFailureType(tc.failureType)
+		if got := p.Profiles[tc.profile].StrategyFor(ft).String(); got != tc.want {
+			t.Errorf("%s/%s = %q, want %q", tc.profile, tc.failureType, got, tc.want)
+		}
+	}
+}
+
+func decide(t *testing.T, p *Policy, req *policydv1.NextDelayRequest) *policydv1.Decision {
+	t.Helper()
+	return p.NextDelay(req, now, fixedRand(0.5))
+}
+
+// The seeds' own sequences, replayed in process (the server tests replay
+// them again through the RPC).
+func TestNextDelaySeedSequences(t *testing.T) {
+	t.Parallel()
+	p := Builtin()
+	rateLimit := &policydv1.Failure{Operation: "task", ErrorCode: "RATE_LIMIT"}
+	for i, want := range []time.Duration{30, 60, 120, 240, 300, 300} {
+		d := decide(t, p, &policydv1.NextDelayRequest{Failure: rateLimit, Attempt: int32(i + 1), Profile: "task_runner"})
+		if d.GetAction() != policydv1.Action_ACTION_RETRY || d.GetDelay().AsDuration() != want*time.Second {
+			t.Errorf("task_runner RATE_LIMIT attempt %d: %v %v, want retry after %vs", i+1, d.GetAction(), d.GetDelay().AsDuration(), int(want))
+		}
+	}
+	if d := decide(t, p, &policydv1.NextDelayRequest{Failure: rateLimit, Attempt: 7, Profile: "task_runner"}); d.GetStopReason() != policydv1.StopReason_STOP_REASON_ATTEMPTS_EXHAUSTED {
+		t.Errorf("task_runner RATE_LIMIT attempt 7: %v %v, want attempts exhausted", d.GetAction(), d.GetStopReason())
+	}
+
+	openai429 := func(retryAfter string) *policydv1.Failure {
+		return &policydv1.Failure{Provider: "openai", Operation: "chat", Method: "POST", HttpStatus: 429, Headers: map[string]string{"retry-after": retryAfter}}
+	}
+	d := decide(t, p, &policydv1.NextDelayRequest{Failure: openai429("7"), Attempt: 1})
+	if d.GetAction() != policydv1.Action_ACTION_RETRY || d.GetDelay().AsDuration() != 7700*time.Millisecond {
+		t.Errorf("default 429 retry-after 7: %v %v, want retry after 7.7s", d.GetAction(), d.GetDelay().AsDuration())
+	}
+	if d.GetStrategy().GetName() != "default/RATE_LIMIT" || d.GetSafety() != policydv1.OperationSafety_OPERATION_SAFETY_SAFE {
+		t.Errorf("strategy %q safety %v", d.GetStrategy().GetName(), d.GetSafety())
+	}
+	d = decide(t, p, &policydv1.NextDelayRequest{Failure: openai429("30"), Attempt: 1})
+	if d.GetAction() != policydv1.Action_ACTION_FALL_BACK || d.GetFallback().GetKind() != policydv1.FallbackKind_FALLBACK_KIND_OTHER_PROVIDER ||
+		d.GetStopReason() != policydv1.StopReason_STOP_REASON_SERVER_DELAY_ABOVE_CEILING {
+		t.Errorf("default 429 retry-after 30: %v %v %v, want fall back to another provider (ceiling)", d.GetAction(), d.GetFallback(), d.GetStopReason())
+	}
+}
+
+func TestNextDelayStreamRules(t *testing.T) {
+	t.Parallel()
+	p := Builtin()
+	off := false
+	on := true
+	tests := []struct {
+		name     string
+		req      *policydv1.NextDelayRequest
+		want     policydv1.Action
+		wantStop policydv1.StopReason
+	}{
+		{"invalid stream continued once", &policydv1.NextDelayRequest{Profile: "agent_cli", Attempt: 1, Failure: &policydv1.Failure{ErrorCode: "NO_FINISH_REASON"}},
+			policydv1.Action_ACTION_RETRY, 0},
+		{"never twice", &policydv1.NextDelayRequest{Profile: "agent_cli", Attempt: 2, Failure: &policydv1.Failure{ErrorCode: "NO_FINISH_REASON"}},
+			policydv1.Action_ACTION_STOP, policydv1.StopReason_STOP_REASON_ATTEMPTS_EXHAUSTED},
+		{"switched off", &policydv1.NextDelayRequest{Profile: "agent_cli", Attempt: 1, Failure: &policydv1.Failure{ErrorCode: "NO_FINISH_REASON"},
+			Options: &policydv1.ClassifyOptions{ContinueOnFailedApiCall: &off}}, policydv1.Action_ACTION_STOP, policydv1.StopReason_STOP_REASON_CONTINUATION_OFF},
+		{"switched on explicitly", &policydv1.NextDelayRequest{Profile: "agent_cli", Attempt: 1, Failure: &policydv1.Failure{ErrorCode: "NO_FINISH_REASON"},
+			Options: &policydv1.ClassifyOptions{ContinueOnFailedApiCall: &on}}, policydv1.Action_ACTION_RETRY, 0},
+		{"mid-stream without retry_fetch_errors", &policydv1.NextDelayRequest{Profile: "agent_cli", Attempt: 1,
+			Failure: &policydv1.Failure{Operation: "chat.stream", Phase: policydv1.Phase_PHASE_MID_STREAM, ErrorCode: "ECONNRESET"}},
+			policydv1.Action_ACTION_STOP, policydv1.StopReason_STOP_REASON_STREAM_PHASE},
+		{"mid-stream with retry_fetch_errors", &policydv1.NextDelayRequest{Profile: "agent_cli", Attempt: 1, Options: &policydv1.ClassifyOptions{RetryFetchErrors: true},
+			Failure: &policydv1.Failure{Operation: "chat.stream", Phase: policydv1.Phase_PHASE_MID_STREAM, ErrorCode: "ECONNRESET"}},
+			policydv1.Action_ACTION_RETRY, 0},
+		{"connect phase left to the request layer", &policydv1.NextDelayRequest{Profile: "agent_cli", Attempt: 1,
+			Failure: &policydv1.Failure{Operation: "chat.stream", Phase: policydv1.Phase_PHASE_CONNECT, HttpStatus: 503}},
+			policydv1.Action_ACTION_STOP, policydv1.StopReason_STOP_REASON_STREAM_PHASE},
+		{"default retries the connect phase", &policydv1.NextDelayRequest{Attempt: 1,
+			Failure: &policydv1.Failure{Operation: "chat.stream", Phase: policydv1.Phase_PHASE_CONNECT, HttpStatus: 503}},
+			policydv1.Action_ACTION_RETRY, 0},
+	}
+	for _, tc := range tests {
+		d := decide(t, p, tc.req)
+		if d.GetAction() != tc.want || d.GetStopReason() != tc.wantStop {
+			t.Errorf("%s: %v %v (%s), want %v %v", tc.name, d.GetAction(), d.GetStopReason(), d.GetStopText(), tc.want, tc.wantStop)
+		}
+	}
+}
+
+func TestNextDelaySafetyAndDeadline(t *testing.T) {
+	t.Parallel()
+	p := Builtin()
+	f503 := func(op, method string) *policydv1.Failure {
+		return &policydv1.Failure{Operation: op, Method: method, HttpStatus: 503}
+	}
+	tests := []struct {
+		name       string
+		req        *policydv1.NextDelayRequest
+		wantSafety policydv1.OperationSafety
+		want       policydv1.Action
+	}{
+		{"web GET safe", &policydv1.NextDelayRequest{Profile: "web_fetch", Attempt: 1, Failure: f503("web_fetch", "GET")}, policydv1.OperationSafety_OPERATION_SAFETY_SAFE, policydv1.Action_ACTION_RETRY},
+		{"web POST not idempotent", &policydv1.NextDelayRequest{Profile: "web_fetch", Attempt: 1, Failure: f503("web_fetch", "POST")}, policydv1.OperationSafety_OPERATION_SAFETY_IRREVERSIBLE, policydv1.Action_ACTION_STOP},
+		{"model POST safe", &policydv1.NextDelayRequest{Attempt: 1, Failure: f503("chat", "POST")}, policydv1.OperationSafety_OPERATION_SAFETY_SAFE, policydv1.Action_ACTION_RETRY},
+		{"shell exec irreversible", &policydv1.NextDelayRequest{Attempt: 1, Failure: f503("shell.exec", "")}, policydv1.OperationSafety_OPERATION_SAFETY_IRREVERSIBLE, policydv1.Action_ACTION_STOP},
+		{"file write conditional", &policydv1.NextDelayRequest{Attempt: 1, Failure: f503("file.write", "")}, policydv1.OperationSafety_OPERATION_SAFETY_CONDITIONAL, policydv1.Action_ACTION_RETRY},
+		{"explicit safety wins", &policydv1.NextDelayRequest{Attempt: 1, Failure: f503("shell.exec", ""), Safety: policydv1.OperationSafety_OPERATION_SAFETY_SAFE}, policydv1.OperationSafety_OPERATION_SAFETY_SAFE, policydv1.Action_ACTION_RETRY},
+		{"unknown operation safe", &policydv1.NextDelayRequest{Attempt: 1, Failure: f503("frobnicate", "")}, policydv1.OperationSafety_OPERATION_SAFETY_SAFE, policydv1.Action_ACTION_RETRY},
+	}
+	for _, tc := range tests {
+		d := decide(t, p, tc.req)
+		if d.GetSafety() != tc.wantSafety || d.GetAction() != tc.want {
+			t.Errorf("%s: %v %v, want %v %v", tc.name, d.GetSafety(), d.GetAction(), tc.wantSafety, tc.want)
+		}
+	}
+	d := decide(t, p, &policydv1.NextDelayRequest{Attempt: 1, Failure: f503("chat", "POST"), Deadline: timestamppb.New(now.Add(time.Second))})
+	if d.GetStopReason() != policydv1.StopReason_STOP_REASON_DEADLINE {
+		t.Errorf("deadline: %v %v, want stop: deadline", d.GetAction(), d.GetStopReason())
+	}
+	d = decide(t, p, &policydv1.NextDelayRequest{Attempt: 1, FailureType: policydv1.FailureType_FAILURE_TYPE_CONTEXT_TOO_LONG})
+	if d.GetAction() != policydv1.Action_ACTION_FALL_BACK || d.GetFallback().GetKind() != policydv1.FallbackKind_FALLBACK_KIND_LARGER_CONTEXT_MODEL {
+		t.Errorf("context too long: %v %v, want fall back to a larger-context model", d.GetAction(), d.GetFallback())
+	}
+}
+
+func TestCapsFromEnvAndTheirEffect(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{EnvMaxRetryAttempts: "2", EnvMaxRetryDelay: "3s", EnvMaxProviderRetryAfter: "5000", EnvRetryIrreversible: "true"}
+	caps, err := CapsFromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps != (Caps{MaxAttempts: 2, MaxDelay: 3 * time.Second, MaxRetryAfter: 5 * time.Second, RetryIrreversible: true}) {
+		t.Errorf("caps = %+v", caps)
+	}
+	p, err := Parse(nil, "", caps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &policydv1.Failure{Operation: "chat", HttpStatus: 429, Headers: map[string]string{"retry-after": "7"}}
+	if d := decide(t, p, &policydv1.NextDelayRequest{Failure: f, Attempt: 1}); d.GetAction() != policydv1.Action_ACTION_FALL_BACK {
+		t.Errorf("retry-after 7 above a 5 s env ceiling: %v, want fall back", d.GetAction())
+	}
+	f.Headers = nil
+	if d := decide(t, p, &policydv1.NextDelayRequest{Failure: f, Attempt: 2}); d.GetStopReason() != policydv1.StopReason_STOP_REASON_ATTEMPTS_EXHAUSTED {
+		t.Errorf("attempt 2 under a cap of 2: %v", d.GetStopReason())
+	}
+	shell := &policydv1.Failure{Operation: "shell.exec", HttpStatus: 503}
+	if d := decide(t, p, &policydv1.NextDelayRequest{Failure: shell, Attempt: 1}); d.GetAction() != policydv1.Action_ACTION_RETRY || d.GetDelay().AsDuration() > 3*time.Second {
+		t.Errorf("irreversible allowed, delay capped at 3s: %v %v", d.GetAction(), d.GetDelay().AsDuration())
+	}
+	for _, bad := range []map[string]string{{EnvMaxRetryAttempts: "-1"}, {EnvMaxRetryDelay: "soon"}, {EnvRetryIrreversible: "maybe"}} {
+		var name string
+		for k := range bad {
+			name = k
+		}
+		if _, err := CapsFromEnv(func(k string) string { return bad[k] }); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("bad %s: error %v should name it", name, err)
+		}
+	}
+}
+
+func TestPolicyFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	doc := `
+profiles:
+  fast:
+    extends: default
+    description: quick retries
+    strategies:
+      SERVER_ERROR: {retry: true, max_attempts: 9, backoff: constant, initial_delay: 2s}
+  task_runner:
+    strategies:
+      TASK_TRANSIENT: {retry: true, max_attempts: 2, backoff: constant, initial_delay: 1s}
+rules:
+  - id: acme.busy
+    when: [{provider: [acme], text: [reactor busy]}]
+    type: OVERLOADED
+    retryable: true
+    recovery: Wait for the reactor.
+`
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(path, func(string) string { return "" })
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	fast := p.Profiles["fast"]
+	if fast == nil || fast.Source != path || fast.Description != "quick retries" {
+		t.Fatalf("fast profile: %+v", fast)
+	}
+	d := decide(t, p, &policydv1.NextDelayRequest{Profile: "fast", Attempt: 1, Failure: &policydv1.Failure{Operation: "chat", HttpStatus: 500}})
+	if d.GetDelay().AsDuration() != 2*time.Second {
+		t.Errorf("fast SERVER_ERROR delay %v, want 2s", d.GetDelay().AsDuration())
+	}
+	d = decide(t, p, &policydv1.NextDelayRequest{Profile: "fast", Attempt: 1, Failure: &policydv1.Failure{Operation: "chat", HttpStatus: 429, Headers: map[string]string{"retry-after": "7"}}})
+	if d.GetDelay().AsDuration() != 7700*time.Millisecond {
+		t.Errorf("fast inherits default's RATE_LIMIT: %v", d.GetDelay().AsDuration())
+	}
+	tr := p.Profiles["task_runner"]
+	if tr.StrategyFor(policydv1.FailureType_FAILURE_TYPE_TASK_TRANSIENT).MaxAttempts != 2 || tr.StrategyFor(policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT).MaxAttempts != 7 {
+		t.Errorf("overriding one strategy of a built-in profile should keep the others")
+	}
+	d = decide(t, p, &policydv1.NextDelayRequest{Attempt: 1, Failure: &policydv1.Failure{Provider: "acme", Message: "Reactor busy"}})
+	if d.GetClassification().GetRule() != "acme.busy" || d.GetAction() != policydv1.Action_ACTION_RETRY {
+		t.Errorf("file rule: %v %v", d.GetClassification().GetRule(), d.GetAction())
+	}
+}
+
+func TestBadPolicyFileNamesLineAndField(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		doc  string
+		want []string
+	}{
+		{"bad duration", "profiles:\n  x:\n    default: {retry: true, max_attempts: 3, initial_delay: soon}\n",
+			[]string{"p.yaml:3", "profiles.x.default.initial_delay", `"soon"`}},
+		{"bad type", "profiles:\n  x:\n    strategies:\n      SLOWNESS: {retry: false}\n", []string{"p.yaml:4", "profiles.x.strategies", `"SLOWNESS"`}},
+		{"unknown strategy field", "profiles:\n  x:\n    default:\n      retry: true\n      max_attempts: 2\n      colour: red\n", []string{"p.yaml:6", "profiles.x.default.colour"}},
+		{"unknown profile field", "profiles:\n  x:\n    retries: 3\n", []string{"p.yaml:3", "profiles.x.retries"}},
+		{"invalid strategy", "profiles:\n  x:\n    default: {retry: true, max_attempts: 0}\n", []string{"p.yaml:3", "profiles.x.default.max_attempts"}},
+		{"bad jitter", "profiles:\n  x:\n    default: {retry: true, max_attempts: 2, jitter: wobbly}\n", []string{"p.yaml:3", "jitter", `"wobbly"`}},
+		{"bad extends", "profiles:\n  x:\n    extends: nope\n", []string{"p.yaml:3", "extends", `"nope"`}},
+		{"bad profile name", "profiles:\n  Bad Name:\n    default: {retry: false}\n", []string{"p.yaml:3", "profiles.Bad Name"}},
+		{"unknown top-level", "profile:\n  x: {}\n", []string{"p.yaml:1", `"profile"`}},
+		{"bad rule", "rules:\n  - id: r\n    when: [{status: [\"5xx\"]}]\n    type: SERVER_ERROR\n    recovery: x\n", []string{"p.yaml:3", "when[0].status"}},
+		{"not yaml", "profiles: [", []string{"p.yaml"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(tc.doc), "p.yaml", Caps{})
+			if err == nil {
+				t.Fatalf("accepted:\n%s", tc.doc)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
