@@ -3,18 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
-	"github.com/policyd/policyd/internal/classifier"
+	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/server"
 )
 
@@ -36,78 +33,22 @@ stdin, e.g.
 validated as the server validates it; bad input exits 2.
 `
 
-// fieldFlags names the flag that sets each request field, to point errors
-// at what the user typed.
-var fieldFlags = map[string]string{
-	"failure.provider": "provider", "failure.model": "model", "failure.operation": "operation",
-	"failure.method": "method", "failure.http_status": "status", "failure.headers": "header",
-	"failure.body": "body", "failure.message": "message", "failure.error_name": "error-name",
-	"failure.error_code": "error-code", "failure.causes": "cause", "failure.phase": "phase",
-	"failure.grpc_code": "grpc-code", "profile": "profile",
-}
-
 func classify(args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := newFlagSet("classify", classifyUsage)
-	f := &policydv1.Failure{}
-	var body, bodyFile, profile string
+	ff := addFailureFlags(fs)
+	var profile string
 	fromStdin := fs.Bool("stdin", false, "read a JSON ClassifyRequest from stdin")
-	int32Var(fs, &f.HttpStatus, "status", "HTTP `status`; 0 when there was no HTTP response")
-	fs.Func("header", "response header `'name: value'` (repeatable)", func(s string) error {
-		name, value, ok := strings.Cut(s, ":")
-		if name = strings.TrimSpace(name); !ok || name == "" {
-			return errors.New("want 'name: value'")
-		}
-		if f.Headers == nil {
-			f.Headers = map[string]string{}
-		}
-		value = strings.TrimSpace(value)
-		if prev, dup := f.Headers[name]; dup {
-			value = prev + ", " + value // repeated HTTP headers combine so
-		}
-		f.Headers[name] = value
-		return nil
-	})
-	fs.StringVar(&body, "body", "", "raw response `body` (JSON or text); only the first 64 KiB are read")
-	fs.StringVar(&bodyFile, "body-file", "", "read the response body from `file`")
-	fs.StringVar(&f.Message, "message", "", "the runtime's error `message`")
-	fs.StringVar(&f.ErrorName, "error-name", "", "the error's class `name`, e.g. TypeError")
-	fs.StringVar(&f.ErrorCode, "error-code", "", "a network, task or stream `code`, e.g. ECONNRESET")
-	fs.Func("cause", "a cause chain link `'name:code:message'`, outermost first (repeatable)", func(s string) error {
-		parts := strings.SplitN(s, ":", 3)
-		parts = append(parts, "", "")
-		f.Causes = append(f.Causes, &policydv1.Cause{Name: parts[0], Code: parts[1], Message: parts[2]})
-		return nil
-	})
-	fs.StringVar(&f.Provider, "provider", "", "the `provider`, e.g. openai, anthropic")
-	fs.StringVar(&f.Model, "model", "", "the `model`, e.g. gpt-4")
-	fs.StringVar(&f.Operation, "operation", "", "what was being done (`operation`), e.g. chat, chat.stream, web_fetch")
-	fs.StringVar(&f.Method, "method", "", "the HTTP `method`")
-	fs.Func("phase", "`phase` of a streaming call that failed: connect or mid_stream", func(s string) error {
-		switch s {
-		case "connect":
-			f.Phase = policydv1.Phase_PHASE_CONNECT
-		case "mid_stream":
-			f.Phase = policydv1.Phase_PHASE_MID_STREAM
-		default:
-			return errors.New("want connect or mid_stream")
-		}
-		return nil
-	})
-	int32Var(fs, &f.GrpcCode, "grpc-code", "status `code` (0..16) of a failed upstream gRPC call")
 	retryFetch := fs.Bool("retry-fetch-errors", false, `retry a generic "fetch failed" error that carries no network code`)
 	fs.StringVar(&profile, "profile", "", "the `profile` whose rules apply; empty means default")
+	policyFile := fs.String("policy", os.Getenv("POLICYD_POLICY"), "policy `file` whose rules add to the built-in ones (env POLICYD_POLICY)")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
-
-	set := map[string]bool{}
-	var failureFlag string // one failure flag given, for messages
-	fs.Visit(func(fl *flag.Flag) {
-		set[fl.Name] = true
-		if fl.Name != "stdin" && fl.Name != "profile" && fl.Name != "retry-fetch-errors" {
-			failureFlag = fl.Name
-		}
-	})
+	pol, err := policy.Load(*policyFile, os.Getenv)
+	if err != nil {
+		return usageErrorf("classify: %v", err)
+	}
+	set, failureFlag := ff.given(fs)
 
 	var req *policydv1.ClassifyRequest
 	source := "stdin"
@@ -115,8 +56,8 @@ func classify(args []string, stdin io.Reader, stdout io.Writer) error {
 	case *fromStdin && failureFlag != "":
 		return usageErrorf("classify: --stdin cannot be combined with --%s", failureFlag)
 	case *fromStdin || failureFlag == "" && !isTerminal(stdin):
-		var err error
-		if req, err = readRequest(stdin); err != nil {
+		req = &policydv1.ClassifyRequest{}
+		if err := readRequest(stdin, req, "classify"); err != nil {
 			return err
 		}
 		if set["profile"] {
@@ -129,17 +70,10 @@ func classify(args []string, stdin io.Reader, stdout io.Writer) error {
 		return usageErrorf("classify: no failure given: pass failure flags or a JSON ClassifyRequest on stdin; see 'policyd classify --help'")
 	default:
 		source = "flags"
-		if bodyFile != "" {
-			if set["body"] {
-				return usageErrorf("classify: --body and --body-file are exclusive")
-			}
-			b, err := os.ReadFile(bodyFile)
-			if err != nil {
-				return usageErrorf("classify: --body-file: %v", err)
-			}
-			body = string(b)
+		f, err := ff.failure("classify", set)
+		if err != nil {
+			return err
 		}
-		f.Body = body
 		req = &policydv1.ClassifyRequest{Failure: f, Profile: profile}
 		if *retryFetch {
 			req.Options = &policydv1.ClassifyOptions{RetryFetchErrors: true}
@@ -147,16 +81,9 @@ func classify(args []string, stdin io.Reader, stdout io.Writer) error {
 	}
 
 	if err := server.ValidateClassifyRequest(req); err != nil {
-		where := source
-		if fe, ok := errors.AsType[*server.FieldError](err); ok {
-			field, _, _ := strings.Cut(fe.Field, "[")
-			if name := fieldFlags[field]; set[name] {
-				where = "--" + name
-			}
-		}
-		return usageErrorf("classify: %s: %v", where, err)
+		return usageErrorf("classify: %s: %v", errorSource(err, source, set), err)
 	}
-	c := classifier.Default().Classify(req.GetFailure(), req.GetOptions(), req.GetProfile())
+	c := pol.Classifier.Classify(req.GetFailure(), req.GetOptions(), req.GetProfile())
 	return printJSON(stdout, &policydv1.ClassifyResponse{Classification: c})
 }
 
@@ -177,24 +104,24 @@ func printJSON(w io.Writer, m proto.Message) error {
 	return err
 }
 
-// readRequest reads a JSON ClassifyRequest (protojson: JSON or proto field
-// names) from r.
-func readRequest(r io.Reader) (*policydv1.ClassifyRequest, error) {
+// readRequest reads a JSON request (protojson: JSON or proto field names)
+// from r into req; cmd names the command in errors.
+func readRequest(r io.Reader, req proto.Message, cmd string) error {
+	name := req.ProtoReflect().Descriptor().Name()
 	data, err := io.ReadAll(io.LimitReader(r, maxStdinBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("classify: read stdin: %w", err)
+		return fmt.Errorf("%s: read stdin: %w", cmd, err)
 	}
 	if len(data) > maxStdinBytes {
-		return nil, usageErrorf("classify: stdin: request larger than %d bytes", maxStdinBytes)
+		return usageErrorf("%s: stdin: request larger than %d bytes", cmd, maxStdinBytes)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, usageErrorf("classify: stdin: empty, want a JSON ClassifyRequest")
+		return usageErrorf("%s: stdin: empty, want a JSON %s", cmd, name)
 	}
-	req := &policydv1.ClassifyRequest{}
 	if err := protojson.Unmarshal(data, req); err != nil {
-		return nil, usageErrorf("classify: stdin: not a JSON ClassifyRequest: %v", err)
+		return usageErrorf("%s: stdin: not a JSON %s: %v", cmd, name, err)
 	}
-	return req, nil
+	return nil
 }
 
 // isTerminal reports whether r is a terminal (a character device, so

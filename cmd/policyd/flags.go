@@ -46,6 +46,18 @@ func newFlagSet(name, synopsis string) *flag.FlagSet {
 // returns flag.ErrHelp; a bad flag or a positional argument is a usageError
 // naming the flag as --name.
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	if err := parseFlagsArgs(fs, args, stdout); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("%s: unexpected argument %q; see 'policyd %[1]s --help'", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+// parseFlagsArgs is parseFlags for a command that takes positional
+// arguments (fs.Args()), which it leaves to the caller to check.
+func parseFlagsArgs(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	fs.SetOutput(io.Discard) // errors are returned, not printed with the help
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -55,9 +67,6 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	}
 	if err != nil {
 		return usageErrorf("%s: %s; see 'policyd %[1]s --help'", fs.Name(), dashdash(err.Error()))
-	}
-	if fs.NArg() > 0 {
-		return usageErrorf("%s: unexpected argument %q; see 'policyd %[1]s --help'", fs.Name(), fs.Arg(0))
 	}
 	return nil
 }

@@ -21,17 +21,20 @@ func main() {
 	os.Exit(exitCode(err))
 }
 
-const usage = `policyd classifies AI agent failures: what a failure is, whether another
-attempt can succeed and what to do about it.
+const usage = `policyd makes the retry judgement for AI agents: what a failure is, whether
+another attempt can succeed, and what to do now — retry after a delay, stop
+or fall back.
 
 Usage:
   policyd <command> [flags]
 
 Commands:
-  serve      run the gRPC daemon
-  classify   classify one failure offline and print the result as JSON
-  version    print the version
-  help       print this help, or a command's: policyd help <command>
+  serve          run the gRPC daemon
+  classify       classify one failure offline and print the result as JSON
+  next-delay     decide what to do after a failed attempt, offline, as JSON
+  check-policy   check a policy file
+  version        print the version
+  help           print this help, or a command's: policyd help <command>
 
 Run 'policyd <command> --help' for a command's flags.
 `
@@ -49,6 +52,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return serve(ctx, rest, stdout, stderr)
 	case "classify":
 		return classify(rest, stdin, stdout)
+	case "next-delay":
+		return nextDelay(rest, stdin, stdout)
+	case "check-policy":
+		return checkPolicy(rest, stdout)
 	case "version":
 		return printVersion(rest, stdout)
 	case "help":

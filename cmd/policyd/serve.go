@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/policyd/policyd/internal/classifier"
+	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/server"
 )
 
@@ -28,6 +28,13 @@ Runs the gRPC daemon: policyd.v1.PolicyService, grpc.health.v1.Health and
 server reflection, without TLS. Logs go to stderr; once listening it logs
 "serving" with the bound address (addr). SIGINT or SIGTERM stops it
 gracefully: health turns NOT_SERVING, in-flight calls get up to 10s.
+
+The policy is the built-in profiles and rules, plus the --policy file, under
+the POLICYD_MAX_RETRY_DELAY, POLICYD_MAX_RETRY_ATTEMPTS,
+POLICYD_MAX_PROVIDER_RETRY_AFTER and POLICYD_RETRY_IRREVERSIBLE caps in the
+environment; a bad file at start exits 2. The file is reloaded on SIGHUP
+and when it changes: a good new file takes effect ("policy reloaded"), a bad
+one is logged and the policy in force stays.
 `
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -37,6 +44,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	level := fs.String("log-level", envOr("POLICYD_LOG_LEVEL", "info"),
 		"log `level`: debug, info, warn or error (env POLICYD_LOG_LEVEL)")
 	format := fs.String("log-format", "text", "log `format`: text or json")
+	policyFile := fs.String("policy", os.Getenv("POLICYD_POLICY"),
+		"policy `file` adding to the built-in profiles and rules, reloaded on change and SIGHUP (env POLICYD_POLICY)")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
@@ -44,15 +53,28 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	pol, err := policy.Load(*policyFile, os.Getenv)
+	if err != nil {
+		return usageErrorf("serve: %v", err)
+	}
+	ps := server.NewPolicyServer(pol)
+	rl, err := newReloader(*policyFile, os.Getenv, ps.SetPolicy, logger)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer rl.close()
+	reloadCtx, stopReload := context.WithCancel(ctx)
+	defer stopReload()
+	go rl.run(reloadCtx)
 
 	lis, err := new(net.ListenConfig).Listen(ctx, "tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	gs, hs := server.NewGRPCServer(server.NewPolicyServer(classifier.Default()), logger)
+	gs, hs := server.NewGRPCServer(ps, logger)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
-	logger.Info("serving", "addr", lis.Addr().String())
+	logger.Info("serving", "addr", lis.Addr().String(), "policy", pol.Source, "profiles", len(pol.Profiles))
 
 	select {
 	case err := <-served:

@@ -46,6 +46,9 @@ func ProfileProto(p *Profile) *policydv1.Profile {
 		MidStreamNeedsRetryFetchErrors: p.MidStreamNeedsFetchErrors,
 		IdempotentMethods:              p.IdempotentMethods,
 	}
+	if p.Budget > 0 {
+		out.Budget = durationpb.New(p.Budget)
+	}
 	types := make([]policydv1.FailureType, 0, len(p.Strategies))
 	for t := range p.Strategies {
 		types = append(types, t)

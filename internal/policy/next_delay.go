@@ -34,6 +34,7 @@ func (p *Policy) NextDelay(req *policydv1.NextDelayRequest, now time.Time, rnd s
 		Attempt:           int(req.GetAttempt()),
 		Now:               now,
 		Elapsed:           req.GetElapsed().AsDuration(),
+		Budget:            prof.Budget,
 		Safety:            strategy.Safety(safety),
 		AllowIrreversible: p.Caps.RetryIrreversible,
 		MaxAttemptsCap:    p.Caps.MaxAttempts,
@@ -56,7 +57,11 @@ func (p *Policy) NextDelay(req *policydv1.NextDelayRequest, now time.Time, rnd s
 			Name: strat.Name, Summary: strat.String(), Parameters: StrategyProto(strat),
 		},
 	}
-	if stop, why := streamStop(prof, req.GetFailure(), failureType, opts); stop != policydv1.StopReason_STOP_REASON_UNSPECIFIED {
+	// Stream rules apply to failures that would otherwise be retried, so a
+	// connect-phase 401 still stops as not retryable.
+	if !cls.GetRetryable() || !strat.Retry {
+		// fall through to Decide, which stops or falls back
+	} else if stop, why := streamStop(prof, req.GetFailure(), failureType, opts); stop != policydv1.StopReason_STOP_REASON_UNSPECIFIED {
 		d.Action, d.StopReason, d.StopText = policydv1.Action_ACTION_STOP, stop, why
 		return d
 	}

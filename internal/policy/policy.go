@@ -55,6 +55,10 @@ type Profile struct {
 	MidStreamNeedsFetchErrors bool
 	// IdempotentMethods are HTTP methods safe to repeat besides GET, HEAD, OPTIONS.
 	IdempotentMethods []string
+	// Budget is the total time allowed since the first attempt (the request's
+	// elapsed); a retry that would exceed it stops. 0: none (seed 000 shares
+	// one timeout across attempts; callers can also send a deadline).
+	Budget time.Duration
 }
 
 // StrategyFor returns the strategy for a failure type, named "<profile>/<TYPE>".
@@ -120,6 +124,11 @@ func build(fileData []byte, file string, caps Caps) (*Policy, error) {
 	source := "built-in"
 	if fileData != nil {
 		source = file
+		if len(strings.TrimSpace(string(fileData))) == 0 {
+			// Refused so that a reload reading a half-written file keeps the
+			// old policy instead of silently dropping the file's profiles.
+			return nil, fmt.Errorf("%s: the policy file is empty (write at least `profiles: {}`)", file)
+		}
 		fileProfiles, fileRules, err := parseDocument(fileData, file)
 		if err != nil {
 			return nil, err
@@ -191,6 +200,9 @@ func (fp *parsedProfile) overlay(base *parsedProfile) *parsedProfile {
 	}
 	if fp.set["idempotent_methods"] {
 		p.IdempotentMethods = fp.profile.IdempotentMethods
+	}
+	if fp.set["budget"] {
+		p.Budget = fp.profile.Budget
 	}
 	return &parsedProfile{profile: &p, pos: fp.pos, set: fp.set}
 }
@@ -286,6 +298,8 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 			for _, m := range val.Content {
 				p.IdempotentMethods = append(p.IdempotentMethods, strings.ToUpper(m.Value))
 			}
+		case "budget":
+			p.Budget, err = parseDuration(val)
 		case "default":
 			p.Default, err = parseStrategy(val, file, field)
 		case "strategies":
@@ -306,7 +320,7 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 				p.Strategies[t] = s
 			}
 		default:
-			err = fmt.Errorf("unknown field (want description, extends, retry_connect_phase, mid_stream_needs_retry_fetch_errors, idempotent_methods, strategies or default)")
+			err = fmt.Errorf("unknown field (want description, extends, retry_connect_phase, mid_stream_needs_retry_fetch_errors, idempotent_methods, budget, strategies or default)")
 		}
 		if err != nil {
 			if strings.HasPrefix(err.Error(), file+":") {

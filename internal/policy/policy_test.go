@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
@@ -283,5 +284,34 @@ func TestBadPolicyFileNamesLineAndField(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestProfileBudgetAndEmptyFile(t *testing.T) {
+	t.Parallel()
+	p, err := Parse([]byte("profiles:\n  tight:\n    extends: default\n    budget: 10s\n"), "p.yaml", Caps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &policydv1.Failure{Operation: "chat", HttpStatus: 503}
+	d := decide(t, p, &policydv1.NextDelayRequest{Profile: "tight", Attempt: 1, Failure: f, Elapsed: durationpb.New(9 * time.Second)})
+	if d.GetStopReason() != policydv1.StopReason_STOP_REASON_DEADLINE {
+		t.Errorf("9s elapsed of a 10s budget, 503 backoff ≥ 2.5s: %v %v, want stop: deadline", d.GetAction(), d.GetStopReason())
+	}
+	d = decide(t, p, &policydv1.NextDelayRequest{Profile: "tight", Attempt: 1, Failure: f, Elapsed: durationpb.New(time.Second)})
+	if d.GetAction() != policydv1.Action_ACTION_RETRY {
+		t.Errorf("1s elapsed: %v, want retry", d.GetAction())
+	}
+	if _, err := Parse([]byte("  \n"), "p.yaml", Caps{}); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("empty file: %v, want refused", err)
+	}
+}
+
+func TestStreamPhaseDoesNotHideNotRetryable(t *testing.T) {
+	t.Parallel()
+	d := decide(t, Builtin(), &policydv1.NextDelayRequest{Profile: "agent_cli", Attempt: 1,
+		Failure: &policydv1.Failure{Operation: "chat.stream", Phase: policydv1.Phase_PHASE_CONNECT, HttpStatus: 401}})
+	if d.GetStopReason() != policydv1.StopReason_STOP_REASON_NOT_RETRYABLE {
+		t.Errorf("connect-phase 401: %v, want not retryable", d.GetStopReason())
 	}
 }

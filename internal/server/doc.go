@@ -4,5 +4,6 @@
 //
 // Handlers return plain Go errors; they become gRPC status codes in one
 // place, toStatus, so that clients see InvalidArgument naming the bad field
-// for a validation error and an opaque Internal for anything else.
+// for a validation error, NotFound for an unknown profile in GetProfile, and
+// an opaque Internal for anything else.
 package server

@@ -17,17 +17,34 @@ import (
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/classifier"
+	"github.com/policyd/policyd/internal/policy"
 )
 
-// startServer serves NewGRPCServer on 127.0.0.1:0 and returns a client
+// testNow is the test servers' clock.
+var testNow = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+// fixedRand is a jitter source that always draws the same number.
+type fixedRand float64
+
+func (r fixedRand) Float64() float64 { return float64(r) }
+
+// startServer serves NewGRPCServer with the built-in policy, the clock
+// testNow and jitter draws of 0.5 on 127.0.0.1:0 and returns a client
 // connection to it; both stop when the test ends.
 func startServer(t *testing.T, opts ...grpc.ServerOption) *grpc.ClientConn {
+	t.Helper()
+	ps := NewPolicyServer(policy.Builtin(), WithClock(func() time.Time { return testNow }), WithRand(fixedRand(0.5)))
+	return startPolicyServer(t, ps, opts...)
+}
+
+// startPolicyServer serves ps like startServer.
+func startPolicyServer(t *testing.T, ps *PolicyServer, opts ...grpc.ServerOption) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs, _ := NewGRPCServer(NewPolicyServer(classifier.Default()), slog.New(slog.DiscardHandler), opts...)
+	gs, _ := NewGRPCServer(ps, slog.New(slog.DiscardHandler), opts...)
 	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
 	t.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -2,37 +2,68 @@ package server
 
 import (
 	"context"
+	"math/rand/v2"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
-	"github.com/policyd/policyd/internal/classifier"
+	"github.com/policyd/policyd/internal/policy"
+	"github.com/policyd/policyd/internal/strategy"
 )
 
-// PolicyServer implements policydv1.PolicyServiceServer on a classifier.
-// The classifier sits behind an atomic pointer so that a policy reload can
-// swap it with SetClassifier while requests are in flight: each request
-// uses the classifier that was current when it started.
+// PolicyServer implements policydv1.PolicyServiceServer on a policy. The
+// policy sits behind an atomic pointer so that a reload can swap it with
+// SetPolicy while requests are in flight: each request uses the policy that
+// was current when it started.
 type PolicyServer struct {
 	policydv1.UnimplementedPolicyServiceServer
 
-	classifier atomic.Pointer[classifier.Classifier]
+	policy atomic.Pointer[policy.Policy]
+	now    func() time.Time
+	rand   strategy.Rand
 }
 
-// NewPolicyServer returns a PolicyServer that classifies with c, which must
+// Option configures a PolicyServer.
+type Option func(*PolicyServer)
+
+// WithClock makes now the server's clock (default time.Now), e.g. a fixed
+// time under test.
+func WithClock(now func() time.Time) Option {
+	return func(s *PolicyServer) { s.now = now }
+}
+
+// WithRand makes r the jitter source (default SystemRand). r must be safe
+// for concurrent use: requests draw from it in parallel.
+func WithRand(r strategy.Rand) Option {
+	return func(s *PolicyServer) { s.rand = r }
+}
+
+// SystemRand is a strategy.Rand over math/rand/v2's global source, which
+// is safe for concurrent use.
+type SystemRand struct{}
+
+// Float64 returns a pseudo-random number in [0, 1).
+func (SystemRand) Float64() float64 { return rand.Float64() }
+
+// NewPolicyServer returns a PolicyServer that answers with p, which must
 // not be nil.
-func NewPolicyServer(c *classifier.Classifier) *PolicyServer {
-	s := &PolicyServer{}
-	s.SetClassifier(c)
+func NewPolicyServer(p *policy.Policy, opts ...Option) *PolicyServer {
+	s := &PolicyServer{now: time.Now, rand: SystemRand{}}
+	for _, o := range opts {
+		o(s)
+	}
+	s.SetPolicy(p)
 	return s
 }
 
-// SetClassifier makes c, which must not be nil, the classifier for requests
-// that start from now on. It is safe to call concurrently with Classify.
-func (s *PolicyServer) SetClassifier(c *classifier.Classifier) {
-	if c == nil {
-		panic("server: nil classifier")
+// SetPolicy makes p, which must not be nil, the policy for requests that
+// start from now on. It is safe to call concurrently with the handlers.
+func (s *PolicyServer) SetPolicy(p *policy.Policy) {
+	if p == nil {
+		panic("server: nil policy")
 	}
-	s.classifier.Store(c)
+	s.policy.Store(p)
 }
 
 // Classify validates req (see ValidateClassifyRequest) and classifies its
@@ -42,6 +73,45 @@ func (s *PolicyServer) Classify(_ context.Context, req *policydv1.ClassifyReques
 	if err := ValidateClassifyRequest(req); err != nil {
 		return nil, err
 	}
-	c := s.classifier.Load().Classify(req.GetFailure(), req.GetOptions(), req.GetProfile())
+	c := s.policy.Load().Classifier.Classify(req.GetFailure(), req.GetOptions(), req.GetProfile())
 	return &policydv1.ClassifyResponse{Classification: c}, nil
+}
+
+// NextDelay validates req (see ValidateNextDelayRequest) and decides what to
+// do after the failed attempt, with the server's clock and jitter source.
+// The journal is not there yet: a decision is never journaled.
+func (s *PolicyServer) NextDelay(_ context.Context, req *policydv1.NextDelayRequest) (*policydv1.NextDelayResponse, error) {
+	p := s.policy.Load()
+	if err := ValidateNextDelayRequest(req, p); err != nil {
+		return nil, err
+	}
+	return &policydv1.NextDelayResponse{Decision: p.NextDelay(req, s.now(), s.rand)}, nil
+}
+
+// ListProfiles returns every profile in force, sorted by name.
+func (s *PolicyServer) ListProfiles(context.Context, *policydv1.ListProfilesRequest) (*policydv1.ListProfilesResponse, error) {
+	p := s.policy.Load()
+	resp := &policydv1.ListProfilesResponse{}
+	for _, name := range p.ProfileNames() {
+		resp.Profiles = append(resp.Profiles, policy.ProfileProto(p.Profiles[name]))
+	}
+	return resp, nil
+}
+
+// GetProfile returns the named profile; a missing name is InvalidArgument,
+// an unknown one a *NotFoundError.
+func (s *PolicyServer) GetProfile(_ context.Context, req *policydv1.GetProfileRequest) (*policydv1.GetProfileResponse, error) {
+	name := req.GetName()
+	if name == "" {
+		return nil, fieldErrorf("name", "required")
+	}
+	if err := validateName("name", name); err != nil {
+		return nil, err
+	}
+	p := s.policy.Load()
+	prof, ok := p.Profiles[name]
+	if !ok {
+		return nil, notFoundf("profile %q not found; known: %s", name, strings.Join(p.ProfileNames(), ", "))
+	}
+	return &policydv1.GetProfileResponse{Profile: policy.ProfileProto(prof)}, nil
 }

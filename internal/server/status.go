@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -11,11 +12,23 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// NotFoundError is a request for something that does not exist, e.g. an
+// unknown profile in GetProfile. Its message is shown to the client.
+type NotFoundError struct{ msg string }
+
+// Error returns the message, e.g. `profile "x" not found; known: default`.
+func (e *NotFoundError) Error() string { return e.msg }
+
+func notFoundf(format string, args ...any) *NotFoundError {
+	return &NotFoundError{msg: fmt.Sprintf(format, args...)}
+}
+
 // toStatus turns a handler error into the status a client sees; it is the
 // only place errors become gRPC codes.
 //
 //   - a *FieldError becomes codes.InvalidArgument naming the field, with an
 //     errdetails.BadRequest FieldViolation detail;
+//   - a *NotFoundError becomes codes.NotFound with its message;
 //   - a context error becomes codes.Canceled or codes.DeadlineExceeded;
 //   - an error that already is a status passes through;
 //   - anything else is logged and becomes codes.Internal with no internals.
@@ -31,6 +44,9 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 			st = d
 		}
 		return st.Err()
+	}
+	if nf, ok := errors.AsType[*NotFoundError](err); ok {
+		return status.Error(codes.NotFound, nf.Error())
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return status.FromContextError(err).Err()

@@ -23,6 +23,7 @@ func TestToStatus(t *testing.T) {
 		{name: "nil", err: nil, wantCode: codes.OK},
 		{name: "field error", err: fieldErrorf("failure.http_status", "bad"), wantCode: codes.InvalidArgument, wantField: "failure.http_status"},
 		{name: "wrapped field error", err: fmt.Errorf("validate: %w", fieldErrorf("profile", "bad")), wantCode: codes.InvalidArgument, wantField: "profile"},
+		{name: "not found", err: fmt.Errorf("get: %w", notFoundf("profile %q not found", "x")), wantCode: codes.NotFound},
 		{name: "canceled", err: context.Canceled, wantCode: codes.Canceled},
 		{name: "deadline", err: fmt.Errorf("x: %w", context.DeadlineExceeded), wantCode: codes.DeadlineExceeded},
 		{name: "status passes through", err: status.Error(codes.Unavailable, "later"), wantCode: codes.Unavailable},

@@ -59,10 +59,18 @@ func fieldErrorf(field, format string, args ...any) *FieldError {
 //   - profile is empty (meaning "default") or at most 64 characters of
 //     [a-z0-9_.-].
 func ValidateClassifyRequest(req *policydv1.ClassifyRequest) error {
-	f := req.GetFailure()
-	if f == nil {
+	if req.GetFailure() == nil {
 		return fieldErrorf("failure", "required")
 	}
+	if err := validateFailure(req.GetFailure()); err != nil {
+		return err
+	}
+	return validateName("profile", req.GetProfile())
+}
+
+// validateFailure checks a failure against the limits ValidateClassifyRequest
+// lists; field paths start with "failure.".
+func validateFailure(f *policydv1.Failure) error {
 	if s := f.GetHttpStatus(); s != 0 && (s < 100 || s > 999) {
 		return fieldErrorf("failure.http_status", "must be 0 or 100..999, got %d", s)
 	}
@@ -106,21 +114,20 @@ func ValidateClassifyRequest(req *policydv1.ClassifyRequest) error {
 			return fieldErrorf("failure."+fv.name, "%d bytes, at most %d allowed", len(fv.value), maxFieldBytes)
 		}
 	}
-	// failure.body: deliberately unchecked; see the doc comment.
-	if err := validateProfile(req.GetProfile()); err != nil {
-		return err
-	}
+	// failure.body: deliberately unchecked; see ValidateClassifyRequest.
 	return nil
 }
 
-func validateProfile(p string) error {
+// validateName checks that the profile name p in field is at most 64
+// characters of [a-z0-9_.-]; empty passes.
+func validateName(field, p string) error {
 	if len(p) > maxProfileLen {
-		return fieldErrorf("profile", "%d characters, at most %d allowed", len(p), maxProfileLen)
+		return fieldErrorf(field, "%d characters, at most %d allowed", len(p), maxProfileLen)
 	}
 	for i := 0; i < len(p); i++ {
 		c := p[i]
 		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return fieldErrorf("profile", "must use only [a-z0-9_.-], got %q", p)
+			return fieldErrorf(field, "must use only [a-z0-9_.-], got %q", p)
 		}
 	}
 	return nil

@@ -1692,8 +1692,11 @@ type Profile struct {
 	MidStreamNeedsRetryFetchErrors bool `protobuf:"varint,7,opt,name=mid_stream_needs_retry_fetch_errors,json=midStreamNeedsRetryFetchErrors,proto3" json:"mid_stream_needs_retry_fetch_errors,omitempty"`
 	// HTTP methods treated as idempotent besides GET, HEAD and OPTIONS.
 	IdempotentMethods []string `protobuf:"bytes,8,rep,name=idempotent_methods,json=idempotentMethods,proto3" json:"idempotent_methods,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The total time allowed since the first attempt (NextDelayRequest.elapsed);
+	// unset means none.
+	Budget        *durationpb.Duration `protobuf:"bytes,9,opt,name=budget,proto3" json:"budget,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Profile) Reset() {
@@ -1778,6 +1781,13 @@ func (x *Profile) GetMidStreamNeedsRetryFetchErrors() bool {
 func (x *Profile) GetIdempotentMethods() []string {
 	if x != nil {
 		return x.IdempotentMethods
+	}
+	return nil
+}
+
+func (x *Profile) GetBudget() *durationpb.Duration {
+	if x != nil {
+		return x.Budget
 	}
 	return nil
 }
@@ -2120,7 +2130,7 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x06safety\x18\n" +
 	" \x01(\x0e2\x1b.policyd.v1.OperationSafetyR\x06safety\"E\n" +
 	"\x11NextDelayResponse\x120\n" +
-	"\bdecision\x18\x01 \x01(\v2\x14.policyd.v1.DecisionR\bdecision\"\x81\x03\n" +
+	"\bdecision\x18\x01 \x01(\v2\x14.policyd.v1.DecisionR\bdecision\"\xb4\x03\n" +
 	"\aProfile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x16\n" +
@@ -2131,7 +2141,8 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x10default_strategy\x18\x05 \x01(\v2\x14.policyd.v1.StrategyR\x0fdefaultStrategy\x12.\n" +
 	"\x13retry_connect_phase\x18\x06 \x01(\bR\x11retryConnectPhase\x12K\n" +
 	"#mid_stream_needs_retry_fetch_errors\x18\a \x01(\bR\x1emidStreamNeedsRetryFetchErrors\x12-\n" +
-	"\x12idempotent_methods\x18\b \x03(\tR\x11idempotentMethods\"\x99\x01\n" +
+	"\x12idempotent_methods\x18\b \x03(\tR\x11idempotentMethods\x121\n" +
+	"\x06budget\x18\t \x01(\v2\x19.google.protobuf.DurationR\x06budget\"\x99\x01\n" +
 	"\x0fProfileStrategy\x12:\n" +
 	"\ffailure_type\x18\x01 \x01(\x0e2\x17.policyd.v1.FailureTypeR\vfailureType\x120\n" +
 	"\bstrategy\x18\x02 \x01(\v2\x14.policyd.v1.StrategyR\bstrategy\x12\x18\n" +
@@ -2298,23 +2309,24 @@ var file_policyd_v1_policy_proto_depIdxs = []int32{
 	19, // 31: policyd.v1.NextDelayResponse.decision:type_name -> policyd.v1.Decision
 	22, // 32: policyd.v1.Profile.strategies:type_name -> policyd.v1.ProfileStrategy
 	15, // 33: policyd.v1.Profile.default_strategy:type_name -> policyd.v1.Strategy
-	0,  // 34: policyd.v1.ProfileStrategy.failure_type:type_name -> policyd.v1.FailureType
-	15, // 35: policyd.v1.ProfileStrategy.strategy:type_name -> policyd.v1.Strategy
-	21, // 36: policyd.v1.ListProfilesResponse.profiles:type_name -> policyd.v1.Profile
-	21, // 37: policyd.v1.GetProfileResponse.profile:type_name -> policyd.v1.Profile
-	12, // 38: policyd.v1.PolicyService.Classify:input_type -> policyd.v1.ClassifyRequest
-	18, // 39: policyd.v1.PolicyService.NextDelay:input_type -> policyd.v1.NextDelayRequest
-	23, // 40: policyd.v1.PolicyService.ListProfiles:input_type -> policyd.v1.ListProfilesRequest
-	25, // 41: policyd.v1.PolicyService.GetProfile:input_type -> policyd.v1.GetProfileRequest
-	14, // 42: policyd.v1.PolicyService.Classify:output_type -> policyd.v1.ClassifyResponse
-	20, // 43: policyd.v1.PolicyService.NextDelay:output_type -> policyd.v1.NextDelayResponse
-	24, // 44: policyd.v1.PolicyService.ListProfiles:output_type -> policyd.v1.ListProfilesResponse
-	26, // 45: policyd.v1.PolicyService.GetProfile:output_type -> policyd.v1.GetProfileResponse
-	42, // [42:46] is the sub-list for method output_type
-	38, // [38:42] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	28, // 34: policyd.v1.Profile.budget:type_name -> google.protobuf.Duration
+	0,  // 35: policyd.v1.ProfileStrategy.failure_type:type_name -> policyd.v1.FailureType
+	15, // 36: policyd.v1.ProfileStrategy.strategy:type_name -> policyd.v1.Strategy
+	21, // 37: policyd.v1.ListProfilesResponse.profiles:type_name -> policyd.v1.Profile
+	21, // 38: policyd.v1.GetProfileResponse.profile:type_name -> policyd.v1.Profile
+	12, // 39: policyd.v1.PolicyService.Classify:input_type -> policyd.v1.ClassifyRequest
+	18, // 40: policyd.v1.PolicyService.NextDelay:input_type -> policyd.v1.NextDelayRequest
+	23, // 41: policyd.v1.PolicyService.ListProfiles:input_type -> policyd.v1.ListProfilesRequest
+	25, // 42: policyd.v1.PolicyService.GetProfile:input_type -> policyd.v1.GetProfileRequest
+	14, // 43: policyd.v1.PolicyService.Classify:output_type -> policyd.v1.ClassifyResponse
+	20, // 44: policyd.v1.PolicyService.NextDelay:output_type -> policyd.v1.NextDelayResponse
+	24, // 45: policyd.v1.PolicyService.ListProfiles:output_type -> policyd.v1.ListProfilesResponse
+	26, // 46: policyd.v1.PolicyService.GetProfile:output_type -> policyd.v1.GetProfileResponse
+	43, // [43:47] is the sub-list for method output_type
+	39, // [39:43] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_policyd_v1_policy_proto_init() }

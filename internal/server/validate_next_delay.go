@@ -1,0 +1,104 @@
+package server
+
+import (
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/policy"
+)
+
+const (
+	// maxAttempt bounds NextDelayRequest.attempt; no strategy allows more.
+	maxAttempt = 1000
+	// maxElapsed bounds NextDelayRequest.elapsed.
+	maxElapsed = 30 * 24 * time.Hour
+)
+
+// ValidateNextDelayRequest checks req against policyd's request limits and
+// the profiles of p, and returns the first violation as a *FieldError, or
+// nil. The server and the offline `policyd next-delay` both apply it.
+//
+//   - exactly one of failure and failure_type is given; failure is checked
+//     as ValidateClassifyRequest checks it, failure_type is a known value;
+//   - attempt is 1..1000 (the attempts made, the failed one included);
+//   - profile is empty (meaning "default") or a profile of p; an unknown
+//     profile is a bad argument, not a missing resource;
+//   - elapsed is valid, non-negative and at most 30 days;
+//   - deadline, when set, is a valid timestamp (a past one is allowed: the
+//     decision is to stop);
+//   - safety is a known value;
+//   - context_id is empty or a UUID.
+func ValidateNextDelayRequest(req *policydv1.NextDelayRequest, p *policy.Policy) error {
+	f, ft := req.GetFailure(), req.GetFailureType()
+	switch {
+	case f == nil && ft == policydv1.FailureType_FAILURE_TYPE_UNSPECIFIED:
+		return fieldErrorf("failure", "give failure or failure_type")
+	case f != nil && ft != policydv1.FailureType_FAILURE_TYPE_UNSPECIFIED:
+		return fieldErrorf("failure_type", "give failure or failure_type, not both")
+	case f != nil:
+		if err := validateFailure(f); err != nil {
+			return err
+		}
+	case policydv1.FailureType_name[int32(ft)] == "":
+		return fieldErrorf("failure_type", "unknown value %d", ft)
+	}
+	if a := req.GetAttempt(); a < 1 {
+		return fieldErrorf("attempt", "must be at least 1 (the number of attempts made, the failed one included)")
+	} else if a > maxAttempt {
+		return fieldErrorf("attempt", "must be at most %d, got %d", maxAttempt, a)
+	}
+	if err := validateProfileIn(p, req.GetProfile()); err != nil {
+		return err
+	}
+	if e := req.GetElapsed(); e != nil {
+		if err := e.CheckValid(); err != nil {
+			return fieldErrorf("elapsed", "invalid duration: %v", err)
+		}
+		if d := e.AsDuration(); d < 0 {
+			return fieldErrorf("elapsed", "must not be negative, got %v", d)
+		} else if d > maxElapsed {
+			return fieldErrorf("elapsed", "must be at most 30 days, got %v", d)
+		}
+	}
+	if dl := req.GetDeadline(); dl != nil {
+		if err := dl.CheckValid(); err != nil {
+			return fieldErrorf("deadline", "invalid timestamp: %v", err)
+		}
+	}
+	if s := req.GetSafety(); policydv1.OperationSafety_name[int32(s)] == "" {
+		return fieldErrorf("safety", "unknown value %d", s)
+	}
+	if id := req.GetContextId(); id != "" {
+		if _, err := uuid.Parse(id); err != nil {
+			return fieldErrorf("context_id", "must be empty or a UUID, got %q", truncate(id, 64))
+		}
+	}
+	// options: both switches are booleans; any value is valid.
+	return nil
+}
+
+// validateProfileIn checks that name is empty (the default profile) or a
+// profile of p; the error lists the known profiles.
+func validateProfileIn(p *policy.Policy, name string) error {
+	if err := validateName("profile", name); err != nil {
+		return err
+	}
+	if name == "" {
+		name = policy.DefaultProfile
+	}
+	if _, ok := p.Profiles[name]; !ok {
+		return fieldErrorf("profile", "unknown profile %q; known: %s", name, strings.Join(p.ProfileNames(), ", "))
+	}
+	return nil
+}
+
+// truncate shortens s to at most n bytes for an error message.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
