@@ -23,7 +23,8 @@ func (p *Policy) NextDelay(req *policydv1.NextDelayRequest, now time.Time, rnd s
 		cls = p.Classifier.Classify(req.GetFailure(), opts, prof.Name)
 		failureType = cls.GetFailureType()
 	}
-	strat := prof.StrategyFor(failureType)
+	applied := prof.applied[failureType]
+	strat := applied.strategy
 	if cls == nil {
 		cls = &policydv1.Classification{FailureType: failureType, Retryable: strat.Retry, Rule: "request.failure_type",
 			Reason: "the caller gave the failure type", RecoveryAction: recoveryFor(strat)}
@@ -46,16 +47,11 @@ func (p *Policy) NextDelay(req *policydv1.NextDelayRequest, now time.Time, rnd s
 	if ra := cls.GetRetryAfter(); ra != nil {
 		in.RetryAfter, in.HasRetryAfter = ra.AsDuration(), true
 	}
-	if p.Caps.MaxRetryAfter > 0 && (strat.HintCeiling == 0 || p.Caps.MaxRetryAfter < strat.HintCeiling) && strat.HonorRetryAfter {
-		strat.HintCeiling = p.Caps.MaxRetryAfter
-	}
 
 	d := &policydv1.Decision{
 		Classification: cls,
 		Safety:         safety,
-		Strategy: &policydv1.AppliedStrategy{
-			Name: strat.Name, Summary: strat.String(), Parameters: StrategyProto(strat),
-		},
+		Strategy:       applied.proto,
 	}
 	// Stream rules apply to failures that would otherwise be retried, so a
 	// connect-phase 401 still stops as not retryable.

@@ -55,6 +55,11 @@ type Profile struct {
 	MidStreamNeedsFetchErrors bool
 	// IdempotentMethods are HTTP methods safe to repeat besides GET, HEAD, OPTIONS.
 	IdempotentMethods []string
+	// applied holds, per failure type, the strategy with the global caps
+	// applied and its API rendering, built once per policy so that a
+	// decision does not re-render it.
+	applied map[policydv1.FailureType]appliedStrategy
+
 	// Budget is the total time allowed since the first attempt (the request's
 	// elapsed); a retry that would exceed it stops. 0: none (seed 000 shares
 	// one timeout across attempts; callers can also send a deadline).
@@ -69,6 +74,28 @@ func (p *Profile) StrategyFor(t policydv1.FailureType) strategy.Strategy {
 	}
 	s.Name = p.Name + "/" + strings.TrimPrefix(t.String(), "FAILURE_TYPE_")
 	return s
+}
+
+// appliedStrategy is a strategy ready for decisions.
+type appliedStrategy struct {
+	strategy strategy.Strategy
+	proto    *policydv1.AppliedStrategy // shared by responses: never mutate
+}
+
+// prepare renders the profile's strategy for every failure type, with the
+// caps' Retry-After ceiling applied.
+func (p *Profile) prepare(caps Caps) {
+	p.applied = make(map[policydv1.FailureType]appliedStrategy, len(policydv1.FailureType_name))
+	for v := range policydv1.FailureType_name {
+		t := policydv1.FailureType(v)
+		s := p.StrategyFor(t)
+		if caps.MaxRetryAfter > 0 && s.HonorRetryAfter && (s.HintCeiling == 0 || caps.MaxRetryAfter < s.HintCeiling) {
+			s.HintCeiling = caps.MaxRetryAfter
+		}
+		p.applied[t] = appliedStrategy{strategy: s, proto: &policydv1.AppliedStrategy{
+			Name: s.Name, Summary: s.String(), Parameters: StrategyProto(s),
+		}}
+	}
 }
 
 // ProfileNames returns the profile names, sorted.
@@ -155,6 +182,7 @@ func build(fileData []byte, file string, caps Caps) (*Policy, error) {
 	}
 	out := &Policy{Profiles: make(map[string]*Profile, len(profiles)), Classifier: c, Caps: caps, Source: source}
 	for name, pp := range profiles {
+		pp.profile.prepare(caps)
 		out.Profiles[name] = pp.profile
 	}
 	if _, ok := out.Profiles[DefaultProfile]; !ok {
