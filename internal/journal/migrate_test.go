@@ -1,0 +1,99 @@
+package journal_test
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/policyd/policyd/internal/journal"
+	"github.com/policyd/policyd/internal/journal/journaltest"
+)
+
+// relations lists the journal's tables and views in the database.
+func relations(t *testing.T, url string) []string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT table_name FROM information_schema.tables
+		WHERE table_schema = 'public' AND table_name <> 'policyd_schema_version'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(names)
+	return names
+}
+
+var schema = []string{
+	"error_reports", "journal_failed_contexts", "journal_failures_per_hour", "journal_retry_success_rate",
+	"journal_wait_per_context", "journal_wait_per_provider", "retry_attempts", "retry_contexts",
+}
+
+func TestMigrateUpDownUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := journaltest.EmptyDatabaseURL(t)
+	steps := []struct {
+		name    string
+		migrate func() error
+		want    []string
+	}{
+		{"up on an empty database", func() error { return journal.Migrate(ctx, url) }, schema},
+		{"up again changes nothing", func() error { return journal.Migrate(ctx, url) }, schema},
+		{"down to nothing", func() error { return journal.MigrateTo(ctx, url, 0) }, nil},
+		{"up again", func() error { return journal.Migrate(ctx, url) }, schema},
+	}
+	for _, step := range steps {
+		if err := step.migrate(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if got := relations(t, url); !slices.Equal(got, step.want) {
+			t.Fatalf("%s: relations = %v, want %v", step.name, got, step.want)
+		}
+	}
+	// The migrated schema works.
+	s := openStoreAt(t, url)
+	c := begin(t, s, journal.Context{Tenant: "t"})
+	record(t, s, "t", journal.Attempt{ContextID: c.ID, Attempt: 1})
+}
+
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := journaltest.EmptyDatabaseURL(t)
+	const replicas = 4
+	var wg sync.WaitGroup
+	errs := make([]error, replicas)
+	for i := range replicas {
+		wg.Go(func() { errs[i] = journal.Migrate(ctx, url) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: Migrate: %v", i, err)
+		}
+	}
+	if got := relations(t, url); !slices.Equal(got, schema) {
+		t.Fatalf("relations = %v, want %v", got, schema)
+	}
+}
+
+func TestMigrateBadURL(t *testing.T) {
+	t.Parallel()
+	err := journal.Migrate(context.Background(), "postgres://%zz")
+	wantField(t, err, "database_url")
+	// Nothing listens on port 1.
+	err = journal.Migrate(context.Background(), "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
+	wantErr(t, err, journal.ErrUnavailable)
+}

@@ -1,0 +1,54 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// pruneStatementTimeout bounds one Prune statement. It is far longer than
+// the store's timeout for ordinary calls: deleting 10,000 contexts with
+// their attempts can take a while on a slow disk, and a slow prune is no
+// sign that the database is down.
+const pruneStatementTimeout = 5 * time.Minute
+
+// Prune deletes the finished contexts (resolved, failed or abandoned) that
+// started before olderThan, with their attempts and reports, and returns how
+// many contexts it deleted. Contexts still in progress are kept whatever
+// their age. It deletes in batches of 10,000 contexts, each its own short
+// transaction so that pruning a large journal never holds locks for long,
+// and stops between batches when ctx is done (returning what it deleted so
+// far with ctx's error).
+func (s *Store) Prune(ctx context.Context, olderThan time.Time) (int64, error) {
+	if olderThan.IsZero() {
+		return 0, fmt.Errorf("prune: %w", invalid("older_than", "is required"))
+	}
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("prune: %w", err)
+		}
+		if !s.healthy.Load() {
+			return total, s.errDown("prune")
+		}
+		stmtCtx, cancel := context.WithTimeout(ctx, pruneStatementTimeout)
+		tag, err := s.pool.Exec(stmtCtx, `
+			DELETE FROM retry_contexts WHERE id IN (
+				SELECT id FROM retry_contexts
+				WHERE started_at < $1 AND outcome <> 'in_progress'
+				ORDER BY started_at
+				LIMIT $2
+				FOR UPDATE SKIP LOCKED)`, olderThan, s.cfg.pruneBatch)
+		err = translate(stmtCtx, "prune", err)
+		cancel()
+		s.observe(err)
+		if err != nil {
+			return total, err
+		}
+		n := tag.RowsAffected()
+		total += n
+		if n < int64(s.cfg.pruneBatch) {
+			return total, nil
+		}
+	}
+}
