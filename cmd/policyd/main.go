@@ -33,6 +33,8 @@ Commands:
   classify       classify one failure offline and print the result as JSON
   next-delay     decide what to do after a failed attempt, offline, as JSON
   check-policy   check a policy file
+  migrate        apply the journal's schema migrations
+  prune          delete finished journal contexts older than an age
   version        print the version
   help           print this help, or a command's: policyd help <command>
 
@@ -56,6 +58,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return nextDelay(rest, stdin, stdout)
 	case "check-policy":
 		return checkPolicy(rest, stdout)
+	case "migrate":
+		return migrateCmd(ctx, rest, stdout)
+	case "prune":
+		return pruneCmd(ctx, rest, stdout)
 	case "version":
 		return printVersion(rest, stdout)
 	case "help":

@@ -46,6 +46,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	format := fs.String("log-format", "text", "log `format`: text or json")
 	policyFile := fs.String("policy", os.Getenv("POLICYD_POLICY"),
 		"policy `file` adding to the built-in profiles and rules, reloaded on change and SIGHUP (env POLICYD_POLICY)")
+	databaseURL := fs.String("database-url", os.Getenv("DATABASE_URL"),
+		"PostgreSQL `url` of the RetryContext journal; migrated at start-up. Empty: the journal is off (env DATABASE_URL)")
+	journalTimeout := fs.Duration("journal-timeout", server.DefaultJournalTimeout,
+		"how long NextDelay waits for its journal commit before answering journaled=false")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
@@ -57,7 +61,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageErrorf("serve: %v", err)
 	}
-	ps := server.NewPolicyServer(pol)
+	var psOpts []server.Option
+	if *databaseURL != "" {
+		store, err := openJournal(ctx, *databaseURL, logger)
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		defer store.Close() // after the server stopped: flushes the writer
+		psOpts = append(psOpts, server.WithJournal(store, *journalTimeout))
+	} else {
+		logger.Info("journal off: pass --database-url or DATABASE_URL to record RetryContexts")
+	}
+	ps := server.NewPolicyServer(pol, psOpts...)
 	rl, err := newReloader(*policyFile, os.Getenv, ps.SetPolicy, logger)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -74,7 +89,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	gs, hs := server.NewGRPCServer(ps, logger)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
-	logger.Info("serving", "addr", lis.Addr().String(), "policy", pol.Source, "profiles", len(pol.Profiles))
+	logger.Info("serving", "addr", lis.Addr().String(), "policy", pol.Source, "profiles", len(pol.Profiles),
+		"journal", *databaseURL != "")
 
 	select {
 	case err := <-served:

@@ -58,9 +58,14 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...grpc.ServerOpt
 	}, opts...)...)
 
 	policydv1.RegisterPolicyServiceServer(gs, ps)
+	// The journal service is always registered, so that without a database
+	// its RPCs say how to turn it on (FAILED_PRECONDITION) instead of
+	// UNIMPLEMENTED.
+	policydv1.RegisterJournalServiceServer(gs, NewJournalServer(ps.journal, ps))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(policydv1.PolicyService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(policydv1.JournalService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	return gs, hs

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/strategy"
 )
@@ -22,6 +23,21 @@ type PolicyServer struct {
 	policy atomic.Pointer[policy.Policy]
 	now    func() time.Time
 	rand   strategy.Rand
+
+	journal        *journal.Store // nil: decisions are not journaled
+	journalTimeout time.Duration
+}
+
+// WithJournal makes NextDelay record the attempt and its decision when the
+// request names a context_id, waiting at most timeout (0:
+// DefaultJournalTimeout) for the commit.
+func WithJournal(store *journal.Store, timeout time.Duration) Option {
+	return func(s *PolicyServer) {
+		if timeout <= 0 {
+			timeout = DefaultJournalTimeout
+		}
+		s.journal, s.journalTimeout = store, timeout
+	}
 }
 
 // Option configures a PolicyServer.
@@ -79,13 +95,17 @@ func (s *PolicyServer) Classify(_ context.Context, req *policydv1.ClassifyReques
 
 // NextDelay validates req (see ValidateNextDelayRequest) and decides what to
 // do after the failed attempt, with the server's clock and jitter source.
-// The journal is not there yet: a decision is never journaled.
-func (s *PolicyServer) NextDelay(_ context.Context, req *policydv1.NextDelayRequest) (*policydv1.NextDelayResponse, error) {
+// With a context_id and the journal on, the attempt and decision are
+// recorded in the same call; Decision.journaled says whether they were
+// committed. A journal that is down or slow never fails the call.
+func (s *PolicyServer) NextDelay(ctx context.Context, req *policydv1.NextDelayRequest) (*policydv1.NextDelayResponse, error) {
 	p := s.policy.Load()
 	if err := ValidateNextDelayRequest(req, p); err != nil {
 		return nil, err
 	}
-	return &policydv1.NextDelayResponse{Decision: p.NextDelay(req, s.now(), s.rand)}, nil
+	d := p.NextDelay(req, s.now(), s.rand)
+	d.Journaled = s.journalDecision(ctx, req, d)
+	return &policydv1.NextDelayResponse{Decision: d}, nil
 }
 
 // ListProfiles returns every profile in force, sorted by name.

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/policyd/policyd/internal/journal"
 )
 
 // NotFoundError is a request for something that does not exist, e.g. an
@@ -29,6 +31,9 @@ func notFoundf(format string, args ...any) *NotFoundError {
 //   - a *FieldError becomes codes.InvalidArgument naming the field, with an
 //     errdetails.BadRequest FieldViolation detail;
 //   - a *NotFoundError becomes codes.NotFound with its message;
+//   - journal errors: *journal.InvalidError is InvalidArgument naming the
+//     field, journal.ErrNotFound NotFound, journal.ErrUnavailable
+//     Unavailable, ErrJournalOff FailedPrecondition saying how to turn it on;
 //   - a context error becomes codes.Canceled or codes.DeadlineExceeded;
 //   - an error that already is a status passes through;
 //   - anything else is logged and becomes codes.Internal with no internals.
@@ -47,6 +52,17 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 	}
 	if nf, ok := errors.AsType[*NotFoundError](err); ok {
 		return status.Error(codes.NotFound, nf.Error())
+	}
+	if ie, ok := errors.AsType[*journal.InvalidError](err); ok {
+		return toStatus(ctx, logger, method, &FieldError{Field: ie.Field, Description: ie.Description})
+	}
+	switch {
+	case errors.Is(err, ErrJournalOff):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, journal.ErrNotFound):
+		return status.Error(codes.NotFound, "context not found")
+	case errors.Is(err, journal.ErrUnavailable):
+		return status.Error(codes.Unavailable, "the journal database is unavailable; retry later (recording is idempotent)")
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return status.FromContextError(err).Err()

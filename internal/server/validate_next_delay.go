@@ -4,8 +4,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/policy"
 )
@@ -71,10 +69,8 @@ func ValidateNextDelayRequest(req *policydv1.NextDelayRequest, p *policy.Policy)
 	if s := req.GetSafety(); policydv1.OperationSafety_name[int32(s)] == "" {
 		return fieldErrorf("safety", "unknown value %d", s)
 	}
-	if id := req.GetContextId(); id != "" {
-		if _, err := uuid.Parse(id); err != nil {
-			return fieldErrorf("context_id", "must be empty or a UUID, got %q", truncate(id, 64))
-		}
+	if err := validateContextID(req.GetContextId(), false); err != nil {
+		return err
 	}
 	// options: both switches are booleans; any value is valid.
 	return nil
