@@ -20,7 +20,17 @@ export GOBIN := $(BIN)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LISTEN   ?= 127.0.0.1:7433
 FUZZTIME ?= 5s
+
+# The private PostgreSQL clusters (scripts/pg.sh): `make run` keeps its journal in PG_DIR between
+# runs; `make test` makes a throwaway one in TEST_PG_DIR and removes it afterwards.
+PG_DIR       ?= $(CURDIR)/.run/pg
+PG_PORT      ?= 54320
+TEST_PG_DIR  ?= $(CURDIR)/.run/pg-test
+TEST_PG_PORT ?= 54329
 GO_TEST_FLAGS ?= -race -shuffle=on -count=1
+
+# Every folder `make generate` writes, checked current by `make test`.
+GENERATED := gen clients/go/internal/gen
 
 # Every fuzz target, as package:FuzzName; `make fuzz` runs each for FUZZTIME.
 FUZZ_TARGETS := \
@@ -36,18 +46,40 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2} /^##@/ {printf "\n%s\n", substr($$0, 5)}' $(MAKEFILE_LIST)
 
 .PHONY: run
-run: build $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Build and serve policyd on LISTEN (default 127.0.0.1:7433).
-	@echo "policyd: serving on $(LISTEN); try:"
-	@echo "  $(BIN)/grpcurl -plaintext $(LISTEN) list"
-	exec ./bin/policyd serve --listen $(LISTEN)
+run: build $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Serve policyd on LISTEN with a journal: DATABASE_URL, else a private cluster in .run/pg.
+	@url="$${DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then url=$$(scripts/pg.sh start $(PG_DIR) $(PG_PORT)); fi; \
+	echo; \
+	echo "policyd: serving on $(LISTEN), journal in $$url"; \
+	echo "  gRPC:   $(BIN)/grpcurl -plaintext $(LISTEN) list"; \
+	echo "  SQL:    psql '$$url' -c 'SELECT * FROM journal_failed_contexts'"; \
+	echo "  demo:   scripts/failing-run.sh $(LISTEN)   (a failed run, its error report, the views)"; \
+	echo "  stop:   Ctrl-C, then 'make stop' to stop the private PostgreSQL"; \
+	echo; \
+	exec ./bin/policyd serve --listen $(LISTEN) --database-url "$$url"
+
+.PHONY: stop
+stop: ## Stop the private PostgreSQL cluster that `make run` started.
+	scripts/pg.sh stop $(PG_DIR) $(PG_PORT)
 
 .PHONY: test
-test: check-generate lint go-test fuzz-short ## Everything: generated code current, lint, tests with -race, short fuzz runs.
+test: ## Everything: generated code current, lint, tests with -race (PostgreSQL included), short fuzz runs.
+	@if [ -n "$${TEST_DATABASE_URL:-}" ]; then \
+		$(MAKE) --no-print-directory test-all; \
+	else \
+		rm -rf $(TEST_PG_DIR); \
+		trap 'scripts/pg.sh stop $(TEST_PG_DIR) $(TEST_PG_PORT) || true; rm -rf $(TEST_PG_DIR)' EXIT; \
+		url=$$(scripts/pg.sh start $(TEST_PG_DIR) $(TEST_PG_PORT)); \
+		TEST_DATABASE_URL=$$url $(MAKE) --no-print-directory test-all; \
+	fi
+
+.PHONY: test-all
+test-all: check-generate lint go-test fuzz-short # `make test` with TEST_DATABASE_URL set.
 
 ##@ Parts of `make test`
 
 .PHONY: go-test
-go-test: ## Run the Go tests with -race.
+go-test: build $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Run the Go tests with -race (TEST_DATABASE_URL, else private clusters).
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: fuzz-short
@@ -76,10 +108,10 @@ generate: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_V
 	buf generate
 
 .PHONY: check-generate
-check-generate: generate ## Fail if gen/ differs from what `make generate` produces.
-	@if [ -n "$$(git status --porcelain -- gen)" ]; then \
-		echo "gen/ is not current: run 'make generate' and commit the result:"; \
-		git status --porcelain -- gen; git --no-pager diff --stat -- gen; exit 1; fi
+check-generate: generate ## Fail if the generated code differs from what `make generate` produces.
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
+		echo "generated code is not current: run 'make generate' and commit the result:"; \
+		git status --porcelain -- $(GENERATED); git --no-pager diff --stat -- $(GENERATED); exit 1; fi
 
 .PHONY: breaking
 breaking: $(STAMPS)/buf-$(BUF_VERSION) ## Check proto changes against main for WIRE_JSON breakage.

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/journal/journaltest"
 )
 
 // binDir holds the policyd binary built for this test binary's e2e tests.
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	code := m.Run()
+	code := journaltest.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -61,16 +61,17 @@ func migrateCmd(ctx context.Context, args []string, stdout io.Writer) error {
 
 const pruneUsage = `Usage: policyd prune --older-than AGE [--database-url URL]
 
-Deletes finished RetryContexts (with their attempts and error reports)
-started more than AGE ago, so the journal does not grow without bound.
-AGE is a Go duration or a number of days: 720h, 30d. Contexts still in
-progress are kept. Run it from cron or a Kubernetes CronJob.
+Deletes the RetryContexts (with their attempts and error reports) started
+more than AGE ago, so the journal does not grow without bound; a context
+still in progress after AGE was left by an agent that died, and goes too.
+AGE is a Go duration or a number of days: 720h, 30d. Run it from cron or a
+Kubernetes CronJob.
 `
 
 func pruneCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("prune", pruneUsage)
 	databaseURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL `url` of the journal (env DATABASE_URL)")
-	olderThan := fs.String("older-than", "", "delete finished contexts started more than this `age` ago, e.g. 30d or 720h")
+	olderThan := fs.String("older-than", "", "delete the contexts started more than this `age` ago, e.g. 30d or 720h")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}

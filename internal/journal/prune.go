@@ -12,10 +12,11 @@ import (
 // sign that the database is down.
 const pruneStatementTimeout = 5 * time.Minute
 
-// Prune deletes the finished contexts (resolved, failed or abandoned) that
-// started before olderThan, with their attempts and reports, and returns how
-// many contexts it deleted. Contexts still in progress are kept whatever
-// their age. It deletes in batches of 10,000 contexts, each its own short
+// Prune deletes the contexts that started before olderThan, with their
+// attempts and reports, and returns how many contexts it deleted. That
+// includes contexts still in progress: a retry context is seconds or minutes
+// long, so one still open after the retention age was left by an agent that
+// died, and keeping it would let the journal grow without bound. It deletes in batches of 10,000 contexts, each its own short
 // transaction so that pruning a large journal never holds locks for long,
 // and stops between batches when ctx is done (returning what it deleted so
 // far with ctx's error).
@@ -35,7 +36,7 @@ func (s *Store) Prune(ctx context.Context, olderThan time.Time) (int64, error) {
 		tag, err := s.pool.Exec(stmtCtx, `
 			DELETE FROM retry_contexts WHERE id IN (
 				SELECT id FROM retry_contexts
-				WHERE started_at < $1 AND outcome <> 'in_progress'
+				WHERE started_at < $1
 				ORDER BY started_at
 				LIMIT $2
 				FOR UPDATE SKIP LOCKED)`, olderThan, s.cfg.pruneBatch)

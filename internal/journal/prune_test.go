@@ -24,8 +24,9 @@ func TestPrune(t *testing.T) {
 		{t0.Add(time.Hour), journal.OutcomeResolved, true},
 		{t0.Add(2 * time.Hour), journal.OutcomeAbandoned, true},
 		{t0.Add(3 * time.Hour), journal.OutcomeResolved, true},
-		{t0.Add(4 * time.Hour), journal.OutcomeInProgress, false}, // old but still running
-		{cutoff, journal.OutcomeFailed, false},                    // not before the cut-off
+		{t0.Add(4 * time.Hour), journal.OutcomeInProgress, true}, // left open by a dead agent
+		{cutoff, journal.OutcomeFailed, false},                   // not before the cut-off
+		{cutoff.Add(time.Hour), journal.OutcomeInProgress, false},
 	} {
 		c := begin(t, s, journal.Context{Tenant: "acme", StartedAt: sp.start})
 		record(t, s, "acme", journal.Attempt{ContextID: c.ID, Attempt: 1, FailureType: "AUTH_INVALID", At: sp.start})

@@ -94,14 +94,18 @@ func sharedServer(t testing.TB) *Server {
 // one was started. Use it as TestMain:
 //
 //	func TestMain(m *testing.M) { journaltest.Main(m) }
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main for a TestMain with more to clean up: it runs the tests,
+// stops the private cluster and returns the exit code.
+func Run(m *testing.M) int {
 	code := m.Run()
 	if shared.srv != nil && shared.srv.dir != "" {
 		if err := shared.srv.shutdown(); err != nil {
 			fmt.Fprintln(os.Stderr, "journaltest:", err)
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // NewServer starts a private cluster for t alone, stopped and removed when

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/policyd/policyd/internal/journal/journaltest"
+)
+
+// grpcurlBinary finds grpcurl on PATH or in the repository's .bin, where
+// `make tools` (and `make test`) install it.
+func grpcurlBinary(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("grpcurl"); err == nil {
+		return p
+	}
+	p, err := filepath.Abs("../../.bin/grpcurl")
+	if err == nil {
+		if _, err = os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Skip("grpcurl is not installed: run 'make tools' (make test installs it)")
+	return ""
+}
+
+// The "done when" of the journal: a daemon serving with --database-url on an
+// empty database migrates it, and a failing run recorded through grpcurl
+// (scripts/failing-run.sh) shows up in GetErrorReport and in the views.
+func TestServeJournalFailingRunE2E(t *testing.T) {
+	t.Parallel()
+	grpcurl := grpcurlBinary(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	url := journaltest.EmptyDatabaseURL(t)
+	d := startDaemon(t, ctx, "--database-url", url)
+
+	cmd := exec.CommandContext(ctx, "bash", "../../scripts/failing-run.sh", d.addr, url)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(grpcurl)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("failing-run.sh: %v\n%s\ndaemon:\n%s", err, out, d.logs.String())
+	}
+	m := regexp.MustCompile(`(?m)^context_id=([0-9a-f-]{36})$`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("failing-run.sh printed no context_id:\n%s", out)
+	}
+	id := string(m[1])
+	for _, want := range []string{
+		`"journaled": true`,
+		`Root cause: AUTH_INVALID (rule auth.invalid)`,
+		`Recovery: Fix the API credentials`,
+		`Unrecoverable: yes`,
+		`#2  `, `RATE_LIMIT    429  retry in 2.2s`,
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("failing-run.sh output lacks %q:\n%s", want, out)
+		}
+	}
+	_, rows := journaltest.Query(t, url, `SELECT root_cause_type, attempt_count, total_wait_ms FROM journal_failed_contexts WHERE context_id = $1`, id)
+	if len(rows) != 1 || rows[0][0] != "AUTH_INVALID" || rows[0][1] != "3" {
+		t.Errorf("journal_failed_contexts for %s = %v, want one AUTH_INVALID row after 3 attempts", id, rows)
+	}
+	_, rows = journaltest.Query(t, url, `SELECT provider, attempts, retries FROM journal_wait_per_provider`)
+	if len(rows) != 1 || strings.Join(rows[0], " ") != "openai 3 2" {
+		t.Errorf("journal_wait_per_provider = %v, want openai with 3 attempts, 2 retries", rows)
+	}
+}
+
+// policyd migrate applies the migrations to an empty database, and again is
+// a no-op; prune deletes by age and names its flag when the age is bad.
+func TestMigrateAndPruneCommandsE2E(t *testing.T) {
+	t.Parallel()
+	bin := policydBinary(t)
+	url := journaltest.EmptyDatabaseURL(t)
+	runCommand(t, bin, "", []string{"migrate", "--database-url", url}, 0, "is up to date", "")
+	runCommand(t, bin, "", []string{"migrate", "--database-url", url}, 0, "is up to date", "")
+	_, rows := journaltest.Query(t, url, `SELECT count(*) FROM information_schema.views WHERE table_name LIKE 'journal_%'`)
+	if rows[0][0] != "5" {
+		t.Errorf("after migrate, %s journal views, want 5", rows[0][0])
+	}
+	if _, err := exec.Command(bin, "prune", "--database-url", url, "--older-than", "30d").CombinedOutput(); err != nil {
+		t.Fatalf("prune --older-than 30d: %v", err)
+	}
+	runCommand(t, bin, "", []string{"prune", "--database-url", url, "--older-than", "soon"}, 2, "", "--older-than")
+	runCommand(t, bin, "", []string{"prune", "--database-url", url}, 2, "", "--older-than")
+	runCommand(t, bin, "", []string{"migrate"}, 2, "", "--database-url")
+}
