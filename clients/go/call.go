@@ -1,0 +1,78 @@
+package policyd
+
+import (
+	"context"
+	"time"
+)
+
+// Call describes the operation Do retries. Every field is optional; the
+// provider, model, operation and method help policyd classify failures and
+// decide whether the operation may be repeated.
+type Call struct {
+	// Provider, e.g. "openai", "anthropic", "google", "web".
+	Provider string
+	// Model, e.g. "gpt-4o".
+	Model string
+	// Operation is what is being done: "chat", "chat.stream", "web_fetch",
+	// "task", "shell.exec", ...; it decides operation safety.
+	Operation string
+	// Method is the HTTP method; when empty, the one a failed request
+	// carried is used. GET, HEAD and OPTIONS may be repeated; other methods
+	// only for model operations, or when Safety says so.
+	Method string
+	// Profile names the policyd profile; empty: the client's (WithProfile),
+	// else "default".
+	Profile string
+	// Safety overrides the operation safety policyd derives.
+	Safety Safety
+	// Timeout, when positive, bounds the whole call, all attempts and waits
+	// included (one budget shared across attempts); the context's deadline
+	// bounds it too.
+	Timeout time.Duration
+	// RetryFetchErrors retries a generic fetch failure that carries no
+	// network code, and (agent_cli) network failures mid-stream (seed 000).
+	RetryFetchErrors bool
+	// NoContinuation stops instead of continuing an invalid stream once
+	// with the continuation prompt (seed 001's continueOnFailedApiCall off).
+	NoContinuation bool
+
+	// ContextID is the journal's RetryContext id, a UUID; setting it
+	// journals the call whatever WithJournal says. Empty: the client makes
+	// one when the call is journaled.
+	ContextID string
+	// Agent names the agent in the journal; empty: the client's (WithAgent).
+	Agent string
+	// Labels are free-form journal labels, e.g. {"run": "nightly"}.
+	Labels map[string]string
+
+	// Fallback is called when policyd answers FALL_BACK; nil: the client's
+	// (WithFallback), else FALL_BACK stops the call like STOP.
+	Fallback FallbackFunc
+}
+
+// FallbackFunc handles a FALL_BACK decision. It gets the call as it stands
+// and returns the call to continue with — usually the same call with
+// another Provider or Model, which the operation then uses (it reads them
+// from variables it shares with the FallbackFunc) — or an error, which Do
+// returns as is. The next attempt starts at once; the attempt count goes
+// on, so the journal keeps one context across providers. Do calls it at
+// most MaxFallbacks times per call.
+type FallbackFunc func(ctx context.Context, call Call, fb Fallback) (Call, error)
+
+// MaxFallbacks bounds how often one Do falls back, so that a FallbackFunc
+// that always continues cannot loop forever.
+const MaxFallbacks = 3
+
+// Fallback is the hint a FallbackFunc gets.
+type Fallback struct {
+	// Kind is what to fall back to, e.g. FallbackOtherProvider.
+	Kind FallbackKind
+	// Reason says why, e.g. "2 attempts failed; fall back to OTHER_PROVIDER".
+	Reason string
+	// Err is the failed attempt's error.
+	Err error
+	// Attempt is the failed attempt's number.
+	Attempt int
+	// Decision is policyd's whole answer.
+	Decision Decision
+}

@@ -1,0 +1,348 @@
+package policyd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	policydv1 "github.com/policyd/policyd/clients/go/internal/gen/policyd/v1"
+)
+
+// Client runs operations under policyd's retry policy. It is safe for
+// concurrent use; make one per process and Close it at exit.
+type Client struct {
+	cfg     config
+	conn    *grpc.ClientConn // owned (Dial); nil for New
+	addr    string
+	policy  policydv1.PolicyServiceClient
+	journal policydv1.JournalServiceClient
+
+	degraded atomic.Bool // the last RPC failed: policyd is unreachable or slow
+	warned   sync.Map    // warnings given once per client
+	bg       sync.WaitGroup
+}
+
+// Dial returns a Client of the policyd at addr (host:port); an empty addr
+// means $POLICYD_ADDR, else DefaultAddr. It does not connect: a daemon that
+// is down when Dial runs (or later) makes the client fail open, not fail.
+// The connection is plaintext unless WithDialOptions says otherwise.
+func Dial(addr string, opts ...Option) (*Client, error) {
+	if addr == "" {
+		addr = os.Getenv(EnvAddr)
+	}
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	cfg := newConfig(opts)
+	dialOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.dialOptions...)
+	conn, err := grpc.NewClient(addr, dialOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("policyd: dial %q: %w", addr, err)
+	}
+	c := newClient(conn, cfg)
+	c.conn, c.addr = conn, addr
+	return c, nil
+}
+
+// New returns a Client over an existing connection, which the caller keeps
+// owning (Close does not close it).
+func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
+	return newClient(conn, newConfig(opts))
+}
+
+func newClient(conn grpc.ClientConnInterface, cfg config) *Client {
+	return &Client{
+		cfg:     cfg,
+		policy:  policydv1.NewPolicyServiceClient(conn),
+		journal: policydv1.NewJournalServiceClient(conn),
+	}
+}
+
+// Close waits for journal records still being sent (each bounded by the
+// daemon timeout) and closes the connection Dial opened.
+func (c *Client) Close() error {
+	c.bg.Wait()
+	if c.conn != nil {
+		return c.conn.Close()
+	}
+	return nil
+}
+
+// AttemptFunc is one attempt of an operation; attempt counts from 1. It
+// should honour ctx, which carries the caller's deadline and cancellation.
+type AttemptFunc func(ctx context.Context, attempt int) error
+
+// Do runs fn until it succeeds or policyd says to stop. After a failure it
+// maps the error (FailureFromError), asks policyd's NextDelay, and then
+// waits the delay and tries again, stops, or hands the fallback hint to the
+// call's FallbackFunc. The wait ends at once when ctx is done, and never
+// runs past ctx's deadline.
+//
+// Do returns nil on success; otherwise an *Error carrying the last
+// attempt's error (errors.Is/As reach it), the decision and its recovery
+// action, or the error a FallbackFunc returned. On success no RPC is made,
+// except to finish a journaled context that saw failures.
+func (c *Client) Do(ctx context.Context, call Call, fn AttemptFunc) error {
+	if call.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, call.Timeout)
+		defer cancel()
+	}
+	r := c.newRun(ctx, call)
+	for attempt := 1; ; attempt++ {
+		began := c.cfg.clock.Now()
+		err := fn(ctx, attempt)
+		if err == nil {
+			r.finish(ctx, policydv1.Outcome_OUTCOME_RESOLVED)
+			return nil
+		}
+		took := c.cfg.clock.Now().Sub(began)
+		f := r.failure(err)
+		if ctx.Err() != nil {
+			// The caller aborted, or its deadline passed, while the attempt
+			// ran: there is nothing to decide.
+			return r.giveUp(ctx, err, f, attempt, took)
+		}
+		d, ok := r.decide(ctx, f, attempt, took)
+		if !ok {
+			return r.giveUp(ctx, err, f, attempt, took)
+		}
+		c.cfg.logger.DebugContext(ctx, "policyd decision", "attempt", attempt, "action", d.Action.String(),
+			"delay", d.Delay, "failure_type", d.FailureType.String(), "rule", d.Rule, "fail_open", d.FailOpen,
+			"provider", r.call.Provider, "operation", r.call.Operation, "error", err)
+		if c.cfg.onDecision != nil {
+			c.cfg.onDecision(attempt, err, d)
+		}
+		switch d.Action {
+		case ActionRetry:
+			if err := sleep(ctx, c.cfg.clock, d.Delay); err != nil {
+				r.finish(ctx, outcomeOf(ctx))
+				return &Error{Err: r.lastErr, Attempts: attempt, Decision: d, ContextID: r.contextID, ctxErr: err}
+			}
+			continue
+		case ActionFallBack:
+			if fb := r.call.Fallback; fb != nil && r.fallbacks < MaxFallbacks {
+				r.fallbacks++
+				next, ferr := fb(ctx, r.call, Fallback{Kind: d.Fallback, Reason: d.FallbackReason, Err: err, Attempt: attempt, Decision: d})
+				if ferr != nil {
+					r.finish(ctx, policydv1.Outcome_OUTCOME_FAILED)
+					return ferr
+				}
+				r.setCall(next)
+				continue
+			}
+		}
+		r.finish(ctx, policydv1.Outcome_OUTCOME_FAILED)
+		return &Error{Err: err, Attempts: attempt, Decision: d, ContextID: r.contextID}
+	}
+}
+
+// Do runs fn under c's policy, as Client.Do does, and returns its result.
+func Do[T any](ctx context.Context, c *Client, call Call, fn func(ctx context.Context, attempt int) (T, error)) (T, error) {
+	var out T
+	err := c.Do(ctx, call, func(ctx context.Context, attempt int) error {
+		v, err := fn(ctx, attempt)
+		if err == nil {
+			out = v
+		}
+		return err
+	})
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return out, nil
+}
+
+// outcomeOf is how a context that ended the call ends its RetryContext:
+// a passed deadline fails it, a cancellation abandons it.
+func outcomeOf(ctx context.Context) policydv1.Outcome {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return policydv1.Outcome_OUTCOME_FAILED
+	}
+	return policydv1.Outcome_OUTCOME_ABANDONED
+}
+
+// run is the state of one Do.
+type run struct {
+	c         *Client
+	call      Call
+	start     time.Time
+	deadline  time.Time // zero: none
+	lastErr   error
+	fallbacks int
+
+	// The journal (see journal.go).
+	journal   bool
+	contextID string
+	begun     bool
+	pending   []*policydv1.RecordAttemptRequest
+}
+
+func (c *Client) newRun(ctx context.Context, call Call) *run {
+	r := &run{c: c, start: c.cfg.clock.Now()}
+	r.setCall(call)
+	if dl, ok := ctx.Deadline(); ok {
+		r.deadline = dl
+	}
+	r.journal = c.cfg.journal || call.ContextID != ""
+	r.contextID = call.ContextID
+	return r
+}
+
+// setCall makes call the current one, with the client's defaults.
+func (r *run) setCall(call Call) {
+	if call.Profile == "" {
+		call.Profile = r.c.cfg.profile
+	}
+	if call.Agent == "" {
+		call.Agent = r.c.cfg.agent
+	}
+	if call.Fallback == nil {
+		call.Fallback = r.call.Fallback
+	}
+	if call.Fallback == nil {
+		call.Fallback = r.c.cfg.fallback
+	}
+	r.call = call
+}
+
+// failure maps err and adds what the call knows.
+func (r *run) failure(err error) *Failure {
+	r.lastErr = err
+	f := FailureFromError(err)
+	f.Provider, f.Model, f.Operation = r.call.Provider, r.call.Model, r.call.Operation
+	if r.call.Method != "" {
+		f.Method = r.call.Method
+	}
+	return f
+}
+
+// decide asks policyd, or the fail-open policy when policyd cannot answer.
+// ok is false only when ctx ended first.
+func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Duration) (Decision, bool) {
+	c := r.c
+	r.begin(ctx)
+	now := c.cfg.clock.Now()
+	req := &policydv1.NextDelayRequest{
+		Failure:   f.proto(),
+		Attempt:   int32(attempt),
+		Profile:   r.call.Profile,
+		Elapsed:   durationProto(now.Sub(r.start)),
+		Safety:    policydv1.OperationSafety(r.call.Safety),
+		ContextId: r.journalID(),
+		Options:   r.options(),
+	}
+	if !r.deadline.IsZero() {
+		req.Deadline = timestamppb.New(r.deadline)
+	}
+	var resp *policydv1.NextDelayResponse
+	err := c.rpc(ctx, "NextDelay", func(ctx context.Context) (err error) {
+		resp, err = c.policy.NextDelay(ctx, req)
+		return err
+	})
+	if ctx.Err() != nil {
+		return Decision{}, false
+	}
+	var d Decision
+	if err == nil {
+		d = decisionFromProto(resp.GetDecision())
+	} else {
+		d = c.cfg.failOpen.Decide(f, attempt, r.call.Safety, now, r.deadline, c.cfg.rand)
+	}
+	// Whoever decided, never wait past the caller's deadline.
+	if d.Action == ActionRetry && !r.deadline.IsZero() && c.cfg.clock.Now().Add(d.Delay).After(r.deadline) {
+		d.Action, d.StopReason = ActionStop, StopDeadline
+		d.StopText = fmt.Sprintf("waiting %v would pass the deadline", d.Delay.Round(time.Millisecond))
+		d.Delay = 0
+	}
+	if r.journalID() != "" && !d.Journaled {
+		r.record(f, attempt, took, d)
+	}
+	return d, true
+}
+
+func (r *run) options() *policydv1.ClassifyOptions {
+	if !r.call.RetryFetchErrors && !r.call.NoContinuation {
+		return nil
+	}
+	o := &policydv1.ClassifyOptions{RetryFetchErrors: r.call.RetryFetchErrors}
+	if r.call.NoContinuation {
+		off := false
+		o.ContinueOnFailedApiCall = &off
+	}
+	return o
+}
+
+// giveUp ends a call whose context ended: the attempt is journaled (when the
+// call is) and the context finished, in the background.
+func (r *run) giveUp(ctx context.Context, err error, f *Failure, attempt int, took time.Duration) error {
+	if r.journal {
+		if r.contextID == "" {
+			r.contextID = newUUID()
+		}
+		r.record(f, attempt, took, Decision{})
+	}
+	r.finish(ctx, outcomeOf(ctx))
+	return &Error{Err: err, Attempts: attempt, ContextID: r.contextID, ctxErr: context.Cause(ctx)}
+}
+
+// rpc calls policyd with the daemon timeout. A failure that means policyd
+// is unreachable or slow marks the client degraded and warns once per
+// outage; a request policyd refused warns once per method and code.
+func (c *Client) rpc(ctx context.Context, method string, call func(context.Context) error) error {
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.daemonTimeout)
+	defer cancel()
+	err := call(rctx)
+	if err == nil {
+		if c.degraded.CompareAndSwap(true, false) {
+			c.cfg.logger.InfoContext(ctx, "policyd: daemon reachable again; decisions come from policyd", "addr", c.addr)
+		}
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err // the caller's context ended: not the daemon's fault
+	}
+	switch code := status.Code(err); code {
+	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.AlreadyExists,
+		codes.OutOfRange, codes.PermissionDenied, codes.Unauthenticated:
+		c.warnOnce(method+"/"+code.String(), "policyd: the daemon refused a request; "+
+			"deciding with the built-in fail-open policy where a decision was needed", "method", method, "error", err)
+	default:
+		if c.degraded.CompareAndSwap(false, true) {
+			c.cfg.logger.WarnContext(ctx, "policyd: daemon unreachable or slow; deciding with the built-in fail-open policy "+
+				"(retries connection errors, 429 and 5xx) until it answers again",
+				"addr", c.addr, "method", method, "timeout", c.cfg.daemonTimeout, "error", err)
+		}
+	}
+	return err
+}
+
+// warnOnce logs msg at warn level the first time key is seen.
+func (c *Client) warnOnce(key, msg string, args ...any) {
+	if _, seen := c.warned.LoadOrStore(key, true); !seen {
+		c.cfg.logger.Warn(msg, args...)
+	}
+}
+
+// logger is the client's logger; for tests and journal.go.
+func (c *Client) logger() *slog.Logger { return c.cfg.logger }
+
+func durationProto(d time.Duration) *durationpb.Duration {
+	if d < 0 {
+		d = 0
+	}
+	return durationpb.New(d)
+}

@@ -1,0 +1,70 @@
+package policyd
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Error is what Do returns when it gives up: the last attempt's error, how
+// many attempts ran, and the decision that stopped it — or the caller's
+// context error when the context ended first. errors.Is and errors.As see
+// both the attempt's error and the context's.
+type Error struct {
+	// Err is the last attempt's error.
+	Err error
+	// Attempts is how many attempts ran.
+	Attempts int
+	// Decision is the decision that ended the call; its Action is
+	// ActionUnspecified when the caller's context ended it. RecoveryAction
+	// says what to do about the failure.
+	Decision Decision
+	// ContextID is the journal's RetryContext id; empty when not journaled.
+	ContextID string
+	// ctxErr is the caller's context error (its cause) when the context
+	// ended the call.
+	ctxErr error
+}
+
+// Error returns the attempt's error followed by why policyd gave up, e.g.
+// `POST http://…/v1/chat: HTTP 401 Unauthorized (policyd: stopped after 1
+// attempt: not retryable: Fix the API credentials … [AUTH_INVALID, rule
+// auth.invalid])`.
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.Err != nil {
+		b.WriteString(e.Err.Error())
+		b.WriteString(" ")
+	}
+	b.WriteString("(policyd: ")
+	attempts := fmt.Sprintf("%d attempt", e.Attempts)
+	if e.Attempts != 1 {
+		attempts += "s"
+	}
+	switch {
+	case e.ctxErr != nil:
+		fmt.Fprintf(&b, "gave up after %s: %v", attempts, e.ctxErr)
+	case e.Decision.Action == ActionFallBack:
+		fmt.Fprintf(&b, "fall back to %s after %s: %s", e.Decision.Fallback, attempts, e.Decision.why())
+	default:
+		fmt.Fprintf(&b, "stopped after %s: %s", attempts, e.Decision.why())
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// Unwrap returns the attempt's error and, when the context ended the call,
+// the context's error.
+func (e *Error) Unwrap() []error {
+	errs := make([]error, 0, 2)
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	if e.ctxErr != nil {
+		errs = append(errs, e.ctxErr)
+	}
+	return errs
+}
+
+// RecoveryAction returns what to do about the failure, as policyd said it
+// (empty when the caller's context ended the call).
+func (e *Error) RecoveryAction() string { return e.Decision.RecoveryAction }

@@ -1,0 +1,202 @@
+package policyd
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+)
+
+// FailOpenPolicy is the small built-in policy the client decides with when
+// policyd cannot be asked (unreachable, or slower than the daemon timeout):
+// it retries only clearly transient failures — connection errors, 429 and
+// 5xx (except 501), gRPC UNAVAILABLE — with capped exponential backoff and
+// full jitter, waits at least a server's Retry-After, and never retries an
+// irreversible operation or past the caller's deadline. Everything else
+// stops at once.
+type FailOpenPolicy struct {
+	// MaxAttempts is the total attempts allowed, the first included.
+	MaxAttempts int
+	// InitialDelay is the backoff after the first attempt, before jitter.
+	InitialDelay time.Duration
+	// MaxDelay caps the backoff.
+	MaxDelay time.Duration
+	// Multiplier grows the backoff after every attempt.
+	Multiplier float64
+	// RetryAfterCeiling: a server asking to wait longer is not waited for.
+	RetryAfterCeiling time.Duration
+}
+
+// DefaultFailOpenPolicy is the policy WithFailOpenPolicy overrides:
+// 3 attempts, 1 s doubling up to 30 s with full jitter, Retry-After
+// honoured up to 60 s. Conservative on purpose: without policyd the client
+// knows little, and retrying a permanent failure costs money and time.
+var DefaultFailOpenPolicy = FailOpenPolicy{
+	MaxAttempts:       3,
+	InitialDelay:      time.Second,
+	MaxDelay:          30 * time.Second,
+	Multiplier:        2,
+	RetryAfterCeiling: 60 * time.Second,
+}
+
+// Decide answers what to do after failed attempt number attempt (1-based)
+// of an operation with the given safety (SafetyUnspecified: derived from
+// f's operation and method as policyd derives it). now is the current
+// time, deadline the caller's (zero: none), rnd the jitter source. The same
+// inputs and draws give the same decision; the delay never lands past the
+// deadline.
+func (p FailOpenPolicy) Decide(f *Failure, attempt int, safety Safety, now, deadline time.Time, rnd Rand) Decision {
+	if f == nil {
+		f = &Failure{}
+	}
+	d := failOpenClassify(f)
+	d.FailOpen = true
+	d.Strategy = "fail-open/" + d.FailureType.String()
+	d.StrategySummary = fmt.Sprintf("exponential %v→%v ×%g, full jitter, %d attempts (policyd unreachable)",
+		p.InitialDelay, p.MaxDelay, p.Multiplier, p.MaxAttempts)
+	if hint, ok := RetryAfter(f.Headers, now); ok {
+		d.RetryAfter = hint
+	}
+	stop := func(r StopReason, text string) Decision {
+		d.Action, d.StopReason, d.StopText = ActionStop, r, text
+		return d
+	}
+	if !d.Retryable {
+		return stop(StopNotRetryable, "not retryable: "+d.RecoveryAction)
+	}
+	if safety == SafetyUnspecified {
+		safety = deriveSafety(f.Operation, f.Method)
+	}
+	if safety == SafetyIrreversible {
+		return stop(StopIrreversibleOperation, "the operation is irreversible; retrying it could repeat its effect")
+	}
+	if attempt >= p.MaxAttempts {
+		return stop(StopAttemptsExhausted, fmt.Sprintf("all %d attempts were used", p.MaxAttempts))
+	}
+	d.AttemptsLeft = p.MaxAttempts - attempt
+
+	backoff := float64(p.InitialDelay) * math.Pow(p.Multiplier, float64(attempt-1))
+	if p.MaxDelay > 0 && backoff > float64(p.MaxDelay) {
+		backoff = float64(p.MaxDelay)
+	}
+	r := 0.5
+	if rnd != nil {
+		r = rnd.Float64()
+	}
+	delay := time.Duration(backoff * r)
+	if d.RetryAfter > 0 {
+		if p.RetryAfterCeiling > 0 && d.RetryAfter > p.RetryAfterCeiling {
+			return stop(StopServerDelayAboveCeiling,
+				fmt.Sprintf("the server asked to wait %v, above the %v ceiling", d.RetryAfter, p.RetryAfterCeiling))
+		}
+		delay = max(delay, d.RetryAfter)
+	}
+	if !deadline.IsZero() && now.Add(delay).After(deadline) {
+		return stop(StopDeadline, fmt.Sprintf("waiting %v would pass the deadline", delay.Round(time.Millisecond)))
+	}
+	d.Action, d.Delay = ActionRetry, delay
+	return d
+}
+
+// connectionCodes are the codes the fail-open policy reads as a connection
+// error. ENOTFOUND (no such host) is left out: it is as often a typo as an
+// outage.
+var connectionCodes = []string{
+	"ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "EPIPE", "EHOSTUNREACH", "ENETUNREACH", "ENETDOWN", "EAI_AGAIN",
+}
+
+// failOpenClassify is the fail-open policy's classification: the failure
+// type, whether it is retried, and a rule id and recovery action in
+// policyd's style.
+func failOpenClassify(f *Failure) Decision {
+	d := func(t FailureType, retry bool, rule, reason, recovery string) Decision {
+		return Decision{FailureType: t, Retryable: retry, Rule: "fail_open." + rule, Reason: reason, RecoveryAction: recovery}
+	}
+	canceled := f.GRPCCode == codes.Canceled
+	for _, c := range f.Causes {
+		canceled = canceled || c.Name == "context.Canceled"
+	}
+	if canceled {
+		return d(FailureTypeCanceled, false, "canceled", "the caller aborted the operation",
+			"Nothing to retry; the operation was cancelled by its caller.")
+	}
+	switch s := f.HTTPStatus; {
+	case s == 429:
+		return d(FailureTypeRateLimit, true, "rate_limit", "HTTP 429: the service is throttling requests",
+			"Wait and retry with backoff, honouring the server's delay.")
+	case s == 503 || s == 529:
+		return d(FailureTypeOverloaded, true, "overloaded", fmt.Sprintf("HTTP %d: the service is overloaded", s),
+			"Retry with backoff.")
+	case s == 504:
+		return d(FailureTypeTimeout, true, "gateway_timeout", "HTTP 504: the gateway timed out", "Retry with backoff.")
+	case s == 501:
+		return d(FailureTypeUnsupported, false, "status", "HTTP 501: not implemented",
+			"Change approach; the service does not support the request.")
+	case s >= 500 && s <= 599:
+		return d(FailureTypeServerError, true, "server_error", fmt.Sprintf("HTTP %d: the service failed", s),
+			"Retry with backoff.")
+	case s == 401:
+		return d(FailureTypeAuthInvalid, false, "status", "HTTP 401: the credentials are invalid or missing",
+			"Fix the API credentials (key, token or endpoint), then run again.")
+	case s == 403:
+		return d(FailureTypePermissionDenied, false, "status", "HTTP 403: the credentials are not allowed",
+			"Request access to the resource.")
+	case s == 404:
+		return d(FailureTypeNotFound, false, "status", "HTTP 404: not found", "Use a valid URL, model or resource id.")
+	case s == 400 || s == 422:
+		return d(FailureTypeInvalidRequest, false, "status", fmt.Sprintf("HTTP %d: the request was refused as invalid", s),
+			"Fix the request; the same request will fail again.")
+	case s != 0:
+		return d(FailureTypeUnknown, false, "status", fmt.Sprintf("HTTP %d is not retried while policyd is unreachable", s),
+			"Inspect the response; only connection errors, 429 and 5xx are retried without policyd.")
+	}
+	if f.GRPCCode == codes.Unavailable {
+		return d(FailureTypeOverloaded, true, "grpc_unavailable", "gRPC UNAVAILABLE: the service is unavailable",
+			"Retry with backoff.")
+	}
+	if slices.Contains(connectionCodes, strings.ToUpper(f.ErrorCode)) || slices.ContainsFunc(f.Causes, func(c Cause) bool {
+		return slices.Contains(connectionCodes, strings.ToUpper(c.Code))
+	}) {
+		return d(FailureTypeConnectionError, true, "connection", "the connection failed or was reset",
+			"Retry after a short backoff; check the network if it persists.")
+	}
+	return d(FailureTypeUnknown, false, "unknown",
+		"not a connection error, 429 or 5xx: not retried while policyd is unreachable",
+		"Inspect the error; only clearly transient failures are retried without policyd.")
+}
+
+// deriveSafety is policyd's default operation safety: model requests and
+// GET, HEAD, OPTIONS are safe; other methods and shell, exec, deploy and
+// external writes are irreversible; file writes are conditional; anything
+// else is safe.
+func deriveSafety(operation, method string) Safety {
+	op := strings.ToLower(operation)
+	if hasPrefix(op, "chat", "completion", "complete", "embed", "messages", "responses", "generate", "model", "llm") {
+		return SafetySafe
+	}
+	if m := strings.ToUpper(strings.TrimSpace(method)); m != "" {
+		if m == "GET" || m == "HEAD" || m == "OPTIONS" {
+			return SafetySafe
+		}
+		return SafetyIrreversible
+	}
+	switch {
+	case hasPrefix(op, "shell", "exec", "deploy", "external_write", "api.write", "payment"):
+		return SafetyIrreversible
+	case hasPrefix(op, "file.write", "file.edit", "write_file", "edit_file", "patch"):
+		return SafetyConditional
+	}
+	return SafetySafe
+}
+
+func hasPrefix(s string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}

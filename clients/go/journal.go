@@ -1,0 +1,148 @@
+package policyd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	policydv1 "github.com/policyd/policyd/clients/go/internal/gen/policyd/v1"
+)
+
+// A journaled call becomes a RetryContext at its first failure: begin
+// starts it (so that the agent and labels are recorded), NextDelay records
+// each attempt with its decision, and finish ends it with the outcome.
+// Attempts policyd could not record at once (journaled=false, or decided
+// while it was unreachable) are recorded again when the call ends; every
+// journal write is idempotent, so a repeat is harmless.
+
+// journalID is the context id to send with NextDelay; empty when the call
+// is not journaled.
+func (r *run) journalID() string {
+	if !r.journal {
+		return ""
+	}
+	return r.contextID
+}
+
+// begin starts the RetryContext once, at the first failure.
+func (r *run) begin(ctx context.Context) {
+	if !r.journal || r.begun {
+		return
+	}
+	if r.contextID == "" {
+		r.contextID = newUUID()
+	}
+	req := &policydv1.BeginContextRequest{
+		ContextId: r.contextID, Agent: r.call.Agent, Provider: r.call.Provider, Model: r.call.Model,
+		Operation: r.call.Operation, Profile: r.call.Profile, Labels: r.call.Labels,
+	}
+	err := r.c.rpc(ctx, "BeginContext", func(ctx context.Context) error {
+		_, err := r.c.journal.BeginContext(ctx, req)
+		return err
+	})
+	switch {
+	case err == nil:
+		r.begun = true
+	case isJournalOff(err):
+		r.journalOff(err)
+	}
+	// Otherwise policyd is unreachable: NextDelay (or finish) creates the
+	// context once it answers.
+}
+
+// isJournalOff is policyd's answer when it runs without a database.
+func isJournalOff(err error) bool {
+	c := status.Code(err)
+	return c == codes.FailedPrecondition || c == codes.Unimplemented
+}
+
+func (r *run) journalOff(err error) {
+	r.journal = false
+	r.c.warnOnce("journal-off", "policyd: the daemon's journal is off; journaled calls are not recorded "+
+		"(start policyd serve with --database-url)", "error", err)
+}
+
+// record keeps an attempt policyd has not journaled, to record when the
+// call ends. d's zero Action records the attempt without a decision.
+func (r *run) record(f *Failure, attempt int, took time.Duration, d Decision) {
+	req := &policydv1.RecordAttemptRequest{
+		ContextId: r.contextID, Attempt: int32(attempt), Failure: f.proto(), Duration: durationProto(took),
+		Profile: r.call.Profile, Options: r.options(),
+	}
+	if d.Action != ActionUnspecified {
+		req.Decision = d.proto()
+	}
+	r.pending = append(r.pending, req)
+}
+
+// finish ends a journaled call's RetryContext, if it has one. While ctx is
+// alive it does so before returning; once ctx has ended (the caller
+// cancelled) it does so in the background, so that a cancelled call
+// returns at once. Either way it takes at most the daemon timeout.
+func (r *run) finish(ctx context.Context, outcome policydv1.Outcome) {
+	if !r.journal || r.contextID == "" {
+		return
+	}
+	if ctx.Err() == nil {
+		r.flush(ctx, outcome)
+		return
+	}
+	bctx := context.WithoutCancel(ctx)
+	r.c.bg.Add(1)
+	go func() {
+		defer r.c.bg.Done()
+		r.flush(bctx, outcome)
+	}()
+}
+
+func (r *run) flush(ctx context.Context, outcome policydv1.Outcome) {
+	ctx, cancel := context.WithTimeout(ctx, r.c.cfg.daemonTimeout)
+	defer cancel()
+	c := r.c
+	if !r.begun {
+		if r.begin(ctx); !r.journal {
+			return
+		}
+	}
+	for _, req := range r.pending {
+		err := c.rpc(ctx, "RecordAttempt", func(ctx context.Context) error {
+			_, err := c.journal.RecordAttempt(ctx, req)
+			return err
+		})
+		if err != nil && ctx.Err() != nil {
+			return
+		}
+	}
+	r.pending = nil
+	err := c.rpc(ctx, "FinishContext", func(ctx context.Context) error {
+		_, err := c.journal.FinishContext(ctx, &policydv1.FinishContextRequest{ContextId: r.contextID, Outcome: outcome})
+		return err
+	})
+	if err != nil {
+		c.logger().Debug("policyd: could not finish the journal context", "context_id", r.contextID,
+			"outcome", outcome.String(), "error", err)
+	}
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], b[10:])
+	return string(s[:])
+}

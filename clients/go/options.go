@@ -1,0 +1,137 @@
+package policyd
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// DefaultAddr is the daemon address Dial uses when given none and
+// POLICYD_ADDR is unset: `make run`'s default listen address.
+const DefaultAddr = "127.0.0.1:7433"
+
+// EnvAddr names the environment variable holding the daemon's host:port.
+const EnvAddr = "POLICYD_ADDR"
+
+// DefaultDaemonTimeout bounds every RPC to policyd unless WithDaemonTimeout
+// says otherwise: long enough for a journaled NextDelay (the daemon waits up
+// to 250 ms for its commit), short enough that a hung daemon costs an agent
+// little before the client fails open.
+const DefaultDaemonTimeout = time.Second
+
+// Option configures a Client.
+type Option func(*config)
+
+type config struct {
+	profile       string
+	journal       bool
+	agent         string
+	daemonTimeout time.Duration
+	fallback      FallbackFunc
+	logger        *slog.Logger
+	clock         Clock
+	rand          Rand
+	failOpen      FailOpenPolicy
+	onDecision    DecisionFunc
+	dialOptions   []grpc.DialOption
+}
+
+func newConfig(opts []Option) config {
+	cfg := config{
+		daemonTimeout: DefaultDaemonTimeout,
+		logger:        slog.Default(),
+		clock:         systemClock{},
+		rand:          systemRand{},
+		failOpen:      DefaultFailOpenPolicy,
+		agent:         filepath.Base(os.Args[0]),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
+}
+
+// WithProfile makes name the profile of calls that name none (default:
+// policyd's "default" profile, for LLM provider calls). Built in are
+// "default", "agent_cli", "task_runner" and "web_fetch".
+func WithProfile(name string) Option { return func(c *config) { c.profile = name } }
+
+// WithJournal turns journaling on or off for every call (default off; a
+// Call with a ContextID is journaled regardless). A journaled call that
+// fails at least once is a RetryContext in policyd's journal: its
+// attempts, the decisions, and an error report when it fails for good. A
+// call that succeeds at once records nothing.
+func WithJournal(on bool) Option { return func(c *config) { c.journal = on } }
+
+// WithAgent names the agent in journaled contexts (default: the program's
+// file name).
+func WithAgent(name string) Option { return func(c *config) { c.agent = name } }
+
+// WithDaemonTimeout bounds each RPC to policyd (default
+// DefaultDaemonTimeout). When policyd does not answer in time the client
+// decides with its fail-open policy instead.
+func WithDaemonTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.daemonTimeout = d
+		}
+	}
+}
+
+// WithFallback makes fn the fallback of calls that have none (default:
+// none, and a FALL_BACK decision stops the call like STOP does).
+func WithFallback(fn FallbackFunc) Option { return func(c *config) { c.fallback = fn } }
+
+// WithLogger makes l the client's logger (default slog.Default()). The
+// client warns once per outage when it fails open, and logs every decision
+// at debug level.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithClock makes clock the client's time source (default the system
+// clock): tests inject one that fires timers at once to run long retry
+// sequences without sleeping.
+func WithClock(clock Clock) Option {
+	return func(c *config) {
+		if clock != nil {
+			c.clock = clock
+		}
+	}
+}
+
+// WithRand makes r the fail-open policy's jitter source (default
+// math/rand/v2's global source). r must be safe for concurrent use if the
+// client is.
+func WithRand(r Rand) Option {
+	return func(c *config) {
+		if r != nil {
+			c.rand = r
+		}
+	}
+}
+
+// WithFailOpenPolicy replaces DefaultFailOpenPolicy, the policy used while
+// policyd cannot be asked.
+func WithFailOpenPolicy(p FailOpenPolicy) Option { return func(c *config) { c.failOpen = p } }
+
+// DecisionFunc observes every decision: the failed attempt's number, its
+// error and what was decided (by policyd, or by the fail-open policy). It
+// runs on the calling goroutine before the wait and must not block.
+type DecisionFunc func(attempt int, err error, d Decision)
+
+// WithOnDecision makes fn observe every decision, e.g. for metrics.
+func WithOnDecision(fn DecisionFunc) Option { return func(c *config) { c.onDecision = fn } }
+
+// WithDialOptions adds gRPC dial options for Dial (default: plaintext, as
+// policyd serves on loopback without TLS).
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(c *config) { c.dialOptions = append(c.dialOptions, opts...) }
+}
