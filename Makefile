@@ -27,6 +27,9 @@ PG_DIR       ?= $(CURDIR)/.run/pg
 PG_PORT      ?= 54320
 TEST_PG_DIR  ?= $(CURDIR)/.run/pg-test
 TEST_PG_PORT ?= 54329
+BENCH_PG_DIR  ?= $(CURDIR)/.run/pg-bench
+BENCH_PG_PORT ?= 54330
+BENCH_GROWTH_SIZES ?= 0,1000000,10000000
 GO_TEST_FLAGS ?= -race -shuffle=on -count=1
 
 # Every folder `make generate` writes, checked current by `make test`.
@@ -124,8 +127,21 @@ build: ## Build bin/policyd.
 	go build -ldflags "-X main.version=$(VERSION)" -o bin/policyd ./cmd/policyd
 
 .PHONY: bench
-bench: ## Run the in-process Go benchmarks (classifier).
-	go test -run '^$$' -bench . -benchmem -benchtime 2s ./internal/...
+bench: build ## policyd against a bare gRPC echo, journaled against plain, in one run (BENCH_SECONDS per scenario, default 12); writes docs/benchmarks.md.
+	go build -o bin/policyd-bench ./cmd/policyd-bench
+	@url="$${DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then \
+		trap 'scripts/pg.sh stop $(BENCH_PG_DIR) $(BENCH_PG_PORT) || true; rm -rf $(BENCH_PG_DIR)' EXIT; \
+		rm -rf $(BENCH_PG_DIR); url=$$(scripts/pg.sh start $(BENCH_PG_DIR) $(BENCH_PG_PORT)); \
+	fi; \
+	./bin/policyd-bench --policyd bin/policyd --database-url "$$url" --doc docs/benchmarks.md
+
+.PHONY: bench-growth
+bench-growth: build ## The journal's cost as it grows: empty, 1 M, 10 M attempt rows (takes several minutes).
+	go build -o bin/policyd-bench ./cmd/policyd-bench
+	@trap 'scripts/pg.sh stop $(BENCH_PG_DIR) $(BENCH_PG_PORT) || true; rm -rf $(BENCH_PG_DIR)' EXIT; \
+	rm -rf $(BENCH_PG_DIR); url=$$(scripts/pg.sh start $(BENCH_PG_DIR) $(BENCH_PG_PORT)); \
+	./bin/policyd-bench --policyd bin/policyd --database-url "$$url" --doc docs/benchmarks.md --growth $(BENCH_GROWTH_SIZES)
 
 .PHONY: tools
 tools: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(STAMPS)/staticcheck-$(STATICCHECK_VERSION) $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Install the pinned tools into .bin.

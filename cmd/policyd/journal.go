@@ -16,11 +16,11 @@ import (
 
 // openJournal migrates the database (tern holds an advisory lock, so
 // replicas may start together) and opens the journal store.
-func openJournal(ctx context.Context, databaseURL string, logger *slog.Logger) (*journal.Store, error) {
+func openJournal(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...journal.Option) (*journal.Store, error) {
 	if err := journal.Migrate(ctx, databaseURL); err != nil {
 		return nil, fmt.Errorf("migrate journal at %s: %w", redactURL(databaseURL), err)
 	}
-	store, err := journal.Open(ctx, databaseURL, journal.WithLogger(logger))
+	store, err := journal.Open(ctx, databaseURL, append([]journal.Option{journal.WithLogger(logger)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("open journal at %s: %w", redactURL(databaseURL), err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/server"
 )
@@ -50,6 +51,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"PostgreSQL `url` of the RetryContext journal; migrated at start-up. Empty: the journal is off (env DATABASE_URL)")
 	journalTimeout := fs.Duration("journal-timeout", server.DefaultJournalTimeout,
 		"how long NextDelay waits for its journal commit before answering journaled=false")
+	batchWindow := fs.Duration("journal-batch-window", journal.DefaultBatchWindow,
+		"how long the journal writer waits for concurrent records to share a commit; 0 commits what is queued at once")
+	writers := fs.Int("journal-writers", journal.DefaultWriters, "concurrent journal writers (each commits its own batches)")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
@@ -63,7 +67,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var psOpts []server.Option
 	if *databaseURL != "" {
-		store, err := openJournal(ctx, *databaseURL, logger)
+		if *batchWindow < 0 || *writers < 1 {
+			return usageErrorf("serve: --journal-batch-window must be ≥ 0 and --journal-writers ≥ 1")
+		}
+		store, err := openJournal(ctx, *databaseURL, logger, journal.WithBatchWindow(*batchWindow), journal.WithWriters(*writers))
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}

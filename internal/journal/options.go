@@ -5,6 +5,12 @@ import (
 	"time"
 )
 
+// The defaults of WithBatchWindow and WithWriters.
+const (
+	DefaultBatchWindow = 2 * time.Millisecond
+	DefaultWriters     = 2
+)
+
 // Option configures a Store in Open.
 type Option func(*config)
 
@@ -25,13 +31,13 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		now:            time.Now,
-		batchWindow:    2 * time.Millisecond,
+		batchWindow:    DefaultBatchWindow,
 		maxBatch:       256,
 		logger:         slog.Default(),
 		timeout:        5 * time.Second,
 		healthInterval: 500 * time.Millisecond,
 		pruneBatch:     10000,
-		writers:        2,
+		writers:        DefaultWriters,
 	}
 }
 

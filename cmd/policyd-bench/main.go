@@ -1,0 +1,276 @@
+// Command policyd-bench is `make bench`: it starts a bare grpc-go echo
+// server (the baseline) and policyd with a real PostgreSQL journal on
+// 127.0.0.1, drives both with the same load in alternating rounds, and
+// reports throughput and latency as ratios to the baseline measured in the
+// same run, plus policyd's peak RSS and the in-process Go benchmarks.
+//
+//	policyd-bench --database-url URL [--policyd bin/policyd] [--seconds 12] [--doc docs/benchmarks.md]
+//	policyd-bench --database-url URL --growth 0,1000000,10000000
+//	policyd-bench echo --listen 127.0.0.1:0     (the baseline server; started by the benchmark itself)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/policyd/policyd/internal/loadgen"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "echo" {
+		fs := flag.NewFlagSet("echo", flag.ExitOnError)
+		listen := fs.String("listen", "127.0.0.1:0", "`address` to serve the echo baseline on")
+		_ = fs.Parse(os.Args[2:])
+		if err := serveEcho(*listen); err != nil {
+			fmt.Fprintln(os.Stderr, "policyd-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "policyd-bench:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ error }
+
+type config struct {
+	policyd     string
+	databaseURL string
+	seconds     float64
+	rounds      int
+	concurrency int
+	conns       int
+	doc         string
+	goBench     bool
+	growth      []int64
+	scenarios   []string
+	serveArgs   []string
+}
+
+func parseConfig(args []string, out io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("policyd-bench", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.policyd, "policyd", "bin/policyd", "policyd `binary` to benchmark")
+	fs.StringVar(&c.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL `url` for policyd's journal (env DATABASE_URL); required")
+	secs := envOr("BENCH_SECONDS", "12")
+	fs.Func("seconds", "measured `seconds` per scenario, split over the rounds (env BENCH_SECONDS, default 12)", func(s string) error { secs = s; return nil })
+	fs.IntVar(&c.rounds, "rounds", 2, "`rounds`: every scenario runs once per round, scenarios alternating")
+	fs.IntVar(&c.concurrency, "concurrency", 50, "calls in flight")
+	fs.IntVar(&c.conns, "conns", 2, "gRPC connections to each server, shared round-robin by the workers")
+	fs.StringVar(&c.doc, "doc", "", "Markdown `file` whose generated section (between the make bench markers) gets the results")
+	fs.BoolVar(&c.goBench, "go-bench", true, "also run the in-process Go benchmarks (go test -bench) and report them")
+	only := fs.String("scenarios", "echo,classify,nextdelay,nextdelay_journaled,record_attempt", "comma-separated `names` of the scenarios to run")
+	serveArgs := fs.String("serve-args", "", "extra `flags` for policyd serve, space-separated (e.g. --journal-batch-window=1ms)")
+	growth := fs.String("growth", "", "comma-separated journal `sizes` in attempt rows (e.g. 0,1000000,10000000): measure the journal's cost as it grows, instead of the main run")
+	if err := fs.Parse(args); err != nil {
+		return c, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return c, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	var err error
+	if c.seconds, err = strconv.ParseFloat(secs, 64); err != nil || c.seconds < 1 {
+		return c, usageError{fmt.Errorf("--seconds (or BENCH_SECONDS): want a number of seconds ≥ 1, got %q", secs)}
+	}
+	if c.databaseURL == "" {
+		return c, usageError{errors.New("--database-url (or DATABASE_URL) is required: the benchmark measures the real journal")}
+	}
+	if c.rounds < 1 || c.concurrency < 1 || c.conns < 1 {
+		return c, usageError{errors.New("--rounds, --concurrency and --conns must be at least 1")}
+	}
+	c.scenarios = strings.Split(*only, ",")
+	c.serveArgs = strings.Fields(*serveArgs)
+	for f := range strings.SplitSeq(*growth, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n < 0 {
+			return c, usageError{fmt.Errorf("--growth: want comma-separated row counts, got %q", f)}
+		}
+		c.growth = append(c.growth, n)
+	}
+	return c, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// servers are the two processes under load and a pool of connections to each.
+type servers struct {
+	echo, policyd      *process
+	echoConns, pdConns []*grpc.ClientConn
+}
+
+func startServers(c config) (*servers, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	s := &servers{}
+	if s.echo, err = startProcess("echo", self, "echo", "--listen", "127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	if s.policyd, err = startProcess("policyd", c.policyd, append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json",
+		"--database-url", c.databaseURL}, c.serveArgs...)...); err != nil {
+		s.close()
+		return nil, err
+	}
+	for range c.conns {
+		for _, p := range []struct {
+			addr  string
+			conns *[]*grpc.ClientConn
+		}{{s.echo.addr, &s.echoConns}, {s.policyd.addr, &s.pdConns}} {
+			cc, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				s.close()
+				return nil, err
+			}
+			*p.conns = append(*p.conns, cc)
+		}
+	}
+	return s, nil
+}
+
+func (s *servers) close() {
+	for _, cc := range append(s.echoConns, s.pdConns...) {
+		cc.Close()
+	}
+	for _, p := range []*process{s.policyd, s.echo} {
+		if p != nil {
+			p.stop()
+		}
+	}
+}
+
+// measurement is one scenario's results over all rounds.
+type measurement struct {
+	name   string
+	result *loadgen.Result
+}
+
+// measure runs every scenario once per round, alternating, after a
+// one-second warm-up of each, and returns the merged results in order.
+func measure(ctx context.Context, c config, s *servers, names []string, perRound time.Duration, log io.Writer) ([]measurement, error) {
+	base := rand.Uint32()
+	results := map[string]*loadgen.Result{}
+	for round := 0; round <= c.rounds; round++ { // round 0 is the warm-up
+		conn := func(i int) (*grpc.ClientConn, *grpc.ClientConn) { return s.echoConns[i%c.conns], s.pdConns[i%c.conns] }
+		d := perRound
+		if round == 0 {
+			d = time.Second
+		}
+		for _, name := range names {
+			// One scenario set per connection, so workers spread over the connections.
+			sets := make([][]scenario, c.conns)
+			for i := range sets {
+				e, p := conn(i)
+				sets[i] = scenarios(base+uint32(round)<<8+uint32(i), e, p)
+			}
+			idx := indexOf(sets[0], name)
+			if idx < 0 {
+				return nil, usageError{fmt.Errorf("--scenarios: unknown scenario %q", name)}
+			}
+			r := loadgen.Run(ctx, c.concurrency, d, func(ctx context.Context, w, seq int) error {
+				return sets[w%c.conns][idx].call(ctx, w, seq)
+			})
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			if r.Errors > 0 {
+				return nil, fmt.Errorf("%s: %d of %d calls failed, the first: %v", name, r.Errors, r.Calls, r.FirstErr)
+			}
+			if round == 0 {
+				continue
+			}
+			fmt.Fprintf(log, "round %d  %-20s %9.0f rps  p50 %-9v p99 %v\n", round, name, r.RPS(), r.Percentile(0.5).Round(time.Microsecond), r.Percentile(0.99).Round(time.Microsecond))
+			if results[name] == nil {
+				results[name] = &loadgen.Result{}
+			}
+			results[name].Add(r)
+		}
+	}
+	var out []measurement
+	for _, name := range names {
+		out = append(out, measurement{name, results[name]})
+	}
+	return out, nil
+}
+
+func indexOf(set []scenario, name string) int {
+	for i, s := range set {
+		if s.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	c, err := parseConfig(args, out)
+	if err != nil {
+		return err
+	}
+	s, err := startServers(c)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if len(c.growth) > 0 {
+		return runGrowth(ctx, c, s, out)
+	}
+	names := c.scenarios
+	perRound := time.Duration(c.seconds / float64(c.rounds) * float64(time.Second))
+	fmt.Fprintf(out, "bench: %d scenarios × %d rounds × %v, concurrency %d over %d connections per server\n",
+		len(names), c.rounds, perRound, c.concurrency, c.conns)
+	ms, err := measure(ctx, c, s, names, perRound, out)
+	if err != nil {
+		return err
+	}
+	rss, err := s.policyd.peakRSS()
+	if err != nil {
+		return err
+	}
+	var gb []goBenchmark
+	if c.goBench {
+		if gb, err = runGoBenchmarks(ctx); err != nil {
+			return err
+		}
+	}
+	rep := report{config: c, perRound: perRound, measurements: ms, peakRSS: rss, goBench: gb, machine: describeMachine()}
+	text := rep.markdown()
+	fmt.Fprintln(out)
+	fmt.Fprint(out, text)
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, rep.summaryLine())
+	if c.doc != "" {
+		return replaceSection(c.doc, "make bench", text)
+	}
+	return nil
+}

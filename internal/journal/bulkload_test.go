@@ -1,0 +1,30 @@
+package journal_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/policyd/policyd/internal/journal"
+	"github.com/policyd/policyd/internal/journal/journaltest"
+)
+
+func TestBulkLoadWritesRowsTheViewsRead(t *testing.T) {
+	t.Parallel()
+	url := journaltest.DatabaseURL(t)
+	ctx := context.Background()
+	n, err := journal.BulkLoad(ctx, url, 100, 5, time.Now())
+	if err != nil || n != 500 {
+		t.Fatalf("BulkLoad = %d, %v; want 500 rows", n, err)
+	}
+	if got, err := journal.AttemptRows(ctx, url); err != nil || got != 500 {
+		t.Fatalf("AttemptRows = %d, %v; want 500", got, err)
+	}
+	_, rows := journaltest.Query(t, url, "SELECT count(*) FROM journal_failed_contexts")
+	if rows[0][0] != "10" {
+		t.Errorf("failed contexts = %s, want 10 (one in ten)", rows[0][0])
+	}
+	if _, err := journal.BulkLoad(ctx, url, 1, 0, time.Now()); err == nil {
+		t.Error("BulkLoad with 0 attempts per context: no error")
+	}
+}
