@@ -166,6 +166,24 @@ func Do[T any](ctx context.Context, c *Client, call Call, fn func(ctx context.Co
 	return out, nil
 }
 
+// Classify asks policyd what a failure is, under profile (empty: the
+// client's, else "default"), without deciding anything or journaling it.
+// Unlike Do it does not fail open: an unreachable policyd is an error.
+func (c *Client) Classify(ctx context.Context, f *Failure, profile string) (Classification, error) {
+	if profile == "" {
+		profile = c.cfg.profile
+	}
+	var resp *policydv1.ClassifyResponse
+	err := c.rpc(ctx, "Classify", func(ctx context.Context) (err error) {
+		resp, err = c.policy.Classify(ctx, &policydv1.ClassifyRequest{Failure: f.proto(), Profile: profile})
+		return err
+	})
+	if err != nil {
+		return Classification{}, fmt.Errorf("policyd: classify: %w", err)
+	}
+	return classificationFromProto(resp.GetClassification()), nil
+}
+
 // outcomeOf is how a context that ended the call ends its RetryContext:
 // a passed deadline fails it, a cancellation abandons it.
 func outcomeOf(ctx context.Context) policydv1.Outcome {
@@ -186,6 +204,7 @@ type run struct {
 
 	// The journal (see journal.go).
 	journal   bool
+	failed    bool // an attempt failed: the context exists, or will
 	contextID string
 	begun     bool
 	pending   []*policydv1.RecordAttemptRequest
@@ -260,6 +279,10 @@ func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Dur
 	if err == nil {
 		d = decisionFromProto(resp.GetDecision())
 	} else {
+		if refused(err) {
+			c.warnOnce("NextDelay/"+status.Code(err).String(), "policyd: the daemon refused NextDelay; "+
+				"deciding with the built-in fail-open policy", "profile", r.call.Profile, "error", err)
+		}
 		d = c.cfg.failOpen.Decide(f, attempt, r.call.Safety, now, r.deadline, c.cfg.rand)
 	}
 	// Whoever decided, never wait past the caller's deadline.
@@ -301,33 +324,39 @@ func (r *run) giveUp(ctx context.Context, err error, f *Failure, attempt int, to
 
 // rpc calls policyd with the daemon timeout. A failure that means policyd
 // is unreachable or slow marks the client degraded and warns once per
-// outage; a request policyd refused warns once per method and code.
+// outage; an answer that refuses the request (see refused) is the
+// caller's to report.
 func (c *Client) rpc(ctx context.Context, method string, call func(context.Context) error) error {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.daemonTimeout)
 	defer cancel()
 	err := call(rctx)
-	if err == nil {
+	if err == nil || refused(err) {
 		if c.degraded.CompareAndSwap(true, false) {
 			c.cfg.logger.InfoContext(ctx, "policyd: daemon reachable again; decisions come from policyd", "addr", c.addr)
 		}
-		return nil
+		return err
 	}
 	if ctx.Err() != nil {
 		return err // the caller's context ended: not the daemon's fault
 	}
-	switch code := status.Code(err); code {
-	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.AlreadyExists,
-		codes.OutOfRange, codes.PermissionDenied, codes.Unauthenticated:
-		c.warnOnce(method+"/"+code.String(), "policyd: the daemon refused a request; "+
-			"deciding with the built-in fail-open policy where a decision was needed", "method", method, "error", err)
-	default:
-		if c.degraded.CompareAndSwap(false, true) {
-			c.cfg.logger.WarnContext(ctx, "policyd: daemon unreachable or slow; deciding with the built-in fail-open policy "+
-				"(retries connection errors, 429 and 5xx) until it answers again",
-				"addr", c.addr, "method", method, "timeout", c.cfg.daemonTimeout, "error", err)
-		}
+	if c.degraded.CompareAndSwap(false, true) {
+		c.cfg.logger.WarnContext(ctx, "policyd: daemon unreachable or slow; deciding with the built-in fail-open policy "+
+			"(retries connection errors, 429 and 5xx) until it answers again",
+			"addr", c.addr, "method", method, "timeout", c.cfg.daemonTimeout, "error", err)
 	}
 	return err
+}
+
+// refused is an answer from a reachable policyd that turned the request
+// down, e.g. an unknown profile (InvalidArgument) or the journal off
+// (FailedPrecondition).
+func refused(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.AlreadyExists,
+		codes.OutOfRange, codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented:
+		return true
+	}
+	return false
 }
 
 // warnOnce logs msg at warn level the first time key is seen.

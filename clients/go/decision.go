@@ -8,16 +8,9 @@ import (
 	policydv1 "github.com/policyd/policyd/clients/go/internal/gen/policyd/v1"
 )
 
-// Decision is what to do after a failed attempt: policyd's answer to
-// NextDelay, or the fail-open policy's when policyd could not be asked
-// (FailOpen).
-type Decision struct {
-	// Action is what to do next.
-	Action Action
-	// Delay is how long to wait before the next attempt (ActionRetry).
-	Delay time.Duration
-
-	// FailureType is what the failure is.
+// Classification is what policyd makes of a failure.
+type Classification struct {
+	// FailureType is the kind of failure.
 	FailureType FailureType
 	// Retryable is whether another attempt can succeed.
 	Retryable bool
@@ -35,6 +28,19 @@ type Decision struct {
 	// ContinuationPrompt is, for FailureTypeInvalidStream, the prompt that
 	// continues the response (e.g. "Please continue.").
 	ContinuationPrompt string
+}
+
+// Decision is what to do after a failed attempt: policyd's answer to
+// NextDelay, or the fail-open policy's when policyd could not be asked
+// (FailOpen).
+type Decision struct {
+	// Action is what to do next.
+	Action Action
+	// Delay is how long to wait before the next attempt (ActionRetry).
+	Delay time.Duration
+
+	// Classification is what the failure is.
+	Classification
 
 	// AttemptsLeft is how many attempts are still allowed after this one.
 	AttemptsLeft int
@@ -93,29 +99,35 @@ func (d Decision) why() string {
 
 // decisionFromProto converts policyd's answer.
 func decisionFromProto(pd *policydv1.Decision) Decision {
-	cls := pd.GetClassification()
 	d := Decision{
-		Action:             Action(pd.GetAction()),
-		Delay:              pd.GetDelay().AsDuration(),
+		Action:          Action(pd.GetAction()),
+		Delay:           pd.GetDelay().AsDuration(),
+		Classification:  classificationFromProto(pd.GetClassification()),
+		AttemptsLeft:    int(pd.GetAttemptsLeft()),
+		StopReason:      StopReason(pd.GetStopReason()),
+		StopText:        pd.GetStopText(),
+		Fallback:        FallbackKind(pd.GetFallback().GetKind()),
+		FallbackReason:  pd.GetFallback().GetReason(),
+		Strategy:        pd.GetStrategy().GetName(),
+		StrategySummary: pd.GetStrategy().GetSummary(),
+		Journaled:       pd.GetJournaled(),
+	}
+	return d
+}
+
+func classificationFromProto(cls *policydv1.Classification) Classification {
+	c := Classification{
 		FailureType:        FailureType(cls.GetFailureType()),
 		Retryable:          cls.GetRetryable(),
 		Rule:               cls.GetRule(),
 		Reason:             cls.GetReason(),
 		RecoveryAction:     cls.GetRecoveryAction(),
 		ContinuationPrompt: cls.GetContinuationPrompt(),
-		AttemptsLeft:       int(pd.GetAttemptsLeft()),
-		StopReason:         StopReason(pd.GetStopReason()),
-		StopText:           pd.GetStopText(),
-		Fallback:           FallbackKind(pd.GetFallback().GetKind()),
-		FallbackReason:     pd.GetFallback().GetReason(),
-		Strategy:           pd.GetStrategy().GetName(),
-		StrategySummary:    pd.GetStrategy().GetSummary(),
-		Journaled:          pd.GetJournaled(),
 	}
 	if ra := cls.GetRetryAfter(); ra != nil {
-		d.RetryAfter = ra.AsDuration()
+		c.RetryAfter = ra.AsDuration()
 	}
-	return d
+	return c
 }
 
 // proto renders a client-side (fail-open) decision for RecordAttempt.

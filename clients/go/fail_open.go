@@ -113,7 +113,9 @@ var connectionCodes = []string{
 // policyd's style.
 func failOpenClassify(f *Failure) Decision {
 	d := func(t FailureType, retry bool, rule, reason, recovery string) Decision {
-		return Decision{FailureType: t, Retryable: retry, Rule: "fail_open." + rule, Reason: reason, RecoveryAction: recovery}
+		return Decision{Classification: Classification{
+			FailureType: t, Retryable: retry, Rule: "fail_open." + rule, Reason: reason, RecoveryAction: recovery,
+		}}
 	}
 	canceled := f.GRPCCode == codes.Canceled
 	for _, c := range f.Causes {

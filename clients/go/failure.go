@@ -93,7 +93,8 @@ const (
 //     ETIMEDOUT, EHOSTUNREACH, ENETUNREACH, ENETDOWN by name;
 //   - *net.DNSError: ENOTFOUND, ETIMEDOUT or EAI_AGAIN;
 //   - net.Error with Timeout() (dial, read and http.Client timeouts,
-//     os.ErrDeadlineExceeded): ETIMEDOUT when nothing more precise was found;
+//     os.ErrDeadlineExceeded, context.DeadlineExceeded): ETIMEDOUT when
+//     nothing more precise was found;
 //   - io.ErrUnexpectedEOF: ECONNRESET (the peer cut the response short);
 //   - context.Canceled and context.DeadlineExceeded: named, so policyd reads
 //     them as a cancellation (never retried) and a timeout;
@@ -165,7 +166,7 @@ func FailureFromError(err error) *Failure {
 
 	if f.ErrorCode == "" {
 		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() && !errors.Is(err, context.DeadlineExceeded) {
+		if errors.As(err, &ne) && ne.Timeout() {
 			f.ErrorCode = "ETIMEDOUT"
 		}
 	}

@@ -33,6 +33,7 @@ func (r *run) begin(ctx context.Context) {
 	if !r.journal || r.begun {
 		return
 	}
+	r.failed = true
 	if r.contextID == "" {
 		r.contextID = newUUID()
 	}
@@ -77,6 +78,7 @@ func (r *run) record(f *Failure, attempt int, took time.Duration, d Decision) {
 		req.Decision = d.proto()
 	}
 	r.pending = append(r.pending, req)
+	r.failed = true
 }
 
 // finish ends a journaled call's RetryContext, if it has one. While ctx is
@@ -84,7 +86,7 @@ func (r *run) record(f *Failure, attempt int, took time.Duration, d Decision) {
 // cancelled) it does so in the background, so that a cancelled call
 // returns at once. Either way it takes at most the daemon timeout.
 func (r *run) finish(ctx context.Context, outcome policydv1.Outcome) {
-	if !r.journal || r.contextID == "" {
+	if !r.journal || !r.failed {
 		return
 	}
 	if ctx.Err() == nil {

@@ -119,10 +119,11 @@ func (d *daemon) stop() {
 	}
 }
 
-// startDaemon starts `policyd serve` on a free loopback port and waits for
-// its "serving" record. databaseURL empty: the journal is off.
-func startDaemon(databaseURL string) (*daemon, error) {
-	args := []string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json"}
+// startDaemon starts `policyd serve` on listen (host:port; port 0 picks a
+// free one) and waits for its "serving" record. databaseURL empty: the
+// journal is off.
+func startDaemon(listen, databaseURL string) (*daemon, error) {
+	args := []string{"serve", "--listen", listen, "--log-format", "json"}
 	if databaseURL != "" {
 		args = append(args, "--database-url", databaseURL)
 	}
@@ -203,7 +204,7 @@ func sharedDaemon(t testing.TB, journal bool) *daemon {
 	if journal {
 		url = os.Getenv("TEST_DATABASE_URL")
 	}
-	d, err := startDaemon(url)
+	d, err := startDaemon("127.0.0.1:0", url)
 	if err != nil {
 		t.Fatal(err)
 	}
