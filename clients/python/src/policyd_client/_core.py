@@ -1,0 +1,286 @@
+"""What the sync and asyncio clients share: options, per-call state, requests, warnings."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+import grpc
+
+from ._gen.policyd.v1 import journal_pb2 as jpb
+from ._gen.policyd.v1 import policy_pb2 as pb
+from .decision import Action, Decision
+from .failure import FailureMapper, failure_from_exception
+
+#: The daemon address when neither ``addr`` nor ``POLICYD_ADDR`` is given
+#: (``make run`` serves there).
+DEFAULT_ADDR = "127.0.0.1:7433"
+#: How long one RPC to the daemon may take before the client decides without
+#: it (seconds). Short, because the answer is a few microseconds of work.
+DEFAULT_TIMEOUT = 1.0
+#: No strategy allows more attempts; a loop guard against a misbehaving daemon.
+MAX_ATTEMPTS = 1000
+#: Decision.source of a decision the client made itself (deadline passed).
+SOURCE_CLIENT = "client"
+
+#: A caller's deadline: seconds from the start of the call, a timedelta, or
+#: an absolute datetime (naive datetimes are local time).
+Deadline = Union[float, int, _dt.timedelta, _dt.datetime]
+#: Whether the operation may be repeated (policyd's OperationSafety); None
+#: lets the daemon derive it from the operation and method.
+Safety = Literal["safe", "conditional", "irreversible"]
+
+_SAFETY = {
+    "safe": pb.OPERATION_SAFETY_SAFE,
+    "conditional": pb.OPERATION_SAFETY_CONDITIONAL,
+    "irreversible": pb.OPERATION_SAFETY_IRREVERSIBLE,
+}
+
+# The status codes that mean "the daemon is not there or not answering".
+_OUTAGE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+log = logging.getLogger("policyd_client")
+
+
+def resolve_addr(addr: str | None) -> str:
+    """Return addr, else $POLICYD_ADDR, else DEFAULT_ADDR."""
+    return addr or os.environ.get("POLICYD_ADDR") or DEFAULT_ADDR
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One call's options, the client's defaults filled in."""
+
+    provider: str
+    model: str
+    operation: str
+    method: str
+    profile: str
+    journal: bool
+    agent: str
+    labels: Mapping[str, str]
+    context_id: str | None
+    safety: Safety | None
+    retry_fetch_errors: bool
+    continue_on_failed_api_call: bool | None
+    mapper: FailureMapper
+
+    def failure(self, exc: BaseException) -> pb.Failure:
+        """Map exc with the call's mapper and fill in what the call knows."""
+        f = self.mapper(exc)
+        if self.provider and not f.provider:
+            f.provider = self.provider
+        if self.model and not f.model:
+            f.model = self.model
+        if self.operation and not f.operation:
+            f.operation = self.operation
+        if self.method:
+            f.method = self.method.upper()
+        return f
+
+    def options(self) -> pb.ClassifyOptions:
+        o = pb.ClassifyOptions(retry_fetch_errors=self.retry_fetch_errors)
+        if self.continue_on_failed_api_call is not None:
+            o.continue_on_failed_api_call = self.continue_on_failed_api_call
+        return o
+
+
+@dataclass
+class State:
+    """One call's progress."""
+
+    start: float  # clock() at the start
+    deadline: float | None  # clock() value of the caller's deadline
+    wall_offset: float  # time.time() - clock() at the start, to send the deadline
+    journal: bool
+    context_id: str | None
+    attempt: int = 0
+    begun: bool = False  # a journal context exists for this call
+    finished: bool = False
+
+    def remaining(self, now: float) -> float | None:
+        return None if self.deadline is None else self.deadline - now
+
+    def open(self) -> bool:
+        return self.begun and not self.finished
+
+
+def deadline_of(deadline: Deadline | None, now: float, wall_now: float) -> float | None:
+    """Return the deadline as a clock() value, or None."""
+    if deadline is None:
+        return None
+    if isinstance(deadline, _dt.datetime):
+        return now + (deadline.timestamp() - wall_now)
+    if isinstance(deadline, _dt.timedelta):
+        return now + deadline.total_seconds()
+    if isinstance(deadline, (int, float)) and not isinstance(deadline, bool):
+        return now + float(deadline)
+    raise TypeError(f"deadline must be seconds, a timedelta or a datetime, not {type(deadline).__name__}")
+
+
+def next_delay_request(spec: Spec, st: State, failure: pb.Failure, now: float) -> pb.NextDelayRequest:
+    req = pb.NextDelayRequest(
+        failure=failure,
+        attempt=min(st.attempt, MAX_ATTEMPTS),
+        profile=spec.profile,
+        options=spec.options(),
+        context_id=st.context_id if st.begun and st.context_id else "",
+    )
+    req.elapsed.FromNanoseconds(max(int((now - st.start) * 1e9), 0))
+    if st.deadline is not None:
+        req.deadline.FromNanoseconds(int((st.deadline + st.wall_offset) * 1e9))
+    if spec.safety is not None:
+        req.safety = _SAFETY[spec.safety]
+    return req
+
+
+def begin_request(spec: Spec, st: State) -> jpb.BeginContextRequest:
+    return jpb.BeginContextRequest(
+        context_id=st.context_id or "",
+        agent=spec.agent,
+        provider=spec.provider,
+        model=spec.model,
+        operation=spec.operation,
+        profile=spec.profile,
+        labels=dict(spec.labels),
+    )
+
+
+def record_request(
+    spec: Spec, st: State, failure: pb.Failure, decision: Decision, duration: float
+) -> jpb.RecordAttemptRequest:
+    req = jpb.RecordAttemptRequest(
+        context_id=st.context_id or "",
+        attempt=min(st.attempt, MAX_ATTEMPTS),
+        failure=failure,
+        decision=decision.to_proto(),
+        profile=spec.profile,
+        options=spec.options(),
+    )
+    req.duration.FromNanoseconds(max(int(duration * 1e9), 0))
+    return req
+
+
+def deadline_decision() -> Decision:
+    """The decision when the caller's deadline has already passed."""
+    return Decision(
+        Action.STOP,
+        stop_reason="DEADLINE",
+        stop_text="the caller's deadline has passed",
+        reason="the caller's deadline has passed",
+        source=SOURCE_CLIENT,
+    )
+
+
+def attempts_decision() -> Decision:
+    return Decision(
+        Action.STOP,
+        stop_reason="ATTEMPTS_EXHAUSTED",
+        stop_text=f"{MAX_ATTEMPTS} attempts made",
+        reason="the client's attempt guard",
+        source=SOURCE_CLIENT,
+    )
+
+
+def new_state(
+    deadline: Deadline | None, journal: bool, context_id: str | None, now: float, wall_now: float
+) -> State:
+    if context_id is not None:
+        context_id = str(uuid.UUID(context_id))  # a bad id fails here, not at the daemon
+    return State(
+        start=now,
+        deadline=deadline_of(deadline, now, wall_now),
+        wall_offset=wall_now - now,
+        journal=journal,
+        context_id=context_id or (str(uuid.uuid4()) if journal else None),
+    )
+
+
+def rpc_code(err: BaseException) -> grpc.StatusCode | None:
+    """Return a gRPC error's status code, or None."""
+    code = getattr(err, "code", None)
+    if not callable(code):
+        return None
+    try:
+        c = code()
+    except Exception:
+        return None
+    return c if isinstance(c, grpc.StatusCode) else None
+
+
+def rpc_text(err: BaseException) -> str:
+    code = rpc_code(err)
+    details = getattr(err, "details", None)
+    text = ""
+    if callable(details):
+        try:
+            text = str(details() or "")
+        except Exception:
+            text = ""
+    return f"{code.name if code else type(err).__name__}: {text or err}"
+
+
+def is_outage(err: BaseException) -> bool:
+    return rpc_code(err) in _OUTAGE_CODES
+
+
+@dataclass
+class Warnings:
+    """Warn once per outage, not once per failed call."""
+
+    addr: str
+    logger: logging.Logger
+    _down: str | None = None
+    _journal_warned: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def daemon_failed(self, err: BaseException) -> None:
+        key = rpc_code(err)
+        name = key.name if key else type(err).__name__
+        with self._lock:
+            first = self._down != name
+            self._down = name
+        if first:
+            self.logger.warning(
+                "policyd at %s did not answer (%s); deciding retries with the built-in fail-open policy",
+                self.addr,
+                rpc_text(err),
+            )
+        else:
+            self.logger.debug("policyd at %s did not answer (%s)", self.addr, rpc_text(err))
+
+    def daemon_ok(self) -> None:
+        with self._lock:
+            was, self._down = self._down, None
+        if was is not None:
+            self.logger.info("policyd at %s answers again", self.addr)
+
+    def journal_failed(self, what: str, err: BaseException) -> None:
+        with self._lock:
+            first, self._journal_warned = not self._journal_warned, True
+        level = logging.WARNING if first else logging.DEBUG
+        self.logger.log(level, "policyd journal: %s failed (%s); the call goes on unjournaled", what, rpc_text(err))
+
+
+def log_retry(logger: logging.Logger, spec: Spec, attempt: int, delay: float, failure: pb.Failure, d: Decision) -> None:
+    logger.info(
+        "policyd: retrying %s after attempt %d in %.3fs: %s (%s)",
+        spec.operation or spec.provider or "operation",
+        attempt,
+        delay,
+        d.failure_type or failure.error_name or f"HTTP {failure.http_status}",
+        d.source,
+    )
+
+
+def default_mapper(mapper: FailureMapper | None) -> FailureMapper:
+    return mapper or failure_from_exception
+
+
+Clock = Callable[[], float]

@@ -1,0 +1,298 @@
+"""The asyncio client: ``AsyncClient.call`` and the ``@AsyncClient.retry`` decorator."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, ParamSpec, TypeVar
+
+import grpc
+import grpc.aio
+
+from . import _core
+from ._core import Deadline, Safety, Spec, State
+from ._gen.policyd.v1 import journal_pb2 as jpb
+from ._gen.policyd.v1 import policy_pb2 as pb
+from ._stubs import AsyncJournalStub, AsyncPolicyStub, async_journal_stub, async_policy_stub
+from .decision import Action, Decision, FallbackHint, RetryEvent, SOURCE_POLICYD
+from .errors import RetryStopped
+from .fail_open import FailOpenPolicy
+from .failure import FailureMapper
+
+__all__ = ["AsyncClient"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+# How long a cancelled call may spend telling the journal it was abandoned.
+_ABANDON_TIMEOUT = 0.2
+
+
+class AsyncClient:
+    """Run coroutines under policyd's retry policy, on grpc.aio.
+
+    The same options and behaviour as :class:`~policyd_client.Client`, with
+    asyncio's own cancellation: cancelling the task that awaits :meth:`call`
+    stops a sleep at once (``asyncio.CancelledError`` propagates, and a
+    journaled context is finished ABANDONED). ``sleep`` defaults to
+    ``asyncio.sleep``. The channel is opened on first use, inside the running
+    event loop; close it with ``await client.close()`` or ``async with``.
+    """
+
+    def __init__(
+        self,
+        addr: str | None = None,
+        *,
+        timeout: float = _core.DEFAULT_TIMEOUT,
+        profile: str = "",
+        agent: str = "",
+        journal: bool = False,
+        labels: Mapping[str, str] | None = None,
+        fail_open: FailOpenPolicy | None = None,
+        failure_mapper: FailureMapper | None = None,
+        on_retry: Callable[[RetryEvent], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+        channel: grpc.aio.Channel | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.addr = _core.resolve_addr(addr)
+        self.timeout = timeout
+        self.profile = profile
+        self.agent = agent
+        self.journal = journal
+        self.labels = dict(labels or {})
+        self.fail_open = fail_open or FailOpenPolicy()
+        self.failure_mapper = _core.default_mapper(failure_mapper)
+        self.on_retry = on_retry
+        self._clock = clock
+        self._sleep = sleep or asyncio.sleep
+        self._log = logger or _core.log
+        self._warn = _core.Warnings(self.addr, self._log)
+        self._own_channel = channel is None
+        self._channel = channel
+        self._policy: AsyncPolicyStub | None = None
+        self._journal: AsyncJournalStub | None = None
+
+    def _chan(self) -> grpc.aio.Channel:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self.addr)
+        return self._channel
+
+    @property
+    def policy(self) -> AsyncPolicyStub:
+        """The generated PolicyService stub (grpc.aio), for calls the client does not wrap."""
+        if self._policy is None:
+            self._policy = async_policy_stub(self._chan())
+        return self._policy
+
+    @property
+    def journal_service(self) -> AsyncJournalStub:
+        """The generated JournalService stub (grpc.aio): GetContext, GetErrorReport, ..."""
+        if self._journal is None:
+            self._journal = async_journal_stub(self._chan())
+        return self._journal
+
+    async def close(self) -> None:
+        """Close the channel the client opened (not one it was given)."""
+        if self._own_channel and self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+            self._policy = self._journal = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def call(
+        self,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        provider: str = "",
+        model: str = "",
+        operation: str = "",
+        method: str = "",
+        profile: str | None = None,
+        journal: bool | None = None,
+        fallback: Callable[[FallbackHint], Awaitable[T]] | None = None,
+        deadline: Deadline | None = None,
+        context_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        safety: Safety | None = None,
+        retry_fetch_errors: bool = False,
+        continue_on_failed_api_call: bool | None = None,
+    ) -> T:
+        """Await ``fn()`` until it succeeds or policyd says stop; return its result.
+
+        As :meth:`policyd_client.Client.call`, with an async ``fn`` and
+        ``fallback``; cancel the awaiting task instead of passing an event.
+        """
+        spec = Spec(
+            provider=provider,
+            model=model,
+            operation=operation,
+            method=method.upper(),
+            profile=self.profile if profile is None else profile,
+            journal=self.journal if journal is None else journal,
+            agent=self.agent,
+            labels={**self.labels, **(labels or {})},
+            context_id=context_id,
+            safety=safety,
+            retry_fetch_errors=retry_fetch_errors,
+            continue_on_failed_api_call=continue_on_failed_api_call,
+            mapper=self.failure_mapper,
+        )
+        st = _core.new_state(deadline, spec.journal, spec.context_id, self._clock(), time.time())
+        try:
+            while True:
+                st.attempt += 1
+                started = self._clock()
+                try:
+                    result = await fn()
+                except Exception as exc:
+                    failure = spec.failure(exc)
+                    decision = await self._decide(spec, st, failure, self._clock() - started)
+                    if decision.action is Action.RETRY:
+                        delay = self._bounded(decision.delay, st)
+                        _core.log_retry(self._log, spec, st.attempt, delay, failure, decision)
+                        if self.on_retry is not None:
+                            ctx = st.context_id if st.begun else None
+                            self.on_retry(RetryEvent(st.attempt, delay, exc, failure, decision, ctx))
+                        await self._sleep(delay)
+                        continue
+                    if decision.action is Action.FALL_BACK and fallback is not None:
+                        hint = FallbackHint(
+                            kind=decision.fallback, reason=decision.fallback_reason or decision.stop_text,
+                            error=exc, decision=decision, attempts=st.attempt, context_id=st.context_id,
+                        )  # fmt: skip
+                        try:
+                            result = await fallback(hint)
+                        except Exception:
+                            await self._finish(st, jpb.OUTCOME_FAILED)
+                            raise
+                        await self._finish(st, jpb.OUTCOME_RESOLVED)
+                        return result
+                    await self._finish(st, jpb.OUTCOME_FAILED)
+                    raise RetryStopped(
+                        exc, decision, attempts=st.attempt, context_id=st.context_id if st.begun else None
+                    ) from exc
+                await self._finish(st, jpb.OUTCOME_RESOLVED)
+                return result
+        except BaseException:
+            if st.open():  # cancelled, a failing fallback, ...
+                await self._abandon(st)
+            raise
+
+    def retry(
+        self,
+        *,
+        provider: str = "",
+        model: str = "",
+        operation: str = "",
+        method: str = "",
+        profile: str | None = None,
+        journal: bool | None = None,
+        deadline: Deadline | None = None,
+        labels: Mapping[str, str] | None = None,
+        safety: Safety | None = None,
+        retry_fetch_errors: bool = False,
+    ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Coroutine[Any, Any, T]]]:
+        """Decorate an async function so that every call of it runs under :meth:`call`."""
+
+        def decorate(f: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+            @functools.wraps(f)
+            async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+                return await self.call(
+                    lambda: f(*args, **kwargs),
+                    provider=provider, model=model, operation=operation, method=method, profile=profile,
+                    journal=journal, deadline=deadline, labels=labels, safety=safety,
+                    retry_fetch_errors=retry_fetch_errors,
+                )  # fmt: skip
+
+            return wrapper
+
+        return decorate
+
+    # ---- the steps
+
+    def _rpc_timeout(self, st: State) -> float | None:
+        remaining = st.remaining(self._clock())
+        if remaining is None:
+            return self.timeout
+        return min(self.timeout, remaining) if remaining > 0 else None
+
+    async def _decide(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
+        if st.attempt >= _core.MAX_ATTEMPTS:
+            return _core.attempts_decision()
+        if st.journal and not st.begun:
+            timeout = self._rpc_timeout(st)
+            if timeout is None:
+                return _core.deadline_decision()
+            try:
+                await self.journal_service.BeginContext(_core.begin_request(spec, st), timeout=timeout)
+                st.begun = True
+            except grpc.aio.AioRpcError as err:
+                st.journal = False
+                if _core.is_outage(err):
+                    self._warn.daemon_failed(err)
+                    return self._fail_open(st, failure)
+                self._warn.journal_failed("BeginContext", err)
+        timeout = self._rpc_timeout(st)
+        if timeout is None:
+            return _core.deadline_decision()
+        try:
+            resp = await self.policy.NextDelay(
+                _core.next_delay_request(spec, st, failure, self._clock()), timeout=timeout
+            )
+        except grpc.aio.AioRpcError as err:
+            self._warn.daemon_failed(err)
+            return self._fail_open(st, failure)
+        self._warn.daemon_ok()
+        decision = Decision.from_proto(resp.decision)
+        if st.begun and not decision.journaled and decision.source == SOURCE_POLICYD:
+            timeout = self._rpc_timeout(st)
+            if timeout is not None:
+                try:
+                    await self.journal_service.RecordAttempt(
+                        _core.record_request(spec, st, failure, decision, duration), timeout=timeout
+                    )
+                except grpc.aio.AioRpcError as err:
+                    self._warn.journal_failed("RecordAttempt", err)
+        return decision
+
+    def _fail_open(self, st: State, failure: pb.Failure) -> Decision:
+        return self.fail_open.decide(failure, st.attempt, remaining=st.remaining(self._clock()))
+
+    async def _finish(self, st: State, outcome: jpb.Outcome, timeout: float | None = None) -> None:
+        if not st.open():
+            return
+        st.finished = True
+        if timeout is None:
+            remaining = st.remaining(self._clock())
+            timeout = self.timeout if remaining is None else min(self.timeout, max(remaining, 0.1))
+        try:
+            await self.journal_service.FinishContext(
+                jpb.FinishContextRequest(context_id=st.context_id or "", outcome=outcome), timeout=timeout
+            )
+        except grpc.aio.AioRpcError as err:
+            self._warn.journal_failed("FinishContext", err)
+
+    async def _abandon(self, st: State) -> None:
+        """Finish a context ABANDONED, briefly, even from a cancelled task."""
+        task = asyncio.ensure_future(self._finish(st, jpb.OUTCOME_ABANDONED, _ABANDON_TIMEOUT))
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            pass  # cancelled again: the shielded finish goes on by itself
+        except Exception as err:  # never hide the original exception
+            self._log.debug("policyd journal: abandoning %s failed: %s", st.context_id, err)
+
+    def _bounded(self, delay: float, st: State) -> float:
+        remaining = st.remaining(self._clock())
+        delay = max(delay, 0.0)
+        return delay if remaining is None else max(min(delay, remaining), 0.0)

@@ -1,0 +1,332 @@
+"""The synchronous client: ``Client.call`` and the ``@Client.retry`` decorator."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import ParamSpec, TypeVar
+
+import grpc
+
+from . import _core
+from ._core import Deadline, Safety, Spec, State
+from ._gen.policyd.v1 import journal_pb2 as jpb
+from ._gen.policyd.v1 import policy_pb2 as pb
+from ._stubs import JournalStub, PolicyStub, journal_stub, policy_stub
+from .decision import Action, Decision, FallbackHint, RetryEvent, SOURCE_POLICYD
+from .errors import RetryCancelled, RetryStopped
+from .fail_open import FailOpenPolicy
+from .failure import FailureMapper
+
+__all__ = ["Client"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+class Client:
+    """Run operations under policyd's retry policy.
+
+    ``addr`` is the daemon's host:port (default ``$POLICYD_ADDR``, else
+    127.0.0.1:7433). Every RPC waits at most ``timeout`` seconds (and never
+    past the call's deadline); a daemon that does not answer in time, or at
+    all, is replaced by ``fail_open`` (a :class:`FailOpenPolicy` by default)
+    and a warning is logged once per outage on the ``policyd_client`` logger.
+
+    ``profile``, ``agent``, ``journal`` and ``labels`` are defaults for every
+    call. ``failure_mapper`` turns an exception into a Failure
+    (:func:`failure_from_exception` by default). ``on_retry`` is called before
+    each sleep. ``clock`` (monotonic seconds) and ``sleep`` are injectable for
+    tests; with a custom ``sleep`` a ``cancel`` event is checked after it
+    returns. ``channel`` replaces the insecure channel the client would open.
+
+    A Client is thread-safe; close it (or use ``with``) to close its channel.
+    """
+
+    def __init__(
+        self,
+        addr: str | None = None,
+        *,
+        timeout: float = _core.DEFAULT_TIMEOUT,
+        profile: str = "",
+        agent: str = "",
+        journal: bool = False,
+        labels: Mapping[str, str] | None = None,
+        fail_open: FailOpenPolicy | None = None,
+        failure_mapper: FailureMapper | None = None,
+        on_retry: Callable[[RetryEvent], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] | None = None,
+        channel: grpc.Channel | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.addr = _core.resolve_addr(addr)
+        self.timeout = timeout
+        self.profile = profile
+        self.agent = agent
+        self.journal = journal
+        self.labels = dict(labels or {})
+        self.fail_open = fail_open or FailOpenPolicy()
+        self.failure_mapper = _core.default_mapper(failure_mapper)
+        self.on_retry = on_retry
+        self._clock = clock
+        self._sleep = sleep
+        self._log = logger or _core.log
+        self._warn = _core.Warnings(self.addr, self._log)
+        self._own_channel = channel is None
+        self._channel = channel or grpc.insecure_channel(self.addr)
+        #: The generated PolicyService stub, for calls the client does not wrap.
+        self.policy: PolicyStub = policy_stub(self._channel)
+        #: The generated JournalService stub (GetContext, GetErrorReport, ListContexts, ...).
+        self.journal_service: JournalStub = journal_stub(self._channel)
+
+    def close(self) -> None:
+        """Close the channel the client opened (not one it was given)."""
+        if self._own_channel:
+            self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def call(
+        self,
+        fn: Callable[[], T],
+        *,
+        provider: str = "",
+        model: str = "",
+        operation: str = "",
+        method: str = "",
+        profile: str | None = None,
+        journal: bool | None = None,
+        fallback: Callable[[FallbackHint], T] | None = None,
+        deadline: Deadline | None = None,
+        cancel: threading.Event | None = None,
+        context_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        safety: Safety | None = None,
+        retry_fetch_errors: bool = False,
+        continue_on_failed_api_call: bool | None = None,
+    ) -> T:
+        """Run ``fn()`` until it succeeds or policyd says stop; return its result.
+
+        On success no RPC is made, except ``FinishContext`` for a journaled call
+        that had failed before. On an exception (``Exception``, never
+        ``KeyboardInterrupt`` and friends) the client maps it to a Failure,
+        asks ``NextDelay`` and then sleeps the delay and tries again, raises
+        :class:`RetryStopped` from the exception (with the decision's reason
+        and recovery action), or, on FALL_BACK with a ``fallback`` function,
+        returns ``fallback(FallbackHint)``.
+
+        ``provider``, ``model``, ``operation`` and ``method`` describe the call
+        to policyd (``operation="chat"`` marks an LLM call as safe to repeat;
+        ``method="POST"`` without such an operation is not repeated).
+        ``deadline`` bounds the whole call: seconds from now, a timedelta or a
+        datetime. Setting ``cancel`` stops a sleep at once and raises
+        :class:`RetryCancelled`. With ``journal`` the attempts go into a
+        RetryContext (id ``context_id``, else a new UUID), begun at the first
+        failure and finished RESOLVED (success, or a fallback that returned),
+        FAILED (an error report is written) or ABANDONED (cancelled).
+        """
+        spec = self._spec(
+            provider, model, operation, method, profile, journal, context_id, labels, safety,
+            retry_fetch_errors, continue_on_failed_api_call,
+        )  # fmt: skip
+        st = _core.new_state(deadline, spec.journal, spec.context_id, self._clock(), time.time())
+        try:
+            while True:
+                st.attempt += 1
+                started = self._clock()
+                try:
+                    result = fn()
+                except Exception as exc:
+                    failure = spec.failure(exc)
+                    decision = self._decide(spec, st, failure, self._clock() - started)
+                    if decision.action is Action.RETRY:
+                        delay = self._bounded(decision.delay, st)
+                        self._before_sleep(spec, st, exc, failure, decision, delay)
+                        if self._wait(delay, cancel):
+                            self._finish(st, jpb.OUTCOME_ABANDONED)
+                            raise RetryCancelled(
+                                exc, decision, attempts=st.attempt, context_id=st.context_id,
+                                reason="cancelled by the caller",
+                            ) from exc  # fmt: skip
+                        continue
+                    if decision.action is Action.FALL_BACK and fallback is not None:
+                        hint = FallbackHint(
+                            kind=decision.fallback, reason=decision.fallback_reason or decision.stop_text,
+                            error=exc, decision=decision, attempts=st.attempt, context_id=st.context_id,
+                        )  # fmt: skip
+                        try:
+                            result = fallback(hint)
+                        except Exception:
+                            self._finish(st, jpb.OUTCOME_FAILED)
+                            raise
+                        self._finish(st, jpb.OUTCOME_RESOLVED)
+                        return result
+                    self._finish(st, jpb.OUTCOME_FAILED)
+                    raise RetryStopped(
+                        exc, decision, attempts=st.attempt, context_id=st.context_id if st.begun else None
+                    ) from exc
+                self._finish(st, jpb.OUTCOME_RESOLVED)
+                return result
+        except BaseException:
+            if st.open():  # KeyboardInterrupt, SystemExit, a failing fallback, ...
+                self._finish(st, jpb.OUTCOME_ABANDONED)
+            raise
+
+    def retry(
+        self,
+        *,
+        provider: str = "",
+        model: str = "",
+        operation: str = "",
+        method: str = "",
+        profile: str | None = None,
+        journal: bool | None = None,
+        deadline: Deadline | None = None,
+        labels: Mapping[str, str] | None = None,
+        safety: Safety | None = None,
+        retry_fetch_errors: bool = False,
+    ) -> Callable[[Callable[P, T]], Callable[P, T]]:
+        """Decorate a function so that every call of it runs under :meth:`call`."""
+
+        def decorate(f: Callable[P, T]) -> Callable[P, T]:
+            @functools.wraps(f)
+            def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+                return self.call(
+                    lambda: f(*args, **kwargs),
+                    provider=provider, model=model, operation=operation, method=method, profile=profile,
+                    journal=journal, deadline=deadline, labels=labels, safety=safety,
+                    retry_fetch_errors=retry_fetch_errors,
+                )  # fmt: skip
+
+            return wrapper
+
+        return decorate
+
+    # ---- the steps
+
+    def _spec(
+        self,
+        provider: str,
+        model: str,
+        operation: str,
+        method: str,
+        profile: str | None,
+        journal: bool | None,
+        context_id: str | None,
+        labels: Mapping[str, str] | None,
+        safety: Safety | None,
+        retry_fetch_errors: bool,
+        continue_on_failed_api_call: bool | None,
+    ) -> Spec:
+        return Spec(
+            provider=provider,
+            model=model,
+            operation=operation,
+            method=method.upper(),
+            profile=self.profile if profile is None else profile,
+            journal=self.journal if journal is None else journal,
+            agent=self.agent,
+            labels={**self.labels, **(labels or {})},
+            context_id=context_id,
+            safety=safety,
+            retry_fetch_errors=retry_fetch_errors,
+            continue_on_failed_api_call=continue_on_failed_api_call,
+            mapper=self.failure_mapper,
+        )
+
+    def _rpc_timeout(self, st: State) -> float | None:
+        """Return the RPC timeout, or None when the deadline has passed."""
+        remaining = st.remaining(self._clock())
+        if remaining is None:
+            return self.timeout
+        return min(self.timeout, remaining) if remaining > 0 else None
+
+    def _decide(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
+        if st.attempt >= _core.MAX_ATTEMPTS:
+            return _core.attempts_decision()
+        if st.journal and not st.begun:
+            timeout = self._rpc_timeout(st)
+            if timeout is None:
+                return _core.deadline_decision()
+            try:
+                self.journal_service.BeginContext(_core.begin_request(spec, st), timeout=timeout)
+                st.begun = True
+            except grpc.RpcError as err:
+                st.journal = False
+                if _core.is_outage(err):
+                    self._warn.daemon_failed(err)
+                    return self._fail_open(st, failure)
+                self._warn.journal_failed("BeginContext", err)
+        timeout = self._rpc_timeout(st)
+        if timeout is None:
+            return _core.deadline_decision()
+        try:
+            resp = self.policy.NextDelay(_core.next_delay_request(spec, st, failure, self._clock()), timeout=timeout)
+        except grpc.RpcError as err:
+            self._warn.daemon_failed(err)
+            return self._fail_open(st, failure)
+        self._warn.daemon_ok()
+        decision = Decision.from_proto(resp.decision)
+        if st.begun and not decision.journaled:
+            self._record(spec, st, failure, decision, duration)
+        return decision
+
+    def _fail_open(self, st: State, failure: pb.Failure) -> Decision:
+        return self.fail_open.decide(failure, st.attempt, remaining=st.remaining(self._clock()))
+
+    def _record(self, spec: Spec, st: State, failure: pb.Failure, decision: Decision, duration: float) -> None:
+        """Record an attempt NextDelay could not journal (best effort)."""
+        timeout = self._rpc_timeout(st)
+        if timeout is None or decision.source != SOURCE_POLICYD:
+            return
+        try:
+            self.journal_service.RecordAttempt(
+                _core.record_request(spec, st, failure, decision, duration), timeout=timeout
+            )
+        except grpc.RpcError as err:
+            self._warn.journal_failed("RecordAttempt", err)
+
+    def _finish(self, st: State, outcome: jpb.Outcome) -> None:
+        if not st.open():
+            return
+        st.finished = True
+        remaining = st.remaining(self._clock())
+        timeout = self.timeout if remaining is None else min(self.timeout, max(remaining, 0.1))
+        try:
+            self.journal_service.FinishContext(
+                jpb.FinishContextRequest(context_id=st.context_id or "", outcome=outcome), timeout=timeout
+            )
+        except grpc.RpcError as err:
+            self._warn.journal_failed("FinishContext", err)
+
+    def _bounded(self, delay: float, st: State) -> float:
+        remaining = st.remaining(self._clock())
+        delay = max(delay, 0.0)
+        return delay if remaining is None else max(min(delay, remaining), 0.0)
+
+    def _before_sleep(
+        self, spec: Spec, st: State, exc: BaseException, failure: pb.Failure, decision: Decision, delay: float
+    ) -> None:
+        _core.log_retry(self._log, spec, st.attempt, delay, failure, decision)
+        if self.on_retry is not None:
+            self.on_retry(RetryEvent(st.attempt, delay, exc, failure, decision, st.context_id if st.begun else None))
+
+    def _wait(self, delay: float, cancel: threading.Event | None) -> bool:
+        """Sleep delay seconds; return True when cancel was set (at once, mid-sleep)."""
+        if self._sleep is not None:
+            if cancel is not None and cancel.is_set():
+                return True
+            self._sleep(delay)
+            return cancel is not None and cancel.is_set()
+        if cancel is None:
+            time.sleep(delay)
+            return False
+        return cancel.wait(delay)

@@ -1,0 +1,165 @@
+"""What to do after a failed attempt, in plain Python values.
+
+A :class:`Decision` comes from the daemon's ``NextDelay`` answer or, when the
+daemon cannot be reached, from the client's :class:`~policyd_client.FailOpenPolicy`;
+``source`` says which. Enum values are the proto names without their prefix
+(``"RATE_LIMIT"``, ``"ATTEMPTS_EXHAUSTED"``, ``"OTHER_PROVIDER"``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import cast
+
+from ._gen.policyd.v1 import policy_pb2 as pb
+
+__all__ = ["Action", "Decision", "FallbackHint", "RetryEvent", "SOURCE_POLICYD", "SOURCE_FAIL_OPEN"]
+
+#: Decision.source of an answer from the daemon.
+SOURCE_POLICYD = "policyd"
+#: Decision.source of an answer from the built-in fail-open policy.
+SOURCE_FAIL_OPEN = "fail-open"
+
+class Action(str, enum.Enum):
+    """What the caller should do next."""
+
+    RETRY = "RETRY"
+    STOP = "STOP"
+    FALL_BACK = "FALL_BACK"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do after a failed attempt, and why.
+
+    ``delay`` is in seconds. ``failure_type``, ``stop_reason`` and
+    ``fallback`` are proto enum names without their prefix, "" when unset.
+    ``raw`` is the daemon's message (None for fail-open decisions).
+    """
+
+    action: Action
+    delay: float = 0.0
+    failure_type: str = ""
+    retryable: bool = False
+    rule: str = ""
+    reason: str = ""
+    recovery_action: str = ""
+    retry_after: float | None = None
+    continuation_prompt: str = ""
+    attempts_left: int = 0
+    stop_reason: str = ""
+    stop_text: str = ""
+    fallback: str = ""
+    fallback_reason: str = ""
+    strategy: str = ""
+    journaled: bool = False
+    source: str = SOURCE_POLICYD
+    raw: pb.Decision | None = field(default=None, repr=False, compare=False)
+
+    def explain(self) -> str:
+        """Return the decision in a sentence, e.g. for a log line or an error."""
+        parts: list[str] = []
+        if self.action is Action.STOP:
+            parts.append(self.stop_text or self.reason or "not retried")
+        elif self.action is Action.FALL_BACK:
+            parts.append(f"fall back ({self.fallback or 'unspecified'})")
+            if self.fallback_reason or self.stop_text:
+                parts.append(self.fallback_reason or self.stop_text)
+        else:
+            parts.append(f"retry in {self.delay:.3g}s")
+        if self.failure_type:
+            parts.append(f"[{self.failure_type}{', rule ' + self.rule if self.rule else ''}]")
+        if self.source != SOURCE_POLICYD:
+            parts.append(f"({self.source})")
+        return " ".join(parts)
+
+    @classmethod
+    def from_proto(cls, d: pb.Decision) -> Decision:
+        """Return the Decision of a NextDelay answer."""
+        c = d.classification
+        action = {pb.ACTION_RETRY: Action.RETRY, pb.ACTION_FALL_BACK: Action.FALL_BACK}.get(d.action, Action.STOP)
+        return cls(
+            action=action,
+            delay=d.delay.ToTimedelta().total_seconds() if d.HasField("delay") else 0.0,
+            failure_type=_enum_name(pb.FailureType.Name, c.failure_type, "FAILURE_TYPE_"),
+            retryable=c.retryable,
+            rule=c.rule,
+            reason=c.reason,
+            recovery_action=c.recovery_action,
+            retry_after=c.retry_after.ToTimedelta().total_seconds() if c.HasField("retry_after") else None,
+            continuation_prompt=c.continuation_prompt,
+            attempts_left=d.attempts_left,
+            stop_reason=_enum_name(pb.StopReason.Name, d.stop_reason, "STOP_REASON_"),
+            stop_text=d.stop_text,
+            fallback=_enum_name(pb.FallbackKind.Name, d.fallback.kind, "FALLBACK_KIND_"),
+            fallback_reason=d.fallback.reason,
+            strategy=d.strategy.name,
+            journaled=d.journaled,
+            source=SOURCE_POLICYD,
+            raw=d,
+        )
+
+    def to_proto(self) -> pb.Decision:
+        """Return the proto form (the daemon's own message when there is one)."""
+        if self.raw is not None:
+            return self.raw
+        d = pb.Decision(
+            action={Action.RETRY: pb.ACTION_RETRY, Action.FALL_BACK: pb.ACTION_FALL_BACK}.get(
+                self.action, pb.ACTION_STOP
+            ),
+            attempts_left=self.attempts_left,
+            stop_text=self.stop_text,
+        )
+        d.delay.FromNanoseconds(int(self.delay * 1e9))
+        d.classification.retryable = self.retryable
+        d.classification.rule = self.rule
+        d.classification.reason = self.reason
+        d.classification.recovery_action = self.recovery_action
+        if self.failure_type:
+            d.classification.failure_type = cast(pb.FailureType, pb.FailureType.Value("FAILURE_TYPE_" + self.failure_type))
+        if self.stop_reason:
+            d.stop_reason = cast(pb.StopReason, pb.StopReason.Value("STOP_REASON_" + self.stop_reason))
+        if self.fallback:
+            d.fallback.kind = cast(pb.FallbackKind, pb.FallbackKind.Value("FALLBACK_KIND_" + self.fallback))
+            d.fallback.reason = self.fallback_reason
+        d.strategy.name = self.strategy
+        return d
+
+
+def _enum_name(name_of: object, value: int, prefix: str) -> str:
+    if value == 0:
+        return ""
+    try:
+        name = name_of(value)  # type: ignore[operator]
+    except ValueError:
+        return str(value)
+    return str(name).removeprefix(prefix)
+
+
+@dataclass(frozen=True)
+class FallbackHint:
+    """What the caller's fallback function is handed on ACTION_FALL_BACK.
+
+    ``kind`` is ``"LARGER_CONTEXT_MODEL"``, ``"OTHER_PROVIDER"`` or
+    ``"OTHER_MODEL"``; ``error`` the last attempt's exception.
+    """
+
+    kind: str
+    reason: str
+    error: BaseException
+    decision: Decision
+    attempts: int
+    context_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RetryEvent:
+    """One retry about to happen: handed to ``on_retry`` before the sleep."""
+
+    attempt: int
+    delay: float
+    error: BaseException
+    failure: pb.Failure
+    decision: Decision
+    context_id: str | None = None

@@ -1,0 +1,52 @@
+"""The exceptions the client raises when it stops retrying."""
+
+from __future__ import annotations
+
+from .decision import Decision
+
+__all__ = ["PolicydClientError", "RetryStopped", "RetryCancelled"]
+
+
+class PolicydClientError(Exception):
+    """The base of every exception this package raises."""
+
+
+class RetryStopped(PolicydClientError):
+    """The operation failed and will not be retried.
+
+    Raised ``from`` the last attempt's exception, which is also ``error``.
+    ``decision`` is why (the daemon's, or the fail-open policy's),
+    ``recovery_action`` what the user or the model should do about it.
+    """
+
+    def __init__(
+        self,
+        error: BaseException,
+        decision: Decision | None,
+        *,
+        attempts: int,
+        context_id: str | None = None,
+        reason: str = "",
+    ) -> None:
+        self.error = error
+        self.decision = decision
+        self.attempts = attempts
+        self.context_id = context_id
+        self.reason = reason or (decision.explain() if decision else "stopped")
+        super().__init__(self._text())
+
+    @property
+    def recovery_action(self) -> str:
+        """What to do about the failure; "" when nothing was said."""
+        return self.decision.recovery_action if self.decision else ""
+
+    def _text(self) -> str:
+        err = f"{type(self.error).__name__}: {self.error}".rstrip(": ")
+        s = f"{err} (stopped after {self.attempts} attempt{'s' if self.attempts != 1 else ''}: {self.reason})"
+        if self.recovery_action and self.recovery_action not in self.reason:
+            s += f" {self.recovery_action}"
+        return s
+
+
+class RetryCancelled(RetryStopped):
+    """The caller cancelled the operation (its ``cancel`` event was set)."""

@@ -1,0 +1,215 @@
+"""The small retry policy the client falls back on when policyd is unreachable.
+
+It retries only clearly transient failures — connection errors and timeouts
+with no HTTP response, HTTP 429 and 5xx (but 501), gRPC UNAVAILABLE and
+RESOURCE_EXHAUSTED — with capped exponential backoff and full jitter,
+waiting at least a server's Retry-After (``retry-after-ms``, ``retry-after``
+in seconds or as an HTTP date) unless it is above a ceiling. Everything else
+stops at once. It never waits past the caller's deadline.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import random as _random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from ._gen.policyd.v1 import policy_pb2 as pb
+from .decision import Action, Decision, SOURCE_FAIL_OPEN
+
+__all__ = ["FailOpenPolicy"]
+
+# Python, Node and Go shapes of a broken or refused connection, and of timeouts.
+_CONNECTION_NAMES = frozenset(
+    n.lower()
+    for n in (
+        "ConnectionError ConnectionResetError ConnectionRefusedError ConnectionAbortedError BrokenPipeError "
+        "RemoteDisconnected IncompleteRead ConnectError ReadError WriteError NetworkError RemoteProtocolError "
+        "ProtocolError NewConnectionError ChunkedEncodingError ServerDisconnectedError ClientConnectorError "
+        "ClientOSError gaierror APIConnectionError SocketError"
+    ).split()
+)
+_TIMEOUT_NAMES = frozenset(
+    n.lower()
+    for n in (
+        "TimeoutError timeout ReadTimeout ConnectTimeout WriteTimeout PoolTimeout TimeoutException "
+        "ReadTimeoutError ConnectTimeoutError ServerTimeoutError APITimeoutError"
+    ).split()
+)
+_CONNECTION_CODES = frozenset(
+    "ECONNRESET ECONNREFUSED ECONNABORTED EPIPE ENETUNREACH EHOSTUNREACH ENETDOWN EHOSTDOWN EAI_AGAIN".split()
+)
+_TIMEOUT_CODES = frozenset("ETIMEDOUT ESOCKETTIMEDOUT".split())
+_CANCEL_NAMES = frozenset(n.lower() for n in "CancelledError CanceledError AbortError".split())
+
+_GRPC_RESOURCE_EXHAUSTED = 8
+_GRPC_UNAVAILABLE = 14
+
+# What a terminal status means, for the message the caller sees.
+_TERMINAL = {
+    400: ("INVALID_REQUEST", "Fix the request; the same request will fail again."),
+    401: ("AUTH_INVALID", "Fix the credentials (key, token or endpoint), then run again."),
+    403: ("PERMISSION_DENIED", "The credentials are not allowed to use this resource."),
+    404: ("NOT_FOUND", "Use a valid URL, model or resource id."),
+    422: ("INVALID_REQUEST", "Fix the request; the same request will fail again."),
+}
+
+
+@dataclass
+class FailOpenPolicy:
+    """Decide retries without the daemon.
+
+    After attempt ``n`` fails with a transient failure the delay is uniform in
+    ``[0, min(max_delay, initial_delay × multiplier^(n-1))]`` (full jitter),
+    raised to the server's Retry-After when that is larger; a Retry-After
+    above ``retry_after_ceiling`` stops instead. ``max_attempts`` counts every
+    attempt, the first included. ``random`` (uniform in [0, 1)) and ``now``
+    (wall-clock seconds, for HTTP-date Retry-After) are injectable so that
+    tests are deterministic.
+    """
+
+    max_attempts: int = 3
+    initial_delay: float = 1.0
+    max_delay: float = 30.0
+    multiplier: float = 2.0
+    retry_after_ceiling: float = 60.0
+    random: Callable[[], float] = field(default=_random.random, repr=False)
+    now: Callable[[], float] = field(default=time.time, repr=False)
+
+    def decide(self, failure: pb.Failure, attempt: int, *, remaining: float | None = None) -> Decision:
+        """Return what to do after ``attempt`` (1-based) failed with ``failure``.
+
+        ``remaining`` is the time left before the caller's deadline in
+        seconds (None: no deadline); a retry that would land past it stops.
+        """
+        failure_type, transient, recovery = self.classify(failure)
+        hint = retry_after(failure.headers, self.now)
+
+        def decision(action: Action, reason: str, stop_reason: str = "", stop_text: str = "", delay: float = 0.0) -> Decision:
+            return Decision(
+                action,
+                delay=delay,
+                failure_type=failure_type,
+                retryable=transient,
+                rule=f"fail_open.{failure_type.lower()}",
+                reason=f"policyd unreachable; {reason}",
+                recovery_action=recovery,
+                retry_after=hint,
+                attempts_left=max(self.max_attempts - attempt, 0) if action is Action.RETRY else 0,
+                stop_reason=stop_reason,
+                stop_text=stop_text,
+                strategy=f"fail-open/{failure_type}",
+                source=SOURCE_FAIL_OPEN,
+            )
+
+        if not transient:
+            return decision(
+                Action.STOP,
+                "the fail-open policy retries only connection errors, 429 and 5xx",
+                "NOT_RETRYABLE",
+                f"{_describe(failure)} is not retried by the fail-open policy",
+            )
+        if attempt >= self.max_attempts:
+            return decision(
+                Action.STOP,
+                "the fail-open policy's attempts are spent",
+                "ATTEMPTS_EXHAUSTED",
+                f"{self.max_attempts} attempts made (fail-open policy)",
+            )
+        if hint is not None and hint > self.retry_after_ceiling:
+            return decision(
+                Action.STOP,
+                "the server asked for a longer wait than the fail-open ceiling",
+                "SERVER_DELAY_ABOVE_CEILING",
+                f"the server asked to wait {hint:g}s, above the fail-open ceiling of {self.retry_after_ceiling:g}s",
+            )
+        delay = self.backoff(attempt)
+        if hint is not None:
+            delay = max(delay, hint)
+        if remaining is not None and delay > remaining:
+            return decision(
+                Action.STOP,
+                "waiting would pass the deadline",
+                "DEADLINE",
+                f"waiting {delay:.3g}s would pass the deadline ({max(remaining, 0):.3g}s left)",
+            )
+        return decision(Action.RETRY, "a transient failure, retried by the fail-open policy", delay=delay)
+
+    def backoff(self, attempt: int) -> float:
+        """Return the jittered backoff after ``attempt`` failed."""
+        try:
+            cap = min(self.max_delay, self.initial_delay * self.multiplier ** max(attempt - 1, 0))
+        except OverflowError:
+            cap = self.max_delay
+        return max(0.0, min(1.0, self.random())) * cap
+
+    @staticmethod
+    def classify(failure: pb.Failure) -> tuple[str, bool, str]:
+        """Return (failure type, transient?, recovery action) for a failure."""
+        names = {failure.error_name.lower()} | {c.name.lower() for c in failure.causes}
+        codes = {failure.error_code.upper()} | {c.code.upper() for c in failure.causes}
+        if names & _CANCEL_NAMES:
+            return "CANCELED", False, "Nothing to retry; the operation was cancelled by its caller."
+        status = failure.http_status
+        if status == 429:
+            return "RATE_LIMIT", True, "Wait and retry with backoff, honouring the server's delay."
+        if status in (503, 529):
+            return "OVERLOADED", True, "Retry with backoff."
+        if status == 504:
+            return "TIMEOUT", True, "Retry; raise the timeout if it persists."
+        if 500 <= status <= 599 and status != 501:
+            return "SERVER_ERROR", True, "Retry with backoff."
+        if status:
+            failure_type, recovery = _TERMINAL.get(status, ("UNKNOWN", f"Inspect the HTTP {status} response."))
+            return failure_type, False, recovery
+        if failure.grpc_code == _GRPC_UNAVAILABLE:
+            return "OVERLOADED", True, "Retry with backoff."
+        if failure.grpc_code == _GRPC_RESOURCE_EXHAUSTED:
+            return "RATE_LIMIT", True, "Wait and retry with backoff."
+        if names & _TIMEOUT_NAMES or codes & _TIMEOUT_CODES:
+            return "TIMEOUT", True, "Retry; raise the timeout if it persists."
+        if names & _CONNECTION_NAMES or codes & _CONNECTION_CODES:
+            return "CONNECTION_ERROR", True, "Retry after a short backoff; check the network if it persists."
+        return "UNKNOWN", False, "Inspect the error; the fail-open policy retries only clearly transient failures."
+
+
+def retry_after(headers: Mapping[str, str], now: Callable[[], float] = time.time) -> float | None:
+    """Return the server's delay hint in seconds from response headers, or None.
+
+    ``retry-after-ms`` (milliseconds) wins over ``retry-after`` (seconds or an
+    HTTP date, relative to ``now()``). Negative, unparsable and non-finite
+    values are ignored.
+    """
+    lower = {k.lower(): v.strip() for k, v in headers.items()}
+    ms = lower.get("retry-after-ms")
+    if ms:
+        try:
+            v = float(ms) / 1000
+            if math.isfinite(v) and v >= 0:
+                return v
+        except ValueError:
+            pass
+    ra = lower.get("retry-after")
+    if not ra:
+        return None
+    try:
+        v = float(ra)
+        return v if math.isfinite(v) and v >= 0 else None
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(ra)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - now())
+
+
+def _describe(failure: pb.Failure) -> str:
+    if failure.http_status:
+        return f"HTTP {failure.http_status}"
+    return failure.error_name or failure.error_code or "the failure"

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from harness import CountingInterceptor, Daemon, FakeServer, policyd_bin
+from policyd_client import Client
+
+
+@pytest.fixture(scope="session")
+def binary() -> str:
+    return policyd_bin()
+
+
+@pytest.fixture(scope="session")
+def daemon(binary: str) -> Iterator[Daemon]:
+    """policyd without a journal."""
+    d = Daemon(binary)
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="session")
+def database_url() -> str:
+    url = os.environ.get("TEST_DATABASE_URL", "")
+    if not url:
+        if os.environ.get("POLICYD_REQUIRE_JOURNAL"):
+            pytest.fail("TEST_DATABASE_URL is not set (scripts/test.sh sets it or starts a cluster)")
+        pytest.skip("TEST_DATABASE_URL is not set; run scripts/test.sh for the journal tests")
+    return url
+
+
+@pytest.fixture(scope="session")
+def journal_daemon(binary: str, database_url: str) -> Iterator[Daemon]:
+    """policyd with a PostgreSQL journal."""
+    d = Daemon(binary, database_url=database_url)
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    s = FakeServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def client(daemon: Daemon) -> Iterator[Client]:
+    # A generous RPC timeout: these tests are about the daemon's answers, not fail-open.
+    with Client(daemon.addr, timeout=10) as c:
+        yield c
+
+
+class Counted:
+    def __init__(self, client: Client, interceptor: CountingInterceptor) -> None:
+        self.client = client
+        self.rpcs = interceptor.methods
+
+
+@pytest.fixture
+def counted(daemon: Daemon) -> Iterator[Counted]:
+    """A client whose RPCs are counted by a channel interceptor."""
+    interceptor = CountingInterceptor()
+    channel = grpc.intercept_channel(grpc.insecure_channel(daemon.addr), interceptor)
+    c = Client(daemon.addr, timeout=10, channel=channel)
+    yield Counted(c, interceptor)
+    channel.close()

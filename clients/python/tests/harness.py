@@ -1,0 +1,239 @@
+"""Test harness: a real policyd process and a local HTTP server that fails on cue."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+REPO = Path(__file__).resolve().parents[3]
+
+# Environment the daemon must not inherit: it would change the policy or turn the journal on.
+_DAEMON_ENV_DROP = (
+    "DATABASE_URL",
+    "POLICYD_POLICY",
+    "POLICYD_LISTEN",
+    "POLICYD_MAX_RETRY_ATTEMPTS",
+    "POLICYD_MAX_RETRY_DELAY",
+    "POLICYD_MAX_PROVIDER_RETRY_AFTER",
+    "POLICYD_RETRY_IRREVERSIBLE",
+)
+
+
+def policyd_bin() -> str:
+    """Return $POLICYD_BIN, else build cmd/policyd into a temporary directory once."""
+    env = os.environ.get("POLICYD_BIN")
+    if env:
+        if not os.access(env, os.X_OK):
+            raise RuntimeError(f"POLICYD_BIN={env} is not an executable file")
+        return env
+    out = Path(tempfile.mkdtemp(prefix="policyd-py-bin-")) / "policyd"
+    subprocess.run(["go", "build", "-o", str(out), "./cmd/policyd"], cwd=REPO, check=True)
+    os.environ["POLICYD_BIN"] = str(out)  # the README subprocesses and later calls reuse it
+    return str(out)
+
+
+class Daemon:
+    """A `policyd serve` process on 127.0.0.1:<free port>."""
+
+    def __init__(self, binary: str, *, database_url: str | None = None, args: tuple[str, ...] = ()) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in _DAEMON_ENV_DROP}
+        cmd = [binary, "serve", "--listen", "127.0.0.1:0", *args]
+        if database_url:
+            cmd += ["--database-url", database_url]
+        self.log = tempfile.NamedTemporaryFile(prefix="policyd-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, env=env)
+        self.addr = self._wait_serving(timeout=30)
+
+    def _wait_serving(self, timeout: float) -> str:
+        end = time.monotonic() + timeout
+        pattern = re.compile(r"msg=serving addr=(\S+)")
+        while time.monotonic() < end:
+            text = Path(self.log.name).read_text(errors="replace")
+            m = pattern.search(text)
+            if m:
+                return m.group(1)
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"policyd exited with {self.proc.returncode}:\n{text}")
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"policyd did not log 'serving' within {timeout}s:\n{Path(self.log.name).read_text()}")
+
+    def logs(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        os.unlink(self.log.name)
+
+
+@dataclass
+class Reply:
+    """One scripted answer: a status, headers and body, after ``delay`` seconds;
+    or ``drop="close"`` (close without a response) / ``drop="reset"`` (TCP RST)."""
+
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: str = "ok"
+    delay: float = 0.0
+    drop: str = ""
+
+
+@dataclass
+class Hit:
+    at: float  # time.monotonic() when the request arrived
+    method: str
+    path: str
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that timed out and left: expected in these tests
+
+
+class FakeServer:
+    """A real HTTP server on 127.0.0.1 that answers each path from a script.
+
+    ``script(path, Reply(503), Reply(200))`` answers the first request to path
+    with 503 and every later one with the last reply.
+    """
+
+    def __init__(self) -> None:
+        self._scripts: dict[str, list[Reply]] = {}
+        self.hits: dict[str, list[Hit]] = defaultdict(list)
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                pass
+
+            def _serve(self) -> None:
+                path = self.path.split("?", 1)[0]
+                n = int(self.headers.get("content-length") or 0)
+                if n:
+                    self.rfile.read(n)
+                with server._lock:
+                    server.hits[path].append(Hit(time.monotonic(), self.command, path))
+                    script = server._scripts.get(path) or [Reply(404, body="no script")]
+                    reply = script.pop(0) if len(script) > 1 else script[0]
+                if reply.delay:
+                    server._closing.wait(reply.delay)
+                if reply.drop:
+                    self.close_connection = True
+                    if reply.drop == "reset":
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    return
+                data = reply.body.encode()
+                self.send_response(reply.status)
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
+                if not any(k.lower() == "content-type" for k in reply.headers):
+                    self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_HEAD = _serve
+
+        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def script(self, path: str, *replies: Reply) -> str:
+        """Set path's replies and return its URL."""
+        with self._lock:
+            self._scripts[path] = list(replies)
+            self.hits[path] = []
+        return self.url(path)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def count(self, path: str) -> int:
+        with self._lock:
+            return len(self.hits[path])
+
+    def close(self) -> None:
+        self._closing.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class BlackHole:
+    """A TCP listener that accepts connections and never answers: a hung daemon."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.addr = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self._conns: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        self.sock.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+                self._conns.append(c)
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        for c in self._conns:
+            c.close()
+        self.sock.close()
+
+
+def closed_port_addr() -> str:
+    """Return 127.0.0.1:<port> where nothing listens."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"127.0.0.1:{port}"
+
+
+class CountingInterceptor(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Records the method of every unary RPC made through a channel."""
+
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+
+    def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        self.methods.append(client_call_details.method.rsplit("/", 1)[-1])
+        return continuation(client_call_details, request)
+
+
+def which_go() -> bool:
+    return shutil.which("go") is not None
