@@ -1,0 +1,105 @@
+package policyd_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	policyd "github.com/policyd/policyd/clients/go"
+)
+
+// The examples that need a daemon are compiled, not run: their output
+// depends on the network. readme_test.go runs the README's programs against
+// a real policyd instead.
+
+func ExampleClient_Do() {
+	client, err := policyd.Dial("") // $POLICYD_ADDR, else 127.0.0.1:7433
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	call := policyd.Call{Provider: "web", Operation: "web_fetch", Profile: "web_fetch"}
+	err = client.Do(context.Background(), call, func(ctx context.Context, attempt int) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://example.com/", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if err := policyd.CheckResponse(resp); err != nil {
+			return err
+		}
+		_, err = io.Copy(os.Stdout, resp.Body)
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+func ExampleCall_fallback() {
+	client, err := policyd.Dial("")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	call := policyd.Call{Provider: "openai", Model: "gpt-4o", Operation: "chat"}
+
+	model := "gpt-4o"
+	call.Fallback = func(ctx context.Context, call policyd.Call, fb policyd.Fallback) (policyd.Call, error) {
+		if fb.Kind != policyd.FallbackLargerContextModel {
+			return call, fb.Err
+		}
+		model, call.Model = "gpt-4.1", "gpt-4.1"
+		return call, nil
+	}
+
+	err = client.Do(context.Background(), call, func(ctx context.Context, attempt int) error {
+		fmt.Println("asking", model)
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+func ExampleFailureFromError() {
+	err := fmt.Errorf("stream completion: %w",
+		&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)})
+	f := policyd.FailureFromError(policyd.MidStream(err))
+	fmt.Println(f.ErrorName, f.ErrorCode, f.Phase)
+	for _, c := range f.Causes {
+		fmt.Printf("%s %q\n", c.Name, c.Code)
+	}
+	// Output:
+	// *net.OpError ECONNRESET MID_STREAM
+	// *net.OpError ""
+	// *os.SyscallError ""
+	// syscall.Errno "ECONNRESET"
+}
+
+func ExampleFailOpenPolicy_Decide() {
+	now := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for _, f := range []*policyd.Failure{
+		{Operation: "chat", HTTPStatus: 429, Headers: map[string]string{"retry-after": "2"}},
+		{Operation: "chat", HTTPStatus: 401},
+	} {
+		d := policyd.DefaultFailOpenPolicy.Decide(f, 1, policyd.SafetyUnspecified, now, time.Time{}, rnd)
+		fmt.Println(d.Action, d.Delay, d.FailureType, d.Rule)
+	}
+	// Output:
+	// RETRY 2s RATE_LIMIT fail_open.rate_limit
+	// STOP 0s AUTH_INVALID fail_open.status
+}
