@@ -253,7 +253,7 @@ func (r *run) failure(err error) *Failure {
 // ok is false only when ctx ended first.
 func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Duration) (Decision, bool) {
 	c := r.c
-	r.begin(ctx)
+	beginErr := r.begin(ctx)
 	now := c.cfg.clock.Now()
 	req := &policydv1.NextDelayRequest{
 		Failure:   f.proto(),
@@ -268,10 +268,13 @@ func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Dur
 		req.Deadline = timestamppb.New(r.deadline)
 	}
 	var resp *policydv1.NextDelayResponse
-	err := c.rpc(ctx, "NextDelay", func(ctx context.Context) (err error) {
-		resp, err = c.policy.NextDelay(ctx, req)
-		return err
-	})
+	err := beginErr // policyd just failed to answer: do not wait for it twice
+	if err == nil {
+		err = c.rpc(ctx, "NextDelay", func(ctx context.Context) (err error) {
+			resp, err = c.policy.NextDelay(ctx, req)
+			return err
+		})
+	}
 	if ctx.Err() != nil {
 		return Decision{}, false
 	}

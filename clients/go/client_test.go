@@ -237,6 +237,29 @@ func TestDoNeverWaitsPastDeadline(t *testing.T) {
 	}
 }
 
+// The client checks the deadline itself too, with its own clock: a delay
+// policyd allowed (its clock says the deadline is far) is still not waited
+// when the client's clock says it would pass the deadline.
+func TestDoClampsDelayToDeadline(t *testing.T) {
+	t.Parallel()
+	srv := newFlaky(t, step{status: 500, body: serverErrBody}, step{status: 200})
+	clock := newFakeClock()
+	clock.now = clock.now.Add(time.Hour) // the client's clock runs an hour ahead of policyd's
+	var decided decisions
+	c := newClient(t, daemonAddr(t), policyd.WithClock(clock), decided.option())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	err := c.Do(ctx, openai, chat(srv.URL))
+	var perr *policyd.Error
+	if !errors.As(err, &perr) || perr.Decision.StopReason != policyd.StopDeadline || perr.Decision.Action != policyd.ActionStop {
+		t.Fatalf("Do = %v, want a stop at the deadline", err)
+	}
+	if w := clock.waits(); len(w) != 0 {
+		t.Errorf("waited %v past the deadline", w)
+	}
+}
+
 func TestDoTaskRunnerSequence(t *testing.T) {
 	t.Parallel()
 	addr := daemonAddr(t)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,31 +76,48 @@ func TestDaemonSlowFailsOpenAfterTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
+	var (
+		mu    sync.Mutex
+		conns []net.Conn // held open, silent
+	)
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
 	go func() {
 		for {
 			conn, err := l.Accept()
 			if err != nil {
 				return
 			}
-			t.Cleanup(func() { conn.Close() }) // hold it open, silent
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
 		}
 	}()
-	var decided decisions
-	c := newClient(t, l.Addr().String(), policyd.WithDaemonTimeout(200*time.Millisecond),
-		policyd.WithRand(fixedRand(0)), decided.option())
-	srv := newFlaky(t, step{status: 503}, step{status: 200})
+	const timeout = 300 * time.Millisecond
+	for _, journal := range []bool{false, true} {
+		var decided decisions
+		c := newClient(t, l.Addr().String(), policyd.WithDaemonTimeout(timeout), policyd.WithJournal(journal),
+			policyd.WithRand(fixedRand(0)), decided.option())
+		srv := newFlaky(t, step{status: 503}, step{status: 200})
 
-	start := time.Now()
-	if err := c.Do(context.Background(), openai, chat(srv.URL)); err != nil {
-		t.Fatalf("Do: %v", err)
-	}
-	took := time.Since(start)
-	if took < 200*time.Millisecond || took > 2*time.Second {
-		t.Errorf("Do took %v, want about the 200ms daemon timeout", took)
-	}
-	if ds := decided.get(); len(ds) != 1 || !ds[0].FailOpen {
-		t.Errorf("decisions = %+v, want one fail-open decision", ds)
+		start := time.Now()
+		if err := c.Do(context.Background(), openai, chat(srv.URL)); err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+		// Journaled or not, one timeout: a journaled call does not wait for
+		// NextDelay once BeginContext timed out, nor for its records at the end.
+		if took := time.Since(start); took < timeout || took > 2*timeout-50*time.Millisecond {
+			t.Errorf("journal %v: Do took %v, want one %v daemon timeout", journal, took, timeout)
+		}
+		if ds := decided.get(); len(ds) != 1 || !ds[0].FailOpen {
+			t.Errorf("journal %v: decisions = %+v, want one fail-open decision", journal, ds)
+		}
 	}
 }
 

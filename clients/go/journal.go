@@ -28,10 +28,11 @@ func (r *run) journalID() string {
 	return r.contextID
 }
 
-// begin starts the RetryContext once, at the first failure.
-func (r *run) begin(ctx context.Context) {
+// begin starts the RetryContext once, at the first failure. It returns the
+// RPC's error when policyd could not be reached.
+func (r *run) begin(ctx context.Context) error {
 	if !r.journal || r.begun {
-		return
+		return nil
 	}
 	r.failed = true
 	if r.contextID == "" {
@@ -49,22 +50,27 @@ func (r *run) begin(ctx context.Context) {
 	case err == nil:
 		r.begun = true
 	case isJournalOff(err):
-		r.journalOff(err)
+		r.journal = false
+		r.c.warnOnce("journal-off", "policyd: the daemon's journal is off; journaled calls are not recorded "+
+			"(start policyd serve with --database-url)", "error", err)
+	case refused(err):
+		// e.g. a ContextID that is not a UUID, or an unknown profile: sending
+		// it again with every decision would only get it refused again.
+		r.journal = false
+		r.c.warnOnce("journal-refused/"+status.Code(err).String(), "policyd: the daemon refused to begin a journal "+
+			"context; such calls are not journaled", "context_id", r.contextID, "profile", r.call.Profile, "error", err)
+	default:
+		// policyd is unreachable: NextDelay (or finish) creates the context
+		// once it answers.
+		return err
 	}
-	// Otherwise policyd is unreachable: NextDelay (or finish) creates the
-	// context once it answers.
+	return nil
 }
 
 // isJournalOff is policyd's answer when it runs without a database.
 func isJournalOff(err error) bool {
 	c := status.Code(err)
 	return c == codes.FailedPrecondition || c == codes.Unimplemented
-}
-
-func (r *run) journalOff(err error) {
-	r.journal = false
-	r.c.warnOnce("journal-off", "policyd: the daemon's journal is off; journaled calls are not recorded "+
-		"(start policyd serve with --database-url)", "error", err)
 }
 
 // record keeps an attempt policyd has not journaled, to record when the
@@ -81,15 +87,16 @@ func (r *run) record(f *Failure, attempt int, took time.Duration, d Decision) {
 	r.failed = true
 }
 
-// finish ends a journaled call's RetryContext, if it has one. While ctx is
-// alive it does so before returning; once ctx has ended (the caller
-// cancelled) it does so in the background, so that a cancelled call
-// returns at once. Either way it takes at most the daemon timeout.
+// finish ends a journaled call's RetryContext, if it has one. Normally it
+// does so before returning; once ctx has ended (the caller cancelled), or
+// while policyd is unreachable, it does so in the background (Close waits
+// for it), so that neither delays the caller. Either way it takes at most
+// the daemon timeout.
 func (r *run) finish(ctx context.Context, outcome policydv1.Outcome) {
 	if !r.journal || !r.failed {
 		return
 	}
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && !r.c.degraded.Load() {
 		r.flush(ctx, outcome)
 		return
 	}
@@ -106,7 +113,7 @@ func (r *run) flush(ctx context.Context, outcome policydv1.Outcome) {
 	defer cancel()
 	c := r.c
 	if !r.begun {
-		if r.begin(ctx); !r.journal {
+		if err := r.begin(ctx); err != nil || !r.journal {
 			return
 		}
 	}

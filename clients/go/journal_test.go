@@ -167,6 +167,25 @@ func TestJournal(t *testing.T) {
 		}
 	})
 
+	t.Run("a context id policyd refuses turns the journal off, not policyd", func(t *testing.T) {
+		t.Parallel()
+		srv := newFlaky(t, step{status: 503, body: overloadedBody}, step{status: 200})
+		var decided decisions
+		var logs logBuffer
+		c := newClient(t, addr, policyd.WithClock(newFakeClock()), decided.option(), policyd.WithLogger(logs.logger()))
+		call := openai
+		call.ContextID = "not-a-uuid"
+		if err := c.Do(ctx, call, chat(srv.URL)); err != nil {
+			t.Fatal(err)
+		}
+		if ds := decided.get(); len(ds) != 1 || ds[0].FailOpen {
+			t.Errorf("decisions = %+v, want policyd's", ds)
+		}
+		if !strings.Contains(logs.String(), "refused to begin a journal context") {
+			t.Errorf("no warning about the refused context:\n%s", logs.String())
+		}
+	})
+
 	t.Run("one context across a fallback", func(t *testing.T) {
 		t.Parallel()
 		first := newFlaky(t, step{status: 500, body: serverErrBody})
