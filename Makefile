@@ -77,13 +77,23 @@ test: ## Everything: generated code current, lint, tests with -race (PostgreSQL 
 	fi
 
 .PHONY: test-all
-test-all: check-generate lint go-test fuzz-short # `make test` with TEST_DATABASE_URL set.
+test-all: check-generate lint go-test clients-test fuzz-short # `make test` with TEST_DATABASE_URL set.
 
 ##@ Parts of `make test`
 
 .PHONY: go-test
 go-test: build $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Run the Go tests with -race (TEST_DATABASE_URL, else private clusters).
 	go test $(GO_TEST_FLAGS) ./...
+
+# Each client's suite runs against bin/policyd and the PostgreSQL of `make test`.
+CLIENTS := go
+
+.PHONY: clients-test
+clients-test: build ## Run each client's suite (clients/<lang>/scripts/test.sh) against a real policyd.
+	@for c in $(CLIENTS); do \
+		echo "== clients/$$c"; \
+		POLICYD_BIN=$(CURDIR)/bin/policyd clients/$$c/scripts/test.sh; \
+	done
 
 .PHONY: fuzz-short
 fuzz-short: FUZZTIME := 5s
@@ -96,6 +106,8 @@ fuzz: ## Run every fuzz target for FUZZTIME (e.g. make fuzz FUZZTIME=10m).
 		echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
 		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
+	@echo "fuzz clients/go FuzzRetryAfter for $(FUZZTIME)"
+	cd clients/go && go test -run '^$$' -fuzz '^FuzzRetryAfter$$' -fuzztime $(FUZZTIME) .
 
 .PHONY: lint
 lint: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/staticcheck-$(STATICCHECK_VERSION) ## buf lint, gofmt, go vet, staticcheck, go mod tidy.
@@ -105,6 +117,7 @@ lint: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/staticcheck-$(STATICCHECK_VERSION) 
 	go vet ./...
 	staticcheck ./...
 	go mod tidy -diff
+	cd clients/go && go vet ./... && staticcheck ./... && go mod tidy -diff
 
 .PHONY: generate
 generate: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) ## Generate code from proto/ into gen/.
