@@ -1,0 +1,632 @@
+// Client: the retry loop an agent wraps around a call that may fail. Run
+// the call; on failure map the error to a Failure, ask policyd (NextDelay),
+// then wait (abortably, never past the deadline), stop with the original
+// error and the decision's reason, or hand the fallback hint to the
+// caller's fallback function. Journaled calls are recorded (journal.ts).
+
+import { basename } from "node:path";
+import { Code, ConnectError, createClient as createConnectClient, type Client as ConnectClient, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { JournalService } from "./gen/policyd/v1/journal_pb.js";
+import { ClassifyOptionsSchema, PolicyService, type ClassifyOptions } from "./gen/policyd/v1/policy_pb.js";
+import { create } from "@bufbuild/protobuf";
+import { type Clock, type Random, systemClock } from "./clock.js";
+import {
+  type Classification,
+  type Decision,
+  type Safety,
+  classificationFromProto,
+  decisionFromProto,
+  durationOf,
+  explain,
+  values,
+} from "./decision.js";
+import { FailOpenPolicy, type FailOpenOptions } from "./fail_open.js";
+import { type Failure, emptyFailure, failureFromError, failureToProto } from "./failure.js";
+import { HttpError } from "./http_error.js";
+import { Journal } from "./journal.js";
+import { PolicydError } from "./policyd_error.js";
+
+/** The daemon address used when none is given and POLICYD_ADDR is unset: `make run`'s listen address. */
+export const DEFAULT_ADDRESS = "127.0.0.1:7433";
+
+/**
+ * The bound on every RPC to policyd unless daemonTimeoutMs says otherwise:
+ * long enough for a journaled NextDelay (the daemon waits up to 250 ms for
+ * its commit), short enough that a hung daemon costs an agent little
+ * before the client fails open.
+ */
+export const DEFAULT_DAEMON_TIMEOUT_MS = 1000;
+
+/** A logger: console fits, and so do pino and winston. Only warn is required. */
+export interface Logger {
+  warn(message: string, ...fields: unknown[]): void;
+  info?(message: string, ...fields: unknown[]): void;
+  debug?(message: string, ...fields: unknown[]): void;
+}
+
+/** What an operation's attempt is given. */
+export interface Attempt {
+  /** The attempt's number, from 1. */
+  attempt: number;
+  /**
+   * Aborts when the caller's signal aborts or the call's deadline passes:
+   * pass it to fetch and the SDKs.
+   */
+  signal: AbortSignal;
+  /** The previous attempt's error; undefined on the first attempt. */
+  lastError?: unknown;
+  /**
+   * The decision taken after the previous attempt. For an invalid stream,
+   * `lastDecision.classification.continuationPrompt` is the prompt that
+   * continues the response ("Please continue.").
+   */
+  lastDecision?: Decision;
+}
+
+/** The hint a fallback function gets when policyd answers FALL_BACK. */
+export interface FallbackHint {
+  /** What to fall back to: "LARGER_CONTEXT_MODEL", "OTHER_PROVIDER" or "OTHER_MODEL". */
+  kind: Decision["fallback"]["kind"];
+  /** Why, e.g. "2 attempts failed; fall back to OTHER_PROVIDER". */
+  reason: string;
+  /** The failed attempt's error. */
+  error: unknown;
+  /** The failed attempt's number. */
+  attempt: number;
+  /** policyd's whole answer. */
+  decision: Decision;
+  /** The call's signal, to pass on. */
+  signal: AbortSignal;
+}
+
+/** Describes one call; every field is optional. */
+export interface CallOptions<T> {
+  /** The provider, e.g. "openai", "anthropic", "google", "web". */
+  provider?: string;
+  /** The model, e.g. "gpt-4o". */
+  model?: string;
+  /** What is being done: "chat", "chat.stream", "web_fetch", "task", "shell.exec", ...; it decides operation safety. */
+  operation?: string;
+  /** The HTTP method; when unset, the one an HttpError carries. GET, HEAD and OPTIONS may be repeated. */
+  method?: string;
+  /** The policyd profile; unset: the client's, else "default". */
+  profile?: string;
+  /** Overrides the operation safety policyd derives. */
+  safety?: Safety;
+  /** Aborting it stops the call at once — mid-attempt or mid-wait — and the call rejects with signal.reason. */
+  signal?: AbortSignal;
+  /** One time budget for the whole call, all attempts and waits included (ms). */
+  timeoutMs?: number;
+  /**
+   * Bounds each attempt (ms): the attempt's signal aborts with a
+   * TimeoutError, which policyd reads as a TIMEOUT (retried). Prefer it to
+   * AbortSignal.any([signal, AbortSignal.timeout(ms)]), which Node 20 may
+   * garbage-collect before it fires.
+   */
+  attemptTimeoutMs?: number;
+  /** An absolute deadline (a Date or ms since the epoch); the earlier of it and timeoutMs applies. */
+  deadline?: Date | number;
+  /** Retry a generic `fetch failed` with no network code, and (agent_cli) mid-stream network failures (seed 000). */
+  retryFetchErrors?: boolean;
+  /** Continue an invalid stream once with the continuation prompt (seed 001); default true. */
+  continueInvalidStream?: boolean;
+  /** Journal this call (default: the client's journal option). */
+  journal?: boolean;
+  /** The RetryContext id, a UUID; setting it journals the call. Unset: made when journaled. */
+  contextId?: string;
+  /** The agent named in the journal; unset: the client's. */
+  agent?: string;
+  /** Free-form journal labels, e.g. { run: "nightly" }. */
+  labels?: Record<string, string>;
+  /**
+   * Called when policyd answers FALL_BACK (e.g. a larger-context model, or
+   * another provider); its result is the call's result, and what it throws
+   * is what the call throws. Unset: FALL_BACK stops the call like STOP.
+   */
+  fallback?: (hint: FallbackHint) => T | Promise<T>;
+}
+
+/** Options of createClient; every field is optional. */
+export interface ClientOptions {
+  /** The daemon's host:port (or http://host:port); unset: $POLICYD_ADDR, else 127.0.0.1:7433. */
+  address?: string;
+  /** The profile of calls that name none; unset: policyd's "default" (LLM provider calls). */
+  profile?: string;
+  /** Journal every call (default false). A journaled call that fails at least once becomes a RetryContext. */
+  journal?: boolean;
+  /** Bounds each RPC to policyd (default 1000 ms); past it the client decides with its fail-open policy. */
+  daemonTimeoutMs?: number;
+  /** Where the client warns (once per outage) and logs decisions (debug); default console. */
+  logger?: Logger;
+  /** The agent named in journaled contexts; default the script's file name. */
+  agent?: string;
+  /** The policy used while policyd cannot be asked; default DEFAULT_FAIL_OPEN. */
+  failOpen?: FailOpenPolicy | Partial<FailOpenOptions>;
+  /** The time source (default the system clock); tests inject one that does not sleep. */
+  clock?: Clock;
+  /** The fail-open policy's jitter source (default Math.random). */
+  random?: Random;
+  /** Observes every decision, before the wait; it must not throw. */
+  onDecision?: (event: { attempt: number; error: unknown; decision: Decision }) => void;
+  /** Interceptors for the gRPC transport, e.g. to add metadata or count RPCs. */
+  interceptors?: Interceptor[];
+  /** A transport to use instead of the client's own plaintext gRPC one. */
+  transport?: Transport;
+}
+
+/**
+ * createClient returns a policyd client. It does not connect: a daemon that
+ * is down (now or later) makes the client fail open, not fail.
+ */
+export function createClient(options: ClientOptions = {}): PolicydClient {
+  return new PolicydClient(options);
+}
+
+/** @internal The options of one RPC. */
+export interface RpcOptions {
+  signal?: AbortSignal;
+  timeoutMs: number;
+}
+
+/** @internal An RPC's answer, or its code when it failed (undefined: not sent, or aborted by the caller). */
+export type RpcResult<R> = { ok: true; value: R } | { ok: false; code: Code | undefined };
+
+/** @internal What the rest of the client needs from it. */
+export interface ClientInternals {
+  readonly clock: Clock;
+  readonly logger: Logger;
+  readonly daemonTimeoutMs: number;
+  readonly journalService: ConnectClient<typeof JournalService>;
+  rpc<R>(method: string, signal: AbortSignal | undefined, deadlineMs: number | undefined, call: (opts: RpcOptions) => Promise<R>): Promise<RpcResult<R>>;
+  warnOnce(key: string, message: string, ...fields: unknown[]): void;
+  track(p: Promise<void>): void;
+}
+
+/**
+ * PolicydClient runs operations under policyd's retry policy. Make one per
+ * process; it is safe to share between concurrent calls.
+ */
+export class PolicydClient {
+  /** The daemon's address, host:port. */
+  readonly address: string;
+  readonly #profile: string;
+  readonly #journal: boolean;
+  readonly #agent: string;
+  readonly #failOpen: FailOpenPolicy;
+  readonly #random: Random;
+  readonly #onDecision: ClientOptions["onDecision"];
+  readonly #policy: ConnectClient<typeof PolicyService>;
+  readonly #internals: ClientInternals;
+  #degraded = false;
+  readonly #warned = new Set<string>();
+  readonly #pending = new Set<Promise<void>>();
+
+  constructor(options: ClientOptions = {}) {
+    const address = (options.address || process.env["POLICYD_ADDR"] || DEFAULT_ADDRESS).trim();
+    this.address = address.replace(/^https?:\/\//, "").replace(/\/+$/, "");
+    const transport =
+      options.transport ??
+      createGrpcTransport({
+        baseUrl: /^https?:\/\//.test(address) ? address : `http://${address}`,
+        interceptors: options.interceptors ?? [],
+      });
+    this.#policy = createConnectClient(PolicyService, transport);
+    this.#profile = options.profile ?? "";
+    this.#journal = options.journal ?? false;
+    this.#agent = options.agent ?? (process.argv[1] ? basename(process.argv[1]) : "node");
+    this.#failOpen = options.failOpen instanceof FailOpenPolicy ? options.failOpen : new FailOpenPolicy(options.failOpen ?? {});
+    this.#random = options.random ?? Math.random;
+    this.#onDecision = options.onDecision;
+    const logger = options.logger ?? console;
+    const daemonTimeoutMs = options.daemonTimeoutMs && options.daemonTimeoutMs > 0 ? options.daemonTimeoutMs : DEFAULT_DAEMON_TIMEOUT_MS;
+    this.#internals = {
+      clock: options.clock ?? systemClock,
+      logger,
+      daemonTimeoutMs,
+      journalService: createConnectClient(JournalService, transport),
+      rpc: (method, signal, deadlineMs, call) => this.#rpc(method, signal, deadlineMs, call),
+      warnOnce: (key, message, ...fields) => this.#warnOnce(key, message, ...fields),
+      track: (p) => {
+        this.#pending.add(p);
+        void p.finally(() => this.#pending.delete(p));
+      },
+    };
+  }
+
+  /** The profile of calls that name none ("" means policyd's "default"). */
+  get profile(): string {
+    return this.#profile;
+  }
+
+  /**
+   * call runs fn until it succeeds or policyd says to stop, and returns
+   * what fn returned. After a failure it maps the error
+   * (failureFromError), asks policyd's NextDelay — or, when policyd is
+   * unreachable or slow, the fail-open policy — and then waits the delay
+   * and tries again, stops, or calls options.fallback.
+   *
+   * It rejects with a PolicydError (the last attempt's error as `cause`,
+   * the decision, its recovery action) when it stops; with signal.reason at
+   * once when options.signal aborts (no RPC: there is nothing to decide);
+   * with what the fallback function threw. On success it makes no RPC at
+   * all, except to finish a journaled context that saw failures.
+   */
+  async call<T>(fn: (attempt: Attempt) => T | Promise<T>, options: CallOptions<T> = {}): Promise<T> {
+    const it = this.#internals;
+    const clock = it.clock;
+    const callerSignal = options.signal;
+    callerSignal?.throwIfAborted();
+    const start = clock.now();
+    let deadlineMs: number | undefined;
+    if (options.timeoutMs !== undefined && options.timeoutMs >= 0) deadlineMs = start + options.timeoutMs;
+    if (options.deadline !== undefined) {
+      const d = typeof options.deadline === "number" ? options.deadline : options.deadline.getTime();
+      deadlineMs = deadlineMs === undefined ? d : Math.min(deadlineMs, d);
+    }
+    const budget = new Budget(callerSignal, deadlineMs === undefined ? undefined : deadlineMs - clock.now());
+    const signal = budget.signal;
+    const profile = options.profile ?? this.#profile;
+    const journal = new Journal(it, {
+      on: options.contextId ? true : (options.journal ?? this.#journal),
+      contextId: options.contextId ?? "",
+      agent: options.agent ?? this.#agent,
+      provider: options.provider ?? "",
+      model: options.model ?? "",
+      operation: options.operation ?? "",
+      profile,
+      labels: options.labels ?? {},
+    });
+    const classifyOptions = optionsOf(options);
+    let lastError: unknown;
+    let lastDecision: Decision | undefined;
+    try {
+      for (let attempt = 1; ; attempt++) {
+        const began = clock.now();
+        let result: T;
+        const attemptSignal = new AttemptSignal(signal, options.attemptTimeoutMs);
+        try {
+          const a: Attempt = { attempt, signal: attemptSignal.signal };
+          if (attempt > 1) a.lastError = lastError;
+          if (lastDecision) a.lastDecision = lastDecision;
+          result = await fn(a);
+          attemptSignal.dispose();
+        } catch (thrown) {
+          attemptSignal.dispose();
+          let err = thrown;
+          if (typeof Response !== "undefined" && err instanceof Response) {
+            err = await HttpError.fromResponse(err, options.method ? { method: options.method } : {});
+          }
+          lastError = err;
+          const took = clock.now() - began;
+          const failure = this.#failure(err, options);
+
+          if (callerSignal?.aborted) {
+            // The caller aborted while the attempt ran: nothing to decide.
+            journal.giveUp(failure, attempt, took, classifyOptions, "ABANDONED", signal);
+            throw callerSignal.reason;
+          }
+          if (budget.expired) {
+            journal.giveUp(failure, attempt, took, classifyOptions, "FAILED", signal);
+            throw new PolicydError({ cause: err, attempts: attempt, decision: deadlineDecision(attempt, failure), failure, contextId: journal.contextId });
+          }
+
+          const decision = await this.#decide(failure, attempt, took, profile, options, classifyOptions, journal, start, deadlineMs, signal);
+          if (callerSignal?.aborted) {
+            journal.giveUp(failure, attempt, took, classifyOptions, "ABANDONED", signal);
+            throw callerSignal.reason;
+          }
+          if (!decision || budget.expired) {
+            journal.giveUp(failure, attempt, took, classifyOptions, "FAILED", signal);
+            throw new PolicydError({ cause: err, attempts: attempt, decision: deadlineDecision(attempt, failure), failure, contextId: journal.contextId });
+          }
+          lastDecision = decision;
+          it.logger.debug?.(`policyd: attempt ${attempt} failed: ${decision.action}${decision.action === "RETRY" ? ` after ${decision.delayMs}ms` : ""}: ${explain(decision)}`);
+          this.#onDecision?.({ attempt, error: err, decision });
+
+          if (decision.action === "RETRY") {
+            try {
+              await clock.sleep(decision.delayMs, signal);
+            } catch {
+              void journal.finish(callerSignal?.aborted ? "ABANDONED" : "FAILED", signal);
+              if (callerSignal?.aborted) throw callerSignal.reason;
+              throw new PolicydError({ cause: err, attempts: attempt, decision: deadlineDecision(attempt, failure), failure, contextId: journal.contextId });
+            }
+            continue;
+          }
+          if (decision.action === "FALL_BACK" && options.fallback) {
+            let value: T;
+            try {
+              value = await options.fallback({
+                kind: decision.fallback.kind,
+                reason: decision.fallback.reason || decision.stopText,
+                error: err,
+                attempt,
+                decision,
+                signal,
+              });
+            } catch (fbErr) {
+              await journal.finish("FAILED", signal);
+              throw fbErr;
+            }
+            await journal.finish("RESOLVED", signal);
+            return value;
+          }
+          await journal.finish("FAILED", signal);
+          throw new PolicydError({ cause: err, attempts: attempt, decision, failure, contextId: journal.contextId });
+        }
+        await journal.finish("RESOLVED", signal);
+        return result;
+      }
+    } finally {
+      budget.dispose();
+    }
+  }
+
+  /**
+   * classify asks policyd what err (an error, or a Failure) is, under
+   * profile (unset: the client's), without deciding or journaling. Unlike
+   * call it does not fail open: an unreachable policyd rejects.
+   */
+  async classify(err: unknown, options: { profile?: string; signal?: AbortSignal; retryFetchErrors?: boolean } = {}): Promise<Classification> {
+    const failure = isFailure(err) ? err : failureFromError(err);
+    const req: { failure: ReturnType<typeof failureToProto>; profile: string; options?: ClassifyOptions } = {
+      failure: failureToProto(failure),
+      profile: options.profile ?? this.#profile,
+    };
+    if (options.retryFetchErrors) req.options = create(ClassifyOptionsSchema, { retryFetchErrors: true });
+    const callOpts: { timeoutMs: number; signal?: AbortSignal } = { timeoutMs: this.#internals.daemonTimeoutMs };
+    if (options.signal) callOpts.signal = options.signal;
+    const res = await this.#policy.classify(req, callOpts);
+    return classificationFromProto(res.classification);
+  }
+
+  /**
+   * close waits for journal records still being sent in the background
+   * (after an aborted call), each bounded by the daemon timeout.
+   */
+  async close(): Promise<void> {
+    while (this.#pending.size > 0) await Promise.allSettled([...this.#pending]);
+  }
+
+  #failure(err: unknown, options: CallOptions<unknown>): Failure {
+    const f = failureFromError(err);
+    f.provider = options.provider ?? "";
+    f.model = options.model ?? "";
+    f.operation = options.operation ?? "";
+    if (options.method) f.method = options.method.toUpperCase();
+    return f;
+  }
+
+  /**
+   * decide asks policyd, or the fail-open policy when policyd cannot
+   * answer; undefined when the signal ended first.
+   */
+  async #decide(
+    failure: Failure,
+    attempt: number,
+    took: number,
+    profile: string,
+    options: CallOptions<unknown>,
+    classifyOptions: ClassifyOptions | undefined,
+    journal: Journal,
+    start: number,
+    deadlineMs: number | undefined,
+    signal: AbortSignal,
+  ): Promise<Decision | undefined> {
+    const clock = this.#internals.clock;
+    await journal.begin(signal, deadlineMs);
+    if (signal.aborted) return undefined;
+    const now = clock.now();
+    const req = {
+      failure: failureToProto(failure),
+      attempt,
+      profile,
+      elapsed: durationOf(now - start),
+      safety: values.safety(options.safety ?? ""),
+      contextId: journal.id,
+      ...(classifyOptions ? { options: classifyOptions } : {}),
+      ...(deadlineMs !== undefined ? { deadline: timestampFromMs(deadlineMs) } : {}),
+    };
+    const res = await this.#rpc("NextDelay", signal, deadlineMs, (o) => this.#policy.nextDelay(req, o));
+    if (signal.aborted) return undefined;
+    let d: Decision;
+    if (res.ok) {
+      d = decisionFromProto(res.value.decision);
+    } else {
+      d = this.#failOpen.decide(failure, {
+        attempt,
+        nowMs: now,
+        deadlineMs,
+        safety: options.safety,
+        random: this.#random,
+      });
+    }
+    // Whoever decided, never wait past the caller's deadline.
+    if (d.action === "RETRY" && deadlineMs !== undefined && clock.now() + d.delayMs > deadlineMs) {
+      d.action = "STOP";
+      d.stopReason = "DEADLINE";
+      d.stopText = `waiting ${d.delayMs}ms would pass the deadline`;
+      d.delayMs = 0;
+    }
+    if (journal.id && !d.journaled) journal.record(failure, attempt, took, classifyOptions, d);
+    return d;
+  }
+
+  /**
+   * rpc calls policyd, bounded by the daemon timeout and the caller's
+   * deadline; undefined when it fails. A failure that means policyd is
+   * unreachable or slow marks the client degraded and warns once per
+   * outage; a request policyd refused warns once per method and code.
+   */
+  async #rpc<R>(
+    method: string,
+    signal: AbortSignal | undefined,
+    deadlineMs: number | undefined,
+    call: (opts: RpcOptions) => Promise<R>,
+  ): Promise<RpcResult<R>> {
+    const it = this.#internals;
+    let timeoutMs = it.daemonTimeoutMs;
+    if (deadlineMs !== undefined) timeoutMs = Math.min(timeoutMs, deadlineMs - it.clock.now());
+    if (timeoutMs <= 0 || signal?.aborted) return { ok: false, code: undefined };
+    try {
+      const res = await call(signal ? { signal, timeoutMs } : { timeoutMs });
+      if (this.#degraded) {
+        this.#degraded = false;
+        it.logger.info?.(`policyd: daemon at ${this.address} reachable again; decisions come from policyd`);
+      }
+      return { ok: true, value: res };
+    } catch (err) {
+      if (signal?.aborted) return { ok: false, code: undefined }; // the caller ended it: not the daemon's fault
+      const ce = ConnectError.from(err);
+      if (JOURNAL_OFF.has(ce.code) && method !== "NextDelay") {
+        return { ok: false, code: ce.code }; // the journal is off: journal.ts warns once
+      }
+      if (REFUSED.has(ce.code)) {
+        this.#warnOnce(
+          `${method}/${ce.code}`,
+          `policyd: the daemon refused a ${method} request (${Code[ce.code]}: ${ce.rawMessage}); deciding with the built-in fail-open policy where a decision was needed`,
+        );
+      } else if (!this.#degraded) {
+        this.#degraded = true;
+        it.logger.warn(
+          `policyd: daemon at ${this.address} unreachable or slow (${method}: ${Code[ce.code]}: ${ce.rawMessage}); ` +
+            `deciding with the built-in fail-open policy (retries connection errors, 429 and 5xx) until it answers again`,
+        );
+      }
+      return { ok: false, code: ce.code };
+    }
+  }
+
+  #warnOnce(key: string, message: string, ...fields: unknown[]): void {
+    if (this.#warned.has(key)) return;
+    this.#warned.add(key);
+    this.#internals.logger.warn(message, ...fields);
+  }
+}
+
+/** Codes with which the journal RPCs say policyd runs without a database. */
+const JOURNAL_OFF = new Set([Code.FailedPrecondition, Code.Unimplemented]);
+
+/** Codes that mean policyd answered and refused the request (it is reachable). */
+const REFUSED = new Set([
+  Code.InvalidArgument,
+  Code.NotFound,
+  Code.FailedPrecondition,
+  Code.AlreadyExists,
+  Code.OutOfRange,
+  Code.PermissionDenied,
+  Code.Unauthenticated,
+  Code.Unimplemented,
+]);
+
+function optionsOf(o: CallOptions<unknown>): ClassifyOptions | undefined {
+  if (!o.retryFetchErrors && o.continueInvalidStream === undefined) return undefined;
+  const opts = create(ClassifyOptionsSchema, { retryFetchErrors: o.retryFetchErrors ?? false });
+  if (o.continueInvalidStream !== undefined) opts.continueOnFailedApiCall = o.continueInvalidStream;
+  return opts;
+}
+
+function isFailure(v: unknown): v is Failure {
+  if (typeof v !== "object" || v === null || v instanceof Error) return false;
+  const keys = Object.keys(emptyFailure());
+  return keys.every((k) => k in v);
+}
+
+/** The client's own decision when the call's deadline passed during an attempt or a wait. */
+function deadlineDecision(attempt: number, failure: Failure): Decision {
+  void failure;
+  return {
+    action: "STOP",
+    delayMs: 0,
+    classification: {
+      failureType: "TIMEOUT",
+      retryable: false,
+      rule: "client.deadline",
+      reason: "the call's deadline passed",
+      recoveryAction: "Give the call a longer deadline (timeoutMs), or make each attempt faster.",
+      retryAfterSource: "",
+      continuationPrompt: "",
+    },
+    attemptsLeft: 0,
+    stopReason: "DEADLINE",
+    stopText: `the call's deadline passed during attempt ${attempt}`,
+    fallback: { kind: "", reason: "" },
+    strategy: { name: "", summary: "" },
+    journaled: false,
+    failOpen: false,
+  };
+}
+
+/**
+ * AttemptSignal is one attempt's signal: the call's, and the attempt's own
+ * timeout when there is one. It holds its parts strongly, so that none is
+ * collected before it fires.
+ */
+class AttemptSignal {
+  readonly #controller: AbortController | undefined;
+  readonly #parent: AbortSignal;
+  readonly #timer: ReturnType<typeof setTimeout> | undefined;
+  readonly #onAbort = () => this.#controller?.abort(this.#parent.reason);
+
+  constructor(parent: AbortSignal, timeoutMs: number | undefined) {
+    this.#parent = parent;
+    if (timeoutMs === undefined || timeoutMs <= 0 || parent.aborted) return;
+    this.#controller = new AbortController();
+    parent.addEventListener("abort", this.#onAbort, { once: true });
+    const controller = this.#controller;
+    this.#timer = setTimeout(() => controller.abort(new DOMException(`the attempt timed out after ${timeoutMs}ms`, "TimeoutError")), timeoutMs);
+  }
+
+  get signal(): AbortSignal {
+    return this.#controller?.signal ?? this.#parent;
+  }
+
+  dispose(): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#parent.removeEventListener("abort", this.#onAbort);
+  }
+}
+
+/**
+ * Budget is the call's signal: it aborts when the caller's signal aborts
+ * (with its reason) or when the deadline passes (with a TimeoutError).
+ */
+class Budget {
+  readonly #controller = new AbortController();
+  readonly #timer: ReturnType<typeof setTimeout> | undefined;
+  readonly #caller: AbortSignal | undefined;
+  readonly #onAbort = () => this.#controller.abort(this.#caller?.reason);
+  #expired = false;
+
+  constructor(caller: AbortSignal | undefined, remainingMs: number | undefined) {
+    this.#caller = caller;
+    if (caller) {
+      if (caller.aborted) this.#controller.abort(caller.reason);
+      else caller.addEventListener("abort", this.#onAbort, { once: true });
+    }
+    if (remainingMs !== undefined) {
+      const fire = () => {
+        this.#expired = true;
+        this.#controller.abort(new DOMException("the call's deadline passed", "TimeoutError"));
+      };
+      if (remainingMs <= 0) fire();
+      else this.#timer = setTimeout(fire, remainingMs);
+    }
+  }
+
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  /** Whether the deadline (not the caller) ended the call. */
+  get expired(): boolean {
+    return this.#expired;
+  }
+
+  dispose(): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#caller?.removeEventListener("abort", this.#onAbort);
+  }
+}

@@ -1,0 +1,166 @@
+// The journal side of a call. A journaled call becomes a RetryContext at
+// its first failure: begin starts it (so that the agent and labels are
+// recorded), NextDelay records each attempt with its decision, and finish
+// ends it with the outcome. Attempts policyd could not record at once
+// (journaled=false, or decided while it was unreachable) are recorded again
+// when the call ends; every journal write is idempotent, so a repeat is
+// harmless. A call that succeeds at once records nothing.
+
+import { randomUUID } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import { Code } from "@connectrpc/connect";
+import { Outcome, type RecordAttemptRequest, RecordAttemptRequestSchema } from "./gen/policyd/v1/journal_pb.js";
+import type { ClassifyOptions } from "./gen/policyd/v1/policy_pb.js";
+import { type Decision, decisionToProto, durationOf } from "./decision.js";
+import { type Failure, failureToProto } from "./failure.js";
+import type { ClientInternals } from "./client.js";
+
+/** How a journaled call ended. */
+export type JournalOutcome = "RESOLVED" | "FAILED" | "ABANDONED";
+
+/** @internal What a call tells its journal. */
+export interface JournalCall {
+  on: boolean;
+  contextId: string;
+  agent: string;
+  provider: string;
+  model: string;
+  operation: string;
+  profile: string;
+  labels: Record<string, string>;
+}
+
+/** @internal One call's RetryContext. */
+export class Journal {
+  readonly #c: ClientInternals;
+  readonly #call: JournalCall;
+  #on: boolean;
+  #contextId: string;
+  #begun = false;
+  #finished = false;
+  #pending: RecordAttemptRequest[] = [];
+
+  constructor(c: ClientInternals, call: JournalCall) {
+    this.#c = c;
+    this.#call = call;
+    this.#on = call.on;
+    this.#contextId = call.contextId;
+  }
+
+  /** The context id to send with NextDelay; "" when the call is not journaled. */
+  get id(): string {
+    return this.#on ? this.#contextId : "";
+  }
+
+  /** The context id for PolicydError; "" when not journaled or never begun. */
+  get contextId(): string {
+    return this.id;
+  }
+
+  /** begin starts the RetryContext, once, at the first failure. */
+  async begin(signal: AbortSignal | undefined, deadlineMs: number | undefined): Promise<void> {
+    if (!this.#on || this.#begun) return;
+    if (!this.#contextId) this.#contextId = randomUUID();
+    const call = this.#call;
+    const res = await this.#c.rpc("BeginContext", signal, deadlineMs, (o) =>
+      this.#c.journalService.beginContext(
+        {
+          contextId: this.#contextId,
+          agent: call.agent,
+          provider: call.provider,
+          model: call.model,
+          operation: call.operation,
+          profile: call.profile,
+          labels: call.labels,
+        },
+        o,
+      ),
+    );
+    if (res.ok) this.#begun = true;
+    else if (res.code === Code.FailedPrecondition || res.code === Code.Unimplemented) this.#off();
+    // Otherwise policyd is unreachable: finish begins the context once it answers.
+  }
+
+  #off(): void {
+    this.#on = false;
+    this.#c.warnOnce(
+      "journal-off",
+      "policyd: the daemon's journal is off; journaled calls are not recorded (start policyd serve with --database-url)",
+    );
+  }
+
+  /**
+   * record keeps an attempt policyd has not journaled, to record when the
+   * call ends; without a decision the attempt is recorded alone.
+   */
+  record(failure: Failure, attempt: number, tookMs: number, options: ClassifyOptions | undefined, decision?: Decision): void {
+    if (!this.#on) return;
+    if (!this.#contextId) this.#contextId = randomUUID();
+    const req = create(RecordAttemptRequestSchema, {
+      contextId: this.#contextId,
+      attempt,
+      failure: failureToProto(failure),
+      duration: durationOf(tookMs),
+      profile: this.#call.profile,
+    });
+    if (options) req.options = options;
+    if (decision && decision.action !== "") req.decision = decisionToProto(decision);
+    this.#pending.push(req);
+  }
+
+  /**
+   * giveUp ends a call its signal ended during an attempt: the attempt is
+   * recorded and the context finished, in the background.
+   */
+  giveUp(failure: Failure, attempt: number, tookMs: number, options: ClassifyOptions | undefined, outcome: JournalOutcome, signal: AbortSignal): void {
+    this.record(failure, attempt, tookMs, options);
+    void this.finish(outcome, signal);
+  }
+
+  /**
+   * finish ends the call's RetryContext, if it has one. While signal is
+   * alive it does so before returning; once signal has aborted (the caller
+   * aborted, or the deadline passed) it does so in the background, so that
+   * the call returns at once. Either way it takes at most the daemon
+   * timeout.
+   */
+  async finish(outcome: JournalOutcome, signal: AbortSignal): Promise<void> {
+    if (!this.#on || !this.#contextId || this.#finished) return;
+    this.#finished = true;
+    const flush = this.#flush(outcome);
+    if (signal.aborted) {
+      this.#c.track(flush);
+      return;
+    }
+    await flush;
+  }
+
+  async #flush(outcome: JournalOutcome): Promise<void> {
+    const c = this.#c;
+    const deadlineMs = c.clock.now() + c.daemonTimeoutMs;
+    const signal = AbortSignal.timeout(c.daemonTimeoutMs);
+    try {
+      if (!this.#begun) {
+        await this.begin(signal, deadlineMs);
+        if (!this.#on || !this.#begun) return;
+      }
+      for (const req of this.#pending) {
+        const res = await c.rpc("RecordAttempt", signal, deadlineMs, (o) => c.journalService.recordAttempt(req, o));
+        if (!res.ok && signal.aborted) return;
+      }
+      this.#pending = [];
+      const res = await c.rpc("FinishContext", signal, deadlineMs, (o) =>
+        c.journalService.finishContext({ contextId: this.#contextId, outcome: OUTCOMES[outcome] }, o),
+      );
+      if (!res.ok) c.logger.debug?.(`policyd: could not finish the journal context ${this.#contextId} (${outcome})`);
+    } catch (err) {
+      c.logger.debug?.(`policyd: journal error for context ${this.#contextId}: ${String(err)}`);
+    }
+  }
+}
+
+const OUTCOMES: Record<JournalOutcome, Outcome> = {
+  RESOLVED: Outcome.RESOLVED,
+  FAILED: Outcome.FAILED,
+  ABANDONED: Outcome.ABANDONED,
+};

@@ -1,0 +1,54 @@
+// PolicydError: what client.call rejects with when it gives up.
+
+import { type Decision, explain } from "./decision.js";
+import type { Failure } from "./failure.js";
+
+/** What PolicydError is made of. */
+export interface PolicydErrorInit {
+  /** The last attempt's error. */
+  cause: unknown;
+  attempts: number;
+  decision: Decision;
+  failure: Failure;
+  contextId?: string | undefined;
+}
+
+/**
+ * PolicydError is the last attempt's error (its `cause`, as thrown) with
+ * why policyd gave up: the decision that stopped the call (STOP, or
+ * FALL_BACK without a fallback function) and its recovery action. Its
+ * message is the attempt's message followed by the reason, e.g.
+ * `HTTP 401 Unauthorized (POST http://…) (policyd: stopped after 1 attempt:
+ * not retryable: Fix the API credentials … [AUTH_INVALID, rule auth.invalid])`.
+ */
+export class PolicydError extends Error {
+  override name = "PolicydError";
+  /** The last attempt's error, as the operation threw it. */
+  declare readonly cause: unknown;
+  /** How many attempts ran. */
+  readonly attempts: number;
+  /** The decision that ended the call. */
+  readonly decision: Decision;
+  /** The last failure as policyd was told it. */
+  readonly failure: Failure;
+  /** The journal's RetryContext id; "" when the call was not journaled. */
+  readonly contextId: string;
+
+  constructor(init: PolicydErrorInit) {
+    const inner = init.cause instanceof Error ? init.cause.message : String(init.cause);
+    const n = `${init.attempts} attempt${init.attempts === 1 ? "" : "s"}`;
+    const d = init.decision;
+    const what =
+      d.action === "FALL_BACK" ? `fall back to ${d.fallback.kind || "UNSPECIFIED"} after ${n}` : `stopped after ${n}`;
+    super(`${inner} (policyd: ${what}: ${explain(d)})`, { cause: init.cause });
+    this.attempts = init.attempts;
+    this.decision = init.decision;
+    this.failure = init.failure;
+    this.contextId = init.contextId ?? "";
+  }
+
+  /** What to do about the failure, as policyd said it (the decision's recovery action). */
+  get recoveryAction(): string {
+    return this.decision.classification.recoveryAction;
+  }
+}
