@@ -125,3 +125,25 @@ def test_never_waits_past_the_deadline() -> None:
     d = policy(r=0.5).decide(http(429, retry_after="5"), 1, remaining=2.0)
     assert (d.action, d.stop_reason) == (Action.STOP, "DEADLINE")
     assert policy(r=0.5).decide(http(429, retry_after="1"), 1, remaining=2.0).action is Action.RETRY
+
+
+@pytest.mark.parametrize(
+    "operation, method, retried",
+    [
+        ("chat", "POST", True),  # a model request is safe to repeat
+        ("web_fetch", "GET", True),
+        ("web_fetch", "POST", False),
+        ("", "PUT", False),
+        ("shell.exec", "", False),
+        ("deploy", "", False),
+        ("file.write", "", True),  # conditional: retried after the caller rolls back
+        ("", "", True),
+    ],
+)
+def test_irreversible_operations_are_not_retried(operation: str, method: str, retried: bool) -> None:
+    f = Failure(http_status=503, operation=operation, method=method)
+    d = policy().decide(f, 1)
+    assert (d.action is Action.RETRY) == retried
+    if not retried:
+        assert d.stop_reason == "IRREVERSIBLE_OPERATION"
+    assert policy().decide(f, 1, safety="safe").action is Action.RETRY

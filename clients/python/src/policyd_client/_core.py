@@ -101,14 +101,23 @@ class State:
     journal: bool
     context_id: str | None
     attempt: int = 0
-    begun: bool = False  # a journal context exists for this call
+    failed: bool = False  # an attempt failed: a journaled call has a context to finish
+    begun: bool = False  # BeginContext succeeded
     finished: bool = False
+    # Attempts policyd has not journaled (journaled=false, or decided while it
+    # was unreachable), recorded when the call ends; recording is idempotent.
+    pending: list[jpb.RecordAttemptRequest] = field(default_factory=list)
 
     def remaining(self, now: float) -> float | None:
         return None if self.deadline is None else self.deadline - now
 
     def open(self) -> bool:
-        return self.begun and not self.finished
+        """Whether a journaled context still needs finishing."""
+        return self.journal and self.failed and not self.finished
+
+    def journal_id(self) -> str:
+        """The context id NextDelay records under ("" unless begun)."""
+        return (self.context_id or "") if self.journal and self.begun else ""
 
 
 def deadline_of(deadline: Deadline | None, now: float, wall_now: float) -> float | None:
@@ -130,7 +139,7 @@ def next_delay_request(spec: Spec, st: State, failure: pb.Failure, now: float) -
         attempt=min(st.attempt, MAX_ATTEMPTS),
         profile=spec.profile,
         options=spec.options(),
-        context_id=st.context_id if st.begun and st.context_id else "",
+        context_id=st.journal_id(),
     )
     req.elapsed.FromNanoseconds(max(int((now - st.start) * 1e9), 0))
     if st.deadline is not None:
@@ -230,6 +239,29 @@ def is_outage(err: BaseException) -> bool:
     return rpc_code(err) in _OUTAGE_CODES
 
 
+def is_journal_off(err: BaseException) -> bool:
+    """policyd's answer to journal RPCs when it runs without a database."""
+    return rpc_code(err) in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNIMPLEMENTED)
+
+
+def rpc_timeout(timeout: float, remaining: float | None) -> float | None:
+    """Return an RPC's timeout within the caller's deadline, or None when it has passed."""
+    if remaining is None:
+        return timeout
+    return min(timeout, remaining) if remaining > 0 else None
+
+
+def finish_timeout(timeout: float, remaining: float | None) -> float:
+    """The timeout of the RPCs that end a call: within the deadline, but at least 100 ms."""
+    return timeout if remaining is None else min(timeout, max(remaining, 0.1))
+
+
+def bounded(delay: float, remaining: float | None) -> float:
+    """Return delay, never below 0 nor past the deadline."""
+    delay = max(delay, 0.0)
+    return delay if remaining is None else max(min(delay, remaining), 0.0)
+
+
 @dataclass
 class Warnings:
     """Warn once per outage, not once per failed call."""
@@ -265,7 +297,11 @@ class Warnings:
         with self._lock:
             first, self._journal_warned = not self._journal_warned, True
         level = logging.WARNING if first else logging.DEBUG
-        self.logger.log(level, "policyd journal: %s failed (%s); the call goes on unjournaled", what, rpc_text(err))
+        if is_journal_off(err):
+            msg = "policyd journal: the daemon's journal is off (start policyd serve with --database-url); %s: %s"
+        else:
+            msg = "policyd journal: %s failed (%s); the call goes on unjournaled"
+        self.logger.log(level, msg, what, rpc_text(err))
 
 
 def log_retry(logger: logging.Logger, spec: Spec, attempt: int, delay: float, failure: pb.Failure, d: Decision) -> None:

@@ -17,7 +17,7 @@ from ._core import Deadline, Safety, Spec, State
 from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from ._stubs import AsyncJournalStub, AsyncPolicyStub, async_journal_stub, async_policy_stub
-from .decision import Action, Decision, FallbackHint, RetryEvent, SOURCE_POLICYD
+from .decision import Action, Decision, FallbackHint, RetryEvent
 from .errors import RetryStopped
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
@@ -158,7 +158,7 @@ class AsyncClient:
                     failure = spec.failure(exc)
                     decision = await self._decide(spec, st, failure, self._clock() - started)
                     if decision.action is Action.RETRY:
-                        delay = self._bounded(decision.delay, st)
+                        delay = _core.bounded(decision.delay, self._remaining(st))
                         _core.log_retry(self._log, spec, st.attempt, delay, failure, decision)
                         if self.on_retry is not None:
                             ctx = st.context_id if st.begun else None
@@ -173,19 +173,18 @@ class AsyncClient:
                         try:
                             result = await fallback(hint)
                         except Exception:
-                            await self._finish(st, jpb.OUTCOME_FAILED)
+                            await self._finish(spec, st, jpb.OUTCOME_FAILED)
                             raise
-                        await self._finish(st, jpb.OUTCOME_RESOLVED)
+                        await self._finish(spec, st, jpb.OUTCOME_RESOLVED)
                         return result
-                    await self._finish(st, jpb.OUTCOME_FAILED)
-                    raise RetryStopped(
-                        exc, decision, attempts=st.attempt, context_id=st.context_id if st.begun else None
-                    ) from exc
-                await self._finish(st, jpb.OUTCOME_RESOLVED)
+                    await self._finish(spec, st, jpb.OUTCOME_FAILED)
+                    ctx = st.context_id if st.begun else None
+                    raise RetryStopped(exc, decision, attempts=st.attempt, context_id=ctx) from exc
+                await self._finish(spec, st, jpb.OUTCOME_RESOLVED)
                 return result
         except BaseException:
             if st.open():  # cancelled, a failing fallback, ...
-                await self._abandon(st)
+                await self._abandon(spec, st)
             raise
 
     def retry(
@@ -220,29 +219,20 @@ class AsyncClient:
 
     # ---- the steps
 
-    def _rpc_timeout(self, st: State) -> float | None:
-        remaining = st.remaining(self._clock())
-        if remaining is None:
-            return self.timeout
-        return min(self.timeout, remaining) if remaining > 0 else None
+    def _remaining(self, st: State) -> float | None:
+        return st.remaining(self._clock())
 
     async def _decide(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
+        st.failed = True
         if st.attempt >= _core.MAX_ATTEMPTS:
             return _core.attempts_decision()
         if st.journal and not st.begun:
-            timeout = self._rpc_timeout(st)
+            timeout = _core.rpc_timeout(self.timeout, self._remaining(st))
             if timeout is None:
                 return _core.deadline_decision()
-            try:
-                await self.journal_service.BeginContext(_core.begin_request(spec, st), timeout=timeout)
-                st.begun = True
-            except grpc.aio.AioRpcError as err:
-                st.journal = False
-                if _core.is_outage(err):
-                    self._warn.daemon_failed(err)
-                    return self._fail_open(st, failure)
-                self._warn.journal_failed("BeginContext", err)
-        timeout = self._rpc_timeout(st)
+            if await self._begin(spec, st, timeout):
+                return self._fail_open(spec, st, failure, duration)  # the daemon is down: do not wait twice
+        timeout = _core.rpc_timeout(self.timeout, self._remaining(st))
         if timeout is None:
             return _core.deadline_decision()
         try:
@@ -251,48 +241,58 @@ class AsyncClient:
             )
         except grpc.aio.AioRpcError as err:
             self._warn.daemon_failed(err)
-            return self._fail_open(st, failure)
+            return self._fail_open(spec, st, failure, duration)
         self._warn.daemon_ok()
         decision = Decision.from_proto(resp.decision)
-        if st.begun and not decision.journaled and decision.source == SOURCE_POLICYD:
-            timeout = self._rpc_timeout(st)
-            if timeout is not None:
-                try:
-                    await self.journal_service.RecordAttempt(
-                        _core.record_request(spec, st, failure, decision, duration), timeout=timeout
-                    )
-                except grpc.aio.AioRpcError as err:
-                    self._warn.journal_failed("RecordAttempt", err)
+        if st.journal and not decision.journaled:
+            st.pending.append(_core.record_request(spec, st, failure, decision, duration))
         return decision
 
-    def _fail_open(self, st: State, failure: pb.Failure) -> Decision:
-        return self.fail_open.decide(failure, st.attempt, remaining=st.remaining(self._clock()))
+    def _fail_open(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
+        decision = self.fail_open.decide(failure, st.attempt, remaining=self._remaining(st), safety=spec.safety)
+        if st.journal:
+            st.pending.append(_core.record_request(spec, st, failure, decision, duration))
+        return decision
 
-    async def _finish(self, st: State, outcome: jpb.Outcome, timeout: float | None = None) -> None:
+    async def _begin(self, spec: Spec, st: State, timeout: float) -> bool:
+        """Begin the call's RetryContext; return True when the daemon is unreachable."""
+        try:
+            await self.journal_service.BeginContext(_core.begin_request(spec, st), timeout=timeout)
+        except grpc.aio.AioRpcError as err:
+            if _core.is_outage(err):
+                self._warn.daemon_failed(err)
+                return True  # stays journaled: begun at the next failure or at the end
+            st.journal = False
+            self._warn.journal_failed("BeginContext", err)
+            return False
+        st.begun = True
+        return False
+
+    async def _finish(self, spec: Spec, st: State, outcome: jpb.Outcome, timeout: float | None = None) -> None:
+        """End a journaled call's RetryContext: begin it if needed, record what is pending, finish."""
         if not st.open():
             return
         st.finished = True
         if timeout is None:
-            remaining = st.remaining(self._clock())
-            timeout = self.timeout if remaining is None else min(self.timeout, max(remaining, 0.1))
+            timeout = _core.finish_timeout(self.timeout, self._remaining(st))
+        if not st.begun and (await self._begin(spec, st, timeout) or not st.begun):
+            return
         try:
+            for req in st.pending:
+                await self.journal_service.RecordAttempt(req, timeout=timeout)
+            st.pending.clear()
             await self.journal_service.FinishContext(
                 jpb.FinishContextRequest(context_id=st.context_id or "", outcome=outcome), timeout=timeout
             )
         except grpc.aio.AioRpcError as err:
-            self._warn.journal_failed("FinishContext", err)
+            self._warn.journal_failed("finishing the context", err)
 
-    async def _abandon(self, st: State) -> None:
+    async def _abandon(self, spec: Spec, st: State) -> None:
         """Finish a context ABANDONED, briefly, even from a cancelled task."""
-        task = asyncio.ensure_future(self._finish(st, jpb.OUTCOME_ABANDONED, _ABANDON_TIMEOUT))
+        task = asyncio.ensure_future(self._finish(spec, st, jpb.OUTCOME_ABANDONED, _ABANDON_TIMEOUT))
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
             pass  # cancelled again: the shielded finish goes on by itself
         except Exception as err:  # never hide the original exception
             self._log.debug("policyd journal: abandoning %s failed: %s", st.context_id, err)
-
-    def _bounded(self, delay: float, st: State) -> float:
-        remaining = st.remaining(self._clock())
-        delay = max(delay, 0.0)
-        return delay if remaining is None else max(min(delay, remaining), 0.0)

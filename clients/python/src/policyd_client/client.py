@@ -16,7 +16,7 @@ from ._core import Deadline, Safety, Spec, State
 from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from ._stubs import JournalStub, PolicyStub, journal_stub, policy_stub
-from .decision import Action, Decision, FallbackHint, RetryEvent, SOURCE_POLICYD
+from .decision import Action, Decision, FallbackHint, RetryEvent
 from .errors import RetryCancelled, RetryStopped
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
@@ -148,14 +148,14 @@ class Client:
                     failure = spec.failure(exc)
                     decision = self._decide(spec, st, failure, self._clock() - started)
                     if decision.action is Action.RETRY:
-                        delay = self._bounded(decision.delay, st)
+                        delay = _core.bounded(decision.delay, self._remaining(st))
                         self._before_sleep(spec, st, exc, failure, decision, delay)
                         if self._wait(delay, cancel):
-                            self._finish(st, jpb.OUTCOME_ABANDONED)
+                            self._finish(spec, st, jpb.OUTCOME_ABANDONED)
+                            ctx = st.context_id if st.begun else None
                             raise RetryCancelled(
-                                exc, decision, attempts=st.attempt, context_id=st.context_id,
-                                reason="cancelled by the caller",
-                            ) from exc  # fmt: skip
+                                exc, decision, attempts=st.attempt, context_id=ctx, reason="cancelled by the caller"
+                            ) from exc
                         continue
                     if decision.action is Action.FALL_BACK and fallback is not None:
                         hint = FallbackHint(
@@ -165,19 +165,18 @@ class Client:
                         try:
                             result = fallback(hint)
                         except Exception:
-                            self._finish(st, jpb.OUTCOME_FAILED)
+                            self._finish(spec, st, jpb.OUTCOME_FAILED)
                             raise
-                        self._finish(st, jpb.OUTCOME_RESOLVED)
+                        self._finish(spec, st, jpb.OUTCOME_RESOLVED)
                         return result
-                    self._finish(st, jpb.OUTCOME_FAILED)
-                    raise RetryStopped(
-                        exc, decision, attempts=st.attempt, context_id=st.context_id if st.begun else None
-                    ) from exc
-                self._finish(st, jpb.OUTCOME_RESOLVED)
+                    self._finish(spec, st, jpb.OUTCOME_FAILED)
+                    ctx = st.context_id if st.begun else None
+                    raise RetryStopped(exc, decision, attempts=st.attempt, context_id=ctx) from exc
+                self._finish(spec, st, jpb.OUTCOME_RESOLVED)
                 return result
         except BaseException:
             if st.open():  # KeyboardInterrupt, SystemExit, a failing fallback, ...
-                self._finish(st, jpb.OUTCOME_ABANDONED)
+                self._finish(spec, st, jpb.OUTCOME_ABANDONED)
             raise
 
     def retry(
@@ -242,75 +241,70 @@ class Client:
             mapper=self.failure_mapper,
         )
 
-    def _rpc_timeout(self, st: State) -> float | None:
-        """Return the RPC timeout, or None when the deadline has passed."""
-        remaining = st.remaining(self._clock())
-        if remaining is None:
-            return self.timeout
-        return min(self.timeout, remaining) if remaining > 0 else None
+    def _remaining(self, st: State) -> float | None:
+        return st.remaining(self._clock())
 
     def _decide(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
+        st.failed = True
         if st.attempt >= _core.MAX_ATTEMPTS:
             return _core.attempts_decision()
         if st.journal and not st.begun:
-            timeout = self._rpc_timeout(st)
+            timeout = _core.rpc_timeout(self.timeout, self._remaining(st))
             if timeout is None:
                 return _core.deadline_decision()
-            try:
-                self.journal_service.BeginContext(_core.begin_request(spec, st), timeout=timeout)
-                st.begun = True
-            except grpc.RpcError as err:
-                st.journal = False
-                if _core.is_outage(err):
-                    self._warn.daemon_failed(err)
-                    return self._fail_open(st, failure)
-                self._warn.journal_failed("BeginContext", err)
-        timeout = self._rpc_timeout(st)
+            if self._begin(spec, st, timeout):
+                return self._fail_open(spec, st, failure, duration)  # the daemon is down: do not wait twice
+        timeout = _core.rpc_timeout(self.timeout, self._remaining(st))
         if timeout is None:
             return _core.deadline_decision()
         try:
             resp = self.policy.NextDelay(_core.next_delay_request(spec, st, failure, self._clock()), timeout=timeout)
         except grpc.RpcError as err:
             self._warn.daemon_failed(err)
-            return self._fail_open(st, failure)
+            return self._fail_open(spec, st, failure, duration)
         self._warn.daemon_ok()
         decision = Decision.from_proto(resp.decision)
-        if st.begun and not decision.journaled:
-            self._record(spec, st, failure, decision, duration)
+        if st.journal and not decision.journaled:
+            st.pending.append(_core.record_request(spec, st, failure, decision, duration))
         return decision
 
-    def _fail_open(self, st: State, failure: pb.Failure) -> Decision:
-        return self.fail_open.decide(failure, st.attempt, remaining=st.remaining(self._clock()))
+    def _fail_open(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
+        decision = self.fail_open.decide(failure, st.attempt, remaining=self._remaining(st), safety=spec.safety)
+        if st.journal:
+            st.pending.append(_core.record_request(spec, st, failure, decision, duration))
+        return decision
 
-    def _record(self, spec: Spec, st: State, failure: pb.Failure, decision: Decision, duration: float) -> None:
-        """Record an attempt NextDelay could not journal (best effort)."""
-        timeout = self._rpc_timeout(st)
-        if timeout is None or decision.source != SOURCE_POLICYD:
-            return
+    def _begin(self, spec: Spec, st: State, timeout: float) -> bool:
+        """Begin the call's RetryContext; return True when the daemon is unreachable."""
         try:
-            self.journal_service.RecordAttempt(
-                _core.record_request(spec, st, failure, decision, duration), timeout=timeout
-            )
+            self.journal_service.BeginContext(_core.begin_request(spec, st), timeout=timeout)
         except grpc.RpcError as err:
-            self._warn.journal_failed("RecordAttempt", err)
+            if _core.is_outage(err):
+                self._warn.daemon_failed(err)
+                return True  # stays journaled: begun at the next failure or at the end
+            st.journal = False
+            self._warn.journal_failed("BeginContext", err)
+            return False
+        st.begun = True
+        return False
 
-    def _finish(self, st: State, outcome: jpb.Outcome) -> None:
+    def _finish(self, spec: Spec, st: State, outcome: jpb.Outcome) -> None:
+        """End a journaled call's RetryContext: begin it if needed, record what is pending, finish."""
         if not st.open():
             return
         st.finished = True
-        remaining = st.remaining(self._clock())
-        timeout = self.timeout if remaining is None else min(self.timeout, max(remaining, 0.1))
+        timeout = _core.finish_timeout(self.timeout, self._remaining(st))
+        if not st.begun and (self._begin(spec, st, timeout) or not st.begun):
+            return
         try:
+            for req in st.pending:
+                self.journal_service.RecordAttempt(req, timeout=timeout)
+            st.pending.clear()
             self.journal_service.FinishContext(
                 jpb.FinishContextRequest(context_id=st.context_id or "", outcome=outcome), timeout=timeout
             )
         except grpc.RpcError as err:
-            self._warn.journal_failed("FinishContext", err)
-
-    def _bounded(self, delay: float, st: State) -> float:
-        remaining = st.remaining(self._clock())
-        delay = max(delay, 0.0)
-        return delay if remaining is None else max(min(delay, remaining), 0.0)
+            self._warn.journal_failed("finishing the context", err)
 
     def _before_sleep(
         self, spec: Spec, st: State, exc: BaseException, failure: pb.Failure, decision: Decision, delay: float

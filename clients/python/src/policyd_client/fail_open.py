@@ -79,11 +79,16 @@ class FailOpenPolicy:
     random: Callable[[], float] = field(default=_random.random, repr=False)
     now: Callable[[], float] = field(default=time.time, repr=False)
 
-    def decide(self, failure: pb.Failure, attempt: int, *, remaining: float | None = None) -> Decision:
+    def decide(
+        self, failure: pb.Failure, attempt: int, *, remaining: float | None = None, safety: str | None = None
+    ) -> Decision:
         """Return what to do after ``attempt`` (1-based) failed with ``failure``.
 
         ``remaining`` is the time left before the caller's deadline in
         seconds (None: no deadline); a retry that would land past it stops.
+        ``safety`` ("safe", "conditional", "irreversible") is derived from the
+        failure's operation and method as policyd derives it when None; an
+        irreversible operation is never retried.
         """
         failure_type, transient, recovery = self.classify(failure)
         hint = retry_after(failure.headers, self.now)
@@ -111,6 +116,13 @@ class FailOpenPolicy:
                 "the fail-open policy retries only connection errors, 429 and 5xx",
                 "NOT_RETRYABLE",
                 f"{_describe(failure)} is not retried by the fail-open policy",
+            )
+        if (safety or derive_safety(failure.operation, failure.method)) == "irreversible":
+            return decision(
+                Action.STOP,
+                "an irreversible operation is not retried",
+                "IRREVERSIBLE_OPERATION",
+                "the operation is irreversible; retrying it could repeat its effect",
             )
         if attempt >= self.max_attempts:
             return decision(
@@ -174,6 +186,33 @@ class FailOpenPolicy:
         if names & _CONNECTION_NAMES or codes & _CONNECTION_CODES:
             return "CONNECTION_ERROR", True, "Retry after a short backoff; check the network if it persists."
         return "UNKNOWN", False, "Inspect the error; the fail-open policy retries only clearly transient failures."
+
+
+_MODEL_OPERATIONS = ("chat", "completion", "complete", "embed", "messages", "responses", "generate", "model", "llm")
+_IRREVERSIBLE_OPERATIONS = ("shell", "exec", "deploy", "external_write", "api.write", "payment")
+_CONDITIONAL_OPERATIONS = ("file.write", "file.edit", "write_file", "edit_file", "patch")
+
+
+def derive_safety(operation: str, method: str) -> str:
+    """Return "safe", "conditional" or "irreversible" as policyd derives it.
+
+    Model operations (``chat*``, ``completion*``, ``messages*``, ...) are safe
+    whatever the method; with a method, GET, HEAD and OPTIONS are safe and any
+    other is irreversible; without one, ``shell*``, ``exec*``, ``deploy*``
+    (and other external writes) are irreversible, ``file.write*`` and
+    ``file.edit*`` conditional, anything else safe.
+    """
+    op = operation.lower()
+    if op.startswith(_MODEL_OPERATIONS):
+        return "safe"
+    m = method.strip().upper()
+    if m:
+        return "safe" if m in ("GET", "HEAD", "OPTIONS") else "irreversible"
+    if op.startswith(_IRREVERSIBLE_OPERATIONS):
+        return "irreversible"
+    if op.startswith(_CONDITIONAL_OPERATIONS):
+        return "conditional"
+    return "safe"
 
 
 def retry_after(headers: Mapping[str, str], now: Callable[[], float] = time.time) -> float | None:

@@ -1,0 +1,33 @@
+"""The package builds as a typed distribution that carries its generated stubs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_carries_py_typed_and_the_generated_stubs(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("policyd_client-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for want in (
+        "policyd_client/py.typed",
+        "policyd_client/client.py",
+        "policyd_client/aio.py",
+        "policyd_client/_gen/policyd/v1/policy_pb2.py",
+        "policyd_client/_gen/policyd/v1/policy_pb2.pyi",
+        "policyd_client/_gen/policyd/v1/journal_pb2_grpc.py",
+    ):
+        assert want in names, want
+    meta = next(n for n in names if n.endswith("METADATA"))
+    text = zipfile.ZipFile(wheel).read(meta).decode()
+    assert "Requires-Dist: grpcio<2,>=1.85.1" in text
+    assert "Requires-Dist: protobuf<8,>=7.35.1" in text
+    assert "httpx" not in text.split("\n\n", 1)[0]  # not a runtime dependency

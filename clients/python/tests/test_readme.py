@@ -1,0 +1,68 @@
+"""The README's Python examples run as written.
+
+Each ```python block runs unchanged in its own interpreter. Only the
+environment differs from a real deployment, and only through the variables the
+libraries already read: POLICYD_ADDR (policyd_client), OPENAI_BASE_URL and
+ANTHROPIC_BASE_URL (the SDKs), and HTTP_PROXY, which sends the plain-HTTP fetch
+of http://example.com/ to the local server (NO_PROXY keeps 127.0.0.1 direct).
+The local server fails first, so each example goes through a retry.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import Daemon, FakeServer, Reply
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+CHAT = (
+    '{"id": "c1", "object": "chat.completion", "created": 1, "model": "gpt-4o", "choices": [{"index": 0, '
+    '"message": {"role": "assistant", "content": "hi from the fake model"}, "finish_reason": "stop"}]}'
+)
+MESSAGE = (
+    '{"id": "m1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "stop_reason": "end_turn", '
+    '"content": [{"type": "text", "text": "hello from the fake claude"}], "usage": {"input_tokens": 1, "output_tokens": 1}}'
+)
+
+
+def blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_readme_has_the_examples() -> None:
+    assert len(blocks()) == 3
+
+
+@pytest.mark.parametrize("index, expect", [(0, "hi from the fake model"), (1, "<h1>Example"), (2, "hello from the fake claude")])
+def test_readme_example_runs(index: int, expect: str, daemon: Daemon, server: FakeServer) -> None:
+    server.script("/v1/chat/completions", Reply(429, headers={"retry-after": "1"}, body="{}"), Reply(200, body=CHAT))
+    server.script("http://example.com/", Reply(503), Reply(200, body="<h1>Example Domain</h1>"))
+    server.script(
+        "/v1/messages",
+        Reply(529, headers={"retry-after": "1"}, body='{"type": "error", "error": {"type": "overloaded_error"}}'),
+        Reply(200, body=MESSAGE),
+    )
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env.update(
+        POLICYD_ADDR=daemon.addr,
+        OPENAI_BASE_URL=server.url("/v1"),
+        OPENAI_API_KEY="test-key",
+        ANTHROPIC_BASE_URL=server.url(""),
+        ANTHROPIC_API_KEY="test-key",
+        HTTP_PROXY=server.url(""),
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+    )
+    code = blocks()[index]
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert expect in run.stdout
+    hits = sum(server.count(p) for p in ("/v1/chat/completions", "http://example.com/", "/v1/messages"))
+    assert hits == 2  # one failure, one retry
