@@ -9,7 +9,7 @@ import { Code, ConnectError, createClient as createConnectClient, type Client as
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { JournalService } from "./gen/policyd/v1/journal_pb.js";
-import { ClassifyOptionsSchema, PolicyService, type ClassifyOptions } from "./gen/policyd/v1/policy_pb.js";
+import { ClassifyOptionsSchema, PolicyService, type ClassifyOptions, type Decision as PbDecision } from "./gen/policyd/v1/policy_pb.js";
 import { create } from "@bufbuild/protobuf";
 import { type Clock, type Random, systemClock } from "./clock.js";
 import {
@@ -26,6 +26,7 @@ import { FailOpenPolicy, type FailOpenOptions } from "./fail_open.js";
 import { type Failure, emptyFailure, failureFromError, failureToProto } from "./failure.js";
 import { HttpError } from "./http_error.js";
 import { Journal } from "./journal.js";
+import { JOURNAL_OFF, REFUSED, type RpcOptions, type RpcResult } from "./rpc.js";
 import { PolicydError } from "./policyd_error.js";
 
 /** The daemon address used when none is given and POLICYD_ADDR is unset: `make run`'s listen address. */
@@ -164,15 +165,6 @@ export function createClient(options: ClientOptions = {}): PolicydClient {
   return new PolicydClient(options);
 }
 
-/** @internal The options of one RPC. */
-export interface RpcOptions {
-  signal?: AbortSignal;
-  timeoutMs: number;
-}
-
-/** @internal An RPC's answer, or its code when it failed (undefined: not sent, or aborted by the caller). */
-export type RpcResult<R> = { ok: true; value: R } | { ok: false; code: Code | undefined };
-
 /** @internal What the rest of the client needs from it. */
 export interface ClientInternals {
   readonly clock: Clock;
@@ -309,7 +301,7 @@ export class PolicydClient {
           }
           if (budget.expired) {
             journal.giveUp(failure, attempt, took, classifyOptions, "FAILED", signal);
-            throw new PolicydError({ cause: err, attempts: attempt, decision: deadlineDecision(attempt, failure), failure, contextId: journal.contextId });
+            throw new PolicydError({ cause: err, attempts: attempt, decision: deadlineDecision(attempt), failure, contextId: journal.contextId });
           }
 
           const decision = await this.#decide(failure, attempt, took, profile, options, classifyOptions, journal, start, deadlineMs, signal);
@@ -319,7 +311,7 @@ export class PolicydClient {
           }
           if (!decision || budget.expired) {
             journal.giveUp(failure, attempt, took, classifyOptions, "FAILED", signal);
-            throw new PolicydError({ cause: err, attempts: attempt, decision: deadlineDecision(attempt, failure), failure, contextId: journal.contextId });
+            throw new PolicydError({ cause: err, attempts: attempt, decision: deadlineDecision(attempt), failure, contextId: journal.contextId });
           }
           lastDecision = decision;
           it.logger.debug?.(`policyd: attempt ${attempt} failed: ${decision.action}${decision.action === "RETRY" ? ` after ${decision.delayMs}ms` : ""}: ${explain(decision)}`);
@@ -331,7 +323,7 @@ export class PolicydClient {
             } catch {
               void journal.finish(callerSignal?.aborted ? "ABANDONED" : "FAILED", signal);
               if (callerSignal?.aborted) throw callerSignal.reason;
-              throw new PolicydError({ cause: err, attempts: attempt, decision: deadlineDecision(attempt, failure), failure, contextId: journal.contextId });
+              throw new PolicydError({ cause: err, attempts: attempt, decision: deadlineDecision(attempt), failure, contextId: journal.contextId });
             }
             continue;
           }
@@ -416,7 +408,9 @@ export class PolicydClient {
     signal: AbortSignal,
   ): Promise<Decision | undefined> {
     const clock = this.#internals.clock;
-    await journal.begin(signal, deadlineMs);
+    // When BeginContext got no answer, policyd is down or hung: decide at
+    // once rather than wait a second daemon timeout for NextDelay.
+    const reachable = await journal.begin(signal, deadlineMs);
     if (signal.aborted) return undefined;
     const now = clock.now();
     const req = {
@@ -429,7 +423,9 @@ export class PolicydClient {
       ...(classifyOptions ? { options: classifyOptions } : {}),
       ...(deadlineMs !== undefined ? { deadline: timestampFromMs(deadlineMs) } : {}),
     };
-    const res = await this.#rpc("NextDelay", signal, deadlineMs, (o) => this.#policy.nextDelay(req, o));
+    const res: RpcResult<{ decision?: PbDecision | undefined }> = reachable
+      ? await this.#rpc("NextDelay", signal, deadlineMs, (o) => this.#policy.nextDelay(req, o))
+      : { ok: false, code: undefined };
     if (signal.aborted) return undefined;
     let d: Decision;
     if (res.ok) {
@@ -506,21 +502,6 @@ export class PolicydClient {
   }
 }
 
-/** Codes with which the journal RPCs say policyd runs without a database. */
-const JOURNAL_OFF = new Set([Code.FailedPrecondition, Code.Unimplemented]);
-
-/** Codes that mean policyd answered and refused the request (it is reachable). */
-const REFUSED = new Set([
-  Code.InvalidArgument,
-  Code.NotFound,
-  Code.FailedPrecondition,
-  Code.AlreadyExists,
-  Code.OutOfRange,
-  Code.PermissionDenied,
-  Code.Unauthenticated,
-  Code.Unimplemented,
-]);
-
 function optionsOf(o: CallOptions<unknown>): ClassifyOptions | undefined {
   if (!o.retryFetchErrors && o.continueInvalidStream === undefined) return undefined;
   const opts = create(ClassifyOptionsSchema, { retryFetchErrors: o.retryFetchErrors ?? false });
@@ -535,8 +516,7 @@ function isFailure(v: unknown): v is Failure {
 }
 
 /** The client's own decision when the call's deadline passed during an attempt or a wait. */
-function deadlineDecision(attempt: number, failure: Failure): Decision {
-  void failure;
+function deadlineDecision(attempt: number): Decision {
   return {
     action: "STOP",
     delayMs: 0,

@@ -8,12 +8,12 @@
 
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
-import { Code } from "@connectrpc/connect";
 import { Outcome, type RecordAttemptRequest, RecordAttemptRequestSchema } from "./gen/policyd/v1/journal_pb.js";
 import type { ClassifyOptions } from "./gen/policyd/v1/policy_pb.js";
 import { type Decision, decisionToProto, durationOf } from "./decision.js";
 import { type Failure, failureToProto } from "./failure.js";
 import type { ClientInternals } from "./client.js";
+import { JOURNAL_OFF, REFUSED } from "./rpc.js";
 
 /** How a journaled call ended. */
 export type JournalOutcome = "RESOLVED" | "FAILED" | "ABANDONED";
@@ -57,9 +57,14 @@ export class Journal {
     return this.id;
   }
 
-  /** begin starts the RetryContext, once, at the first failure. */
-  async begin(signal: AbortSignal | undefined, deadlineMs: number | undefined): Promise<void> {
-    if (!this.#on || this.#begun) return;
+  /**
+   * begin starts the RetryContext, once, at the first failure. It answers
+   * false when policyd did not answer (unreachable, slow, or the signal
+   * ended first); a refusal (no database, a bad request) turns journaling
+   * off for the call and answers true.
+   */
+  async begin(signal: AbortSignal | undefined, deadlineMs: number | undefined): Promise<boolean> {
+    if (!this.#on || this.#begun) return true;
     if (!this.#contextId) this.#contextId = randomUUID();
     const call = this.#call;
     const res = await this.#c.rpc("BeginContext", signal, deadlineMs, (o) =>
@@ -76,17 +81,24 @@ export class Journal {
         o,
       ),
     );
-    if (res.ok) this.#begun = true;
-    else if (res.code === Code.FailedPrecondition || res.code === Code.Unimplemented) this.#off();
-    // Otherwise policyd is unreachable: finish begins the context once it answers.
-  }
-
-  #off(): void {
-    this.#on = false;
-    this.#c.warnOnce(
-      "journal-off",
-      "policyd: the daemon's journal is off; journaled calls are not recorded (start policyd serve with --database-url)",
-    );
+    if (res.ok) {
+      this.#begun = true;
+      return true;
+    }
+    if (res.code !== undefined && JOURNAL_OFF.has(res.code)) {
+      this.#on = false;
+      this.#c.warnOnce(
+        "journal-off",
+        "policyd: the daemon's journal is off; journaled calls are not recorded (start policyd serve with --database-url)",
+      );
+      return true;
+    }
+    if (res.code !== undefined && REFUSED.has(res.code)) {
+      this.#on = false; // the client's warning names the refusal
+      return true;
+    }
+    // policyd is unreachable: finish begins the context once it answers.
+    return false;
   }
 
   /**
