@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import struct
@@ -233,7 +232,3 @@ class CountingInterceptor(grpc.UnaryUnaryClientInterceptor):  # type: ignore[mis
     def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         self.methods.append(client_call_details.method.rsplit("/", 1)[-1])
         return continuation(client_call_details, request)
-
-
-def which_go() -> bool:
-    return shutil.which("go") is not None

@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
@@ -41,6 +41,10 @@ _SAFETY = {
     "conditional": pb.OPERATION_SAFETY_CONDITIONAL,
     "irreversible": pb.OPERATION_SAFETY_IRREVERSIBLE,
 }
+
+#: Channel options: policyd is a loopback, plaintext daemon; an http_proxy in
+#: the environment must not reroute it.
+CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0),)
 
 # The status codes that mean "the daemon is not there or not answering".
 _OUTAGE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -317,6 +321,3 @@ def log_retry(logger: logging.Logger, spec: Spec, attempt: int, delay: float, fa
 
 def default_mapper(mapper: FailureMapper | None) -> FailureMapper:
     return mapper or failure_from_exception
-
-
-Clock = Callable[[], float]

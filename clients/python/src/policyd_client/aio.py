@@ -39,7 +39,8 @@ class AsyncClient:
     stops a sleep at once (``asyncio.CancelledError`` propagates, and a
     journaled context is finished ABANDONED). ``sleep`` defaults to
     ``asyncio.sleep``. The channel is opened on first use, inside the running
-    event loop; close it with ``await client.close()`` or ``async with``.
+    event loop, so use a client within one loop; close it with
+    ``await client.close()`` or ``async with``.
     """
 
     def __init__(
@@ -79,7 +80,7 @@ class AsyncClient:
 
     def _chan(self) -> grpc.aio.Channel:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.addr)
+            self._channel = grpc.aio.insecure_channel(self.addr, options=_core.CHANNEL_OPTIONS)
         return self._channel
 
     @property

@@ -77,7 +77,7 @@ class Client:
         self._log = logger or _core.log
         self._warn = _core.Warnings(self.addr, self._log)
         self._own_channel = channel is None
-        self._channel = channel or grpc.insecure_channel(self.addr)
+        self._channel = channel or grpc.insecure_channel(self.addr, options=_core.CHANNEL_OPTIONS)
         #: The generated PolicyService stub, for calls the client does not wrap.
         self.policy: PolicyStub = policy_stub(self._channel)
         #: The generated JournalService stub (GetContext, GetErrorReport, ListContexts, ...).
