@@ -40,12 +40,18 @@ export const DEFAULT_ADDRESS = "127.0.0.1:7433";
  */
 export const DEFAULT_DAEMON_TIMEOUT_MS = 1000;
 
-/** A logger: console fits, and so do pino and winston. Only warn is required. */
+/**
+ * A logger: console fits, and so do pino and winston. Only warn is
+ * required; the client logs every decision at debug level.
+ */
 export interface Logger {
   warn(message: string, ...fields: unknown[]): void;
   info?(message: string, ...fields: unknown[]): void;
   debug?(message: string, ...fields: unknown[]): void;
 }
+
+/** The default logger: warnings to stderr (console.warn), nothing else. */
+const DEFAULT_LOGGER: Logger = { warn: (message, ...fields) => console.warn(message, ...fields) };
 
 /** What an operation's attempt is given. */
 export interface Attempt {
@@ -139,7 +145,7 @@ export interface ClientOptions {
   journal?: boolean;
   /** Bounds each RPC to policyd (default 1000 ms); past it the client decides with its fail-open policy. */
   daemonTimeoutMs?: number;
-  /** Where the client warns (once per outage) and logs decisions (debug); default console. */
+  /** Where the client warns (once per outage) and logs decisions (debug); default: warnings to console.warn. */
   logger?: Logger;
   /** The agent named in journaled contexts; default the script's file name. */
   agent?: string;
@@ -211,7 +217,7 @@ export class PolicydClient {
     this.#failOpen = options.failOpen instanceof FailOpenPolicy ? options.failOpen : new FailOpenPolicy(options.failOpen ?? {});
     this.#random = options.random ?? Math.random;
     this.#onDecision = options.onDecision;
-    const logger = options.logger ?? console;
+    const logger = options.logger ?? DEFAULT_LOGGER;
     const daemonTimeoutMs = options.daemonTimeoutMs && options.daemonTimeoutMs > 0 ? options.daemonTimeoutMs : DEFAULT_DAEMON_TIMEOUT_MS;
     this.#internals = {
       clock: options.clock ?? systemClock,

@@ -1,0 +1,82 @@
+// Every ```js example of README.md runs as written — against a real policyd
+// and a fake provider on 127.0.0.1 — and type-checks as TypeScript.
+
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { before, describe, test } from "node:test";
+import { promisify } from "node:util";
+import { bodies, daemonAddr, flaky, packageDir } from "./harness.js";
+
+const run = promisify(execFile);
+
+/** The README's ```js blocks, in order. */
+function examples(): string[] {
+  const md = readFileSync(join(packageDir, "README.md"), "utf8");
+  return [...md.matchAll(/^```js\n([\s\S]*?)^```$/gm)].map((m) => m[1]!);
+}
+
+// Examples run from inside the package, so that "@policyd/client" resolves to
+// this package's dist/ (a self-reference) and "openai" to its dev dependency.
+const dir = join(packageDir, "build", "readme");
+
+async function runExample(i: number, env: Record<string, string>, args: string[] = []) {
+  const file = join(dir, `example-${i}.mjs`);
+  try {
+    const { stdout, stderr } = await run(process.execPath, [file, ...args], { env: { ...process.env, ...env }, timeout: 30_000 });
+    return { code: 0, stdout, stderr };
+  } catch (e) {
+    const err = e as { code?: number; stdout?: string; stderr?: string };
+    return { code: err.code ?? -1, stdout: err.stdout ?? "", stderr: err.stderr ?? "" };
+  }
+}
+
+describe("README examples", { concurrency: true }, () => {
+  const blocks = examples();
+  before(() => {
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { recursive: true });
+    blocks.forEach((code, i) => {
+      writeFileSync(join(dir, `example-${i}.mjs`), code);
+      writeFileSync(join(dir, `example-${i}.ts`), code);
+    });
+  });
+
+  test("there are three, each tested below", () => assert.equal(blocks.length, 3));
+
+  test("they type-check as strict TypeScript", async () => {
+    writeFileSync(
+      join(dir, "tsconfig.json"),
+      JSON.stringify({ extends: "../../tsconfig.json", compilerOptions: { noEmit: true, rootDir: "." }, include: ["*.ts"] }),
+    );
+    const tsc = join(packageDir, "node_modules", "typescript", "bin", "tsc");
+    const r = await run(process.execPath, [tsc, "-p", join(dir, "tsconfig.json")]).catch((e: { stdout: string }) => assert.fail(e.stdout));
+    assert.equal(r.stdout, "");
+  });
+
+  test("wrap an LLM call: a 429 is retried, the answer printed", async () => {
+    const srv = await flaky({ status: 429, headers: { "retry-after-ms": "100" }, body: bodies.rateLimit }, { status: 200, body: bodies.chatOk });
+    const r = await runExample(0, { POLICYD_ADDR: await daemonAddr(), OPENAI_BASE_URL: `${srv.url}/v1`, OPENAI_API_KEY: "sk-test" });
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "Hello from the fake model.\n");
+    assert.deepEqual(srv.requests, ["POST /v1/chat/completions", "POST /v1/chat/completions"]);
+  });
+
+  test("wrap a web fetch: a dropped connection is retried, the page printed", async () => {
+    const srv = await flaky({ drop: true }, { status: 200, body: "<html>hello</html>" });
+    const r = await runExample(1, { POLICYD_ADDR: await daemonAddr() }, [srv.url]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "<html>hello</html>\n");
+    assert.equal(srv.hits, 2);
+  });
+
+  test("when it gives up: the recovery action, exit code 1", async () => {
+    const srv = await flaky({ status: 401, body: bodies.badKey });
+    const r = await runExample(2, { POLICYD_ADDR: await daemonAddr() }, [srv.url]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, /\[AUTH_INVALID, rule web\.auth_required\]/);
+    assert.match(r.stderr, /^Authentication required; this page is not fetchable anonymously\.$/m);
+    assert.equal(srv.hits, 1);
+  });
+});
