@@ -26,9 +26,9 @@ cleanup() {
 trap cleanup EXIT
 
 npm ci --no-audit --no-fund --loglevel=error
-npm run --silent typecheck
-npm run --silent build
-npm run --silent build:test
+npm run --silent build      # dist/, type-checked strictly
+npm run --silent typecheck  # sources and tests, strict, no output (the tests import dist/)
+npm run --silent build:test # build/test/
 
 if [[ -z "${POLICYD_BIN:-}" ]]; then
   echo "test.sh: building policyd into $tmp" >&2
