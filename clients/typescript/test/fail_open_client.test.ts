@@ -68,7 +68,7 @@ describe("fail open", { concurrency: true }, () => {
       let decidedAfter = 0;
       const client = createClient({
         address: addr,
-        daemonTimeoutMs: 200,
+        daemonTimeoutMs: 500,
         journal,
         clock: new FakeClock(),
         logger: memoryLogger(),
@@ -86,8 +86,8 @@ describe("fail open", { concurrency: true }, () => {
         openai,
       );
       assert.equal(out, "ok");
-      assert.ok(decidedAfter >= 190, `journal ${journal}: decided after ${decidedAfter.toFixed(0)}ms, before the daemon timeout`);
-      assert.ok(decidedAfter < 380, `journal ${journal}: decided after ${decidedAfter.toFixed(0)}ms: more than one daemon timeout`);
+      assert.ok(decidedAfter >= 490, `journal ${journal}: decided after ${decidedAfter.toFixed(0)}ms, before the daemon timeout`);
+      assert.ok(decidedAfter < 900, `journal ${journal}: decided after ${decidedAfter.toFixed(0)}ms: more than one daemon timeout`);
     }
   });
 
@@ -104,6 +104,6 @@ describe("fail open", { concurrency: true }, () => {
 
     assert.ok(err instanceof PolicydError, String(err));
     assert.equal(err.decision.stopReason, "DEADLINE");
-    assert.ok(took < 800, `call took ${took.toFixed(0)}ms with a 300ms deadline and a hung daemon`);
+    assert.ok(took < 2000, `call took ${took.toFixed(0)}ms with a 300ms deadline and a hung daemon`);
   });
 });
