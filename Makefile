@@ -33,7 +33,7 @@ BENCH_GROWTH_SIZES ?= 0,1000000,10000000
 GO_TEST_FLAGS ?= -race -shuffle=on -count=1
 
 # Every folder `make generate` writes, checked current by `make test`.
-GENERATED := gen clients/go/internal/gen clients/python/src/policyd_client/_gen
+GENERATED := gen clients/go/internal/gen clients/python/src/policyd_client/_gen clients/typescript/src/gen
 
 # Every fuzz target, as package:FuzzName; `make fuzz` runs each for FUZZTIME.
 FUZZ_TARGETS := \
@@ -86,7 +86,7 @@ go-test: build $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Run the Go tests with -ra
 	go test $(GO_TEST_FLAGS) ./...
 
 # Each client's suite runs against bin/policyd and the PostgreSQL of `make test`.
-CLIENTS := go python
+CLIENTS := go python typescript
 
 .PHONY: clients-test
 clients-test: build ## Run each client's suite (clients/<lang>/scripts/test.sh) against a real policyd.
@@ -123,6 +123,7 @@ lint: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/staticcheck-$(STATICCHECK_VERSION) 
 generate: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) ## Generate code from proto/: gen/ and each client's stubs.
 	buf generate
 	clients/python/scripts/generate.sh
+	clients/typescript/scripts/generate.sh
 
 .PHONY: check-generate
 check-generate: generate ## Fail if the generated code differs from what `make generate` produces.
