@@ -283,11 +283,15 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 				WHERE c.id = s.context_id
 			)
 			SELECT i.idx,
-			       coalesce(ins.context_id IS NOT NULL AND c.tenant = i.tenant, false) AS inserted,
-			       coalesce(c.tenant = i.tenant, false) AS known
+			       ins.context_id IS NOT NULL AND k.known AS inserted,
+			       k.known
 			FROM input i
 			LEFT JOIN ins ON ins.context_id = i.context_id::uuid AND ins.attempt = i.attempt
-			LEFT JOIN retry_contexts c ON c.id = i.context_id::uuid`,
+			-- A per-row EXISTS probes the primary key; a join here let the
+			-- planner hash-join a sequential scan of every context into each
+			-- batch, which made each commit slower as the journal grew.
+			CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM retry_contexts c
+			                                   WHERE c.id = i.context_id::uuid AND c.tenant = i.tenant) AS known) k`,
 			aID, aTenant, aAttempt, aAt, aDurationMS, aFailureType, aRetryable, aRule, aStatus, aErrorCode,
 			aMessage, aRecovery, aDecision, aDelayMS, aStrategy, aStopReason, aFallback, aProvider, aModel)
 		br := tx.SendBatch(ctx, b)
