@@ -241,6 +241,13 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 	results := make([]result, m)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
+		// Every lookup here is by primary key. On a young table (few pages,
+		// no statistics yet) the planner prefers sequential scans, for the
+		// batch's own probes and for the foreign-key check of each inserted
+		// attempt, and caches those plans per connection: every commit then
+		// read the whole table, slower as the journal grew. With sequential
+		// scans off for this transaction only, the plans use the indexes.
+		b.Queue(`SET LOCAL enable_seqscan = off`)
 		b.Queue(`
 			INSERT INTO retry_contexts (id, tenant, agent, provider, model, operation, profile, labels, started_at)
 			SELECT id::uuid, tenant, agent, provider, model, operation, profile, labels::jsonb, started_at
@@ -295,6 +302,10 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 			aID, aTenant, aAttempt, aAt, aDurationMS, aFailureType, aRetryable, aRule, aStatus, aErrorCode,
 			aMessage, aRecovery, aDecision, aDelayMS, aStrategy, aStopReason, aFallback, aProvider, aModel)
 		br := tx.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return fmt.Errorf("set plan options: %w", err)
+		}
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return fmt.Errorf("ensure contexts: %w", err)
