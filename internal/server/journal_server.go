@@ -246,10 +246,7 @@ func attemptOf(contextID string, attempt int, f *policydv1.Failure, cls *policyd
 	if d == nil || d.GetAction() == policydv1.Action_ACTION_UNSPECIFIED {
 		return a
 	}
-	a.Decision = map[policydv1.Action]string{
-		policydv1.Action_ACTION_RETRY: journal.DecisionRetry, policydv1.Action_ACTION_STOP: journal.DecisionStop,
-		policydv1.Action_ACTION_FALL_BACK: journal.DecisionFallBack,
-	}[d.GetAction()]
+	a.Decision = decisionNames[d.GetAction()]
 	a.Delay = d.GetDelay().AsDuration()
 	a.Strategy = d.GetStrategy().GetName()
 	if r := d.GetStopReason(); r != policydv1.StopReason_STOP_REASON_UNSPECIFIED {
@@ -259,6 +256,13 @@ func attemptOf(contextID string, attempt int, f *policydv1.Failure, cls *policyd
 		a.Fallback = strings.TrimPrefix(k.String(), "FALLBACK_KIND_")
 	}
 	return a
+}
+
+// decisionNames are the journal's names of the actions, built once: the
+// map is read on every journaled NextDelay.
+var decisionNames = map[policydv1.Action]string{
+	policydv1.Action_ACTION_RETRY: journal.DecisionRetry, policydv1.Action_ACTION_STOP: journal.DecisionStop,
+	policydv1.Action_ACTION_FALL_BACK: journal.DecisionFallBack,
 }
 
 var outcomes = map[policydv1.Outcome]journal.Outcome{
