@@ -25,8 +25,11 @@ const shutdownTimeout = 10 * time.Second
 
 const serveUsage = `Usage: policyd serve [flags]
 
-Runs the gRPC daemon: policyd.v1.PolicyService, grpc.health.v1.Health and
-server reflection, without TLS. Logs go to stderr; once listening it logs
+Runs the gRPC daemon: policyd.v1.PolicyService, policyd.v1.JournalService,
+grpc.health.v1.Health and server reflection, without TLS. With
+--database-url (or DATABASE_URL) it migrates that PostgreSQL database and
+journals attempts there; without it the journal RPCs answer
+FAILED_PRECONDITION. Logs go to stderr; once listening it logs
 "serving" with the bound address (addr). SIGINT or SIGTERM stops it
 gracefully: health turns NOT_SERVING, in-flight calls get up to 10s.
 
