@@ -130,8 +130,8 @@ func (s *Store) normalizeAttempt(a Attempt) (Attempt, error) {
 // When the context does not exist yet it is begun from ensure (its ID and
 // Tenant are taken from a and tenant; StartedAt defaults to a.At), so that
 // a single call journals an attempt. A context of another tenant is
-// ErrNotFound. The context's AttemptCount and TotalWait are updated in the
-// same transaction. A finished context still takes attempts (a record
+// ErrNotFound. The context's AttemptCount and TotalWait are derived from
+// its attempts, so they include this one once it is committed. A finished context still takes attempts (a record
 // repeated after an outage may arrive late); its report does not change.
 //
 // Concurrent calls share transactions: a writer gathers calls for up to the
@@ -145,39 +145,41 @@ func (s *Store) Record(ctx context.Context, tenant string, a Attempt, ensure Con
 	if err != nil {
 		return false, fmt.Errorf("record attempt: %w", err)
 	}
-	op := fmt.Sprintf("record attempt %d of %s", a.Attempt, a.ContextID)
+	// op names the call in errors only: built on the error path, it costs
+	// the hot path nothing.
+	op := func() string { return fmt.Sprintf("record attempt %d of %s", a.Attempt, a.ContextID) }
 	ensure.ID = a.ContextID
 	ensure.Tenant = tenant
 	if ensure, err = s.normalizeContext(ensure, a.At); err != nil {
-		return false, fmt.Errorf("%s: %w", op, err)
+		return false, fmt.Errorf("%s: %w", op(), err)
 	}
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("%s: %w", op, err)
+		return false, fmt.Errorf("%s: %w", op(), err)
 	}
 	if !s.healthy.Load() {
-		return false, s.errDown(op)
+		return false, s.errDown(op())
 	}
 	p := &pending{ctx: ctx, tenant: tenant, attempt: a, ensure: ensure, queued: time.Now(), done: make(chan result, 1)}
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return false, fmt.Errorf("%s: %w: store closed", op, ErrUnavailable)
+		return false, fmt.Errorf("%s: %w: store closed", op(), ErrUnavailable)
 	}
 	select {
 	case s.queueOf(a.ContextID) <- p:
 		s.mu.RUnlock()
 	case <-ctx.Done():
 		s.mu.RUnlock()
-		return false, fmt.Errorf("%s: %w", op, ctx.Err())
+		return false, fmt.Errorf("%s: %w", op(), ctx.Err())
 	}
 	select {
 	case r := <-p.done:
 		if r.err != nil {
-			return false, fmt.Errorf("%s: %w", op, r.err)
+			return false, fmt.Errorf("%s: %w", op(), r.err)
 		}
 		return r.inserted, nil
 	case <-ctx.Done():
-		return false, fmt.Errorf("%s: %w", op, ctx.Err())
+		return false, fmt.Errorf("%s: %w", op(), ctx.Err())
 	}
 }
 

@@ -38,7 +38,7 @@ func BulkLoad(ctx context.Context, databaseURL string, contexts, attemptsPerCont
 	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
 	i := 0
 	_, err = tx.CopyFrom(ctx, pgx.Identifier{"retry_contexts"},
-		[]string{"id", "agent", "provider", "model", "operation", "profile", "started_at", "finished_at", "outcome", "attempt_count", "total_wait_ms"},
+		[]string{"id", "agent", "provider", "model", "operation", "profile", "started_at", "finished_at", "outcome"},
 		pgx.CopyFromFunc(func() ([]any, error) {
 			if i == len(ids) {
 				return nil, nil
@@ -49,7 +49,7 @@ func BulkLoad(ctx context.Context, databaseURL string, contexts, attemptsPerCont
 				outcome = OutcomeFailed
 			}
 			row := []any{ids[i], "bench", []string{"openai", "anthropic", "google"}[i%3], "model-x", "chat", "default",
-				start, start.Add(time.Minute), string(outcome), attemptsPerContext, int64(attemptsPerContext) * 1000}
+				start, start.Add(time.Minute), string(outcome)}
 			i++
 			return row, nil
 		}))

@@ -121,6 +121,9 @@ func (s *Store) normalizeContext(c Context, defaultStart time.Time) (Context, er
 }
 
 func checkLabels(labels map[string]string) error {
+	if len(labels) == 0 {
+		return nil // the common case, and nothing to marshal
+	}
 	if len(labels) > maxLabels {
 		return invalid("labels", "at most %d labels, got %d", maxLabels, len(labels))
 	}
@@ -156,13 +159,22 @@ func labelsOrEmpty(l map[string]string) map[string]string {
 }
 
 func labelsJSON(l map[string]string) string {
+	if len(l) == 0 {
+		return "{}"
+	}
 	b, _ := json.Marshal(labelsOrEmpty(l)) // a map[string]string always marshals
 	return string(b)
 }
 
-// contextColumns is what scanContext reads, in order.
+// contextColumns is what scanContext reads, in order, from the
+// journal_contexts view: a context row with the totals of its attempts.
 const contextColumns = `id::text, tenant, agent, provider, model, operation, profile, labels,
 	started_at, finished_at, outcome, attempt_count, total_wait_ms`
+
+// newContextColumns is contextColumns for a context just inserted into
+// retry_contexts (RETURNING), which has no attempts yet.
+const newContextColumns = `id::text, tenant, agent, provider, model, operation, profile, labels,
+	started_at, finished_at, outcome, 0, 0::bigint`
 
 func scanContext(row pgx.Row) (Context, error) {
 	var (
@@ -210,7 +222,7 @@ func (s *Store) BeginContext(ctx context.Context, c Context) (Context, bool, err
 			INSERT INTO retry_contexts (id, tenant, agent, provider, model, operation, profile, labels, started_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::jsonb, $9)
 			ON CONFLICT (id) DO NOTHING
-			RETURNING `+contextColumns,
+			RETURNING `+newContextColumns,
 			c.ID, c.Tenant, c.Agent, c.Provider, c.Model, c.Operation, c.Profile, labelsJSON(c.Labels), c.StartedAt))
 		if err == nil {
 			created = true
@@ -235,7 +247,7 @@ type querier interface {
 }
 
 func (s *Store) getContext(ctx context.Context, q querier, tenant, id string) (Context, error) {
-	return scanContext(q.QueryRow(ctx, `SELECT `+contextColumns+` FROM retry_contexts WHERE id = $1 AND tenant = $2`, id, tenant))
+	return scanContext(q.QueryRow(ctx, `SELECT `+contextColumns+` FROM journal_contexts WHERE id = $1 AND tenant = $2`, id, tenant))
 }
 
 // GetContext returns the tenant's context id with its attempts in order.
@@ -290,15 +302,20 @@ func (s *Store) FinishContext(ctx context.Context, tenant, id string, outcome Ou
 	)
 	err = s.run(ctx, "finish context "+id, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			var err error
-			c, err = scanContext(tx.QueryRow(ctx,
-				`SELECT `+contextColumns+` FROM retry_contexts WHERE id = $1 AND tenant = $2 FOR UPDATE`, id, tenant))
+			// Lock the context first: concurrent finishes of one context
+			// take turns, so exactly one writes the report.
+			var current Outcome
+			err := tx.QueryRow(ctx, `SELECT outcome FROM retry_contexts WHERE id = $1 AND tenant = $2 FOR UPDATE`,
+				id, tenant).Scan(&current)
 			if err != nil {
 				return err
 			}
-			if c.Outcome != OutcomeInProgress {
-				if c.Outcome != outcome {
-					return invalid("outcome", "context %s already finished as %s", id, c.Outcome)
+			if current != OutcomeInProgress {
+				if current != outcome {
+					return invalid("outcome", "context %s already finished as %s", id, current)
+				}
+				if c, err = s.getContext(ctx, tx, tenant, id); err != nil {
+					return err
 				}
 				if outcome == OutcomeFailed {
 					r, err := s.errorReport(ctx, tx, tenant, id)
@@ -309,9 +326,11 @@ func (s *Store) FinishContext(ctx context.Context, tenant, id string, outcome Ou
 				}
 				return nil
 			}
-			c, err = scanContext(tx.QueryRow(ctx, `
-				UPDATE retry_contexts SET outcome = $2, finished_at = $3 WHERE id = $1
-				RETURNING `+contextColumns, id, outcome, now))
+			if _, err = tx.Exec(ctx, `UPDATE retry_contexts SET outcome = $2, finished_at = $3 WHERE id = $1`,
+				id, outcome, now); err != nil {
+				return err
+			}
+			c, err = s.getContext(ctx, tx, tenant, id)
 			if err != nil || outcome != OutcomeFailed {
 				return err
 			}

@@ -96,7 +96,7 @@ func (s *Store) ListContexts(ctx context.Context, tenant string, f Filter) ([]Co
 		where = append(where, fmt.Sprintf("(c.started_at, c.id) < ($%d, $%d::uuid)", len(args)-1, len(args)))
 	}
 	args = append(args, size+1)
-	sql := `SELECT ` + contextColumns + ` FROM retry_contexts c
+	sql := `SELECT ` + contextColumns + ` FROM journal_contexts c
 		WHERE ` + strings.Join(where, " AND ") + `
 		ORDER BY c.started_at DESC, c.id DESC
 		LIMIT $` + strconv.Itoa(len(args))

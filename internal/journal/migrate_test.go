@@ -36,7 +36,7 @@ func relations(t *testing.T, url string) []string {
 }
 
 var schema = []string{
-	"error_reports", "journal_failed_contexts", "journal_failures_per_hour", "journal_retry_success_rate",
+	"error_reports", "journal_contexts", "journal_failed_contexts", "journal_failures_per_hour", "journal_retry_success_rate",
 	"journal_wait_per_context", "journal_wait_per_provider", "retry_attempts", "retry_contexts",
 }
 
@@ -51,6 +51,9 @@ func TestMigrateUpDownUp(t *testing.T) {
 	}{
 		{"up on an empty database", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"up again changes nothing", func() error { return journal.Migrate(ctx, url) }, schema},
+		{"down to the first schema", func() error { return journal.MigrateTo(ctx, url, 1) },
+			slices.DeleteFunc(slices.Clone(schema), func(n string) bool { return n == "journal_contexts" })},
+		{"up from the first schema", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"down to nothing", func() error { return journal.MigrateTo(ctx, url, 0) }, nil},
 		{"up again", func() error { return journal.Migrate(ctx, url) }, schema},
 	}

@@ -33,23 +33,45 @@ func (s *Store) Prune(ctx context.Context, olderThan time.Time) (int64, error) {
 			return total, s.errDown("prune")
 		}
 		stmtCtx, cancel := context.WithTimeout(ctx, pruneStatementTimeout)
-		tag, err := s.pool.Exec(stmtCtx, `
-			DELETE FROM retry_contexts WHERE id IN (
-				SELECT id FROM retry_contexts
-				WHERE started_at < $1
-				ORDER BY started_at
-				LIMIT $2
-				FOR UPDATE SKIP LOCKED)`, olderThan, s.cfg.pruneBatch)
+		// Attempts have no foreign key (see migration 002), so the
+		// statement deletes a context's attempts with it; error reports
+		// go by their foreign key's cascade.
+		var n int64
+		err := s.pool.QueryRow(stmtCtx, `
+			WITH doomed AS (
+				DELETE FROM retry_contexts WHERE id IN (
+					SELECT id FROM retry_contexts
+					WHERE started_at < $1
+					ORDER BY started_at
+					LIMIT $2
+					FOR UPDATE SKIP LOCKED)
+				RETURNING id),
+			attempts AS (DELETE FROM retry_attempts WHERE context_id IN (SELECT id FROM doomed))
+			SELECT count(*) FROM doomed`, olderThan, s.cfg.pruneBatch).Scan(&n)
 		err = translate(stmtCtx, "prune", err)
 		cancel()
 		s.observe(err)
 		if err != nil {
 			return total, err
 		}
-		n := tag.RowsAffected()
 		total += n
 		if n < int64(s.cfg.pruneBatch) {
-			return total, nil
+			return total, s.pruneOrphans(ctx, olderThan)
 		}
 	}
+}
+
+// pruneOrphans deletes attempts from before olderThan whose context is
+// gone: an attempt recorded while Prune deleted its context (there is no
+// foreign key to stop it) would otherwise stay forever. Every context of an
+// attempt that old was itself started before olderThan, so it was pruned.
+func (s *Store) pruneOrphans(ctx context.Context, olderThan time.Time) error {
+	stmtCtx, cancel := context.WithTimeout(ctx, pruneStatementTimeout)
+	defer cancel()
+	_, err := s.pool.Exec(stmtCtx, `
+		DELETE FROM retry_attempts a
+		WHERE a.at < $1 AND NOT EXISTS (SELECT 1 FROM retry_contexts c WHERE c.id = a.context_id)`, olderThan)
+	err = translate(stmtCtx, "prune orphaned attempts", err)
+	s.observe(err)
+	return err
 }

@@ -22,8 +22,9 @@ import (
 // marks it healthy again once the database answers. The pool reconnects by
 // itself.
 type Store struct {
-	pool *pgxpool.Pool
-	cfg  config
+	pool      *pgxpool.Pool
+	writePool *pgxpool.Pool // the batching writers' own connections, one each
+	cfg       config
 
 	mu     sync.RWMutex // guards closed against sends on queues
 	closed bool
@@ -72,8 +73,22 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 		pool.Close()
 		return nil, translate(pingCtx, "open journal: ping database", err)
 	}
+	// The writers' statements find contexts by primary key only. On a
+	// young table (few pages, no statistics yet) the planner prefers
+	// sequential scans and caches those plans per connection, so every
+	// commit would read the whole table as it grows; with sequential scans
+	// off on the writers' connections the plans use the indexes.
+	writeCfg := poolCfg.Copy()
+	writeCfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	writeCfg.MaxConns = int32(cfg.writers)
+	writePool, err := pgxpool.NewWithConfig(ctx, writeCfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open journal: %w", err)
+	}
 	s := &Store{
 		pool:       pool,
+		writePool:  writePool,
 		cfg:        cfg,
 		stop:       make(chan struct{}),
 		healthDone: make(chan struct{}),
@@ -103,6 +118,7 @@ func (s *Store) Close() {
 		s.writers.Wait()
 		close(s.stop)
 		<-s.healthDone
+		s.writePool.Close()
 		s.pool.Close()
 	})
 }

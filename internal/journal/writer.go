@@ -42,6 +42,7 @@ func (s *Store) writeLoop(queue chan *pending) {
 	defer s.writers.Done()
 	batch := make([]*pending, 0, s.cfg.maxBatch)
 	target := s.cfg.maxBatch
+	known := make(knownContexts)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for first := range queue {
@@ -79,7 +80,7 @@ func (s *Store) writeLoop(queue chan *pending) {
 			}
 		}
 		target = max(len(batch), 2)
-		s.flush(batch)
+		s.flush(batch, known)
 		clear(batch)
 	}
 }
@@ -93,8 +94,33 @@ func (s *Store) queueOf(id string) chan *pending {
 	return s.queues[h.Sum32()%uint32(len(s.queues))]
 }
 
+// knownContexts are contexts one writer has seen committed, by id, with
+// their tenant: a batch need not ask PostgreSQL to begin them again. Every
+// attempt of a context goes through the same writer, so each writer keeps
+// its own set, without a lock. It is only a hint: the attempt's insert
+// still checks that the context exists for the tenant.
+type knownContexts map[string]string
+
+// maxKnownContexts bounds a writer's knownContexts (about 100 bytes each);
+// when full the set starts again empty, which costs one redundant "begin"
+// per context still in use.
+const maxKnownContexts = 1 << 16
+
+// learn adds the contexts of the rows that were written (a row that found
+// its id under another tenant teaches nothing).
+func (k knownContexts) learn(rows []*pending, results []result) {
+	if len(k)+len(rows) > maxKnownContexts {
+		clear(k)
+	}
+	for i, p := range rows {
+		if results[i].err == nil {
+			k[p.ensure.ID] = p.tenant
+		}
+	}
+}
+
 // flush writes a batch and answers every caller in it.
-func (s *Store) flush(batch []*pending) {
+func (s *Store) flush(batch []*pending, known knownContexts) {
 	live := batch[:0:0]
 	for _, p := range batch {
 		if p.ctx.Err() == nil { // a caller that left has its answer already
@@ -111,12 +137,12 @@ func (s *Store) flush(batch []*pending) {
 		}
 		return
 	}
-	results, err := s.writeBatch(live)
+	results, err := s.writeBatch(live, known)
 	if err != nil && errors.Is(err, ErrInvalid) && len(live) > 1 {
 		// A row the checks before queueing let through but PostgreSQL
 		// refused: write each alone so that it cannot fail its neighbours.
 		for _, p := range live {
-			s.flush([]*pending{p})
+			s.flush([]*pending{p}, known)
 		}
 		return
 	}
@@ -140,8 +166,10 @@ type attemptKey struct {
 
 // writeBatch writes the batch's contexts and attempts in one transaction
 // (retrying it when it lost a deadlock to another writer) and returns one
-// result per pending call, in order.
-func (s *Store) writeBatch(batch []*pending) ([]result, error) {
+// result per pending call, in order. Contexts in known are not begun again;
+// should one be gone (pruned), its attempts are written once more with
+// their contexts, as Record promises.
+func (s *Store) writeBatch(batch []*pending, known knownContexts) ([]result, error) {
 	// One row per distinct attempt (the first call wins; later ones find it
 	// there) and per distinct context to ensure.
 	var (
@@ -150,6 +178,7 @@ func (s *Store) writeBatch(batch []*pending) ([]result, error) {
 		seenRow = make(map[attemptKey]int, len(batch))
 		ensure  []Context
 		seenCtx = make(map[string]bool, len(batch))
+		skipped = false
 	)
 	for i, p := range batch {
 		k := attemptKey{p.tenant, p.attempt.ContextID, p.attempt.Attempt}
@@ -160,33 +189,30 @@ func (s *Store) writeBatch(batch []*pending) ([]result, error) {
 			rows = append(rows, p)
 		}
 		rowOf[i] = j
-		if !seenCtx[p.ensure.ID] {
-			seenCtx[p.ensure.ID] = true
-			ensure = append(ensure, p.ensure)
+		if seenCtx[p.ensure.ID] {
+			continue
 		}
+		seenCtx[p.ensure.ID] = true
+		if tenant, ok := known[p.ensure.ID]; ok && tenant == p.tenant {
+			skipped = true
+			continue
+		}
+		ensure = append(ensure, p.ensure)
 	}
 	// Lock rows in one order in every transaction, so that two writers
 	// (two replicas) cannot deadlock on each other.
 	slices.SortFunc(ensure, func(a, b Context) int { return strings.Compare(a.ID, b.ID) })
 
-	var (
-		rowResults []result
-		err        error
-	)
-	for try := 1; ; try++ {
-		ctx, cancel := context.WithTimeoutCause(context.Background(), s.cfg.timeout, errOpTimeout)
-		rowResults, err = s.writeRows(ctx, rows, ensure)
-		retry := err != nil && isRetryableConflict(err) && try < 3
-		err = translate(ctx, "write batch", err)
-		cancel()
-		if !retry {
-			break
-		}
+	rowResults, err := s.writeRowsRetrying(rows, ensure)
+	if err == nil && skipped {
+		rowResults, err = s.rewriteForgotten(rows, rowResults, known)
 	}
 	if err != nil {
 		s.observe(err)
 		return nil, err
 	}
+	known.learn(rows, rowResults)
+
 	results := make([]result, len(batch))
 	answered := make([]bool, len(rows))
 	for i := range batch {
@@ -200,9 +226,110 @@ func (s *Store) writeBatch(batch []*pending) ([]result, error) {
 	return results, nil
 }
 
-// writeRows is the transaction: ensure the contexts, insert the attempts
-// whose context belongs to their tenant, and bring the contexts' totals up
-// to date, in one round trip (a pgx.Batch) plus begin and commit.
+// writeRowsRetrying is writeRows under the store's timeout, tried again
+// (at most three times) when it lost a deadlock or serialization race.
+func (s *Store) writeRowsRetrying(rows []*pending, ensure []Context) ([]result, error) {
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeoutCause(context.Background(), s.cfg.timeout, errOpTimeout)
+		results, err := s.writeRows(ctx, rows, ensure)
+		retry := err != nil && isRetryableConflict(err) && try < 3
+		err = translate(ctx, "write batch", err)
+		cancel()
+		if !retry {
+			return results, err
+		}
+	}
+}
+
+// rewriteForgotten writes again, this time beginning their contexts, the
+// rows that found no context although known said it existed (it was pruned
+// since), and forgets those contexts.
+func (s *Store) rewriteForgotten(rows []*pending, results []result, known knownContexts) ([]result, error) {
+	var (
+		again   []*pending
+		at      []int
+		ensure  []Context
+		seenCtx = map[string]bool{}
+	)
+	for i, p := range rows {
+		if tenant, ok := known[p.ensure.ID]; !ok || tenant != p.tenant || !errors.Is(results[i].err, ErrNotFound) {
+			continue
+		}
+		again, at = append(again, p), append(at, i)
+		if !seenCtx[p.ensure.ID] {
+			seenCtx[p.ensure.ID] = true
+			delete(known, p.ensure.ID)
+			ensure = append(ensure, p.ensure)
+		}
+	}
+	if len(again) == 0 {
+		return results, nil
+	}
+	slices.SortFunc(ensure, func(a, b Context) int { return strings.Compare(a.ID, b.ID) })
+	retried, err := s.writeRowsRetrying(again, ensure)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		results[i] = retried[j]
+	}
+	return results, nil
+}
+
+// The writer's two statements, sent together in one pipeline that
+// PostgreSQL runs as one implicit transaction (one round trip, one commit).
+const (
+	// ensureContextsSQL begins the contexts that do not exist yet, in id
+	// order so that two writers (two replicas) cannot deadlock.
+	ensureContextsSQL = `
+		INSERT INTO retry_contexts (id, tenant, agent, provider, model, operation, profile, labels, started_at)
+		SELECT id, tenant, agent, provider, model, operation, profile, labels::jsonb, started_at
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+		            $8::text[], $9::timestamptz[])
+		     AS t(id, tenant, agent, provider, model, operation, profile, labels, started_at)
+		ORDER BY id
+		ON CONFLICT (id) DO NOTHING`
+
+	// insertAttemptsSQL inserts each attempt whose context belongs to its
+	// tenant (a primary-key probe; the writer's connections run with
+	// sequential scans off, so a young table's plan cannot turn it into a
+	// scan) and returns the attempts it inserted. An attempt that is not
+	// returned was there already or names another tenant's context.
+	insertAttemptsSQL = `
+		INSERT INTO retry_attempts (context_id, attempt, at, duration_ms, failure_type, retryable, rule,
+			http_status, error_code, message, recovery_action, decision, delay_ms, strategy, stop_reason,
+			fallback, provider, model)
+		SELECT i.context_id, i.attempt, i.at, i.duration_ms, i.failure_type, i.retryable, i.rule,
+			i.http_status, i.error_code, i.message, i.recovery_action, nullif(i.decision, ''), i.delay_ms,
+			i.strategy, i.stop_reason, i.fallback, i.provider, i.model
+		FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::bigint[], $6::text[],
+		            $7::bool[], $8::text[], $9::int[], $10::text[], $11::text[], $12::text[], $13::text[],
+		            $14::bigint[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[])
+		     AS i(context_id, tenant, attempt, at, duration_ms, failure_type, retryable, rule,
+		          http_status, error_code, message, recovery_action, decision, delay_ms, strategy,
+		          stop_reason, fallback, provider, model)
+		WHERE EXISTS (SELECT 1 FROM retry_contexts c WHERE c.id = i.context_id AND c.tenant = i.tenant)
+		ORDER BY i.context_id, i.attempt
+		ON CONFLICT (context_id, attempt) DO NOTHING
+		RETURNING context_id::text, attempt`
+
+	// knownContextsSQL returns the positions (1-based) of the pairs whose
+	// context exists for the tenant.
+	knownContextsSQL = `
+		SELECT i.idx FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS i(id, tenant, idx)
+		WHERE EXISTS (SELECT 1 FROM retry_contexts c WHERE c.id = i.id AND c.tenant = i.tenant)`
+)
+
+// insertedKey identifies an attempt the database reported inserted.
+type insertedKey struct {
+	contextID string
+	attempt   int32
+}
+
+// writeRows is the transaction: ensure the contexts and insert the attempts
+// whose context belongs to their tenant, in one pipelined round trip that
+// commits at its end. Only attempts that were not inserted (rare: repeats
+// and other tenants' contexts) cost a second, read-only query.
 func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context) ([]result, error) {
 	var (
 		n = len(ensure)
@@ -238,121 +365,76 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 		aFallback[i], aProvider[i], aModel[i] = a.Fallback, a.Provider, a.Model
 	}
 
-	results := make([]result, m)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		// Every lookup here is by primary key. On a young table (few pages,
-		// no statistics yet) the planner prefers sequential scans, for the
-		// batch's own probes and for the foreign-key check of each inserted
-		// attempt, and caches those plans per connection: every commit then
-		// read the whole table, slower as the journal grew. With sequential
-		// scans off for this transaction only, the plans use the indexes.
-		b.Queue(`SET LOCAL enable_seqscan = off`)
-		b.Queue(`
-			INSERT INTO retry_contexts (id, tenant, agent, provider, model, operation, profile, labels, started_at)
-			SELECT id::uuid, tenant, agent, provider, model, operation, profile, labels::jsonb, started_at
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-			            $8::text[], $9::timestamptz[])
-			     AS t(id, tenant, agent, provider, model, operation, profile, labels, started_at)
-			ORDER BY id
-			ON CONFLICT (id) DO NOTHING`,
-			cID, cTenant, cAgent, cProvider, cModel, cOperation, cProfile, cLabels, cStarted)
-		b.Queue(`
-			WITH input AS (
-				SELECT t.*
-				FROM unnest($1::text[], $2::text[], $3::int[], $4::timestamptz[], $5::bigint[], $6::text[],
-				            $7::bool[], $8::text[], $9::int[], $10::text[], $11::text[], $12::text[], $13::text[],
-				            $14::bigint[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[])
-				     WITH ORDINALITY
-				     AS t(context_id, tenant, attempt, at, duration_ms, failure_type, retryable, rule,
-				          http_status, error_code, message, recovery_action, decision, delay_ms, strategy,
-				          stop_reason, fallback, provider, model, idx)
-			),
-			ins AS (
-				INSERT INTO retry_attempts (context_id, attempt, at, duration_ms, failure_type, retryable, rule,
-					http_status, error_code, message, recovery_action, decision, delay_ms, strategy, stop_reason,
-					fallback, provider, model)
-				SELECT i.context_id::uuid, i.attempt, i.at, i.duration_ms, i.failure_type, i.retryable, i.rule,
-					i.http_status, i.error_code, i.message, i.recovery_action, nullif(i.decision, ''), i.delay_ms,
-					i.strategy, i.stop_reason, i.fallback, i.provider, i.model
-				FROM input i
-				JOIN retry_contexts c ON c.id = i.context_id::uuid AND c.tenant = i.tenant
-				ORDER BY i.context_id, i.attempt
-				ON CONFLICT (context_id, attempt) DO NOTHING
-				RETURNING context_id, attempt, delay_ms
-			),
-			totals AS (
-				UPDATE retry_contexts c
-				SET attempt_count = greatest(c.attempt_count, s.max_attempt),
-				    total_wait_ms = c.total_wait_ms + s.wait_ms
-				FROM (SELECT context_id, max(attempt) AS max_attempt, sum(delay_ms)::bigint AS wait_ms
-				      FROM ins GROUP BY context_id) s
-				WHERE c.id = s.context_id
-			)
-			SELECT i.idx,
-			       ins.context_id IS NOT NULL AND k.known AS inserted,
-			       k.known
-			FROM input i
-			LEFT JOIN ins ON ins.context_id = i.context_id::uuid AND ins.attempt = i.attempt
-			-- A per-row EXISTS probes the primary key; a join here let the
-			-- planner hash-join a sequential scan of every context into each
-			-- batch, which made each commit slower as the journal grew.
-			CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM retry_contexts c
-			                                   WHERE c.id = i.context_id::uuid AND c.tenant = i.tenant) AS known) k`,
-			aID, aTenant, aAttempt, aAt, aDurationMS, aFailureType, aRetryable, aRule, aStatus, aErrorCode,
-			aMessage, aRecovery, aDecision, aDelayMS, aStrategy, aStopReason, aFallback, aProvider, aModel)
-		br := tx.SendBatch(ctx, b)
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return fmt.Errorf("set plan options: %w", err)
-		}
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return fmt.Errorf("ensure contexts: %w", err)
-		}
-		qrows, err := br.Query()
-		if err != nil {
-			br.Close()
-			return fmt.Errorf("insert attempts: %w", err)
-		}
-		seen := 0
-		for qrows.Next() {
-			var (
-				idx             int64
-				inserted, known bool
-			)
-			if err := qrows.Scan(&idx, &inserted, &known); err != nil {
-				qrows.Close()
-				br.Close()
-				return fmt.Errorf("insert attempts: %w", err)
-			}
-			if idx < 1 || int(idx) > m {
-				qrows.Close()
-				br.Close()
-				return fmt.Errorf("insert attempts: row index %d out of range", idx)
-			}
-			r := result{inserted: inserted}
-			if !known {
-				r.err = fmt.Errorf("context %s: %w", aID[idx-1], ErrNotFound)
-			}
-			results[idx-1] = r
-			seen++
-		}
-		qrows.Close()
-		if err := qrows.Err(); err != nil {
-			br.Close()
-			return fmt.Errorf("insert attempts: %w", err)
-		}
-		if err := br.Close(); err != nil {
-			return err
-		}
-		if seen != m {
-			return fmt.Errorf("insert attempts: %d results for %d rows", seen, m)
-		}
-		return nil
-	})
+	b := &pgx.Batch{}
+	b.Queue(ensureContextsSQL, cID, cTenant, cAgent, cProvider, cModel, cOperation, cProfile, cLabels, cStarted)
+	b.Queue(insertAttemptsSQL, aID, aTenant, aAttempt, aAt, aDurationMS, aFailureType, aRetryable, aRule, aStatus,
+		aErrorCode, aMessage, aRecovery, aDecision, aDelayMS, aStrategy, aStopReason, aFallback, aProvider, aModel)
+	// Without BEGIN and COMMIT, the batch is one implicit transaction that
+	// commits when PostgreSQL reaches its end: Close returns only after that
+	// commit (or its failure), so no caller is answered before it.
+	br := s.writePool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, fmt.Errorf("ensure contexts: %w", err)
+	}
+	inserted := make(map[insertedKey]bool, m)
+	qrows, err := br.Query()
 	if err != nil {
-		return nil, err
+		br.Close()
+		return nil, fmt.Errorf("insert attempts: %w", err)
+	}
+	for qrows.Next() {
+		var k insertedKey
+		if err := qrows.Scan(&k.contextID, &k.attempt); err != nil {
+			qrows.Close()
+			br.Close()
+			return nil, fmt.Errorf("insert attempts: %w", err)
+		}
+		inserted[k] = true
+	}
+	qrows.Close()
+	if err := qrows.Err(); err != nil {
+		br.Close()
+		return nil, fmt.Errorf("insert attempts: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("commit attempts: %w", err)
+	}
+
+	results := make([]result, m)
+	var missing []int // rows not inserted: repeats, or another tenant's context
+	for i := range rows {
+		if inserted[insertedKey{aID[i], aAttempt[i]}] {
+			results[i].inserted = true
+		} else {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return results, nil
+	}
+	ids, tenants := make([]string, len(missing)), make([]string, len(missing))
+	for j, i := range missing {
+		ids[j], tenants[j] = aID[i], aTenant[i]
+	}
+	krows, err := s.writePool.Query(ctx, knownContextsSQL, ids, tenants)
+	if err != nil {
+		return nil, fmt.Errorf("check contexts: %w", err)
+	}
+	known, err := pgx.CollectRows(krows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("check contexts: %w", err)
+	}
+	isKnown := make([]bool, len(missing))
+	for _, idx := range known {
+		if idx >= 1 && int(idx) <= len(missing) {
+			isKnown[idx-1] = true
+		}
+	}
+	for j, i := range missing {
+		if !isKnown[j] {
+			results[i].err = fmt.Errorf("context %s: %w", aID[i], ErrNotFound)
+		}
 	}
 	return results, nil
 }
