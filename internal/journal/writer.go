@@ -279,22 +279,24 @@ func (s *Store) rewriteForgotten(rows []*pending, results []result, known knownC
 // The writer's two statements, sent together in one pipeline that
 // PostgreSQL runs as one implicit transaction (one round trip, one commit).
 const (
-	// ensureContextsSQL begins the contexts that do not exist yet, in id
-	// order so that two writers (two replicas) cannot deadlock.
+	// ensureContextsSQL begins the contexts that do not exist yet, in the
+	// order given: writeBatch sorts them by id, so that two writers (two
+	// replicas) cannot deadlock. (Sorting in PostgreSQL cost more than the
+	// insert.)
 	ensureContextsSQL = `
 		INSERT INTO retry_contexts (id, tenant, agent, provider, model, operation, profile, labels, started_at)
 		SELECT id, tenant, agent, provider, model, operation, profile, labels::jsonb, started_at
 		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
 		            $8::text[], $9::timestamptz[])
 		     AS t(id, tenant, agent, provider, model, operation, profile, labels, started_at)
-		ORDER BY id
 		ON CONFLICT (id) DO NOTHING`
 
 	// insertAttemptsSQL inserts each attempt whose context belongs to its
 	// tenant (a primary-key probe; the writer's connections run with
 	// sequential scans off, so a young table's plan cannot turn it into a
-	// scan) and returns the attempts it inserted. An attempt that is not
-	// returned was there already or names another tenant's context.
+	// scan), in the order given (writeBatch sorts them), and returns the
+	// attempts it inserted. An attempt that is not returned was there
+	// already or names another tenant's context.
 	insertAttemptsSQL = `
 		INSERT INTO retry_attempts (context_id, attempt, at, duration_ms, failure_type, retryable, rule,
 			http_status, error_code, message, recovery_action, decision, delay_ms, strategy, stop_reason,
@@ -309,7 +311,6 @@ const (
 		          http_status, error_code, message, recovery_action, decision, delay_ms, strategy,
 		          stop_reason, fallback, provider, model)
 		WHERE EXISTS (SELECT 1 FROM retry_contexts c WHERE c.id = i.context_id AND c.tenant = i.tenant)
-		ORDER BY i.context_id, i.attempt
 		ON CONFLICT (context_id, attempt) DO NOTHING
 		RETURNING context_id::text, attempt`
 
@@ -356,7 +357,16 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 		aDurationMS, aDelayMS = make([]int64, m), make([]int64, m)
 		aRetryable            = make([]bool, m)
 	)
-	for i, p := range rows {
+	// Attempts go in (context, attempt) order, so that two writers (two
+	// replicas) inserting the same attempts lock index entries in one order.
+	sorted := slices.Clone(rows)
+	slices.SortFunc(sorted, func(x, y *pending) int {
+		if c := strings.Compare(x.attempt.ContextID, y.attempt.ContextID); c != 0 {
+			return c
+		}
+		return x.attempt.Attempt - y.attempt.Attempt
+	})
+	for i, p := range sorted {
 		a := p.attempt
 		aID[i], aTenant[i], aAttempt[i], aAt[i] = a.ContextID, p.tenant, int32(a.Attempt), a.At
 		aDurationMS[i], aFailureType[i], aRetryable[i], aRule[i] = a.Duration.Milliseconds(), a.FailureType, a.Retryable, a.Rule
@@ -403,8 +413,8 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 
 	results := make([]result, m)
 	var missing []int // rows not inserted: repeats, or another tenant's context
-	for i := range rows {
-		if inserted[insertedKey{aID[i], aAttempt[i]}] {
+	for i, p := range rows {
+		if inserted[insertedKey{p.attempt.ContextID, int32(p.attempt.Attempt)}] {
 			results[i].inserted = true
 		} else {
 			missing = append(missing, i)
@@ -415,7 +425,7 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 	}
 	ids, tenants := make([]string, len(missing)), make([]string, len(missing))
 	for j, i := range missing {
-		ids[j], tenants[j] = aID[i], aTenant[i]
+		ids[j], tenants[j] = rows[i].attempt.ContextID, rows[i].tenant
 	}
 	krows, err := s.writePool.Query(ctx, knownContextsSQL, ids, tenants)
 	if err != nil {
@@ -433,7 +443,7 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 	}
 	for j, i := range missing {
 		if !isKnown[j] {
-			results[i].err = fmt.Errorf("context %s: %w", aID[i], ErrNotFound)
+			results[i].err = fmt.Errorf("context %s: %w", ids[j], ErrNotFound)
 		}
 	}
 	return results, nil
