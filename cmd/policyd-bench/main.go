@@ -134,10 +134,13 @@ func startServers(c config) (*servers, error) {
 		return nil, err
 	}
 	s := &servers{}
-	if s.echo, err = startProcess("echo", self, "echo", "--listen", "127.0.0.1:0"); err != nil {
+	// The baseline runs with the garbage collector set as policyd sets its
+	// own (GOGC=400, see serve's defaultGCPercent), so that the ratios
+	// compare servers, not runtime settings.
+	if s.echo, err = startProcess("echo", []string{"GOGC=400"}, self, "echo", "--listen", "127.0.0.1:0"); err != nil {
 		return nil, err
 	}
-	if s.policyd, err = startProcess("policyd", c.policyd, append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json",
+	if s.policyd, err = startProcess("policyd", nil, c.policyd, append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json",
 		"--database-url", c.databaseURL}, c.serveArgs...)...); err != nil {
 		s.close()
 		return nil, err

@@ -19,10 +19,12 @@ type process struct {
 	addr string
 }
 
-// startProcess runs bin with args and waits until it logs a JSON record
+// startProcess runs bin with args, and env added to this process's
+// environment, and waits until it logs a JSON record
 // {"msg":"serving","addr":...} on stderr.
-func startProcess(name, bin string, args ...string) (*process, error) {
+func startProcess(name string, env []string, bin string, args ...string) (*process, error) {
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -32,12 +33,7 @@ import (
 func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.StartCall, logging.FinishCall),
-		logging.WithLevels(func(c codes.Code) logging.Level {
-			if c == codes.OK {
-				return logging.LevelDebug
-			}
-			return logging.DefaultServerCodeToLevel(c)
-		}),
+		logging.WithLevels(callLogLevel),
 	}
 	recOpts := []recovery.Option{recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		logger.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
@@ -46,8 +42,13 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...grpc.ServerOpt
 	l := slogAdapter(logger)
 
 	gs := grpc.NewServer(append([]grpc.ServerOption{
+		// Serve calls on a fixed set of goroutines whose stacks have
+		// already grown, instead of a new goroutine per call that grows its
+		// stack through the interceptor chain and the classifier every time
+		// (measured: a tenth of a Classify's CPU in runtime.newstack).
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.ChainUnaryInterceptor(
-			logging.UnaryServerInterceptor(l, logOpts...),
+			logUnaryCalls(logger),
 			statusInterceptor(logger),
 			recovery.UnaryServerInterceptor(recOpts...),
 		),
