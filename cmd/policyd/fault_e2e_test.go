@@ -181,6 +181,20 @@ func checkCodes(t *testing.T, calls []loadCall, allowed ...codes.Code) {
 	}
 }
 
+// loadedDaemon starts a daemon on a fresh journal database and puts it
+// under a journalLoad until 1000 attempts are acknowledged; the load's
+// workers then stop at their next failed call, so the caller can signal the
+// daemon.
+func loadedDaemon(t *testing.T, ctx context.Context) (url string, d *daemon, load *journalLoad) {
+	t.Helper()
+	url = journaltest.DatabaseURL(t)
+	d = startDaemon(t, ctx, "--database-url", url)
+	load = startJournalLoad(t, ctx, d)
+	load.waitAcks(t, 1000, d)
+	load.halt.Store(true)
+	return url, d, load
+}
+
 // SIGKILL under concurrent journaled load: every attempt the daemon
 // acknowledged (journaled=true, or RecordAttempt OK) is in the database after
 // the crash, and after a restart on the same database a client re-records
@@ -189,12 +203,7 @@ func TestSIGKILLUnderLoadKeepsAcknowledgedAttemptsE2E(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	url := journaltest.DatabaseURL(t)
-	d := startDaemon(t, ctx, "--database-url", url)
-	load := startJournalLoad(t, ctx, d)
-	load.waitAcks(t, 1000, d)
-
-	load.halt.Store(true)
+	url, d, load := loadedDaemon(t, ctx)
 	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +212,8 @@ func TestSIGKILLUnderLoadKeepsAcknowledgedAttemptsE2E(t *testing.T) {
 	checkCodes(t, calls, codes.Unavailable)
 
 	d2 := startDaemon(t, ctx, "--database-url", url)
-	tl := tallyAcks(calls, journalRows(t, url))
+	rows := journalRows(t, url)
+	tl := tallyAcks(calls, rows)
 	t.Logf("SIGKILL: %d calls, %d acknowledged, %d rows after the restart, %d acknowledged but missing, %d unacknowledged (%d of them committed anyway)",
 		tl.calls, tl.acked, tl.rows, len(tl.missing), len(tl.unacked), tl.rows-tl.acked)
 	if len(tl.missing) > 0 {
@@ -215,7 +225,6 @@ func TestSIGKILLUnderLoadKeepsAcknowledgedAttemptsE2E(t *testing.T) {
 
 	// What a client does after the crash: record again what was not
 	// acknowledged. Rows the dead daemon committed are found, the others created.
-	rows := journalRows(t, url)
 	jc := policydv1.NewJournalServiceClient(d2.conn(t))
 	for _, k := range tl.unacked {
 		resp, err := jc.RecordAttempt(ctx, &policydv1.RecordAttemptRequest{ContextId: k.contextID, Attempt: k.attempt,
@@ -240,12 +249,7 @@ func TestSIGTERMUnderLoadDrainsE2E(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	url := journaltest.DatabaseURL(t)
-	d := startDaemon(t, ctx, "--database-url", url)
-	load := startJournalLoad(t, ctx, d)
-	load.waitAcks(t, 1000, d)
-
-	load.halt.Store(true)
+	url, d, load := loadedDaemon(t, ctx)
 	signaled := time.Now()
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
