@@ -16,8 +16,9 @@ import (
 )
 
 // The soak (`make soak`): mixed RPCs against policyd for a bounded time,
-// failing on any error, any journaled NextDelay that was not journaled, or
-// RSS growth beyond rssGrowthLimit.
+// failing on any error, on more than maxUnjournaled of the journaled
+// NextDelay calls answered journaled=false, or on RSS growth beyond
+// rssGrowthLimit.
 
 // soakWarmup is how long the load runs before the starting RSS is read:
 // long enough for the connection pools and buffers to reach their working
@@ -32,20 +33,28 @@ const soakWarmup = 5 * time.Second
 // by hundreds of MiB a minute at soak rates.
 func rssGrowthLimit(start int64) int64 { return max(16<<20, start/4) }
 
+// maxUnjournaled is the fraction of journaled NextDelay calls that may
+// answer journaled=false. That answer is by design, not an error: NextDelay
+// waits --journal-timeout (250ms) for its commit and then answers anyway,
+// and on a busy shared machine a few commits take longer. A journal that
+// falls behind, or stops, misses far more than 1%.
+const maxUnjournaled = 0.01
+
 // soakResult is what a soak measured.
 type soakResult struct {
 	seconds          float64
 	concurrency      int
 	result           *loadgen.Result // the measured part, after the warm-up
 	warmupErrors     int
-	unjournaled      int64 // journaled NextDelay calls answered journaled=false
+	journaled        int64 // journaled NextDelay calls answered, warm-up included
+	unjournaled      int64 // of those, how many answered journaled=false
 	rssStart, rssEnd int64
 }
 
 // summaryLine is the soak's one line for people and scripts.
 func (r soakResult) summaryLine() string {
-	return fmt.Sprintf("soak: seconds=%g concurrency=%d requests=%d errors=%d unjournaled=%d rps=%.0f p99=%s rss_start=%.1fMiB rss_end=%.1fMiB",
-		r.seconds, r.concurrency, r.result.Calls, r.result.Errors+r.warmupErrors, r.unjournaled, r.result.RPS(),
+	return fmt.Sprintf("soak: seconds=%g concurrency=%d requests=%d errors=%d unjournaled=%d/%d rps=%.0f p99=%s rss_start=%.1fMiB rss_end=%.1fMiB",
+		r.seconds, r.concurrency, r.result.Calls, r.result.Errors+r.warmupErrors, r.unjournaled, r.journaled, r.result.RPS(),
 		fmtLatency(r.result.Percentile(0.99)), mib(r.rssStart), mib(r.rssEnd))
 }
 
@@ -55,8 +64,9 @@ func (r soakResult) check() error {
 	if n := r.result.Errors + r.warmupErrors; n > 0 {
 		errs = append(errs, fmt.Errorf("%d calls failed, the first: %v", n, r.result.FirstErr))
 	}
-	if r.unjournaled > 0 {
-		errs = append(errs, fmt.Errorf("%d journaled NextDelay calls answered journaled=false", r.unjournaled))
+	if float64(r.unjournaled) > maxUnjournaled*float64(r.journaled) {
+		errs = append(errs, fmt.Errorf("%d of %d journaled NextDelay calls answered journaled=false, more than %g%%",
+			r.unjournaled, r.journaled, 100*maxUnjournaled))
 	}
 	if r.result.Calls == 0 {
 		errs = append(errs, errors.New("no calls were made"))
@@ -78,7 +88,7 @@ const soakSteps = 10
 // NextDelay (a new context every 5 attempts), and the life of a failed
 // RetryContext: BeginContext, two RecordAttempt, FinishContext FAILED,
 // GetContext, GetErrorReport. run keeps the context ids of two soaks apart.
-func soakCall(run uint32, conns []*grpc.ClientConn, unjournaled *atomic.Int64) loadgen.Call {
+func soakCall(run uint32, conns []*grpc.ClientConn, journaled, unjournaled *atomic.Int64) loadgen.Call {
 	type clients struct {
 		pc policydv1.PolicyServiceClient
 		jc policydv1.JournalServiceClient
@@ -104,8 +114,11 @@ func soakCall(run uint32, conns []*grpc.ClientConn, unjournaled *atomic.Int64) l
 			var resp *policydv1.NextDelayResponse
 			resp, err = c.pc.NextDelay(ctx, &policydv1.NextDelayRequest{Failure: provider, Attempt: int32(cycle%attemptsPerContext + 1),
 				ContextId: contextID(run, 3, w, cycle/attemptsPerContext)})
-			if err == nil && !resp.GetDecision().GetJournaled() {
-				unjournaled.Add(1)
+			if err == nil {
+				journaled.Add(1)
+				if !resp.GetDecision().GetJournaled() {
+					unjournaled.Add(1)
+				}
 			}
 		case 3:
 			_, err = c.jc.BeginContext(ctx, &policydv1.BeginContextRequest{ContextId: life, Agent: "soak", Provider: "google", Operation: "chat"})
@@ -134,8 +147,8 @@ func runSoak(ctx context.Context, c config, s *servers, out io.Writer) error {
 	d := time.Duration(c.seconds * float64(time.Second))
 	fmt.Fprintf(out, "soak: %v warm-up, then %v of mixed RPCs from %d clients over %d connections\n", soakWarmup, d, c.concurrency, c.conns)
 	base := rand.Uint32()
-	var unjournaled atomic.Int64
-	warm := loadgen.Run(ctx, c.concurrency, soakWarmup, soakCall(base, s.pdConns, &unjournaled))
+	var journaled, unjournaled atomic.Int64
+	warm := loadgen.Run(ctx, c.concurrency, soakWarmup, soakCall(base, s.pdConns, &journaled, &unjournaled))
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -144,7 +157,7 @@ func runSoak(ctx context.Context, c config, s *servers, out io.Writer) error {
 		return err
 	}
 	r := soakResult{seconds: c.seconds, concurrency: c.concurrency, warmupErrors: warm.Errors, rssStart: rssStart}
-	r.result = loadgen.Run(ctx, c.concurrency, d, soakCall(base+1, s.pdConns, &unjournaled))
+	r.result = loadgen.Run(ctx, c.concurrency, d, soakCall(base+1, s.pdConns, &journaled, &unjournaled))
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -154,7 +167,7 @@ func runSoak(ctx context.Context, c config, s *servers, out io.Writer) error {
 	if r.result.FirstErr == nil {
 		r.result.FirstErr = warm.FirstErr
 	}
-	r.unjournaled = unjournaled.Load()
+	r.journaled, r.unjournaled = journaled.Load(), unjournaled.Load()
 	fmt.Fprintln(out, r.summaryLine())
 	return r.check()
 }
