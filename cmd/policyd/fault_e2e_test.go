@@ -214,6 +214,13 @@ func TestSIGKILLUnderLoadKeepsAcknowledgedAttemptsE2E(t *testing.T) {
 	<-d.exited
 	calls := load.wait()
 	checkCodes(t, calls, codes.Unavailable)
+	// A COMMIT the daemon sent before it died still completes in its
+	// backend, which then finds the connection gone and exits: count the
+	// rows once the dead daemon's sessions are all gone.
+	waitFor(t, 30*time.Second, "the killed daemon's database sessions end", func() bool {
+		_, rows := journaltest.Query(t, url, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+		return rows[0][0] == "0"
+	})
 
 	d2 := startDaemon(t, ctx, "--database-url", url)
 	rows := journalRows(t, url)
