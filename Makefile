@@ -30,6 +30,10 @@ TEST_PG_PORT ?= 54329
 BENCH_PG_DIR  ?= $(CURDIR)/.run/pg-bench
 BENCH_PG_PORT ?= 54330
 BENCH_GROWTH_SIZES ?= 0,1000000,10000000
+SOAK_PG_DIR   ?= $(CURDIR)/.run/pg-soak
+SOAK_PG_PORT  ?= 54331
+SOAK_SECONDS     ?= 60
+SOAK_CONCURRENCY ?= 50
 GO_TEST_FLAGS ?= -race -shuffle=on -count=1
 
 # Every folder `make generate` writes, checked current by `make test`.
@@ -141,15 +145,25 @@ breaking: $(STAMPS)/buf-$(BUF_VERSION) ## Check proto changes against main for W
 build: ## Build bin/policyd.
 	go build -ldflags "-X main.version=$(VERSION)" -o bin/policyd ./cmd/policyd
 
+# database_or_throwaway_pg,DIR,PORT: shell that sets $$url to DATABASE_URL, else starts a throwaway
+# cluster in DIR on PORT, stopped and removed when the recipe's shell exits.
+database_or_throwaway_pg = url="$${DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then \
+		trap 'scripts/pg.sh stop $(1) $(2) || true; rm -rf $(1)' EXIT; \
+		rm -rf $(1); url=$$(scripts/pg.sh start $(1) $(2)); \
+	fi
+
 .PHONY: bench
 bench: build ## policyd against a bare gRPC echo, journaled against plain, in one run (BENCH_SECONDS per scenario, default 12); writes docs/benchmarks.md.
 	go build -o bin/policyd-bench ./cmd/policyd-bench
-	@url="$${DATABASE_URL:-}"; \
-	if [ -z "$$url" ]; then \
-		trap 'scripts/pg.sh stop $(BENCH_PG_DIR) $(BENCH_PG_PORT) || true; rm -rf $(BENCH_PG_DIR)' EXIT; \
-		rm -rf $(BENCH_PG_DIR); url=$$(scripts/pg.sh start $(BENCH_PG_DIR) $(BENCH_PG_PORT)); \
-	fi; \
+	@$(call database_or_throwaway_pg,$(BENCH_PG_DIR),$(BENCH_PG_PORT)); \
 	./bin/policyd-bench --policyd bin/policyd --database-url "$$url" --doc docs/benchmarks.md
+
+.PHONY: soak
+soak: build ## Mixed RPCs from SOAK_CONCURRENCY (50) clients for SOAK_SECONDS (60) against policyd and PostgreSQL; fails on any error or RSS growth.
+	go build -o bin/policyd-bench ./cmd/policyd-bench
+	@$(call database_or_throwaway_pg,$(SOAK_PG_DIR),$(SOAK_PG_PORT)); \
+	./bin/policyd-bench --soak --policyd bin/policyd --database-url "$$url" --seconds $(SOAK_SECONDS) --concurrency $(SOAK_CONCURRENCY)
 
 .PHONY: bench-growth
 bench-growth: build ## The journal's cost as it grows: empty, 1 M, 10 M attempt rows (takes several minutes).

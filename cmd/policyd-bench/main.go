@@ -2,10 +2,13 @@
 // server (the baseline) and policyd with a real PostgreSQL journal on
 // 127.0.0.1, drives both with the same load in alternating rounds, and
 // reports throughput and latency as ratios to the baseline measured in the
-// same run, plus policyd's peak RSS and the in-process Go benchmarks.
+// same run, plus policyd's peak RSS and the in-process Go benchmarks. With
+// --soak it is `make soak` instead: policyd alone under a bounded mixed load
+// (soak.go), failing on any error or RSS growth.
 //
 //	policyd-bench --database-url URL [--policyd bin/policyd] [--seconds 12] [--doc docs/benchmarks.md]
 //	policyd-bench --database-url URL --growth 0,1000000,10000000
+//	policyd-bench --database-url URL --soak [--seconds 60] [--concurrency 50]
 //	policyd-bench echo --listen 127.0.0.1:0     (the baseline server; started by the benchmark itself)
 package main
 
@@ -64,6 +67,7 @@ type config struct {
 	doc         string
 	goBench     bool
 	growth      []int64
+	soak        bool
 	scenarios   []string
 	serveArgs   []string
 }
@@ -74,8 +78,9 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.SetOutput(out)
 	fs.StringVar(&c.policyd, "policyd", "bin/policyd", "policyd `binary` to benchmark")
 	fs.StringVar(&c.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL `url` for policyd's journal (env DATABASE_URL); required")
-	secs := envOr("BENCH_SECONDS", "12")
-	fs.Func("seconds", "measured `seconds` per scenario, split over the rounds (env BENCH_SECONDS, default 12)", func(s string) error { secs = s; return nil })
+	secs := ""
+	fs.Func("seconds", "measured `seconds` per scenario, split over the rounds (env BENCH_SECONDS, default 12); "+
+		"with --soak, the soak's length (env SOAK_SECONDS, default 60)", func(s string) error { secs = s; return nil })
 	fs.IntVar(&c.rounds, "rounds", 2, "`rounds`: every scenario runs once per round, scenarios alternating")
 	fs.IntVar(&c.concurrency, "concurrency", 50, "calls in flight")
 	fs.IntVar(&c.conns, "conns", 2, "gRPC connections to each server, shared round-robin by the workers")
@@ -83,12 +88,18 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.BoolVar(&c.goBench, "go-bench", true, "also run the in-process Go benchmarks (go test -bench) and report them")
 	only := fs.String("scenarios", "echo,classify,nextdelay,nextdelay_journaled,record_attempt", "comma-separated `names` of the scenarios to run")
 	serveArgs := fs.String("serve-args", "", "extra `flags` for policyd serve, space-separated (e.g. --journal-batch-window=1ms)")
+	fs.BoolVar(&c.soak, "soak", false, "instead of the benchmark, a soak: mixed RPCs for --seconds, failing on any error or RSS growth (make soak)")
 	growth := fs.String("growth", "", "comma-separated journal `sizes` in attempt rows (e.g. 0,1000000,10000000): measure the journal's cost as it grows, instead of the main run")
 	if err := fs.Parse(args); err != nil {
 		return c, usageError{err}
 	}
 	if fs.NArg() > 0 {
 		return c, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	if secs == "" && c.soak {
+		secs = envOr("SOAK_SECONDS", "60")
+	} else if secs == "" {
+		secs = envOr("BENCH_SECONDS", "12")
 	}
 	var err error
 	if c.seconds, err = strconv.ParseFloat(secs, 64); err != nil || c.seconds < 1 {
@@ -137,8 +148,10 @@ func startServers(c config) (*servers, error) {
 	// The baseline runs with the garbage collector set as policyd sets its
 	// own (GOGC=400, see serve's defaultGCPercent), so that the ratios
 	// compare servers, not runtime settings.
-	if s.echo, err = startProcess("echo", []string{"GOGC=400"}, self, "echo", "--listen", "127.0.0.1:0"); err != nil {
-		return nil, err
+	if !c.soak { // the soak has no baseline
+		if s.echo, err = startProcess("echo", []string{"GOGC=400"}, self, "echo", "--listen", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
 	}
 	if s.policyd, err = startProcess("policyd", nil, c.policyd, append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json",
 		"--database-url", c.databaseURL}, c.serveArgs...)...); err != nil {
@@ -147,10 +160,13 @@ func startServers(c config) (*servers, error) {
 	}
 	for range c.conns {
 		for _, p := range []struct {
-			addr  string
+			proc  *process
 			conns *[]*grpc.ClientConn
-		}{{s.echo.addr, &s.echoConns}, {s.policyd.addr, &s.pdConns}} {
-			cc, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		}{{s.echo, &s.echoConns}, {s.policyd, &s.pdConns}} {
+			if p.proc == nil {
+				continue
+			}
+			cc, err := grpc.NewClient(p.proc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				s.close()
 				return nil, err
@@ -245,6 +261,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer s.close()
+	if c.soak {
+		return runSoak(ctx, c, s, out)
+	}
 	if len(c.growth) > 0 {
 		return runGrowth(ctx, c, s, out)
 	}

@@ -67,18 +67,24 @@ func startProcess(name string, env []string, bin string, args ...string) (*proce
 }
 
 // peakRSS returns the process's peak resident set size in bytes (VmHWM).
-func (p *process) peakRSS() (int64, error) {
+func (p *process) peakRSS() (int64, error) { return p.statusBytes("VmHWM") }
+
+// rss returns the process's resident set size now, in bytes (VmRSS).
+func (p *process) rss() (int64, error) { return p.statusBytes("VmRSS") }
+
+// statusBytes reads a size in kB from the process's /proc status, in bytes.
+func (p *process) statusBytes(field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
 		return 0, err
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", p.cmd.Process.Pid)
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, p.cmd.Process.Pid)
 }
 
 // stop sends SIGTERM and waits up to 15s before killing.

@@ -145,12 +145,18 @@ func startDaemon(t *testing.T, ctx context.Context, args ...string) *daemon {
 // dial returns a PolicyService client of d, closed when the test ends.
 func (d *daemon) dial(t *testing.T) policydv1.PolicyServiceClient {
 	t.Helper()
+	return policydv1.NewPolicyServiceClient(d.conn(t))
+}
+
+// conn returns a client connection to d, closed when the test ends.
+func (d *daemon) conn(t *testing.T) *grpc.ClientConn {
+	t.Helper()
 	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return policydv1.NewPolicyServiceClient(conn)
+	return conn
 }
 
 func TestServeE2E(t *testing.T) {
@@ -366,10 +372,16 @@ func (d *daemon) hasRecord(want map[string]string) bool {
 // eventually polls cond every 50 ms until it holds, failing the test after 5 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	waitFor(t, 5*time.Second, what, cond)
+}
+
+// waitFor polls cond every 50 ms until it holds, failing the test after limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("after 5s: %s", what)
+			t.Fatalf("after %v: %s", limit, what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
