@@ -376,16 +376,20 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 	}
 
 	b := &pgx.Batch{}
-	b.Queue(ensureContextsSQL, cID, cTenant, cAgent, cProvider, cModel, cOperation, cProfile, cLabels, cStarted)
+	if n > 0 {
+		b.Queue(ensureContextsSQL, cID, cTenant, cAgent, cProvider, cModel, cOperation, cProfile, cLabels, cStarted)
+	}
 	b.Queue(insertAttemptsSQL, aID, aTenant, aAttempt, aAt, aDurationMS, aFailureType, aRetryable, aRule, aStatus,
 		aErrorCode, aMessage, aRecovery, aDecision, aDelayMS, aStrategy, aStopReason, aFallback, aProvider, aModel)
 	// Without BEGIN and COMMIT, the batch is one implicit transaction that
 	// commits when PostgreSQL reaches its end: Close returns only after that
 	// commit (or its failure), so no caller is answered before it.
 	br := s.writePool.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return nil, fmt.Errorf("ensure contexts: %w", err)
+	if n > 0 {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("ensure contexts: %w", err)
+		}
 	}
 	inserted := make(map[insertedKey]bool, m)
 	qrows, err := br.Query()
