@@ -13,10 +13,16 @@
 --   through the primary key (context_id, attempt), so the index on
 --   (failure_type, context_id) only cost a third index insert per attempt.
 
+-- * Attempts and error reports carry their context's tenant, so that every
+--   journal row says whose it is.
 -- * Attempts arrive in time order, so a BRIN index serves the time-ranged
 --   queries (prune, per-hour views) at a fraction of a B-tree's insert cost.
 
 ALTER TABLE retry_attempts DROP CONSTRAINT retry_attempts_context_id_fkey;
+ALTER TABLE retry_attempts ADD COLUMN tenant text NOT NULL DEFAULT '' CHECK (char_length(tenant) <= 256);
+UPDATE retry_attempts a SET tenant = c.tenant FROM retry_contexts c WHERE c.id = a.context_id AND c.tenant <> '';
+ALTER TABLE error_reports ADD COLUMN tenant text NOT NULL DEFAULT '' CHECK (char_length(tenant) <= 256);
+UPDATE error_reports r SET tenant = c.tenant FROM retry_contexts c WHERE c.id = r.context_id AND c.tenant <> '';
 DROP INDEX retry_attempts_failure_type_idx;
 DROP INDEX retry_attempts_at_idx;
 CREATE INDEX retry_attempts_at_idx ON retry_attempts USING brin (at);
@@ -79,6 +85,9 @@ LEFT JOIN error_reports r ON r.context_id = c.id
 WHERE c.outcome = 'failed';
 
 ---- create above / drop below ----
+
+ALTER TABLE retry_attempts DROP COLUMN tenant;
+ALTER TABLE error_reports DROP COLUMN tenant;
 
 DROP VIEW journal_failed_contexts;
 DROP VIEW journal_wait_per_context;

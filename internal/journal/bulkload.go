@@ -59,12 +59,12 @@ func BulkLoad(ctx context.Context, databaseURL string, contexts, attemptsPerCont
 	types := []string{"RATE_LIMIT", "OVERLOADED", "SERVER_ERROR", "TIMEOUT", "CONNECTION_ERROR"}
 	c, a := 0, 1
 	n, err := tx.CopyFrom(ctx, pgx.Identifier{"retry_attempts"},
-		[]string{"context_id", "attempt", "at", "failure_type", "retryable", "rule", "http_status", "message", "decision", "delay_ms", "strategy", "provider", "model"},
+		[]string{"context_id", "tenant", "attempt", "at", "failure_type", "retryable", "rule", "http_status", "message", "decision", "delay_ms", "strategy", "provider", "model"},
 		pgx.CopyFromFunc(func() ([]any, error) {
 			if c == len(ids) {
 				return nil, nil
 			}
-			row := []any{ids[c], a, startOf(c).Add(time.Duration(a) * time.Second), types[(c+a)%len(types)], true, "bench",
+			row := []any{ids[c], "bench", a, startOf(c).Add(time.Duration(a) * time.Second), types[(c+a)%len(types)], true, "bench",
 				503, "The server is overloaded", DecisionRetry, int64(1000), "default/OVERLOADED", "openai", "model-x"}
 			if a++; a > attemptsPerContext {
 				c, a = c+1, 1

@@ -344,12 +344,12 @@ func (s *Store) FinishContext(ctx context.Context, tenant, id string, outcome Ou
 				last = attempts[len(attempts)-1].Attempt
 			}
 			_, err = tx.Exec(ctx, `
-				INSERT INTO error_reports (context_id, created_at, root_cause_type, root_cause_rule, root_cause_message,
+				INSERT INTO error_reports (context_id, tenant, created_at, root_cause_type, root_cause_rule, root_cause_message,
 					recovery_action, unrecoverable, manual_action, last_attempt, text)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+				VALUES ($1, $11, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 				ON CONFLICT (context_id) DO NOTHING`,
 				id, r.CreatedAt, r.RootCauseType, r.RootCauseRule, r.RootCauseMessage,
-				r.RecoveryAction, r.Unrecoverable, r.ManualAction, last, r.Text)
+				r.RecoveryAction, r.Unrecoverable, r.ManualAction, last, r.Text, tenant)
 			report = &r
 			return err
 		})

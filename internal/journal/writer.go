@@ -298,10 +298,10 @@ const (
 	// attempts it inserted. An attempt that is not returned was there
 	// already or names another tenant's context.
 	insertAttemptsSQL = `
-		INSERT INTO retry_attempts (context_id, attempt, at, duration_ms, failure_type, retryable, rule,
+		INSERT INTO retry_attempts (context_id, tenant, attempt, at, duration_ms, failure_type, retryable, rule,
 			http_status, error_code, message, recovery_action, decision, delay_ms, strategy, stop_reason,
 			fallback, provider, model)
-		SELECT i.context_id, i.attempt, i.at, i.duration_ms, i.failure_type, i.retryable, i.rule,
+		SELECT i.context_id, i.tenant, i.attempt, i.at, i.duration_ms, i.failure_type, i.retryable, i.rule,
 			i.http_status, i.error_code, i.message, i.recovery_action, nullif(i.decision, ''), i.delay_ms,
 			i.strategy, i.stop_reason, i.fallback, i.provider, i.model
 		FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::bigint[], $6::text[],

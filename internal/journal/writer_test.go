@@ -108,3 +108,37 @@ func TestPruneDeletesOrphanedAttempts(t *testing.T) {
 		t.Errorf("an orphaned attempt from after the cut-off was deleted too (%d rows, want 1)", got)
 	}
 }
+
+// Every journal row carries its tenant: the context, its attempts and its
+// error report.
+func TestRowsCarryTheTenant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := journaltest.DatabaseURL(t)
+	s := openStoreAt(t, url)
+	id := uuid.NewString()
+	if _, err := s.Record(ctx, "acme", journal.Attempt{ContextID: id, Attempt: 1, FailureType: "AUTH_INVALID"}, journal.Context{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.FinishContext(ctx, "acme", id, journal.OutcomeFailed); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, table := range []string{"retry_contexts", "retry_attempts", "error_reports"} {
+		col := "context_id"
+		if table == "retry_contexts" {
+			col = "id"
+		}
+		var tenant string
+		if err := conn.QueryRow(ctx, `SELECT tenant FROM `+table+` WHERE `+col+` = $1`, id).Scan(&tenant); err != nil {
+			t.Fatalf("%s: %v", table, err)
+		}
+		if tenant != "acme" {
+			t.Errorf("%s.tenant = %q, want acme", table, tenant)
+		}
+	}
+}
