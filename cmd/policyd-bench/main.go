@@ -222,8 +222,15 @@ func measure(ctx context.Context, c config, s *servers, names []string, perRound
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			if r.Errors > 0 {
+			// A failed call does not count in RPS or latency (a journaled
+			// NextDelay that answered journaled=false is one: the benchmark
+			// measures durable decisions). A few are noted; more than 1%
+			// means the run measures something broken and stops it.
+			if r.Errors*100 > r.Calls {
 				return nil, fmt.Errorf("%s: %d of %d calls failed, the first: %v", name, r.Errors, r.Calls, r.FirstErr)
+			}
+			if r.Errors > 0 {
+				fmt.Fprintf(log, "%s: %d of %d calls failed and are not counted, the first: %v\n", name, r.Errors, r.Calls, r.FirstErr)
 			}
 			if round == 0 {
 				continue
