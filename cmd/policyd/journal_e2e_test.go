@@ -82,8 +82,8 @@ func TestMigrateAndPruneCommandsE2E(t *testing.T) {
 	runCommand(t, bin, "", []string{"migrate", "--database-url", url}, 0, "is up to date", "")
 	runCommand(t, bin, "", []string{"migrate", "--database-url", url}, 0, "is up to date", "")
 	_, rows := journaltest.Query(t, url, `SELECT count(*) FROM information_schema.views WHERE table_name LIKE 'journal_%'`)
-	if rows[0][0] != "5" {
-		t.Errorf("after migrate, %s journal views, want 5", rows[0][0])
+	if rows[0][0] != "6" {
+		t.Errorf("after migrate, %s journal views, want 6", rows[0][0])
 	}
 	if _, err := exec.Command(bin, "prune", "--database-url", url, "--older-than", "30d").CombinedOutput(); err != nil {
 		t.Fatalf("prune --older-than 30d: %v", err)
