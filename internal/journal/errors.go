@@ -111,6 +111,13 @@ func isConnectionError(err error) bool {
 
 // isRetryableConflict is a transaction that lost a race with another one
 // and can simply run again.
+// isUniqueViolation reports whether err is PostgreSQL's unique_violation,
+// e.g. an attempt recorded twice.
+func isUniqueViolation(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == "23505"
+}
+
 func isRetryableConflict(err error) bool {
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)
 	return ok && (pgErr.Code == "40P01" || pgErr.Code == "40001")

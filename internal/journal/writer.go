@@ -226,12 +226,21 @@ func (s *Store) writeBatch(batch []*pending, known knownContexts) ([]result, err
 	return results, nil
 }
 
-// writeRowsRetrying is writeRows under the store's timeout, tried again
-// (at most three times) when it lost a deadlock or serialization race.
+// writeRowsRetrying is writeRows under the store's timeout, on the fast
+// path first and again skipping repeats when the batch held one, and tried
+// again (at most three times) when it lost a deadlock or serialization race.
 func (s *Store) writeRowsRetrying(rows []*pending, ensure []Context) ([]result, error) {
+	again := false
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeoutCause(context.Background(), s.cfg.timeout, errOpTimeout)
-		results, err := s.writeRows(ctx, rows, ensure)
+		results, err := s.writeRows(ctx, rows, ensure, again)
+		if err != nil && !again && isUniqueViolation(err) {
+			// An attempt recorded before: the batch rolled back whole;
+			// write it again, skipping repeats. Not a try.
+			cancel()
+			again, try = true, try-1
+			continue
+		}
 		retry := err != nil && isRetryableConflict(err) && try < 3
 		err = translate(ctx, "write batch", err)
 		cancel()
@@ -294,9 +303,12 @@ const (
 	// insertAttemptsSQL inserts each attempt whose context belongs to its
 	// tenant (a primary-key probe; the writer's connections run with
 	// sequential scans off, so a young table's plan cannot turn it into a
-	// scan), in the order given (writeBatch sorts them), and returns the
-	// attempts it inserted. An attempt that is not returned was there
-	// already or names another tenant's context.
+	// scan), in the order given (writeBatch sorts them). It is the fast
+	// path: an attempt already recorded fails the whole batch with a unique
+	// violation, and the batch is written again with insertAttemptsAgainSQL.
+	// Checking for conflicts row by row (ON CONFLICT) and returning the rows
+	// inserted cost a third of the insert, for a case that only a client
+	// recording an attempt again meets.
 	insertAttemptsSQL = `
 		INSERT INTO retry_attempts (context_id, tenant, attempt, at, duration_ms, failure_type, retryable, rule,
 			http_status, error_code, message, recovery_action, decision, delay_ms, strategy, stop_reason,
@@ -310,7 +322,12 @@ const (
 		     AS i(context_id, tenant, attempt, at, duration_ms, failure_type, retryable, rule,
 		          http_status, error_code, message, recovery_action, decision, delay_ms, strategy,
 		          stop_reason, fallback, provider, model)
-		WHERE EXISTS (SELECT 1 FROM retry_contexts c WHERE c.id = i.context_id AND c.tenant = i.tenant)
+		WHERE EXISTS (SELECT 1 FROM retry_contexts c WHERE c.id = i.context_id AND c.tenant = i.tenant)`
+
+	// insertAttemptsAgainSQL is insertAttemptsSQL for a batch that holds an
+	// attempt already recorded: it skips those and returns the attempts it
+	// inserted.
+	insertAttemptsAgainSQL = insertAttemptsSQL + `
 		ON CONFLICT (context_id, attempt) DO NOTHING
 		RETURNING context_id::text, attempt`
 
@@ -329,9 +346,12 @@ type insertedKey struct {
 
 // writeRows is the transaction: ensure the contexts and insert the attempts
 // whose context belongs to their tenant, in one pipelined round trip that
-// commits at its end. Only attempts that were not inserted (rare: repeats
-// and other tenants' contexts) cost a second, read-only query.
-func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context) ([]result, error) {
+// commits at its end. again selects insertAttemptsAgainSQL (see
+// insertAttemptsSQL). Only a batch in which some attempt was not inserted
+// (rare: another tenant's context, or a repeat) costs a second, read-only
+// query. A batch that meets an attempt already recorded without again
+// fails with a unique violation (isUniqueViolation).
+func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context, again bool) ([]result, error) {
 	var (
 		n = len(ensure)
 
@@ -379,7 +399,11 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 	if n > 0 {
 		b.Queue(ensureContextsSQL, cID, cTenant, cAgent, cProvider, cModel, cOperation, cProfile, cLabels, cStarted)
 	}
-	b.Queue(insertAttemptsSQL, aID, aTenant, aAttempt, aAt, aDurationMS, aFailureType, aRetryable, aRule, aStatus,
+	insertSQL := insertAttemptsSQL
+	if again {
+		insertSQL = insertAttemptsAgainSQL
+	}
+	b.Queue(insertSQL, aID, aTenant, aAttempt, aAt, aDurationMS, aFailureType, aRetryable, aRule, aStatus,
 		aErrorCode, aMessage, aRecovery, aDecision, aDelayMS, aStrategy, aStopReason, aFallback, aProvider, aModel)
 	// Without BEGIN and COMMIT, the batch is one implicit transaction that
 	// commits when PostgreSQL reaches its end: Close returns only after that
@@ -391,25 +415,38 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 			return nil, fmt.Errorf("ensure contexts: %w", err)
 		}
 	}
-	inserted := make(map[insertedKey]bool, m)
-	qrows, err := br.Query()
-	if err != nil {
-		br.Close()
-		return nil, fmt.Errorf("insert attempts: %w", err)
-	}
-	for qrows.Next() {
-		var k insertedKey
-		if err := qrows.Scan(&k.contextID, &k.attempt); err != nil {
-			qrows.Close()
+	// inserted is nil when every attempt that found its context was
+	// inserted (the fast path: it fails on any repeat).
+	var inserted map[insertedKey]bool
+	allKnown := true
+	if !again {
+		tag, err := br.Exec()
+		if err != nil {
 			br.Close()
 			return nil, fmt.Errorf("insert attempts: %w", err)
 		}
-		inserted[k] = true
-	}
-	qrows.Close()
-	if err := qrows.Err(); err != nil {
-		br.Close()
-		return nil, fmt.Errorf("insert attempts: %w", err)
+		allKnown = tag.RowsAffected() == int64(m)
+	} else {
+		inserted = make(map[insertedKey]bool, m)
+		qrows, err := br.Query()
+		if err != nil {
+			br.Close()
+			return nil, fmt.Errorf("insert attempts: %w", err)
+		}
+		for qrows.Next() {
+			var k insertedKey
+			if err := qrows.Scan(&k.contextID, &k.attempt); err != nil {
+				qrows.Close()
+				br.Close()
+				return nil, fmt.Errorf("insert attempts: %w", err)
+			}
+			inserted[k] = true
+		}
+		qrows.Close()
+		if err := qrows.Err(); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("insert attempts: %w", err)
+		}
 	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("commit attempts: %w", err)
@@ -418,9 +455,17 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 	results := make([]result, m)
 	var missing []int // rows not inserted: repeats, or another tenant's context
 	for i, p := range rows {
-		if inserted[insertedKey{p.attempt.ContextID, int32(p.attempt.Attempt)}] {
+		if inserted == nil || inserted[insertedKey{p.attempt.ContextID, int32(p.attempt.Attempt)}] {
 			results[i].inserted = true
 		} else {
+			missing = append(missing, i)
+		}
+	}
+	if inserted == nil && !allKnown {
+		// Some attempt found no context of its tenant; the others were
+		// inserted. Which is which, the check below says.
+		missing = missing[:0]
+		for i := range rows {
 			missing = append(missing, i)
 		}
 	}
@@ -447,7 +492,7 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 	}
 	for j, i := range missing {
 		if !isKnown[j] {
-			results[i].err = fmt.Errorf("context %s: %w", ids[j], ErrNotFound)
+			results[i] = result{err: fmt.Errorf("context %s: %w", ids[j], ErrNotFound)}
 		}
 	}
 	return results, nil
