@@ -22,6 +22,7 @@ type config struct {
 	timeout        time.Duration
 	healthInterval time.Duration
 	writers        int
+	observer       Observer
 	// pruneBatch is how many contexts one Prune statement deletes: each
 	// statement is its own short transaction, so pruning a large journal
 	// never holds locks (or a long-running snapshot) for long.
@@ -38,6 +39,7 @@ func defaultConfig() config {
 		healthInterval: 500 * time.Millisecond,
 		pruneBatch:     10000,
 		writers:        DefaultWriters,
+		observer:       nopObserver{},
 	}
 }
 

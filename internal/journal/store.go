@@ -34,6 +34,9 @@ type Store struct {
 	lastErrMu sync.Mutex
 	lastErr   error
 
+	readyMu      sync.Mutex
+	readyChanged chan struct{} // closed and replaced when Ready's answer changes (WatchReady)
+
 	stop       chan struct{}
 	writers    sync.WaitGroup
 	healthDone chan struct{}
@@ -87,11 +90,12 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
 	s := &Store{
-		pool:       pool,
-		writePool:  writePool,
-		cfg:        cfg,
-		stop:       make(chan struct{}),
-		healthDone: make(chan struct{}),
+		pool:         pool,
+		writePool:    writePool,
+		cfg:          cfg,
+		stop:         make(chan struct{}),
+		healthDone:   make(chan struct{}),
+		readyChanged: make(chan struct{}),
 	}
 	s.healthy.Store(true)
 	for range cfg.writers {
@@ -115,6 +119,7 @@ func (s *Store) Close() {
 			close(q)
 		}
 		s.mu.Unlock()
+		s.readyChange()
 		s.writers.Wait()
 		close(s.stop)
 		<-s.healthDone
@@ -174,15 +179,28 @@ func (s *Store) observe(err error) {
 	s.lastErrMu.Unlock()
 	if s.healthy.Swap(false) {
 		s.cfg.logger.Warn("journal database unavailable; journaling paused until it answers again", "error", err)
+		s.readyChange()
 	}
 }
 
+// healthyPingTicks is how many health intervals pass between the pings of
+// a healthy store (5s by default).
+const healthyPingTicks = 10
+
 // healthLoop pings the database every healthInterval while the store is
 // marked down, and marks it healthy when a ping succeeds.
+//
+// While the store is healthy the callers' own rounds notice an outage; so
+// that an idle daemon notices it too (its readiness, WatchReady, follows
+// the database, not the traffic), it also pings every healthyPingTicks
+// intervals, unless every connection of the pool is in use: then traffic
+// will notice an outage, and a ping queued behind it could time out and
+// mark a merely busy database down.
 func (s *Store) healthLoop() {
 	defer close(s.healthDone)
 	t := time.NewTicker(s.cfg.healthInterval)
 	defer t.Stop()
+	ticks := 0
 	for {
 		select {
 		case <-s.stop:
@@ -190,6 +208,13 @@ func (s *Store) healthLoop() {
 		case <-t.C:
 		}
 		if s.healthy.Load() {
+			if ticks++; ticks < healthyPingTicks || s.poolSaturated() {
+				continue
+			}
+			ticks = 0
+			ctx, cancel := context.WithTimeoutCause(context.Background(), min(s.cfg.timeout, 2*s.cfg.healthInterval), errOpTimeout)
+			s.observe(translate(ctx, "ping", s.pool.Ping(ctx)))
+			cancel()
 			continue
 		}
 		ctx, cancel := context.WithTimeoutCause(context.Background(), min(s.cfg.timeout, 2*s.cfg.healthInterval), errOpTimeout)
@@ -203,8 +228,14 @@ func (s *Store) healthLoop() {
 		}
 		if !s.healthy.Swap(true) {
 			s.cfg.logger.Info("journal database answers again; journaling resumed")
+			s.readyChange()
 		}
 	}
+}
+
+func (s *Store) poolSaturated() bool {
+	st := s.pool.Stat()
+	return st.AcquiredConns() >= st.MaxConns()
 }
 
 // run runs fn under the store's timeout, refusing at once while the store

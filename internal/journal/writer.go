@@ -137,15 +137,17 @@ func (s *Store) flush(batch []*pending, known knownContexts) {
 		}
 		return
 	}
+	start := time.Now()
 	results, err := s.writeBatch(live, known)
 	if err != nil && errors.Is(err, ErrInvalid) && len(live) > 1 {
 		// A row the checks before queueing let through but PostgreSQL
 		// refused: write each alone so that it cannot fail its neighbours.
 		for _, p := range live {
-			s.flush([]*pending{p}, known)
+			s.flush([]*pending{p}, known) // each reports itself to the observer
 		}
 		return
 	}
+	s.cfg.observer.BatchCommitted(len(live), time.Since(start), err)
 	if err != nil {
 		s.cfg.logger.Warn("journal: writing a batch of attempts failed", "attempts", len(live), "error", err)
 		for _, p := range live {
