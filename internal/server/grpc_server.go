@@ -16,21 +16,66 @@ import (
 	"google.golang.org/grpc/status"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/journal"
 )
+
+// GRPCOption configures NewGRPCServer.
+type GRPCOption func(*grpcConfig)
+
+type grpcConfig struct {
+	serverOpts    []grpc.ServerOption
+	monitorUnary  []grpc.UnaryServerInterceptor
+	monitorStream []grpc.StreamServerInterceptor
+}
+
+// WithServerOptions passes opts to grpc.NewServer after the server's own
+// interceptor chain, so interceptors in them run inside panic recovery and
+// see the handler's plain errors.
+func WithServerOptions(opts ...grpc.ServerOption) GRPCOption {
+	return func(c *grpcConfig) { c.serverOpts = append(c.serverOpts, opts...) }
+}
+
+// WithMonitoring adds interceptors that watch each call from outside the
+// error-to-status mapping, so that they see the code the client gets (not
+// the handler's plain error) and time the whole call: metrics, e.g.
+// internal/metrics. Either may be nil. Without it nothing is installed, so
+// a server without metrics pays nothing for them.
+func WithMonitoring(unary grpc.UnaryServerInterceptor, stream grpc.StreamServerInterceptor) GRPCOption {
+	return func(c *grpcConfig) {
+		if unary != nil {
+			c.monitorUnary = append(c.monitorUnary, unary)
+		}
+		if stream != nil {
+			c.monitorStream = append(c.monitorStream, stream)
+		}
+	}
+}
 
 // NewGRPCServer returns a grpc.Server serving ps, the standard
 // grpc.health.v1 health service and server reflection (so that
-// `grpcurl -plaintext ADDR list` works), and the health server, which
-// reports SERVING for "" and "policyd.v1.PolicyService" until the caller
-// changes it, e.g. with Shutdown before stopping.
+// `grpcurl -plaintext ADDR list` works), and the health server.
 //
-// Calls pass, outermost first, through: logging to logger (start and
-// successful finish at debug; a failed finish at info, warn or error by code,
-// with the code and duration), the error-to-status mapping (toStatus), and
-// panic recovery, innermost, which logs the panic with its stack and answers
-// codes.Internal. opts are appended, so interceptors in them run inside
-// recovery.
-func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+// Health: "" and "policyd.v1.PolicyService" are SERVING (NextDelay answers
+// with or without the journal); "policyd.v1.JournalService" follows the
+// journal: SERVING while the store is ready, NOT_SERVING while its database
+// is down, after the store is closed, or when there is no journal at all.
+// The caller turns everything NOT_SERVING with Shutdown before stopping.
+//
+// Calls pass, outermost first, through: the request id (RequestID; from the
+// client's x-request-id when valid, else generated, and sent back in the
+// x-request-id response header), logging to logger (start and successful
+// finish at debug; below debug only a failed finish, at info, warn or error
+// by code, with the code and duration; every line logged with a call's
+// context carries its request_id), the WithMonitoring interceptors, the error-to-status mapping
+// (toStatus), and panic recovery, innermost, which logs the panic with its
+// stack and answers codes.Internal. WithServerOptions' interceptors run
+// inside recovery.
+func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*grpc.Server, *health.Server) {
+	var cfg grpcConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	logger = slog.New(requestIDHandler{logger.Handler()})
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.StartCall, logging.FinishCall),
 		logging.WithLevels(callLogLevel),
@@ -41,22 +86,21 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...grpc.ServerOpt
 	})}
 	l := slogAdapter(logger)
 
+	unary := []grpc.UnaryServerInterceptor{requestIDUnaryInterceptor, logUnaryCalls(logger)}
+	unary = append(unary, cfg.monitorUnary...)
+	unary = append(unary, statusInterceptor(logger), recovery.UnaryServerInterceptor(recOpts...))
+	stream := []grpc.StreamServerInterceptor{requestIDStreamInterceptor, logging.StreamServerInterceptor(l, logOpts...)}
+	stream = append(stream, cfg.monitorStream...)
+	stream = append(stream, recovery.StreamServerInterceptor(recOpts...))
 	gs := grpc.NewServer(append([]grpc.ServerOption{
 		// Serve calls on a fixed set of goroutines whose stacks have
 		// already grown, instead of a new goroutine per call that grows its
 		// stack through the interceptor chain and the classifier every time
 		// (measured: a tenth of a Classify's CPU in runtime.newstack).
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-		grpc.ChainUnaryInterceptor(
-			logUnaryCalls(logger),
-			statusInterceptor(logger),
-			recovery.UnaryServerInterceptor(recOpts...),
-		),
-		grpc.ChainStreamInterceptor(
-			logging.StreamServerInterceptor(l, logOpts...),
-			recovery.StreamServerInterceptor(recOpts...),
-		),
-	}, opts...)...)
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
+	}, cfg.serverOpts...)...)
 
 	policydv1.RegisterPolicyServiceServer(gs, ps)
 	// The journal service is always registered, so that without a database
@@ -66,10 +110,31 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...grpc.ServerOpt
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(policydv1.PolicyService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(policydv1.JournalService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	watchJournal(hs, ps.journal)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	return gs, hs
+}
+
+// watchJournal makes the health of policyd.v1.JournalService follow store:
+// it is set now, and a goroutine updates it whenever the store marks its
+// database down or back, until the store is closed. Once hs is shut down it
+// ignores the updates, so shutdown's NOT_SERVING stays.
+func watchJournal(hs *health.Server, store *journal.Store) {
+	name := policydv1.JournalService_ServiceDesc.ServiceName
+	set := func(ready bool) {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if ready {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		hs.SetServingStatus(name, st)
+	}
+	if store == nil {
+		set(false)
+		return
+	}
+	set(store.Ready(context.Background()) == nil) // no window in which the service is unknown
+	go store.WatchReady(context.Background(), set)
 }
 
 // slogAdapter lets the logging interceptor write to an slog.Logger.

@@ -44,7 +44,7 @@ func startPolicyServer(t *testing.T, ps *PolicyServer, opts ...grpc.ServerOption
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs, _ := NewGRPCServer(ps, slog.New(slog.DiscardHandler), opts...)
+	gs, _ := NewGRPCServer(ps, slog.New(slog.DiscardHandler), WithServerOptions(opts...))
 	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
 	t.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -192,6 +192,7 @@ func TestHealth(t *testing.T) {
 	}{
 		{name: "server", service: "", want: healthpb.HealthCheckResponse_SERVING},
 		{name: "policy service", service: "policyd.v1.PolicyService", want: healthpb.HealthCheckResponse_SERVING},
+		{name: "journal service without a journal", service: "policyd.v1.JournalService", want: healthpb.HealthCheckResponse_NOT_SERVING},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -26,6 +26,39 @@ type PolicyServer struct {
 
 	journal        *journal.Store // nil: decisions are not journaled
 	journalTimeout time.Duration
+
+	observer DecisionObserver // nil: none
+}
+
+// DecisionObserver is told about every decision NextDelay answers, e.g. to
+// count them (internal/metrics). Decided runs on the request's goroutine
+// before the answer goes out, so it must be cheap and safe for concurrent
+// use. profile is the profile that decided (the default one's name when the
+// request named none), one of the policy's, so a bounded set.
+type DecisionObserver interface {
+	Decided(profile string, d *policydv1.Decision, journaled JournalResult)
+}
+
+// JournalResult says what became of a decision's journal record.
+type JournalResult uint8
+
+const (
+	// JournalNotAsked: the request named no context_id, or the journal is
+	// off.
+	JournalNotAsked JournalResult = iota
+	// JournalCommitted: the attempt and decision are committed
+	// (Decision.journaled is true).
+	JournalCommitted
+	// JournalDropped: the request asked for the journal but the attempt was
+	// not committed (the database is down, slow or refused it); the client
+	// may record it again later.
+	JournalDropped
+)
+
+// WithDecisionObserver makes o observe every NextDelay decision. Default
+// none.
+func WithDecisionObserver(o DecisionObserver) Option {
+	return func(s *PolicyServer) { s.observer = o }
 }
 
 // WithJournal makes NextDelay record the attempt and its decision when the
@@ -104,7 +137,15 @@ func (s *PolicyServer) NextDelay(ctx context.Context, req *policydv1.NextDelayRe
 		return nil, err
 	}
 	d := p.NextDelay(req, s.now(), s.rand)
-	d.Journaled = s.journalDecision(ctx, req, d)
+	j := s.journalDecision(ctx, req, d)
+	d.Journaled = j == JournalCommitted
+	if s.observer != nil {
+		profile := req.GetProfile()
+		if profile == "" {
+			profile = policy.DefaultProfile
+		}
+		s.observer.Decided(profile, d, j)
+	}
 	return &policydv1.NextDelayResponse{Decision: d}, nil
 }
 
