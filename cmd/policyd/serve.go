@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/policyd/policyd/internal/journal"
+	"github.com/policyd/policyd/internal/metrics"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/server"
 )
@@ -24,6 +25,13 @@ const defaultListen = "127.0.0.1:7433"
 // only a stuck client hits it.
 const shutdownTimeout = 10 * time.Second
 
+// journalCloseTimeout bounds the journal's flush at shutdown: a writer's
+// last transaction is itself bounded by the store's 5s timeout, so this is
+// only hit by a database that hangs across retries. Its callers were
+// answered already (journaled=false when the commit was late), so giving up
+// loses nothing a client cannot record again.
+const journalCloseTimeout = 10 * time.Second
+
 const serveUsage = `Usage: policyd serve [flags]
 
 Runs the gRPC daemon: policyd.v1.PolicyService, policyd.v1.JournalService,
@@ -32,7 +40,22 @@ grpc.health.v1.Health and server reflection, without TLS. With
 journals attempts there; without it the journal RPCs answer
 FAILED_PRECONDITION. Logs go to stderr; once listening it logs
 "serving" with the bound address (addr). SIGINT or SIGTERM stops it
-gracefully: health turns NOT_SERVING, in-flight calls get up to 10s.
+gracefully: health turns NOT_SERVING, in-flight calls get up to 10s, the
+journal writer commits what it holds (up to 10s more), and it exits 0.
+
+Health (grpc.health.v1, and /readyz with --metrics-listen): "" and
+policyd.v1.PolicyService are SERVING while the daemon runs, even while the
+journal's database is down (NextDelay still answers, with journaled=false);
+policyd.v1.JournalService is SERVING only while the journal's database
+answers, NOT_SERVING while it is down or when there is no journal. All turn
+NOT_SERVING at shutdown.
+
+With --metrics-listen (or POLICYD_METRICS_LISTEN) it serves Prometheus
+metrics over HTTP on that address: /metrics, /healthz (liveness) and
+/readyz[?service=NAME] (200 when that health service is SERVING, else 503).
+Every call gets a request id: the client's x-request-id when it is 1..128
+printable ASCII characters, else a generated one; it is sent back in the
+x-request-id response header and logged as request_id.
 
 The policy is the built-in profiles and rules, plus the --policy file, under
 the POLICYD_MAX_RETRY_DELAY, POLICYD_MAX_RETRY_ATTEMPTS,
@@ -69,6 +92,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	batchWindow := fs.Duration("journal-batch-window", journal.DefaultBatchWindow,
 		"how long the journal writer waits for concurrent records to share a commit; 0 commits what is queued at once")
 	writers := fs.Int("journal-writers", journal.DefaultWriters, "concurrent journal writers (each commits its own batches)")
+	metricsListen := fs.String("metrics-listen", os.Getenv("POLICYD_METRICS_LISTEN"),
+		"`address` (host:port) to serve Prometheus /metrics, /healthz and /readyz on over HTTP; empty: off (env POLICYD_METRICS_LISTEN)")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
@@ -80,17 +105,36 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageErrorf("serve: %v", err)
 	}
-	var psOpts []server.Option
+	var (
+		psOpts []server.Option
+		jOpts  []journal.Option
+		gOpts  []server.GRPCOption
+		ms     *metrics.Metrics
+	)
+	if *metricsListen != "" {
+		if _, _, err := net.SplitHostPort(*metricsListen); err != nil {
+			return usageErrorf("serve: --metrics-listen (or POLICYD_METRICS_LISTEN): want host:port, got %q", *metricsListen)
+		}
+		ms = metrics.New()
+		psOpts = append(psOpts, server.WithDecisionObserver(ms))
+		jOpts = append(jOpts, journal.WithObserver(ms))
+		gOpts = append(gOpts, server.WithMonitoring(ms.UnaryServerInterceptor(), ms.StreamServerInterceptor()))
+	}
+	var store *journal.Store
 	if *databaseURL != "" {
 		if *batchWindow < 0 || *writers < 1 {
 			return usageErrorf("serve: --journal-batch-window must be ≥ 0 and --journal-writers ≥ 1")
 		}
-		store, err := openJournal(ctx, *databaseURL, logger, journal.WithBatchWindow(*batchWindow), journal.WithWriters(*writers))
+		jOpts = append(jOpts, journal.WithBatchWindow(*batchWindow), journal.WithWriters(*writers))
+		store, err = openJournal(ctx, *databaseURL, logger, jOpts...)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
-		defer store.Close() // after the server stopped: flushes the writer
+		defer store.Close() // on an early return; shutdown closes it in order
 		psOpts = append(psOpts, server.WithJournal(store, *journalTimeout))
+		if ms != nil {
+			ms.ObserveJournal(store)
+		}
 	} else {
 		logger.Info("journal off: pass --database-url or DATABASE_URL to record RetryContexts")
 	}
@@ -108,14 +152,27 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	gs, hs := server.NewGRPCServer(ps, logger)
+	gs, hs := server.NewGRPCServer(ps, logger, gOpts...)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
+	var metricsSrv *metrics.HTTPServer
+	metricsServed := make(chan error, 1)
+	if ms != nil {
+		if metricsSrv, err = ms.Listen(ctx, *metricsListen, hs, logger); err != nil {
+			gs.Stop()
+			return fmt.Errorf("serve: %w", err)
+		}
+		go func() { metricsServed <- metricsSrv.Serve() }()
+		logger.Info("serving metrics", "addr", metricsSrv.Addr().String())
+	}
 	logger.Info("serving", "addr", lis.Addr().String(), "policy", pol.Source, "profiles", len(pol.Profiles),
 		"journal", *databaseURL != "")
 
 	select {
 	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case err := <-metricsServed:
+		gs.Stop()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
@@ -134,6 +191,23 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		<-stopped
 	}
 	<-served // nil after a stop
+	if store != nil {
+		closed := make(chan struct{})
+		go func() {
+			store.Close() // commits what the writers still hold
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(journalCloseTimeout):
+			logger.Warn("journal flush timed out; exiting without it", "timeout", journalCloseTimeout)
+		}
+	}
+	if metricsSrv != nil { // last: /readyz says NOT_SERVING until the end
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = metricsSrv.Shutdown(sctx)
+		cancel()
+	}
 	logger.Info("stopped")
 	return nil
 }

@@ -1,0 +1,87 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// HTTPServer serves the metrics and the health over plain HTTP, for
+// Prometheus and for probes that speak HTTP rather than gRPC:
+//
+//   - /metrics: the registry in the Prometheus text format;
+//   - /healthz: 200 while the process serves HTTP at all (liveness);
+//   - /readyz: 200 when the gRPC health of ?service= (default "", the
+//     whole server) is SERVING, else 503 with the status; so a probe of
+//     /readyz?service=policyd.v1.JournalService follows the journal.
+//
+// It reads health from the same health.Server as grpc.health.v1, so HTTP
+// and gRPC probes never disagree.
+type HTTPServer struct {
+	srv *http.Server
+	lis net.Listener
+}
+
+// Listen listens on addr (host:port; port 0 picks one) for m's metrics and
+// hs's health. Serve it with Serve, stop it with Shutdown.
+func (m *Metrics) Listen(ctx context.Context, addr string, hs *health.Server, logger *slog.Logger) (*HTTPServer, error) {
+	lis, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelError),
+		Registry:          m.reg, // promhttp_metric_handler_errors_total
+		EnableOpenMetrics: true,
+	}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		service := r.URL.Query().Get("service")
+		resp, err := hs.Check(r.Context(), &healthpb.HealthCheckRequest{Service: service})
+		if err != nil { // an unknown service
+			http.Error(w, fmt.Sprintf("service %q: %v", service, err), http.StatusNotFound)
+			return
+		}
+		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			http.Error(w, resp.GetStatus().String(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, resp.GetStatus().String())
+	})
+	return &HTTPServer{
+		lis: lis,
+		srv: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		},
+	}, nil
+}
+
+// Addr is the address the server listens on.
+func (s *HTTPServer) Addr() net.Addr { return s.lis.Addr() }
+
+// Serve serves until Shutdown, then returns nil.
+func (s *HTTPServer) Serve() error {
+	if err := s.srv.Serve(s.lis); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops the server, letting a scrape in progress finish until ctx
+// ends.
+func (s *HTTPServer) Shutdown(ctx context.Context) error {
+	return s.srv.Shutdown(ctx)
+}

@@ -1,0 +1,222 @@
+package metrics
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/journal"
+	"github.com/policyd/policyd/internal/server"
+)
+
+// MaxProfiles bounds the profile label of policyd_decisions_total: profiles
+// beyond that many distinct names count under profile="other". A policy
+// has a handful; the bound only guards the registry against a policy file
+// that grows without limit across reloads.
+const MaxProfiles = 100
+
+// Metrics holds policyd's metrics on a registry of its own. It is a
+// server.DecisionObserver and a journal.Observer; its methods are safe for
+// concurrent use. Make one with New.
+type Metrics struct {
+	reg  *prometheus.Registry
+	grpc *grpcprom.ServerMetrics
+
+	decisions     *prometheus.CounterVec
+	profiles      atomic.Pointer[map[string]*profileCounters] // copy-on-write: read on every NextDelay
+	profilesMu    sync.Mutex                                  // serialises additions to profiles
+	journaled     prometheus.Counter
+	dropped       prometheus.Counter
+	batchSize     prometheus.Histogram
+	commitSeconds prometheus.Histogram
+	batchFailures prometheus.Counter
+}
+
+// The failure types and actions of the API, for the label values and the
+// size of each profile's table of counters.
+var (
+	failureTypeCount = policydv1.FailureType(0).Descriptor().Values().Len()
+	actionCount      = policydv1.Action(0).Descriptor().Values().Len()
+)
+
+// profileCounters are one profile's decision counters by failure type and
+// action, resolved from the CounterVec on first use, so that a decision
+// costs an atomic load and an increment rather than a label lookup.
+type profileCounters struct {
+	name  string
+	cells []atomic.Pointer[counterCell] // failureTypeCount × actionCount
+}
+
+type counterCell struct{ c prometheus.Counter }
+
+// New returns Metrics with every metric registered on a new registry.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+			// policyd answers in tens of microseconds, a journaled call
+			// in a few milliseconds: the default buckets (5ms..10s)
+			// would put nearly every call in the first one.
+			grpcprom.WithHistogramBuckets([]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}),
+		)),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyd_decisions_total",
+			Help: "NextDelay decisions by profile, failure type and action (RETRY, STOP, FALL_BACK).",
+		}, []string{"profile", "failure_type", "action"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "policyd_journal_batch_size",
+			Help:    "Record calls committed per journal transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 9), // 1..256, the largest batch
+		}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "policyd_journal_commit_seconds",
+			Help:    "Time a committed journal batch took, from begin to commit.",
+			Buckets: prometheus.ExponentialBuckets(.00025, 2, 15), // 0.25ms..4s
+		}),
+		batchFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "policyd_journal_batch_failures_total",
+			Help: "Journal transactions that did not commit (database down, slow or refusing).",
+		}),
+	}
+	journalTotal := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "policyd_nextdelay_journal_total",
+		Help: "NextDelay calls that asked for the journal (a context_id with the journal on), by result: " +
+			"journaled (committed) or dropped (answered journaled=false).",
+	}, []string{"result"})
+	m.journaled = journalTotal.WithLabelValues("journaled")
+	m.dropped = journalTotal.WithLabelValues("dropped")
+	m.profiles.Store(&map[string]*profileCounters{})
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.grpc, m.decisions, journalTotal, m.batchSize, m.commitSeconds, m.batchFailures,
+	)
+	return m
+}
+
+// Registry returns the registry the metrics are on, e.g. to add more.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// UnaryServerInterceptor returns the interceptor that counts and times
+// unary calls: grpc_server_started_total, grpc_server_handled_total (by
+// grpc_code) and grpc_server_handling_seconds. Install it with
+// server.WithMonitoring, outside the status mapping.
+func (m *Metrics) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return m.grpc.UnaryServerInterceptor()
+}
+
+// StreamServerInterceptor is UnaryServerInterceptor for streams (health
+// Watch, reflection), with grpc_server_msg_{received,sent}_total.
+func (m *Metrics) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return m.grpc.StreamServerInterceptor()
+}
+
+// Decided counts a NextDelay decision in policyd_decisions_total and, when
+// the request asked for the journal, in policyd_nextdelay_journal_total.
+func (m *Metrics) Decided(profile string, d *policydv1.Decision, j server.JournalResult) {
+	switch j {
+	case server.JournalCommitted:
+		m.journaled.Inc()
+	case server.JournalDropped:
+		m.dropped.Inc()
+	}
+	ft := int(d.GetClassification().GetFailureType())
+	act := int(d.GetAction())
+	if ft < 0 || ft >= failureTypeCount {
+		ft = int(policydv1.FailureType_FAILURE_TYPE_UNKNOWN)
+	}
+	if act < 0 || act >= actionCount {
+		act = int(policydv1.Action_ACTION_UNSPECIFIED)
+	}
+	pc := m.profile(profile)
+	cell := &pc.cells[ft*actionCount+act]
+	if c := cell.Load(); c != nil {
+		c.c.Inc()
+		return
+	}
+	c := &counterCell{m.decisions.WithLabelValues(pc.name, enumLabel(policydv1.FailureType(ft).String(), "FAILURE_TYPE_"),
+		enumLabel(policydv1.Action(act).String(), "ACTION_"))}
+	cell.Store(c) // a racing first call stores an equal child: same labels, same counter
+	c.c.Inc()
+}
+
+// profile returns the counters of the named profile, adding them on first
+// use (past MaxProfiles, those of "other").
+func (m *Metrics) profile(name string) *profileCounters {
+	if pc, ok := (*m.profiles.Load())[name]; ok {
+		return pc
+	}
+	m.profilesMu.Lock()
+	defer m.profilesMu.Unlock()
+	old := *m.profiles.Load()
+	if pc, ok := old[name]; ok {
+		return pc
+	}
+	label := name
+	if len(old) >= MaxProfiles {
+		label = "other"
+		if pc, ok := old[label]; ok {
+			return pc
+		}
+	}
+	pc := &profileCounters{name: label, cells: make([]atomic.Pointer[counterCell], failureTypeCount*actionCount)}
+	next := make(map[string]*profileCounters, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[label] = pc
+	m.profiles.Store(&next)
+	return pc
+}
+
+// enumLabel is an enum value's name without its prefix, as the journal
+// spells it: FAILURE_TYPE_RATE_LIMIT is RATE_LIMIT.
+func enumLabel(name, prefix string) string { return strings.TrimPrefix(name, prefix) }
+
+// BatchCommitted records a journal transaction: its size and duration in
+// policyd_journal_batch_size and policyd_journal_commit_seconds when it
+// committed, policyd_journal_batch_failures_total when not.
+func (m *Metrics) BatchCommitted(size int, took time.Duration, err error) {
+	if err != nil {
+		m.batchFailures.Inc()
+		return
+	}
+	m.batchSize.Observe(float64(size))
+	m.commitSeconds.Observe(took.Seconds())
+}
+
+// ObserveJournal adds the gauges read from store at each scrape:
+// policyd_journal_queue_depth (Record calls waiting for a batch) and
+// policyd_journal_up (1 while the store is ready, 0 while its database is
+// down or after it is closed). Call it once, after journal.Open with
+// journal.WithObserver(m).
+func (m *Metrics) ObserveJournal(store *journal.Store) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "policyd_journal_queue_depth",
+			Help: "Record calls waiting in the journal writers' queues for a batch.",
+		}, func() float64 { return float64(store.QueueDepth()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "policyd_journal_up",
+			Help: "1 while the journal's database answers, 0 while it is down (NextDelay then answers journaled=false).",
+		}, func() float64 {
+			if store.Ready(context.Background()) == nil {
+				return 1
+			}
+			return 0
+		}),
+	)
+}
+
+var (
+	_ server.DecisionObserver = (*Metrics)(nil)
+	_ journal.Observer        = (*Metrics)(nil)
+)
