@@ -47,11 +47,13 @@ Health (grpc.health.v1, and /readyz with --metrics-listen): "" and
 policyd.v1.PolicyService are SERVING while the daemon runs, even while the
 journal's database is down (NextDelay still answers, with journaled=false);
 policyd.v1.JournalService is SERVING only while the journal's database
-answers, NOT_SERVING while it is down or when there is no journal. All turn
-NOT_SERVING at shutdown.
+answers (an idle daemon checks every 5s), NOT_SERVING while it is down or
+when there is no journal. All turn NOT_SERVING at shutdown.
 
-With --metrics-listen (or POLICYD_METRICS_LISTEN) it serves Prometheus
-metrics over HTTP on that address: /metrics, /healthz (liveness) and
+With --metrics-listen (or POLICYD_METRICS_LISTEN; off by default) it serves
+over HTTP on that address, without authentication: /metrics (Prometheus:
+policyd_decisions_total, policyd_nextdelay_journal_total, policyd_journal_*,
+grpc_server_*, go_*, process_*), /healthz (liveness) and
 /readyz[?service=NAME] (200 when that health service is SERVING, else 503).
 Every call gets a request id: the client's x-request-id when it is 1..128
 printable ASCII characters, else a generated one; it is sent back in the
