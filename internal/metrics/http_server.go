@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -23,16 +22,22 @@ import (
 //     whole server) is SERVING, else 503 with the status; so a probe of
 //     /readyz?service=policyd.v1.JournalService follows the journal.
 //
-// It reads health from the same health.Server as grpc.health.v1, so HTTP
+// It reads health from the same health server as grpc.health.v1, so HTTP
 // and gRPC probes never disagree.
 type HTTPServer struct {
 	srv *http.Server
 	lis net.Listener
 }
 
+// HealthChecker answers a grpc.health.v1 Check: a health.Server, or the
+// server.Health of server.NewGRPCServer.
+type HealthChecker interface {
+	Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error)
+}
+
 // Listen listens on addr (host:port; port 0 picks one) for m's metrics and
 // hs's health. Serve it with Serve, stop it with Shutdown.
-func (m *Metrics) Listen(ctx context.Context, addr string, hs *health.Server, logger *slog.Logger) (*HTTPServer, error) {
+func (m *Metrics) Listen(ctx context.Context, addr string, hs HealthChecker, logger *slog.Logger) (*HTTPServer, error) {
 	lis, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)

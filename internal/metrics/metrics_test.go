@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/status"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
@@ -38,7 +37,7 @@ var quiet = slog.New(slog.DiscardHandler)
 type daemon struct {
 	policy  policydv1.PolicyServiceClient
 	store   *journal.Store
-	hs      *health.Server
+	hs      *server.Health
 	httpURL string
 }
 

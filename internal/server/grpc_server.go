@@ -10,7 +10,6 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -59,7 +58,9 @@ func WithMonitoring(unary grpc.UnaryServerInterceptor, stream grpc.StreamServerI
 // with or without the journal); "policyd.v1.JournalService" follows the
 // journal: SERVING while the store is ready, NOT_SERVING while its database
 // is down, after the store is closed, or when there is no journal at all.
-// The caller turns everything NOT_SERVING with Shutdown before stopping.
+// The caller turns everything NOT_SERVING with Shutdown before stopping,
+// which also ends the health Watch streams so they do not hold a graceful
+// stop (see Health).
 //
 // Calls pass, outermost first, through: the request id (RequestID; from the
 // client's x-request-id when valid, else generated, and sent back in the
@@ -70,7 +71,7 @@ func WithMonitoring(unary grpc.UnaryServerInterceptor, stream grpc.StreamServerI
 // (toStatus), and panic recovery, innermost, which logs the panic with its
 // stack and answers codes.Internal. WithServerOptions' interceptors run
 // inside recovery.
-func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*grpc.Server, *health.Server) {
+func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*grpc.Server, *Health) {
 	var cfg grpcConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -107,7 +108,7 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*
 	// its RPCs say how to turn it on (FAILED_PRECONDITION) instead of
 	// UNIMPLEMENTED.
 	policydv1.RegisterJournalServiceServer(gs, NewJournalServer(ps.journal, ps))
-	hs := health.NewServer()
+	hs := newHealth()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(policydv1.PolicyService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	watchJournal(hs, ps.journal)
@@ -120,7 +121,7 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*
 // it is set now, and a goroutine updates it whenever the store marks its
 // database down or back, until the store is closed. Once hs is shut down it
 // ignores the updates, so shutdown's NOT_SERVING stays.
-func watchJournal(hs *health.Server, store *journal.Store) {
+func watchJournal(hs *Health, store *journal.Store) {
 	name := policydv1.JournalService_ServiceDesc.ServiceName
 	set := func(ready bool) {
 		st := healthpb.HealthCheckResponse_NOT_SERVING

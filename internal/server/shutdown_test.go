@@ -1,0 +1,91 @@
+package server
+
+import (
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/policyd/policyd/internal/policy"
+)
+
+// TestShutdownEndsHealthWatches: a client watching health (as client-side
+// health checking and proxies do) hears NOT_SERVING at Shutdown, and its
+// stream then ends, so that GracefulStop does not wait for it until the
+// shutdown timeout.
+func TestShutdownEndsHealthWatches(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, hs := NewGRPCServer(NewPolicyServer(policy.Builtin()), slog.New(slog.DiscardHandler))
+	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+
+	tests := []struct {
+		name    string
+		service string
+	}{
+		{name: "server", service: ""},
+		{name: "journal service, NOT_SERVING already", service: "policyd.v1.JournalService"},
+	}
+	type watch struct {
+		stream grpc.ServerStreamingClient[healthpb.HealthCheckResponse]
+		first  healthpb.HealthCheckResponse_ServingStatus
+	}
+	watches := make([]watch, len(tests))
+	for i, tt := range tests {
+		stream, err := healthpb.NewHealthClient(conn).Watch(t.Context(), &healthpb.HealthCheckRequest{Service: tt.service})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("%s: first Recv: %v", tt.name, err)
+		}
+		watches[i] = watch{stream, resp.GetStatus()}
+	}
+
+	hs.Shutdown()
+	stopped := make(chan struct{})
+	start := time.Now()
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	lasts := make(chan healthpb.HealthCheckResponse_ServingStatus, len(tests))
+	for _, w := range watches {
+		go func() {
+			last := w.first
+			for {
+				resp, err := w.stream.Recv()
+				if err != nil {
+					lasts <- last
+					return
+				}
+				last = resp.GetStatus()
+			}
+		}()
+	}
+	select {
+	case <-stopped:
+		t.Logf("GracefulStop took %v", time.Since(start))
+	case <-time.After(3 * time.Second):
+		t.Fatal("GracefulStop still waiting 3s after Shutdown: the health watches hold it")
+	}
+	for range tests {
+		if last := <-lasts; last != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("last status before a watch ended = %v, want NOT_SERVING", last)
+		}
+	}
+}
