@@ -1,6 +1,9 @@
 // Package server is policyd's gRPC layer: the PolicyService implementation,
-// request validation, and the grpc.Server that carries it with logging,
-// panic recovery, health checking and reflection.
+// request validation, and the grpc.Server that carries it with request ids,
+// logging, panic recovery, health checking (JournalService's health follows
+// the journal's database) and reflection. Metrics plug in from outside
+// (WithMonitoring, WithDecisionObserver), so this package does not depend
+// on a metrics library.
 //
 // Handlers return plain Go errors; they become gRPC status codes in one
 // place, toStatus, so that clients see InvalidArgument naming the bad field
