@@ -25,12 +25,13 @@ const defaultListen = "127.0.0.1:7433"
 // only a stuck client hits it.
 const shutdownTimeout = 10 * time.Second
 
-// journalCloseTimeout bounds the journal's flush at shutdown: a writer's
-// last transaction is itself bounded by the store's 5s timeout, so this is
-// only hit by a database that hangs across retries. Its callers were
+// journalCloseTimeout bounds the journal's flush at shutdown, so that with
+// shutdownTimeout the daemon exits within 15s, inside a 20s grace period: a
+// writer's last transaction is itself bounded by the store's 5s timeout, so
+// this is only hit by a database that hangs across retries. Its callers were
 // answered already (journaled=false when the commit was late), so giving up
 // loses nothing a client cannot record again.
-const journalCloseTimeout = 10 * time.Second
+const journalCloseTimeout = 5 * time.Second
 
 const serveUsage = `Usage: policyd serve [flags]
 
@@ -41,7 +42,7 @@ journals attempts there; without it the journal RPCs answer
 FAILED_PRECONDITION. Logs go to stderr; once listening it logs
 "serving" with the bound address (addr). SIGINT or SIGTERM stops it
 gracefully: health turns NOT_SERVING, in-flight calls get up to 10s, the
-journal writer commits what it holds (up to 10s more), and it exits 0.
+journal writer commits what it holds (up to 5s more), and it exits 0.
 
 Health (grpc.health.v1, and /readyz with --metrics-listen): "" and
 policyd.v1.PolicyService are SERVING while the daemon runs, even while the

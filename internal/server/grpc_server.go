@@ -67,10 +67,10 @@ func WithMonitoring(unary grpc.UnaryServerInterceptor, stream grpc.StreamServerI
 // x-request-id response header), logging to logger (start and successful
 // finish at debug; below debug only a failed finish, at info, warn or error
 // by code, with the code and duration; every line logged with a call's
-// context carries its request_id), the WithMonitoring interceptors, the error-to-status mapping
-// (toStatus), and panic recovery, innermost, which logs the panic with its
-// stack and answers codes.Internal. WithServerOptions' interceptors run
-// inside recovery.
+// context carries its request_id), the WithMonitoring interceptors, the
+// error-to-status mapping (toStatus), and panic recovery, innermost, which
+// logs the panic with its stack and answers codes.Internal.
+// WithServerOptions' interceptors run inside recovery.
 func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*grpc.Server, *Health) {
 	var cfg grpcConfig
 	for _, o := range opts {
