@@ -28,7 +28,10 @@ import (
 // with the code and duration), the error-to-status mapping (toStatus), and
 // panic recovery, innermost, which logs the panic with its stack and answers
 // codes.Internal. opts are appended, so interceptors in them run inside
-// recovery.
+// recovery: Security.ServerOptions adds authentication, TLS and limits.
+//
+// Requests are decoded by utf8Codec, so that invalid UTF-8 in a string
+// field is INVALID_ARGUMENT naming the field instead of grpc-go's INTERNAL.
 func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.StartCall, logging.FinishCall),
@@ -53,8 +56,10 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...grpc.ServerOpt
 		),
 		grpc.ChainStreamInterceptor(
 			logging.StreamServerInterceptor(l, logOpts...),
+			utf8StreamInterceptor(logger),
 			recovery.StreamServerInterceptor(recOpts...),
 		),
+		grpc.ForceServerCodecV2(newUTF8Codec()),
 	}, opts...)...)
 
 	policydv1.RegisterPolicyServiceServer(gs, ps)

@@ -90,9 +90,14 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 	return status.Error(codes.Internal, "internal error")
 }
 
-// statusInterceptor applies toStatus to every unary handler's error.
+// statusInterceptor applies toStatus to every unary handler's error, and
+// answers a request utf8Codec marked as holding invalid UTF-8 with its
+// *FieldError without calling the handler.
 func statusInterceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := invalidUTF8(req); err != nil {
+			return nil, toStatus(ctx, logger, info.FullMethod, err)
+		}
 		resp, err := handler(ctx, req)
 		if err != nil {
 			return nil, toStatus(ctx, logger, info.FullMethod, err)
