@@ -417,7 +417,10 @@ func TestMalformedRequests(t *testing.T) {
 		return cs
 	}
 	classify := func(f *policydv1.Failure) func(ctx context.Context) error {
-		return func(ctx context.Context) error { _, err := pc.Classify(ctx, &policydv1.ClassifyRequest{Failure: f}); return err }
+		return func(ctx context.Context) error {
+			_, err := pc.Classify(ctx, &policydv1.ClassifyRequest{Failure: f})
+			return err
+		}
 	}
 	nextDelay := func(r *policydv1.NextDelayRequest) func(ctx context.Context) error {
 		return func(ctx context.Context) error { _, err := pc.NextDelay(ctx, r); return err }
