@@ -94,13 +94,14 @@ func bearer(ctx context.Context, token string) context.Context {
 // are isolated; tokens never reach the logs; SIGHUP rotates the tokens.
 func TestServeTokensTLSE2E(t *testing.T) {
 	t.Parallel()
+	dbURL := journaltest.DatabaseURL(t) // before the deadline: it may start PostgreSQL
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	ca := authtest.NewCA(t, "e2e")
 	srv := ca.Server("policyd")
 	tokens := authtest.TokensFile(t, [2]string{"acme", e2eTokenAcme}, [2]string{"beta", e2eTokenBeta})
 	d := startDaemon(t, ctx, "--auth-tokens", tokens, "--tls-cert", srv.CertFile, "--tls-key", srv.KeyFile,
-		"--database-url", journaltest.DatabaseURL(t), "--max-message-bytes", "65536", "--log-level", "debug")
+		"--database-url", dbURL, "--max-message-bytes", "65536", "--log-level", "debug")
 	conn := dialCreds(t, d.addr, credentials.NewTLS(&tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}))
 	pc, jc := policydv1.NewPolicyServiceClient(conn), policydv1.NewJournalServiceClient(conn)
 	acme, beta := bearer(ctx, e2eTokenAcme), bearer(ctx, e2eTokenBeta)

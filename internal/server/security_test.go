@@ -159,7 +159,8 @@ func TestAuthTokens(t *testing.T) {
 // acme.
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
-	store, err := journal.Open(testContext(t), journaltest.DatabaseURL(t), journal.WithTimeout(time.Second))
+	url := journaltest.DatabaseURL(t) // first: it may start PostgreSQL
+	store, err := journal.Open(testContext(t), url, journal.WithTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
