@@ -32,9 +32,10 @@ const (
 	DefaultRequestTimeout = 30 * time.Second
 )
 
-// Keepalive enforcement, not configurable: clients may ping every 15s (the
-// clients' own keepalive is 30s) even without calls in flight; one that pings
-// more often gets GOAWAY. The server pings an idle connection after a minute
+// Keepalive enforcement, not configurable: clients may ping every 15s even
+// without calls in flight (grpc-go's default allows one ping per 5 minutes,
+// which turns a client keepalive of 30s, common behind load balancers, into
+// GOAWAY too_many_pings); one that pings more often gets GOAWAY. The server pings an idle connection after a minute
 // and closes it when no answer comes within 20s, so dead peers do not hold
 // streams.
 const (
