@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -209,6 +210,31 @@ func TestServeTokensTLSE2E(t *testing.T) {
 		})
 		if _, err := pc.Classify(bearer(ctx, rotated), okReq); err != nil {
 			t.Errorf("after a bad tokens file the tokens in force changed: %v", err)
+		}
+	})
+
+	t.Run("SIGHUP rotates the TLS certificate", func(t *testing.T) {
+		next := ca.Server("policyd-next")
+		for from, to := range map[string]string{next.CertFile: srv.CertFile, next.KeyFile: srv.KeyFile} {
+			b, err := os.ReadFile(from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, to, string(b))
+		}
+		if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "a new connection gets the new certificate", func() bool {
+			c, err := tls.Dial("tcp", d.addr, &tls.Config{RootCAs: ca.Pool(), NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12})
+			if err != nil {
+				return false
+			}
+			defer c.Close()
+			return bytes.Equal(c.ConnectionState().PeerCertificates[0].Raw, next.TLS.Certificate[0])
+		})
+		if _, err := pc.Classify(bearer(ctx, "acme-rotated-token-0000000003"), okReq); err != nil {
+			t.Errorf("the established connection after the rotation: %v", err)
 		}
 	})
 }

@@ -20,6 +20,8 @@ type securityFlags struct {
 	requestTimeout                           *time.Duration
 	rateLimit                                *float64
 	rateBurst                                *int
+
+	tls *auth.TLSFiles // loaded by security; nil without TLS
 }
 
 func defineSecurityFlags(fs *flag.FlagSet) *securityFlags {
@@ -57,11 +59,12 @@ func (f *securityFlags) security() (server.Security, error) {
 		return s, usageErrorf("serve: --tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS first)")
 	}
 	if *f.tlsCert != "" {
-		cfg, err := auth.LoadTLSConfig(*f.tlsCert, *f.tlsKey, *f.tlsClientCA)
+		files, err := auth.LoadTLS(*f.tlsCert, *f.tlsKey, *f.tlsClientCA)
 		if err != nil {
 			return s, usageErrorf("serve: %v", err)
 		}
-		s.TLS = cfg
+		f.tls = files
+		s.TLS = files.Config()
 	}
 	switch {
 	case *f.tokensFile != "":
@@ -121,6 +124,16 @@ func reloadTokens(path string, a *auth.Authenticator, logger *slog.Logger) {
 	}
 	a.SetTokens(t)
 	logger.Info("tokens reloaded", "path", path, "tokens", t.Len(), "tenants", t.Tenants())
+}
+
+// reloadTLS reads the TLS files afresh and puts them in force for new
+// connections, or logs why not.
+func reloadTLS(files *auth.TLSFiles, logger *slog.Logger) {
+	if err := files.Reload(); err != nil {
+		logger.Error("TLS reload failed; keeping the certificates in force", "error", err)
+		return
+	}
+	logger.Info("TLS certificates reloaded")
 }
 
 // isLoopback reports whether addr is a loopback address.

@@ -48,7 +48,8 @@ requires "authorization: Bearer TOKEN" on every call: each line of FILE is
 UNAUTHENTICATED. With mutual TLS and no tokens file, the tenant is the
 client certificate's subject CN. Journal contexts belong to their tenant:
 another tenant's are NOT_FOUND. Health and reflection need no token. SIGHUP
-reloads the tokens file too (a bad one is logged, the tokens in force stay).
+reloads the tokens file and the TLS files too (new connections get the new
+certificates; a bad file is logged and what is in force stays).
 
 Limits: a request over --max-message-bytes is RESOURCE_EXHAUSTED; with
 --rate-limit each tenant gets that many calls per second (bursts of
@@ -111,6 +112,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer rl.close()
 	if *sf.tokensFile != "" {
 		rl.onSIGHUP(func() { reloadTokens(*sf.tokensFile, sec.Auth, logger) })
+	}
+	if sf.tls != nil {
+		rl.onSIGHUP(func() { reloadTLS(sf.tls, logger) })
 	}
 	reloadCtx, stopReload := context.WithCancel(ctx)
 	defer stopReload()

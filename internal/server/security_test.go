@@ -253,10 +253,11 @@ func TestMutualTLSTenant(t *testing.T) {
 	t.Parallel()
 	ca := authtest.NewCA(t, "policyd-test")
 	srv := ca.Server("policyd")
-	cfg, err := auth.LoadTLSConfig(srv.CertFile, srv.KeyFile, ca.CertFile)
+	files, err := auth.LoadTLS(srv.CertFile, srv.KeyFile, ca.CertFile)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := files.Config()
 	// A test-only interceptor, inside authentication, answers the tenant.
 	echoTenant := grpc.ChainUnaryInterceptor(func(ctx context.Context, _ any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
 		return nil, status.Error(codes.Aborted, "tenant="+auth.TenantFrom(ctx))
