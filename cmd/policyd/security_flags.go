@@ -39,7 +39,7 @@ func defineSecurityFlags(fs *flag.FlagSet) *securityFlags {
 		maxConcurrentStreams: fs.Uint("max-concurrent-streams", server.DefaultMaxConcurrentStreams,
 			"calls in flight per connection; 0 is unlimited"),
 		requestTimeout: fs.Duration("request-timeout", server.DefaultRequestTimeout,
-			"deadline of a call whose client sent none; 0 is none"),
+			"deadline of a journal call whose client sent none; 0 is none (PolicyService calls answer from memory)"),
 		rateLimit: fs.Float64("rate-limit", 0,
 			"calls per second per tenant (health and reflection not counted); over it RESOURCE_EXHAUSTED with grpc-retry-pushback-ms; 0 is off"),
 		rateBurst: fs.Int("rate-burst", 0,

@@ -54,7 +54,7 @@ certificates; a bad file is logged and what is in force stays).
 Limits: a request over --max-message-bytes is RESOURCE_EXHAUSTED; with
 --rate-limit each tenant gets that many calls per second (bursts of
 --rate-burst) and a call over it is RESOURCE_EXHAUSTED with a
-grpc-retry-pushback-ms trailer; a call without a deadline gets
+grpc-retry-pushback-ms trailer; a journal call without a deadline gets
 --request-timeout. Clients may send keepalive pings every 15s at most.
 `
 

@@ -49,7 +49,7 @@ func tokenAuth(t *testing.T) *auth.Authenticator {
 }
 
 // serveSecured serves ps with sec on 127.0.0.1:0 and returns the address.
-func serveSecured(t *testing.T, ps *PolicyServer, sec Security) string {
+func serveSecured(t testing.TB, ps *PolicyServer, sec Security) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -62,7 +62,7 @@ func serveSecured(t *testing.T, ps *PolicyServer, sec Security) string {
 	return lis.Addr().String()
 }
 
-func dialT(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
+func dialT(t testing.TB, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
@@ -334,25 +334,36 @@ func TestRateLimit(t *testing.T) {
 func TestDefaultDeadline(t *testing.T) {
 	t.Parallel()
 	intercept := deadlineInterceptor(time.Minute)
+	const journalMethod = "/policyd.v1.JournalService/GetContext"
 	tests := []struct {
 		name   string
+		method string
 		ctx    func() (context.Context, context.CancelFunc)
-		within time.Duration
+		within time.Duration // 0: no deadline
 	}{
-		{name: "none given gets the default", ctx: func() (context.Context, context.CancelFunc) {
+		{name: "none given gets the default", method: journalMethod, ctx: func() (context.Context, context.CancelFunc) {
 			return context.WithCancel(context.Background())
 		}, within: time.Minute},
-		{name: "the client's is kept", ctx: func() (context.Context, context.CancelFunc) {
+		{name: "the client's is kept", method: journalMethod, ctx: func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), time.Hour)
 		}, within: time.Hour},
+		{name: "PolicyService calls answer from memory", method: "/policyd.v1.PolicyService/Classify", ctx: func() (context.Context, context.CancelFunc) {
+			return context.WithCancel(context.Background())
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := tt.ctx()
 			defer cancel()
-			_, err := intercept(ctx, nil, &grpc.UnaryServerInfo{}, func(ctx context.Context, _ any) (any, error) {
+			_, err := intercept(ctx, nil, &grpc.UnaryServerInfo{FullMethod: tt.method}, func(ctx context.Context, _ any) (any, error) {
 				dl, ok := ctx.Deadline()
+				if tt.within == 0 {
+					if ok {
+						t.Errorf("deadline in %v, want none", time.Until(dl))
+					}
+					return nil, nil
+				}
 				if left := time.Until(dl); !ok || left > tt.within || left < tt.within-time.Minute/2 {
 					t.Errorf("deadline in %v (set %v), want about %v", left, ok, tt.within)
 				}
