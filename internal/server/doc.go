@@ -1,6 +1,8 @@
 // Package server is policyd's gRPC layer: the PolicyService implementation,
 // request validation, and the grpc.Server that carries it with logging,
-// panic recovery, health checking and reflection.
+// panic recovery, health checking and reflection, and, through Security,
+// authentication and tenants (internal/auth), TLS, a per-tenant rate limit
+// and request limits.
 //
 // Handlers return plain Go errors; they become gRPC status codes in one
 // place, toStatus, so that clients see InvalidArgument naming the bad field

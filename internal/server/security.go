@@ -47,7 +47,8 @@ const (
 
 // Security configures authentication, TLS and limits for NewGRPCServer,
 // through the options ServerOptions returns. The zero value is no
-// authentication, plaintext and grpc-go's limits.
+// authentication, plaintext, grpc-go's message and stream limits, and
+// policyd's keepalive enforcement (always on).
 type Security struct {
 	// Auth authenticates every call except grpc.health.v1 and server
 	// reflection, which stay open so that probes and grpcurl list work
