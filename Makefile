@@ -44,7 +44,11 @@ FUZZ_TARGETS := \
 	./internal/classifier:FuzzClassify \
 	./internal/classifier:FuzzDelayHints \
 	./internal/classifier:FuzzScanJSONKeys \
-	./internal/classifier:FuzzParseRuleSet
+	./internal/classifier:FuzzParseRuleSet \
+	./internal/auth:FuzzParseTokens \
+	./internal/server:FuzzValidateClassifyRequest \
+	./internal/server:FuzzValidateNextDelayRequest \
+	./internal/server:FuzzUTF8Codec
 
 ##@ Everyday
 

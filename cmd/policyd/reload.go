@@ -30,7 +30,12 @@ type reloader struct {
 
 	hup     chan os.Signal
 	watcher *fsnotify.Watcher // nil without a file
+	onHUP   []func()          // also run on SIGHUP, e.g. reloading the tokens file
 }
+
+// onSIGHUP adds f to what SIGHUP does besides reloading the policy; call it
+// before run.
+func (r *reloader) onSIGHUP(f func()) { r.onHUP = append(r.onHUP, f) }
 
 // newReloader starts listening for SIGHUP and, with a policy file, watching
 // the file's directory (so that editors that save by renaming a new file
@@ -77,6 +82,9 @@ func (r *reloader) run(ctx context.Context) {
 			return
 		case <-r.hup:
 			r.reload("SIGHUP")
+			for _, f := range r.onHUP {
+				f()
+			}
 		case ev, ok := <-events:
 			if !ok {
 				events = nil

@@ -16,8 +16,9 @@ import (
 	"github.com/policyd/policyd/internal/server"
 )
 
-// defaultListen is loopback only: policyd has no authentication, so exposing
-// it beyond the host is an explicit choice.
+// defaultListen is loopback only: policyd serves without authentication
+// unless given --auth-tokens or --tls-client-ca, so exposing it beyond the
+// host is an explicit choice.
 const defaultListen = "127.0.0.1:7433"
 
 // shutdownTimeout bounds how long a graceful stop waits for in-flight calls
@@ -36,7 +37,7 @@ const journalCloseTimeout = 5 * time.Second
 const serveUsage = `Usage: policyd serve [flags]
 
 Runs the gRPC daemon: policyd.v1.PolicyService, policyd.v1.JournalService,
-grpc.health.v1.Health and server reflection, without TLS. With
+grpc.health.v1.Health and server reflection. With
 --database-url (or DATABASE_URL) it migrates that PostgreSQL database and
 journals attempts there; without it the journal RPCs answer
 FAILED_PRECONDITION. Logs go to stderr; once listening it logs
@@ -66,6 +67,22 @@ POLICYD_MAX_PROVIDER_RETRY_AFTER and POLICYD_RETRY_IRREVERSIBLE caps in the
 environment; a bad file at start exits 2. The file is reloaded on SIGHUP
 and when it changes: a good new file takes effect ("policy reloaded"), a bad
 one is logged and the policy in force stays.
+
+Security: --tls-cert and --tls-key serve TLS; --tls-client-ca requires
+client certificates signed by that CA (mutual TLS). --auth-tokens FILE
+requires "authorization: Bearer TOKEN" on every call: each line of FILE is
+"TENANT TOKEN" ('#' starts a comment); a missing or unknown token is
+UNAUTHENTICATED. With mutual TLS and no tokens file, the tenant is the
+client certificate's subject CN. Journal contexts belong to their tenant:
+another tenant's are NOT_FOUND. Health and reflection need no token. SIGHUP
+reloads the tokens file and the TLS files too (new connections get the new
+certificates; a bad file is logged and what is in force stays).
+
+Limits: a request over --max-message-bytes is RESOURCE_EXHAUSTED; with
+--rate-limit each tenant gets that many calls per second (bursts of
+--rate-burst) and a call over it is RESOURCE_EXHAUSTED with a
+grpc-retry-pushback-ms trailer; a journal call without a deadline gets
+--request-timeout. Clients may send keepalive pings every 15s at most.
 `
 
 // defaultGCPercent is the daemon's GOGC unless the environment sets one.
@@ -97,7 +114,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	writers := fs.Int("journal-writers", journal.DefaultWriters, "concurrent journal writers (each commits its own batches)")
 	metricsListen := fs.String("metrics-listen", os.Getenv("POLICYD_METRICS_LISTEN"),
 		"`address` (host:port) to serve Prometheus /metrics, /healthz and /readyz on over HTTP; empty: off (env POLICYD_METRICS_LISTEN)")
+	sf := defineSecurityFlags(fs)
 	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
+	}
+	sec, err := sf.security()
+	if err != nil {
 		return err
 	}
 	logger, err := newLogger(stderr, *level, *format)
@@ -147,6 +169,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	defer rl.close()
+	if *sf.tokensFile != "" {
+		rl.onSIGHUP(func() { reloadTokens(*sf.tokensFile, sec.Auth, logger) })
+	}
+	if sf.tls != nil {
+		rl.onSIGHUP(func() { reloadTLS(sf.tls, logger) })
+	}
 	reloadCtx, stopReload := context.WithCancel(ctx)
 	defer stopReload()
 	go rl.run(reloadCtx)
@@ -155,6 +183,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	gOpts = append(gOpts, server.WithServerOptions(sec.ServerOptions(logger)...))
 	gs, hs := server.NewGRPCServer(ps, logger, gOpts...)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
@@ -169,7 +198,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logger.Info("serving metrics", "addr", metricsSrv.Addr().String())
 	}
 	logger.Info("serving", "addr", lis.Addr().String(), "policy", pol.Source, "profiles", len(pol.Profiles),
-		"journal", *databaseURL != "")
+		"journal", *databaseURL != "", "tls", sec.TLS != nil, "auth", sf.authMode())
+	if sec.Auth == nil && !isLoopback(lis.Addr()) {
+		logger.Warn("serving beyond loopback without authentication: pass --auth-tokens or --tls-client-ca", "addr", lis.Addr().String())
+	}
 
 	select {
 	case err := <-served:

@@ -70,7 +70,11 @@ func WithMonitoring(unary grpc.UnaryServerInterceptor, stream grpc.StreamServerI
 // context carries its request_id), the WithMonitoring interceptors, the
 // error-to-status mapping (toStatus), and panic recovery, innermost, which
 // logs the panic with its stack and answers codes.Internal.
-// WithServerOptions' interceptors run inside recovery.
+// WithServerOptions' interceptors run inside recovery:
+// Security.ServerOptions adds authentication, TLS and limits there.
+//
+// Requests are decoded by utf8Codec, so that invalid UTF-8 in a string
+// field is INVALID_ARGUMENT naming the field instead of grpc-go's INTERNAL.
 func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*grpc.Server, *Health) {
 	var cfg grpcConfig
 	for _, o := range opts {
@@ -92,7 +96,7 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*
 	unary = append(unary, statusInterceptor(logger), recovery.UnaryServerInterceptor(recOpts...))
 	stream := []grpc.StreamServerInterceptor{requestIDStreamInterceptor, logging.StreamServerInterceptor(l, logOpts...)}
 	stream = append(stream, cfg.monitorStream...)
-	stream = append(stream, recovery.StreamServerInterceptor(recOpts...))
+	stream = append(stream, utf8StreamInterceptor(logger), recovery.StreamServerInterceptor(recOpts...))
 	gs := grpc.NewServer(append([]grpc.ServerOption{
 		// Serve calls on a fixed set of goroutines whose stacks have
 		// already grown, instead of a new goroutine per call that grows its
@@ -101,6 +105,7 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
+		grpc.ForceServerCodecV2(newUTF8Codec()),
 	}, cfg.serverOpts...)...)
 
 	policydv1.RegisterPolicyServiceServer(gs, ps)

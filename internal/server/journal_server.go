@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/auth"
 	"github.com/policyd/policyd/internal/journal"
 )
 
@@ -38,9 +39,10 @@ func NewJournalServer(store *journal.Store, policies *PolicyServer) *JournalServ
 	return &JournalServer{store: store, policies: policies}
 }
 
-// tenantOf is the caller's tenant. Without authentication every caller is
-// the empty tenant.
-func tenantOf(context.Context) string { return "" }
+// tenantOf is the caller's tenant, as authentication put it into ctx.
+// Without authentication every caller is the empty tenant. Every journal
+// call is scoped by it: another tenant's context is NotFound.
+func tenantOf(ctx context.Context) string { return auth.TenantFrom(ctx) }
 
 func (s *JournalServer) on() error {
 	if s.store == nil {

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/policyd/policyd/internal/auth"
 	"github.com/policyd/policyd/internal/journal"
 )
 
@@ -34,6 +38,11 @@ func notFoundf(format string, args ...any) *NotFoundError {
 //   - journal errors: *journal.InvalidError is InvalidArgument naming the
 //     field, journal.ErrNotFound NotFound, journal.ErrUnavailable
 //     Unavailable, ErrJournalOff FailedPrecondition saying how to turn it on;
+//   - an auth.ErrUnauthenticated becomes codes.Unauthenticated with its
+//     message (which never contains a token);
+//   - a *RateLimitedError becomes codes.ResourceExhausted, and the call's
+//     trailer gets grpc-retry-pushback-ms, the gRPC retry spec's server
+//     pushback, in whole milliseconds;
 //   - a context error becomes codes.Canceled or codes.DeadlineExceeded;
 //   - an error that already is a status passes through;
 //   - anything else is logged and becomes codes.Internal with no internals.
@@ -56,7 +65,14 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 	if ie, ok := errors.AsType[*journal.InvalidError](err); ok {
 		return toStatus(ctx, logger, method, &FieldError{Field: ie.Field, Description: ie.Description})
 	}
+	if rl, ok := errors.AsType[*RateLimitedError](err); ok {
+		ms := (rl.RetryIn + time.Millisecond - 1) / time.Millisecond
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(int64(ms), 10)))
+		return status.Error(codes.ResourceExhausted, rl.Error())
+	}
 	switch {
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return status.Error(codes.Unauthenticated, err.Error())
 	case errors.Is(err, ErrJournalOff):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, journal.ErrNotFound):
@@ -74,9 +90,14 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 	return status.Error(codes.Internal, "internal error")
 }
 
-// statusInterceptor applies toStatus to every unary handler's error.
+// statusInterceptor applies toStatus to every unary handler's error, and
+// answers a request utf8Codec marked as holding invalid UTF-8 with its
+// *FieldError without calling the handler.
 func statusInterceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := invalidUTF8(req); err != nil {
+			return nil, toStatus(ctx, logger, info.FullMethod, err)
+		}
 		resp, err := handler(ctx, req)
 		if err != nil {
 			return nil, toStatus(ctx, logger, info.FullMethod, err)

@@ -7,9 +7,12 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/policyd/policyd/internal/auth"
 )
 
 func TestToStatus(t *testing.T) {
@@ -27,6 +30,8 @@ func TestToStatus(t *testing.T) {
 		{name: "canceled", err: context.Canceled, wantCode: codes.Canceled},
 		{name: "deadline", err: fmt.Errorf("x: %w", context.DeadlineExceeded), wantCode: codes.DeadlineExceeded},
 		{name: "status passes through", err: status.Error(codes.Unavailable, "later"), wantCode: codes.Unavailable},
+		{name: "unauthenticated", err: fmt.Errorf("auth: %w", auth.ErrUnauthenticated), wantCode: codes.Unauthenticated},
+		{name: "rate limited", err: &RateLimitedError{Limit: 1, Burst: 1, RetryIn: time.Second}, wantCode: codes.ResourceExhausted},
 		{name: "unknown error", err: errors.New("secret internals"), wantCode: codes.Internal},
 	}
 	for _, tt := range tests {

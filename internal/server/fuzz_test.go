@@ -1,0 +1,125 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/policy"
+)
+
+// Request fuzzing: arbitrary wire bytes decoded as a request, then
+// validated and answered by the handler. A request either decodes and gets
+// an answer or a *FieldError (INVALID_ARGUMENT) — never a panic and never
+// another error, which the client would see as INTERNAL.
+
+func addSeeds(f *testing.F, msgs ...proto.Message) {
+	for _, m := range msgs {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+}
+
+func checkHandlerError(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if _, ok := errors.AsType[*FieldError](err); !ok {
+		t.Fatalf("error %v (%T) is not a *FieldError", err, err)
+	}
+}
+
+// FuzzValidateClassifyRequest fuzzes ValidateClassifyRequest and Classify.
+func FuzzValidateClassifyRequest(f *testing.F) {
+	addSeeds(f,
+		&policydv1.ClassifyRequest{Failure: &policydv1.Failure{HttpStatus: 429, Headers: map[string]string{"retry-after": "7"}}},
+		&policydv1.ClassifyRequest{Failure: &policydv1.Failure{Provider: "openai", Body: `{"error":{"code":"insufficient_quota"}}`,
+			Causes: []*policydv1.Cause{{Name: "TypeError", Code: "UND_ERR_SOCKET", Message: "other side closed"}}, Phase: policydv1.Phase_PHASE_MID_STREAM}, Profile: "agent_cli"},
+		&policydv1.ClassifyRequest{Failure: &policydv1.Failure{HttpStatus: 1000, GrpcCode: 99}, Profile: "NO"},
+	)
+	ps := NewPolicyServer(policy.Builtin())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req policydv1.ClassifyRequest
+		if proto.Unmarshal(b, &req) != nil {
+			return
+		}
+		verr := ValidateClassifyRequest(&req)
+		resp, err := ps.Classify(context.Background(), &req)
+		checkHandlerError(t, err)
+		if (verr == nil) != (err == nil) {
+			t.Fatalf("ValidateClassifyRequest says %v, Classify %v", verr, err)
+		}
+		if err == nil && resp.GetClassification().GetRule() == "" {
+			t.Fatalf("no rule for a valid request")
+		}
+	})
+}
+
+// FuzzValidateNextDelayRequest fuzzes ValidateNextDelayRequest and
+// NextDelay (without a journal).
+func FuzzValidateNextDelayRequest(f *testing.F) {
+	addSeeds(f,
+		&policydv1.NextDelayRequest{Failure: &policydv1.Failure{HttpStatus: 503}, Attempt: 1},
+		&policydv1.NextDelayRequest{FailureType: policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT, Attempt: 3, Profile: "agent_cli",
+			Elapsed: durationpb.New(90e9), ContextId: "8a3c5c1e-3a5e-4a8c-9b1e-0c9f6a1d2b3c"},
+		&policydv1.NextDelayRequest{FailureType: 999, Attempt: -1, Elapsed: &durationpb.Duration{Seconds: -1, Nanos: 5}, ContextId: "x"},
+	)
+	ps := NewPolicyServer(policy.Builtin())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req policydv1.NextDelayRequest
+		if proto.Unmarshal(b, &req) != nil {
+			return
+		}
+		verr := ValidateNextDelayRequest(&req, policy.Builtin())
+		resp, err := ps.NextDelay(context.Background(), &req)
+		checkHandlerError(t, err)
+		if (verr == nil) != (err == nil) {
+			t.Fatalf("ValidateNextDelayRequest says %v, NextDelay %v", verr, err)
+		}
+		if err == nil && resp.GetDecision().GetDelay().AsDuration() < 0 {
+			t.Fatalf("negative delay %v", resp.GetDecision().GetDelay().AsDuration())
+		}
+	})
+}
+
+// FuzzUTF8Codec fuzzes utf8Codec's decoding of requests: it decodes what
+// proto.Unmarshal decodes, alike, and a request that fails proto.Unmarshal
+// only for invalid UTF-8 decodes marked with the bad field.
+func FuzzUTF8Codec(f *testing.F) {
+	addSeeds(f,
+		&policydv1.ClassifyRequest{Failure: &policydv1.Failure{Message: "PLACEHOLDER", Headers: map[string]string{"a": "b"},
+			Causes: []*policydv1.Cause{{Code: "c"}}}, Profile: "p"},
+	)
+	f.Add([]byte("\x0a\x0d\x3a\x0bPLACEHOLDE\xff"))
+	f.Add(protowire.AppendString(protowire.AppendTag(nil, utf8MarkField, protowire.BytesType), "x\x00y"))
+	codec := newUTF8Codec()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want policydv1.ClassifyRequest
+		wantErr := proto.Unmarshal(b, &want)
+		var got policydv1.ClassifyRequest
+		err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &got)
+		if wantErr == nil {
+			if err != nil || !proto.Equal(&got, &want) {
+				t.Fatalf("codec: %v, %v; proto.Unmarshal: %v", err, &got, &want)
+			}
+			return
+		}
+		if err != nil {
+			return // still an unmarshal error: grpc-go answers it
+		}
+		fe, ok := errors.AsType[*FieldError](invalidUTF8(&got))
+		if !ok || fe.Field == "" {
+			t.Fatalf("decoded a bad request (%v) without a mark: %v", wantErr, invalidUTF8(&got))
+		}
+	})
+}
