@@ -114,6 +114,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	writers := fs.Int("journal-writers", journal.DefaultWriters, "concurrent journal writers (each commits its own batches)")
 	metricsListen := fs.String("metrics-listen", os.Getenv("POLICYD_METRICS_LISTEN"),
 		"`address` (host:port) to serve Prometheus /metrics, /healthz and /readyz on over HTTP; empty: off (env POLICYD_METRICS_LISTEN)")
+	profiling := fs.Bool("pprof", false,
+		"also serve Go's profiles under /debug/pprof/ on the --metrics-listen address (for an operator profiling a live daemon)")
 	sf := defineSecurityFlags(fs)
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
@@ -144,6 +146,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		psOpts = append(psOpts, server.WithDecisionObserver(ms))
 		jOpts = append(jOpts, journal.WithObserver(ms))
 		gOpts = append(gOpts, server.WithMonitoring(ms.UnaryServerInterceptor(), ms.StreamServerInterceptor()))
+	}
+	if *profiling && ms == nil {
+		return usageErrorf("serve: --pprof needs --metrics-listen: the profiles are served on that address")
 	}
 	var store *journal.Store
 	if *databaseURL != "" {
@@ -190,7 +195,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var metricsSrv *metrics.HTTPServer
 	metricsServed := make(chan error, 1)
 	if ms != nil {
-		if metricsSrv, err = ms.Listen(ctx, *metricsListen, hs, logger); err != nil {
+		if metricsSrv, err = ms.Listen(ctx, *metricsListen, hs, logger, *profiling); err != nil {
 			gs.Stop()
 			return fmt.Errorf("serve: %w", err)
 		}

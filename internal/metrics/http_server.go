@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -36,8 +37,11 @@ type HealthChecker interface {
 }
 
 // Listen listens on addr (host:port; port 0 picks one) for m's metrics and
-// hs's health. Serve it with Serve, stop it with Shutdown.
-func (m *Metrics) Listen(ctx context.Context, addr string, hs HealthChecker, logger *slog.Logger) (*HTTPServer, error) {
+// hs's health, and with profiling Go's profiles under /debug/pprof/ (off
+// by default: a CPU profile costs the daemon while it runs, so only an
+// operator who asked for it should be able to start one). Serve it with
+// Serve, stop it with Shutdown.
+func (m *Metrics) Listen(ctx context.Context, addr string, hs HealthChecker, logger *slog.Logger, profiling bool) (*HTTPServer, error) {
 	lis, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -64,6 +68,13 @@ func (m *Metrics) Listen(ctx context.Context, addr string, hs HealthChecker, log
 		}
 		fmt.Fprintln(w, resp.GetStatus().String())
 	})
+	if profiling {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return &HTTPServer{
 		lis: lis,
 		srv: &http.Server{

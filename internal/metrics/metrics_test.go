@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/status"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
@@ -59,7 +60,7 @@ func startDaemon(t *testing.T) *daemon {
 	}
 	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
 	t.Cleanup(gs.Stop)
-	hsrv, err := ms.Listen(ctx, "127.0.0.1:0", hs, quiet)
+	hsrv, err := ms.Listen(ctx, "127.0.0.1:0", hs, quiet, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,5 +338,31 @@ func TestDecidedBoundsLabels(t *testing.T) {
 	}
 	if n := len(byName["policyd_decisions_total"].GetMetric()); n > metrics.MaxProfiles+1 {
 		t.Errorf("%d decision series, want at most %d", n, metrics.MaxProfiles+1)
+	}
+}
+
+// Go's profiles are served only when asked for.
+func TestProfilingEndpoint(t *testing.T) {
+	t.Parallel()
+	for _, profiling := range []bool{false, true} {
+		ms := metrics.New()
+		hsrv, err := ms.Listen(t.Context(), "127.0.0.1:0", health.NewServer(), quiet, profiling)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go hsrv.Serve() //nolint:errcheck // nil after Shutdown
+		resp, err := http.Get("http://" + hsrv.Addr().String() + "/debug/pprof/cmdline")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := http.StatusNotFound
+		if profiling {
+			want = http.StatusOK
+		}
+		if resp.StatusCode != want {
+			t.Errorf("profiling=%v: /debug/pprof/cmdline answered %d, want %d", profiling, resp.StatusCode, want)
+		}
+		hsrv.Shutdown(context.Background()) //nolint:errcheck // a test server
 	}
 }
