@@ -101,8 +101,10 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*
 		// Serve calls on a fixed set of goroutines whose stacks have
 		// already grown, instead of a new goroutine per call that grows its
 		// stack through the interceptor chain and the classifier every time
-		// (measured: a tenth of a Classify's CPU in runtime.newstack).
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// (measured: a seventh of a Classify's CPU in runtime.newstack).
+		// Enough of them for the calls in flight of a busy daemon (grpc-go
+		// starts a goroutine for a call when every worker is busy).
+		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.ForceServerCodecV2(newUTF8Codec()),
