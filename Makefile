@@ -46,6 +46,8 @@ FUZZ_TARGETS := \
 	./internal/classifier:FuzzScanJSONKeys \
 	./internal/classifier:FuzzParseRuleSet \
 	./internal/auth:FuzzParseTokens \
+	./internal/policy:FuzzParse \
+	./internal/journal:FuzzDecodePageToken \
 	./internal/server:FuzzValidateClassifyRequest \
 	./internal/server:FuzzValidateNextDelayRequest \
 	./internal/server:FuzzUTF8Codec
