@@ -104,7 +104,7 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*
 		// (measured: a seventh of a Classify's CPU in runtime.newstack).
 		// Enough of them for the calls in flight of a busy daemon (grpc-go
 		// starts a goroutine for a call when every worker is busy).
-		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))),
+		grpc.NumStreamWorkers(uint32(64 * runtime.GOMAXPROCS(0))),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.ForceServerCodecV2(newUTF8Codec()),
