@@ -47,11 +47,23 @@ type AuthError struct {
 }
 
 func (e *AuthError) Error() string {
+	msg := status.Convert(e.Err).Message()
+	if strings.Contains(msg, errPlaintextToken) {
+		return fmt.Sprintf("policyd: %s: %s", e.Method, msg) // the client's own refusal says what to do
+	}
 	hint := "set " + EnvToken + " (or WithToken) to a token of the daemon's --auth-tokens file"
 	if e.TokenSet {
 		hint = "the token sent (" + EnvToken + " or WithToken) is not in the daemon's --auth-tokens file"
 	}
-	return fmt.Sprintf("policyd: %s: UNAUTHENTICATED: %s; %s", e.Method, status.Convert(e.Err).Message(), hint)
+	return fmt.Sprintf("policyd: %s: UNAUTHENTICATED: %s; %s", e.Method, msg, hint)
+}
+
+// errPlaintextToken starts the client's refusal to send a token in
+// plaintext beyond loopback.
+const errPlaintextToken = "not sending the bearer token in plaintext"
+
+func plaintextTokenError(addr string) string {
+	return fmt.Sprintf("%s to %s, which is not a loopback address: use TLS (WithTLS or %s)", errPlaintextToken, addr, EnvTLSCA)
 }
 
 // Unwrap returns ErrUnauthenticated and the status error.
@@ -68,8 +80,9 @@ func (c *Client) authError(method string, err error) *AuthError {
 
 // WithToken makes token the bearer token sent with every call as
 // "authorization: Bearer TOKEN" (default: $POLICYD_TOKEN; none when it is
-// unset). Over plaintext the token is only sent to a loopback address; any
-// other address needs TLS (WithTLS), else calls fail with an *AuthError.
+// unset; WithToken("") sends none). Over plaintext the token is only sent
+// to a loopback address; any other address needs TLS (WithTLS), else Dial
+// returns an error.
 func WithToken(token string) Option {
 	return func(c *config) { c.token, c.tokenSet = token, true }
 }
@@ -135,7 +148,9 @@ func (c *config) transportCredentials() (credentials.TransportCredentials, error
 // bearerToken sends the token with every call. It tells grpc-go that it
 // does not require transport security (which would refuse it on any
 // plaintext connection) and checks instead: over a connection without
-// privacy it sends the token only to a loopback address.
+// privacy it sends the token only to a loopback address. (Dial refuses the
+// obvious case at once; this check also covers credentials given with
+// WithDialOptions and targets that resolve elsewhere.)
 type bearerToken struct {
 	header   string // "Bearer TOKEN"
 	addr     string
@@ -146,7 +161,9 @@ func (b *bearerToken) GetRequestMetadata(ctx context.Context, _ ...string) (map[
 	if !b.loopback {
 		ri, _ := credentials.RequestInfoFromContext(ctx)
 		if credentials.CheckSecurityLevel(ri.AuthInfo, credentials.PrivacyAndIntegrity) != nil {
-			return nil, fmt.Errorf("policyd: not sending the bearer token in plaintext to %s, which is not a loopback address: use TLS (WithTLS or %s)", b.addr, EnvTLSCA)
+			// UNAUTHENTICATED, so that the client reports it rather than
+			// failing open as grpc-go's UNAVAILABLE for other errors would.
+			return nil, status.Error(codes.Unauthenticated, plaintextTokenError(b.addr))
 		}
 	}
 	return map[string]string{"authorization": b.header}, nil

@@ -59,6 +59,9 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 		}
 	}
 	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if cfg.token != "" && !cfg.tls && len(cfg.dialOptions) == 0 && !isLoopbackTarget(addr) {
+		return nil, fmt.Errorf("policyd: dial %q: %s", addr, plaintextTokenError(addr))
+	}
 	if cfg.token != "" {
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(&bearerToken{
 			header: "Bearer " + cfg.token, addr: addr, loopback: isLoopbackTarget(addr),
