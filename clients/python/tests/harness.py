@@ -30,6 +30,11 @@ _DAEMON_ENV_DROP = (
     "POLICYD_MAX_RETRY_DELAY",
     "POLICYD_MAX_PROVIDER_RETRY_AFTER",
     "POLICYD_RETRY_IRREVERSIBLE",
+    # ... or secure it: tests that want tokens or TLS pass the flags.
+    "POLICYD_AUTH_TOKENS",
+    "POLICYD_TLS_CERT",
+    "POLICYD_TLS_KEY",
+    "POLICYD_TLS_CLIENT_CA",
 )
 
 
