@@ -37,7 +37,11 @@ type Client struct {
 // Dial returns a Client of the policyd at addr (host:port); an empty addr
 // means $POLICYD_ADDR, else DefaultAddr. It does not connect: a daemon that
 // is down when Dial runs (or later) makes the client fail open, not fail.
-// The connection is plaintext unless WithDialOptions says otherwise.
+// The connection is plaintext unless WithTLS, WithClientCert (or
+// $POLICYD_TLS_CA, $POLICYD_TLS_CERT and $POLICYD_TLS_KEY) or
+// WithDialOptions say otherwise; a token (WithToken, else $POLICYD_TOKEN)
+// goes with every call. A CA or client certificate file that cannot be
+// read is Dial's error.
 func Dial(addr string, opts ...Option) (*Client, error) {
 	if addr == "" {
 		addr = os.Getenv(EnvAddr)
@@ -46,7 +50,24 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 		addr = DefaultAddr
 	}
 	cfg := newConfig(opts)
-	dialOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.dialOptions...)
+	cfg.fromEnv()
+	creds := insecure.NewCredentials()
+	if cfg.tls {
+		var err error
+		if creds, err = cfg.transportCredentials(); err != nil {
+			return nil, fmt.Errorf("policyd: dial %q: %w", addr, err)
+		}
+	}
+	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if cfg.token != "" && !cfg.tls && len(cfg.dialOptions) == 0 && !isLoopbackTarget(addr) {
+		return nil, fmt.Errorf("policyd: dial %q: %s", addr, plaintextTokenError(addr))
+	}
+	if cfg.token != "" {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(&bearerToken{
+			header: "Bearer " + cfg.token, addr: addr, loopback: isLoopbackTarget(addr),
+		}))
+	}
+	dialOpts = append(dialOpts, cfg.dialOptions...)
 	conn, err := grpc.NewClient(addr, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("policyd: dial %q: %w", addr, err)
@@ -115,7 +136,12 @@ func (c *Client) Do(ctx context.Context, call Call, fn AttemptFunc) error {
 			// ran: there is nothing to decide.
 			return r.giveUp(ctx, err, f, attempt, took)
 		}
-		d, ok := r.decide(ctx, f, attempt, took)
+		d, ok, aerr := r.decide(ctx, f, attempt, took)
+		if aerr != nil {
+			// A configuration error, not an outage: failing open would hide
+			// it behind retries that look fine.
+			return &Error{Err: err, Attempts: attempt, ContextID: r.contextID, authErr: aerr}
+		}
 		if !ok {
 			return r.giveUp(ctx, err, f, attempt, took)
 		}
@@ -178,6 +204,9 @@ func (c *Client) Classify(ctx context.Context, f *Failure, profile string) (Clas
 		resp, err = c.policy.Classify(ctx, &policydv1.ClassifyRequest{Failure: f.proto(), Profile: profile})
 		return err
 	})
+	if aerr := c.authError("Classify", err); aerr != nil {
+		return Classification{}, aerr
+	}
 	if err != nil {
 		return Classification{}, fmt.Errorf("policyd: classify: %w", err)
 	}
@@ -250,8 +279,9 @@ func (r *run) failure(err error) *Failure {
 }
 
 // decide asks policyd, or the fail-open policy when policyd cannot answer.
-// ok is false only when ctx ended first.
-func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Duration) (Decision, bool) {
+// ok is false only when ctx ended first; aerr is policyd's UNAUTHENTICATED
+// answer, on which the client does not fail open.
+func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Duration) (d Decision, ok bool, aerr *AuthError) {
 	c := r.c
 	beginErr := r.begin(ctx)
 	now := c.cfg.clock.Now()
@@ -276,9 +306,11 @@ func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Dur
 		})
 	}
 	if ctx.Err() != nil {
-		return Decision{}, false
+		return Decision{}, false, nil
 	}
-	var d Decision
+	if aerr := c.authError("NextDelay", err); aerr != nil {
+		return Decision{}, false, aerr
+	}
 	if err == nil {
 		d = decisionFromProto(resp.GetDecision())
 	} else {
@@ -297,7 +329,7 @@ func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Dur
 	if r.journalID() != "" && !d.Journaled {
 		r.record(f, attempt, took, d)
 	}
-	return d, true
+	return d, true, nil
 }
 
 func (r *run) options() *policydv1.ClassifyOptions {

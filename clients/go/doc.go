@@ -26,6 +26,12 @@
 // exponential backoff with full jitter, Retry-After honoured) and warns once
 // per outage, so a daemon outage never becomes an agent outage.
 //
+// Against a daemon with --auth-tokens or TLS, [WithToken], [WithTLS] and
+// [WithClientCert] (or POLICYD_TOKEN, POLICYD_TLS_CA, POLICYD_TLS_CERT and
+// POLICYD_TLS_KEY) supply the credentials. A daemon that answers
+// UNAUTHENTICATED is a configuration error, not an outage: the client does
+// not fail open on it but returns an error matching [ErrUnauthenticated].
+//
 // [FailureFromError] is the heart of it and is exported so callers can see
 // what policyd is told: it reads [*HTTPError], *url.Error, net.Error,
 // *net.DNSError, syscall.Errno, io.ErrUnexpectedEOF, context errors, gRPC

@@ -20,6 +20,10 @@ type Error struct {
 	Decision Decision
 	// ContextID is the journal's RetryContext id; empty when not journaled.
 	ContextID string
+	// authErr is the daemon's UNAUTHENTICATED answer when it stopped the
+	// call (errors.Is(err, ErrUnauthenticated); errors.As reaches the
+	// *AuthError).
+	authErr *AuthError
 	// ctxErr is the caller's context error (its cause) when the context
 	// ended the call.
 	ctxErr error
@@ -41,6 +45,8 @@ func (e *Error) Error() string {
 		attempts += "s"
 	}
 	switch {
+	case e.authErr != nil:
+		fmt.Fprintf(&b, "stopped after %s: %s", attempts, strings.TrimPrefix(e.authErr.Error(), "policyd: "))
 	case e.ctxErr != nil:
 		fmt.Fprintf(&b, "gave up after %s: %v", attempts, e.ctxErr)
 	case e.Decision.Action == ActionFallBack:
@@ -53,11 +59,15 @@ func (e *Error) Error() string {
 }
 
 // Unwrap returns the attempt's error and, when the context ended the call,
-// the context's error.
+// the context's error, or when the daemon refused the client's credentials,
+// the *AuthError.
 func (e *Error) Unwrap() []error {
 	errs := make([]error, 0, 2)
 	if e.Err != nil {
 		errs = append(errs, e.Err)
+	}
+	if e.authErr != nil {
+		errs = append(errs, e.authErr)
 	}
 	if e.ctxErr != nil {
 		errs = append(errs, e.ctxErr)

@@ -103,3 +103,14 @@ func ExampleFailOpenPolicy_Decide() {
 	// RETRY 2s RATE_LIMIT fail_open.rate_limit
 	// STOP 0s AUTH_INVALID fail_open.status
 }
+
+func ExampleWithToken() {
+	client, err := policyd.Dial("policyd.internal:7433",
+		policyd.WithToken(os.Getenv("AGENT_POLICYD_TOKEN")),
+		policyd.WithTLS("/etc/policyd/ca.pem"), // "" for the system roots
+		policyd.WithClientCert("/etc/policyd/agent.pem", "/etc/policyd/agent-key.pem"))
+	if err != nil {
+		log.Fatal(err) // e.g. a CA or certificate file that cannot be read
+	}
+	defer client.Close()
+}

@@ -57,6 +57,9 @@ func (r *run) begin(ctx context.Context) error {
 		// e.g. a ContextID that is not a UUID, or an unknown profile: sending
 		// it again with every decision would only get it refused again.
 		r.journal = false
+		if status.Code(err) == codes.Unauthenticated {
+			break // NextDelay's refusal, which follows, stops the call and says why
+		}
 		r.c.warnOnce("journal-refused/"+status.Code(err).String(), "policyd: the daemon refused to begin a journal "+
 			"context; such calls are not journaled", "context_id", r.contextID, "profile", r.call.Profile, "error", err)
 	default:

@@ -121,12 +121,13 @@ func (d *daemon) stop() {
 
 // startDaemon starts `policyd serve` on listen (host:port; port 0 picks a
 // free one) and waits for its "serving" record. databaseURL empty: the
-// journal is off.
-func startDaemon(listen, databaseURL string) (*daemon, error) {
+// journal is off. extra are more serve flags, e.g. --auth-tokens FILE.
+func startDaemon(listen, databaseURL string, extra ...string) (*daemon, error) {
 	args := []string{"serve", "--listen", listen, "--log-format", "json"}
 	if databaseURL != "" {
 		args = append(args, "--database-url", databaseURL)
 	}
+	args = append(args, extra...)
 	cmd := exec.Command(binPath, args...)
 	// The daemon reads POLICYD_* and DATABASE_URL: give it none of ours.
 	for _, kv := range os.Environ() {

@@ -37,6 +37,14 @@ type config struct {
 	failOpen      FailOpenPolicy
 	onDecision    DecisionFunc
 	dialOptions   []grpc.DialOption
+
+	// Authentication and TLS (auth.go); the *Set fields say an option gave
+	// the value, else Dial reads the environment.
+	token                  string
+	tokenSet               bool
+	tls                    bool
+	tlsCA, tlsCert, tlsKey string
+	tlsCASet, tlsCertSet   bool
 }
 
 func newConfig(opts []Option) config {
@@ -131,7 +139,8 @@ type DecisionFunc func(attempt int, err error, d Decision)
 func WithOnDecision(fn DecisionFunc) Option { return func(c *config) { c.onDecision = fn } }
 
 // WithDialOptions adds gRPC dial options for Dial (default: plaintext, as
-// policyd serves on loopback without TLS).
+// policyd serves on loopback without TLS; WithTLS, WithClientCert and
+// WithToken cover policyd's own TLS and tokens).
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *config) { c.dialOptions = append(c.dialOptions, opts...) }
 }

@@ -148,6 +148,28 @@ func TestREADMEExamplesRun(t *testing.T) {
 		}
 	})
 
+	t.Run("fetch: a token over TLS from the environment", func(t *testing.T) {
+		t.Parallel()
+		ca := newTestCA(t)
+		srvCert, srvKey := ca.issue("localhost", true)
+		d := authDaemon(t, "--auth-tokens", tokensFile(t), "--tls-cert", srvCert, "--tls-key", srvKey)
+		srv := newFlaky(t, step{status: 503}, step{status: 200, body: "ok"})
+		env := []string{"POLICYD_ADDR=" + d.addr, "POLICYD_TLS_CA=" + ca.CertFile}
+		stdout, stderr, err := runExample(t, "fetch", append(env, "POLICYD_TOKEN="+testToken), srv.URL)
+		if err != nil || stdout != "fetched 2 bytes\n" || stderr != "" {
+			t.Errorf("fetch = %v, printed %q and logged %q; want the page and no warning", err, stdout, stderr)
+		}
+		srv = newFlaky(t, step{status: 503}, step{status: 200, body: "ok"})
+		_, stderr, err = runExample(t, "fetch", env, srv.URL)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || !strings.Contains(stderr, "UNAUTHENTICATED") || !strings.Contains(stderr, "set POLICYD_TOKEN") {
+			t.Errorf("fetch without a token = %v, logged %q; want exit status 1 naming POLICYD_TOKEN", err, stderr)
+		}
+		if strings.Contains(stderr, testToken) || strings.Contains(d.logText(), testToken) {
+			t.Error("the token reached a log")
+		}
+	})
+
 	t.Run("fetch: policyd down, the client fails open", func(t *testing.T) {
 		t.Parallel()
 		srv := newFlaky(t, step{status: 503}, step{status: 200, body: "ok"})

@@ -6,7 +6,9 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from harness import CountingInterceptor, Daemon, FakeServer, policyd_bin
+import shutil
+
+from harness import Certs, CountingInterceptor, Daemon, FakeServer, make_certs, policyd_bin, tokens_file
 from policyd_client import Client
 
 
@@ -37,6 +39,42 @@ def database_url() -> str:
 def journal_daemon(binary: str, database_url: str) -> Iterator[Daemon]:
     """policyd with a PostgreSQL journal."""
     d = Daemon(binary, database_url=database_url)
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    """A throwaway CA with a server and a client certificate (generated with openssl)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed: TLS tests skipped")
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="session")
+def auth_daemon(binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """policyd with --auth-tokens (tenant acme, harness.TOKEN), in plaintext on loopback."""
+    d = Daemon(binary, args=("--auth-tokens", tokens_file(tmp_path_factory.mktemp("tokens"))))
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_daemon(binary: str, certs: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """policyd with --auth-tokens and TLS (no client certificate required)."""
+    tokens = tokens_file(tmp_path_factory.mktemp("tokens"))
+    d = Daemon(binary, args=("--auth-tokens", tokens, "--tls-cert", certs.server_cert, "--tls-key", certs.server_key))
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="session")
+def mtls_daemon(binary: str, certs: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """policyd with --auth-tokens and mutual TLS."""
+    tokens = tokens_file(tmp_path_factory.mktemp("tokens"))
+    args = ("--auth-tokens", tokens, "--tls-cert", certs.server_cert, "--tls-key", certs.server_key,
+            "--tls-client-ca", certs.ca)  # fmt: skip
+    d = Daemon(binary, args=args)
     yield d
     d.stop()
 

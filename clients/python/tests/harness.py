@@ -30,6 +30,11 @@ _DAEMON_ENV_DROP = (
     "POLICYD_MAX_RETRY_DELAY",
     "POLICYD_MAX_PROVIDER_RETRY_AFTER",
     "POLICYD_RETRY_IRREVERSIBLE",
+    # ... or secure it: tests that want tokens or TLS pass the flags.
+    "POLICYD_AUTH_TOKENS",
+    "POLICYD_TLS_CERT",
+    "POLICYD_TLS_KEY",
+    "POLICYD_TLS_CLIENT_CA",
 )
 
 
@@ -232,3 +237,52 @@ class CountingInterceptor(grpc.UnaryUnaryClientInterceptor):  # type: ignore[mis
     def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         self.methods.append(client_call_details.method.rsplit("/", 1)[-1])
         return continuation(client_call_details, request)
+
+
+# ---- authentication and TLS
+
+#: The token of tenant "acme" in tokens_file(); and one the daemon does not know.
+TOKEN = "acme-python-client-token-000001"
+WRONG_TOKEN = "not-a-known-token-python-000002"
+
+
+def tokens_file(directory: Path) -> str:
+    """Write a --auth-tokens file naming tenant acme with TOKEN; return its path."""
+    path = directory / "tokens"
+    path.write_text(f"acme {TOKEN}\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+@dataclass
+class Certs:
+    """PEM files of a throwaway CA, a server certificate for 127.0.0.1 and localhost, and a client one."""
+
+    ca: str
+    server_cert: str
+    server_key: str
+    client_cert: str
+    client_key: str
+
+
+def make_certs(directory: Path) -> Certs:
+    """Generate Certs in directory with the openssl command-line tool (P-256 keys, valid one day)."""
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
+    openssl("req", "-x509", *ec, "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "1",
+            "-subj", "/CN=policyd python test CA",
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,digitalSignature")  # fmt: skip
+    for name, ext in (
+        ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"),
+        ("client", "extendedKeyUsage=clientAuth\n"),
+    ):
+        (directory / f"{name}.ext").write_text("keyUsage=critical,digitalSignature\n" + ext)
+        cn = "localhost" if name == "server" else "agent"
+        openssl("req", *ec, "-keyout", f"{name}-key.pem", "-out", f"{name}.csr", "-subj", f"/CN={cn}")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial",
+                "-days", "1", "-out", f"{name}.pem", "-extfile", f"{name}.ext")  # fmt: skip
+    d = str(directory)
+    return Certs(f"{d}/ca.pem", f"{d}/server.pem", f"{d}/server-key.pem", f"{d}/client.pem", f"{d}/client-key.pem")

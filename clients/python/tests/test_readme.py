@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import Daemon, FakeServer, Reply
+from harness import TOKEN, Certs, Daemon, FakeServer, Reply
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -36,8 +36,12 @@ def blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
+def example_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy") and not k.startswith("POLICYD_")}
+
+
 def test_readme_has_the_examples() -> None:
-    assert len(blocks()) == 3
+    assert len(blocks()) == 4
 
 
 @pytest.mark.parametrize("index, expect", [(0, "hi from the fake model"), (1, "<h1>Example"), (2, "hello from the fake claude")])
@@ -49,7 +53,7 @@ def test_readme_example_runs(index: int, expect: str, daemon: Daemon, server: Fa
         Reply(529, headers={"retry-after": "1"}, body='{"type": "error", "error": {"type": "overloaded_error"}}'),
         Reply(200, body=MESSAGE),
     )
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env = example_env()
     env.update(
         POLICYD_ADDR=daemon.addr,
         OPENAI_BASE_URL=server.url("/v1"),
@@ -66,3 +70,29 @@ def test_readme_example_runs(index: int, expect: str, daemon: Daemon, server: Fa
     assert expect in run.stdout
     hits = sum(server.count(p) for p in ("/v1/chat/completions", "http://example.com/", "/v1/messages"))
     assert hits == 2  # one failure, one retry
+
+
+def test_readme_auth_example_runs(tls_daemon: Daemon, certs: Certs, server: FakeServer) -> None:
+    """The Authentication and TLS example, against a daemon with tokens and TLS: with POLICYD_TOKEN
+    it fetches through a retry; without it, it exits naming POLICYD_TOKEN after one attempt."""
+    env = example_env()
+    env.update(
+        POLICYD_ADDR=tls_daemon.addr,
+        POLICYD_TLS_CA=certs.ca,
+        HTTP_PROXY=server.url(""),
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+    )
+    code = blocks()[3]
+    server.script("http://example.com/", Reply(503), Reply(200, body="<h1>Example Domain</h1>"))
+    run = subprocess.run([sys.executable, "-c", code], env={**env, "POLICYD_TOKEN": TOKEN},
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "<h1>Example" in run.stdout and server.count("http://example.com/") == 2
+
+    server.script("http://example.com/", Reply(503), Reply(200, body="<h1>Example Domain</h1>"))
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert "UNAUTHENTICATED" in run.stderr and "set POLICYD_TOKEN" in run.stderr
+    assert server.count("http://example.com/") == 1
+    assert TOKEN not in run.stderr + tls_daemon.logs()

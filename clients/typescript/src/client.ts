@@ -28,6 +28,7 @@ import { HttpError } from "./http_error.js";
 import { Journal } from "./journal.js";
 import { JOURNAL_OFF, REFUSED, type RpcOptions, type RpcResult } from "./rpc.js";
 import { PolicydError } from "./policyd_error.js";
+import { PolicydAuthError, bearerInterceptor, isUnauthenticated, resolveSecurity } from "./auth.js";
 
 /** The daemon address used when none is given and POLICYD_ADDR is unset: `make run`'s listen address. */
 export const DEFAULT_ADDRESS = "127.0.0.1:7433";
@@ -159,13 +160,33 @@ export interface ClientOptions {
   onDecision?: (event: { attempt: number; error: unknown; decision: Decision }) => void;
   /** Interceptors for the gRPC transport, e.g. to add metadata or count RPCs. */
   interceptors?: Interceptor[];
-  /** A transport to use instead of the client's own plaintext gRPC one. */
+  /** A transport to use instead of the client's own gRPC one; it carries its own credentials. */
   transport?: Transport;
+  /**
+   * The bearer token sent as `authorization: Bearer TOKEN` on every call
+   * (a daemon started with --auth-tokens requires one); unset: $POLICYD_TOKEN;
+   * "" sends none. In plaintext it goes only to a loopback address.
+   */
+  token?: string;
+  /**
+   * TLS to the daemon (1.2 or later), verified against the system roots
+   * unless tlsCaFile says otherwise; unset: on when a CA or client
+   * certificate is given (or the address is https://).
+   */
+  tls?: boolean;
+  /** A PEM file of CA certificates to verify the daemon with; unset: $POLICYD_TLS_CA. */
+  tlsCaFile?: string;
+  /** PEM client certificate for mutual TLS; unset: $POLICYD_TLS_CERT (with tlsKeyFile, $POLICYD_TLS_KEY). */
+  tlsCertFile?: string;
+  /** PEM private key of tlsCertFile; unset: $POLICYD_TLS_KEY. */
+  tlsKeyFile?: string;
 }
 
 /**
  * createClient returns a policyd client. It does not connect: a daemon that
- * is down (now or later) makes the client fail open, not fail.
+ * is down (now or later) makes the client fail open, not fail. It throws
+ * for a TLS file that cannot be read, or a token that would go in
+ * plaintext beyond loopback.
  */
 export function createClient(options: ClientOptions = {}): PolicydClient {
   return new PolicydClient(options);
@@ -197,6 +218,7 @@ export class PolicydClient {
   readonly #onDecision: ClientOptions["onDecision"];
   readonly #policy: ConnectClient<typeof PolicyService>;
   readonly #internals: ClientInternals;
+  readonly #tokenSet: boolean;
   #degraded = false;
   readonly #warned = new Set<string>();
   readonly #pending = new Set<Promise<void>>();
@@ -204,11 +226,18 @@ export class PolicydClient {
   constructor(options: ClientOptions = {}) {
     const address = (options.address || process.env["POLICYD_ADDR"] || DEFAULT_ADDRESS).trim();
     this.address = address.replace(/^https?:\/\//, "").replace(/\/+$/, "");
+    const explicit = options.token || options.tls || options.tlsCaFile || options.tlsCertFile || options.tlsKeyFile;
+    if (options.transport && explicit) {
+      throw new Error("policyd: give token and TLS options or a transport, not both (the transport carries its own)");
+    }
+    const sec = options.transport ? undefined : resolveSecurity(address, options);
+    this.#tokenSet = Boolean(sec?.token);
     const transport =
       options.transport ??
       createGrpcTransport({
-        baseUrl: /^https?:\/\//.test(address) ? address : `http://${address}`,
-        interceptors: options.interceptors ?? [],
+        baseUrl: sec!.baseUrl,
+        ...(sec!.nodeOptions ? { nodeOptions: sec!.nodeOptions } : {}),
+        interceptors: [...(sec!.token ? [bearerInterceptor(sec!.token)] : []), ...(options.interceptors ?? [])],
       });
     this.#policy = createConnectClient(PolicyService, transport);
     this.#profile = options.profile ?? "";
@@ -310,7 +339,14 @@ export class PolicydClient {
             throw new PolicydError({ cause: err, attempts: attempt, decision: deadlineDecision(attempt), failure, contextId: journal.contextId });
           }
 
-          const decision = await this.#decide(failure, attempt, took, profile, options, classifyOptions, journal, start, deadlineMs, signal);
+          let decision: Decision | undefined;
+          try {
+            decision = await this.#decide(failure, attempt, took, profile, options, classifyOptions, journal, start, deadlineMs, signal);
+          } catch (authErr) {
+            // A refused token is a configuration error: failing open would hide it.
+            if (authErr instanceof PolicydAuthError) authErr.error = err;
+            throw authErr;
+          }
           if (callerSignal?.aborted) {
             journal.giveUp(failure, attempt, took, classifyOptions, "ABANDONED", signal);
             throw callerSignal.reason;
@@ -376,8 +412,13 @@ export class PolicydClient {
     if (options.retryFetchErrors) req.options = create(ClassifyOptionsSchema, { retryFetchErrors: true });
     const callOpts: { timeoutMs: number; signal?: AbortSignal } = { timeoutMs: this.#internals.daemonTimeoutMs };
     if (options.signal) callOpts.signal = options.signal;
-    const res = await this.#policy.classify(req, callOpts);
-    return classificationFromProto(res.classification);
+    try {
+      const res = await this.#policy.classify(req, callOpts);
+      return classificationFromProto(res.classification);
+    } catch (err) {
+      if (isUnauthenticated(err)) throw new PolicydAuthError(this.address, "Classify", err, this.#tokenSet);
+      throw err;
+    }
   }
 
   /**
@@ -433,6 +474,9 @@ export class PolicydClient {
       ? await this.#rpc("NextDelay", signal, deadlineMs, (o) => this.#policy.nextDelay(req, o))
       : { ok: false, code: undefined };
     if (signal.aborted) return undefined;
+    if (!res.ok && res.error && isUnauthenticated(res.error)) {
+      throw new PolicydAuthError(this.address, "NextDelay", res.error, this.#tokenSet);
+    }
     let d: Decision;
     if (res.ok) {
       d = decisionFromProto(res.value.decision);
@@ -485,7 +529,13 @@ export class PolicydClient {
       if (JOURNAL_OFF.has(ce.code) && method !== "NextDelay") {
         return { ok: false, code: ce.code }; // the journal is off: journal.ts warns once
       }
-      if (REFUSED.has(ce.code)) {
+      if (ce.code === Code.Unauthenticated) {
+        // NextDelay's refusal rejects the call (see decide), and BeginContext's
+        // is followed by NextDelay's; the journal's others only warn.
+        if (method !== "NextDelay" && method !== "BeginContext") {
+          this.#warnOnce(`${method}/${ce.code}`, new PolicydAuthError(this.address, method, ce, this.#tokenSet).message);
+        }
+      } else if (REFUSED.has(ce.code)) {
         this.#warnOnce(
           `${method}/${ce.code}`,
           `policyd: the daemon refused a ${method} request (${Code[ce.code]}: ${ce.rawMessage}); deciding with the built-in fail-open policy where a decision was needed`,
@@ -497,7 +547,7 @@ export class PolicydClient {
             `deciding with the built-in fail-open policy (retries connection errors, 429 and 5xx) until it answers again`,
         );
       }
-      return { ok: false, code: ce.code };
+      return { ok: false, code: ce.code, error: ce };
     }
   }
 

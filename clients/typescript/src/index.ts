@@ -33,4 +33,5 @@ export { type Cause, type Failure, type Phase, emptyFailure, failureFromError, h
 export { HttpError, checkResponse, type HttpErrorInit } from "./http_error.js";
 export { type JournalOutcome } from "./journal.js";
 export { PolicydError, type PolicydErrorInit } from "./policyd_error.js";
+export { PolicydAuthError, ENV_TOKEN, ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY } from "./auth.js";
 export { retryAfterMs } from "./retry_after.js";

@@ -1,6 +1,6 @@
 // What an RPC to policyd answers, and how its failure codes are read.
 
-import { Code } from "@connectrpc/connect";
+import { Code, type ConnectError } from "@connectrpc/connect";
 
 /** @internal The options of one RPC. */
 export interface RpcOptions {
@@ -9,7 +9,7 @@ export interface RpcOptions {
 }
 
 /** @internal An RPC's answer, or its code when it failed (undefined: not sent, or aborted by the caller). */
-export type RpcResult<R> = { ok: true; value: R } | { ok: false; code: Code | undefined };
+export type RpcResult<R> = { ok: true; value: R } | { ok: false; code: Code | undefined; error?: ConnectError };
 
 /** @internal Codes with which the journal RPCs say policyd runs without a database. */
 export const JOURNAL_OFF = new Set([Code.FailedPrecondition, Code.Unimplemented]);

@@ -3,7 +3,7 @@
 // random, logger, an RPC counter). Nothing here mocks policyd.
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createTcpServer, type Server as TcpServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
@@ -51,9 +51,12 @@ export interface Daemon {
   stop(): Promise<void>;
 }
 
-/** startDaemon starts policyd on a free loopback port and waits for its "serving" record. */
-export async function startDaemon(databaseUrl?: string): Promise<Daemon> {
-  const args = ["serve", "--listen", "127.0.0.1:0", "--log-format", "json"];
+/**
+ * startDaemon starts policyd on a free loopback port and waits for its
+ * "serving" record; extra are more serve flags, e.g. --auth-tokens FILE.
+ */
+export async function startDaemon(databaseUrl?: string, extra: string[] = []): Promise<Daemon> {
+  const args = ["serve", "--listen", "127.0.0.1:0", "--log-format", "json", ...extra];
   if (databaseUrl) args.push("--database-url", databaseUrl);
   // The daemon reads POLICYD_* and DATABASE_URL: give it none of ours.
   const env: Record<string, string> = {};
@@ -99,6 +102,64 @@ after(async () => {
   for (const d of daemons.values()) await (await d).stop();
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
+
+/** A daemon of this process's own with extra serve flags, stopped when the tests end. */
+export async function daemonWith(key: string, extra: string[]): Promise<Daemon> {
+  if (!daemons.has(key)) daemons.set(key, startDaemon(undefined, extra));
+  return daemons.get(key)!;
+}
+
+/** The token of tenant acme in tokensFile(); and one the daemon does not know. */
+export const TOKEN = "acme-typescript-client-token-01";
+export const WRONG_TOKEN = "not-a-known-token-typescript-02";
+
+/** tokensFile writes a --auth-tokens file naming tenant acme with TOKEN and returns its path. */
+export function tokensFile(): string {
+  const path = join(tmpDir(), "tokens");
+  writeFileSync(path, `acme ${TOKEN}\n`, { mode: 0o600 });
+  return path;
+}
+
+/** PEM files of a throwaway CA, a server certificate for 127.0.0.1 and localhost, and a client certificate. */
+export interface Certs {
+  ca: string;
+  serverCert: string;
+  serverKey: string;
+  clientCert: string;
+  clientKey: string;
+}
+
+let certs: Certs | undefined;
+/** makeCerts generates Certs once, with the openssl command-line tool (P-256 keys, valid one day). */
+export function makeCerts(): Certs {
+  if (certs) return certs;
+  const dir = mkdtempSync(join(tmpDir(), "certs-"));
+  const openssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: ["ignore", "ignore", "pipe"] });
+  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+  openssl("req", "-x509", ...ec, "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "1", "-subj", "/CN=policyd ts test CA",
+    "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,digitalSignature");
+  for (const [name, cn, ext] of [
+    ["server", "localhost", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"],
+    ["client", "agent", "extendedKeyUsage=clientAuth\n"],
+  ] as const) {
+    writeFileSync(join(dir, `${name}.ext`), `keyUsage=critical,digitalSignature\n${ext}`);
+    openssl("req", ...ec, "-keyout", `${name}-key.pem`, "-out", `${name}.csr`, "-subj", `/CN=${cn}`);
+    openssl("x509", "-req", "-in", `${name}.csr`, "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial", "-days", "1",
+      "-out", `${name}.pem`, "-extfile", `${name}.ext`);
+  }
+  const f = (n: string) => join(dir, n);
+  return (certs = { ca: f("ca.pem"), serverCert: f("server.pem"), serverKey: f("server-key.pem"), clientCert: f("client.pem"), clientKey: f("client-key.pem") });
+}
+
+/** Whether the openssl command is there to make certificates. */
+export function haveOpenssl(): boolean {
+  try {
+    execFileSync("openssl", ["version"], { stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 /** The address of this process's daemon without a journal. */
 export async function daemonAddr(): Promise<string> {

@@ -7,7 +7,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { before, describe, test } from "node:test";
 import { promisify } from "node:util";
-import { bodies, daemonAddr, flaky, packageDir } from "./harness.js";
+import { TOKEN, bodies, daemonAddr, daemonWith, flaky, haveOpenssl, makeCerts, packageDir, tokensFile } from "./harness.js";
 
 const run = promisify(execFile);
 
@@ -24,7 +24,8 @@ const dir = join(packageDir, "build", "readme");
 async function runExample(i: number, env: Record<string, string>, args: string[] = []) {
   const file = join(dir, `example-${i}.mjs`);
   try {
-    const { stdout, stderr } = await run(process.execPath, [file, ...args], { env: { ...process.env, ...env }, timeout: 30_000 });
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("POLICYD_") || k === "POLICYD_BIN"));
+    const { stdout, stderr } = await run(process.execPath, [file, ...args], { env: { ...base, ...env }, timeout: 30_000 });
     return { code: 0, stdout, stderr };
   } catch (e) {
     const err = e as { code?: number; stdout?: string; stderr?: string };
@@ -43,7 +44,7 @@ describe("README examples", { concurrency: true }, () => {
     });
   });
 
-  test("there are three, each tested below", () => assert.equal(blocks.length, 3));
+  test("there are four, each tested below", () => assert.equal(blocks.length, 4));
 
   test("they type-check as strict TypeScript", async () => {
     writeFileSync(
@@ -78,5 +79,23 @@ describe("README examples", { concurrency: true }, () => {
     assert.match(r.stderr, /\[AUTH_INVALID, rule web\.auth_required\]/);
     assert.match(r.stderr, /^Authentication required; this page is not fetchable anonymously\.$/m);
     assert.equal(srv.hits, 1);
+  });
+
+  test("authentication and TLS: with POLICYD_TOKEN the page, without it the error naming it", { skip: haveOpenssl() ? false : "no openssl" }, async () => {
+    const c = makeCerts();
+    const d = await daemonWith("tls", ["--auth-tokens", tokensFile(), "--tls-cert", c.serverCert, "--tls-key", c.serverKey]);
+    const env = { POLICYD_ADDR: d.addr, POLICYD_TLS_CA: c.ca };
+    let srv = await flaky({ status: 503 }, { status: 200, body: "<html>secure</html>" });
+    let r = await runExample(3, { ...env, POLICYD_TOKEN: TOKEN }, [srv.url]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "<html>secure</html>\n");
+    assert.equal(srv.hits, 2);
+
+    srv = await flaky({ status: 503 }, { status: 200 });
+    r = await runExample(3, env, [srv.url]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, /UNAUTHENTICATED: missing bearer token.*; set POLICYD_TOKEN/);
+    assert.equal(srv.hits, 1);
+    assert.ok(!r.stderr.includes(TOKEN) && !d.logs.join("\n").includes(TOKEN));
   });
 });

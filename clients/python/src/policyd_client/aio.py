@@ -12,13 +12,13 @@ from typing import Any, ParamSpec, TypeVar
 import grpc
 import grpc.aio
 
-from . import _core
+from . import _auth, _core
 from ._core import Deadline, Safety, Spec, State
 from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from ._stubs import AsyncJournalStub, AsyncPolicyStub, async_journal_stub, async_policy_stub
 from .decision import Action, Decision, FallbackHint, RetryEvent
-from .errors import RetryStopped
+from .errors import PolicydAuthError, RetryStopped
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
 
@@ -59,8 +59,18 @@ class AsyncClient:
         sleep: Callable[[float], Awaitable[None]] | None = None,
         channel: grpc.aio.Channel | None = None,
         logger: logging.Logger | None = None,
+        token: str | None = None,
+        tls: bool | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         self.addr = _core.resolve_addr(addr)
+        if channel is not None and (token or tls or tls_ca or tls_cert or tls_key):
+            raise ValueError("policyd: give token and TLS options or a channel, not both (the channel carries its own)")
+        self._security = _auth.Security() if channel is not None else _auth.resolve(
+            self.addr, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key
+        )
         self.timeout = timeout
         self.profile = profile
         self.agent = agent
@@ -80,7 +90,7 @@ class AsyncClient:
 
     def _chan(self) -> grpc.aio.Channel:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.addr, options=_core.CHANNEL_OPTIONS)
+            self._channel = _auth.async_channel(self.addr, self._security)
         return self._channel
 
     @property
@@ -157,7 +167,11 @@ class AsyncClient:
                     result = await fn()
                 except Exception as exc:
                     failure = spec.failure(exc)
-                    decision = await self._decide(spec, st, failure, self._clock() - started)
+                    try:
+                        decision = await self._decide(spec, st, failure, self._clock() - started)
+                    except PolicydAuthError as auth_err:
+                        auth_err.error = exc
+                        raise auth_err from exc
                     if decision.action is Action.RETRY:
                         delay = _core.bounded(decision.delay, self._remaining(st))
                         _core.log_retry(self._log, spec, st.attempt, delay, failure, decision)
@@ -241,6 +255,9 @@ class AsyncClient:
                 _core.next_delay_request(spec, st, failure, self._clock()), timeout=timeout
             )
         except grpc.aio.AioRpcError as err:
+            auth_err = self._auth_error("NextDelay", err)
+            if auth_err is not None:
+                raise auth_err from None  # a configuration error: failing open would hide it
             self._warn.daemon_failed(err)
             return self._fail_open(spec, st, failure, duration)
         self._warn.daemon_ok()
@@ -248,6 +265,9 @@ class AsyncClient:
         if st.journal and not decision.journaled:
             st.pending.append(_core.record_request(spec, st, failure, decision, duration))
         return decision
+
+    def _auth_error(self, method: str, err: BaseException) -> PolicydAuthError | None:
+        return _auth.auth_error(self.addr, method, err, token_set=bool(self._security.token))
 
     def _fail_open(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
         decision = self.fail_open.decide(failure, st.attempt, remaining=self._remaining(st), safety=spec.safety)
@@ -264,6 +284,9 @@ class AsyncClient:
                 self._warn.daemon_failed(err)
                 return True  # stays journaled: begun at the next failure or at the end
             st.journal = False
+            auth_err = self._auth_error("BeginContext", err)
+            if auth_err is not None:
+                raise auth_err from None
             self._warn.journal_failed("BeginContext", err)
             return False
         st.begun = True
@@ -276,7 +299,11 @@ class AsyncClient:
         st.finished = True
         if timeout is None:
             timeout = _core.finish_timeout(self.timeout, self._remaining(st))
-        if not st.begun and (await self._begin(spec, st, timeout) or not st.begun):
+        try:
+            if not st.begun and (await self._begin(spec, st, timeout) or not st.begun):
+                return
+        except PolicydAuthError as e:  # the call itself is over: say it, do not replace its outcome
+            self._log.warning("policyd journal: %s", e)
             return
         try:
             for req in st.pending:

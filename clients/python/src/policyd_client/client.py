@@ -11,13 +11,13 @@ from typing import ParamSpec, TypeVar
 
 import grpc
 
-from . import _core
+from . import _auth, _core
 from ._core import Deadline, Safety, Spec, State
 from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from ._stubs import JournalStub, PolicyStub, journal_stub, policy_stub
 from .decision import Action, Decision, FallbackHint, RetryEvent
-from .errors import RetryCancelled, RetryStopped
+from .errors import PolicydAuthError, RetryCancelled, RetryStopped
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
 
@@ -41,7 +41,16 @@ class Client:
     (:func:`failure_from_exception` by default). ``on_retry`` is called before
     each sleep. ``clock`` (monotonic seconds) and ``sleep`` are injectable for
     tests; with a custom ``sleep`` a ``cancel`` event is checked after it
-    returns. ``channel`` replaces the insecure channel the client would open.
+    returns. ``channel`` replaces the channel the client would open.
+
+    ``token`` (default ``$POLICYD_TOKEN``) is sent as ``authorization: Bearer
+    TOKEN`` on every call, in plaintext only to a loopback address. ``tls``
+    turns TLS on (default: on when a CA or client certificate is given);
+    ``tls_ca`` is a PEM CA file (default ``$POLICYD_TLS_CA``, else the system
+    roots), ``tls_cert`` and ``tls_key`` a client certificate and key for
+    mutual TLS (default ``$POLICYD_TLS_CERT``, ``$POLICYD_TLS_KEY``). A daemon
+    that answers UNAUTHENTICATED makes ``call`` raise
+    :class:`PolicydAuthError` instead of failing open.
 
     A Client is thread-safe; close it (or use ``with``) to close its channel.
     """
@@ -62,8 +71,18 @@ class Client:
         sleep: Callable[[float], None] | None = None,
         channel: grpc.Channel | None = None,
         logger: logging.Logger | None = None,
+        token: str | None = None,
+        tls: bool | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         self.addr = _core.resolve_addr(addr)
+        if channel is not None and (token or tls or tls_ca or tls_cert or tls_key):
+            raise ValueError("policyd: give token and TLS options or a channel, not both (the channel carries its own)")
+        self._security = _auth.Security() if channel is not None else _auth.resolve(
+            self.addr, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key
+        )
         self.timeout = timeout
         self.profile = profile
         self.agent = agent
@@ -77,7 +96,7 @@ class Client:
         self._log = logger or _core.log
         self._warn = _core.Warnings(self.addr, self._log)
         self._own_channel = channel is None
-        self._channel = channel or grpc.insecure_channel(self.addr, options=_core.CHANNEL_OPTIONS)
+        self._channel = channel or _auth.sync_channel(self.addr, self._security)
         #: The generated PolicyService stub, for calls the client does not wrap.
         self.policy: PolicyStub = policy_stub(self._channel)
         #: The generated JournalService stub (GetContext, GetErrorReport, ListContexts, ...).
@@ -146,7 +165,11 @@ class Client:
                     result = fn()
                 except Exception as exc:
                     failure = spec.failure(exc)
-                    decision = self._decide(spec, st, failure, self._clock() - started)
+                    try:
+                        decision = self._decide(spec, st, failure, self._clock() - started)
+                    except PolicydAuthError as auth_err:
+                        auth_err.error = exc
+                        raise auth_err from exc
                     if decision.action is Action.RETRY:
                         delay = _core.bounded(decision.delay, self._remaining(st))
                         self._before_sleep(spec, st, exc, failure, decision, delay)
@@ -260,6 +283,9 @@ class Client:
         try:
             resp = self.policy.NextDelay(_core.next_delay_request(spec, st, failure, self._clock()), timeout=timeout)
         except grpc.RpcError as err:
+            auth_err = self._auth_error("NextDelay", err)
+            if auth_err is not None:
+                raise auth_err from None  # a configuration error: failing open would hide it
             self._warn.daemon_failed(err)
             return self._fail_open(spec, st, failure, duration)
         self._warn.daemon_ok()
@@ -267,6 +293,9 @@ class Client:
         if st.journal and not decision.journaled:
             st.pending.append(_core.record_request(spec, st, failure, decision, duration))
         return decision
+
+    def _auth_error(self, method: str, err: BaseException) -> PolicydAuthError | None:
+        return _auth.auth_error(self.addr, method, err, token_set=bool(self._security.token))
 
     def _fail_open(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
         decision = self.fail_open.decide(failure, st.attempt, remaining=self._remaining(st), safety=spec.safety)
@@ -283,6 +312,9 @@ class Client:
                 self._warn.daemon_failed(err)
                 return True  # stays journaled: begun at the next failure or at the end
             st.journal = False
+            auth_err = self._auth_error("BeginContext", err)
+            if auth_err is not None:
+                raise auth_err from None
             self._warn.journal_failed("BeginContext", err)
             return False
         st.begun = True
@@ -294,7 +326,11 @@ class Client:
             return
         st.finished = True
         timeout = _core.finish_timeout(self.timeout, self._remaining(st))
-        if not st.begun and (self._begin(spec, st, timeout) or not st.begun):
+        try:
+            if not st.begun and (self._begin(spec, st, timeout) or not st.begun):
+                return
+        except PolicydAuthError as e:  # the call itself is over: say it, do not replace its outcome
+            self._log.warning("policyd journal: %s", e)
             return
         try:
             for req in st.pending:

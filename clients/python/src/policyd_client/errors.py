@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .decision import Decision
 
-__all__ = ["PolicydClientError", "RetryStopped", "RetryCancelled"]
+__all__ = ["PolicydAuthError", "PolicydClientError", "RetryStopped", "RetryCancelled"]
 
 
 class PolicydClientError(Exception):
@@ -50,3 +50,26 @@ class RetryStopped(PolicydClientError):
 
 class RetryCancelled(RetryStopped):
     """The caller cancelled the operation (its ``cancel`` event was set)."""
+
+
+class PolicydAuthError(PolicydClientError):
+    """The daemon answered UNAUTHENTICATED: no token, an unknown one, or no valid client certificate.
+
+    A configuration error, not an outage, so the client does not fail open on
+    it: ``call`` raises this ``from`` the attempt's exception (also ``error``)
+    instead of deciding with the built-in policy. ``method`` is the refused RPC,
+    ``details`` the daemon's message (it never contains the token), and
+    ``token_set`` whether a token was sent.
+    """
+
+    def __init__(self, addr: str, method: str, details: str, *, token_set: bool) -> None:
+        self.addr = addr
+        self.method = method
+        self.details = details
+        self.token_set = token_set
+        self.error: BaseException | None = None
+        if token_set:
+            hint = "the token sent (POLICYD_TOKEN or token=) is not in the daemon's --auth-tokens file"
+        else:
+            hint = "set POLICYD_TOKEN (or token=) to a token of the daemon's --auth-tokens file"
+        super().__init__(f"policyd at {addr} refused {method}: UNAUTHENTICATED: {details}; {hint}")
