@@ -1,13 +1,11 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,26 +16,11 @@ import (
 	"github.com/policyd/policyd/internal/policy"
 )
 
-// syncBuffer is a bytes.Buffer safe for the server's and the test's
-// goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
 // lines returns the JSON log lines written so far.
-func (b *syncBuffer) lines(t *testing.T) []map[string]any {
+func (b *logBuffer) lines(t *testing.T) []map[string]any {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []map[string]any
-	for line := range strings.SplitSeq(strings.TrimSpace(b.buf.String()), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(b.String()), "\n") {
 		if line == "" {
 			continue
 		}
@@ -70,7 +53,7 @@ func TestCallLogging(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var buf syncBuffer
+			var buf logBuffer
 			logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: tt.level}))
 			lis, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
