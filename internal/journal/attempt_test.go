@@ -131,11 +131,20 @@ func TestRecordInvalid(t *testing.T) {
 // TestRecordConcurrently records from 50 goroutines, 20 attempts each,
 // two goroutines per context racing on the same attempts: every attempt
 // acknowledged is in the journal, exactly one call per attempt inserted it,
-// and the contexts' totals are right.
+// and the contexts' totals are right; with one writer (the default) and
+// with several, which commit concurrently.
 func TestRecordConcurrently(t *testing.T) {
 	t.Parallel()
+	for _, writers := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d writers", writers), func(t *testing.T) {
+			t.Parallel()
+			recordConcurrently(t, openStore(t, journal.WithWriters(writers)))
+		})
+	}
+}
+
+func recordConcurrently(t *testing.T, s *journal.Store) {
 	ctx := context.Background()
-	s := openStore(t)
 	const (
 		goroutines = 50
 		perG       = 20
