@@ -101,10 +101,13 @@ func (s *Store) queueOf(id string) chan *pending {
 // still checks that the context exists for the tenant.
 type knownContexts map[string]string
 
-// maxKnownContexts bounds a writer's knownContexts (about 100 bytes each);
-// when full the set starts again empty, which costs one redundant "begin"
-// per context still in use.
-const maxKnownContexts = 1 << 16
+// maxKnownContexts bounds a writer's knownContexts (about 150 bytes each
+// with the map's overhead); when full the set starts again empty, which
+// costs one redundant "begin" per context still in use. Contexts live
+// seconds to minutes, so a few thousand cover the ones in use on a busy
+// daemon; a larger set only raised the daemon's memory (the garbage
+// collector's target grows with the live heap).
+const maxKnownContexts = 4096
 
 // learn adds the contexts of the rows that were written (a row that found
 // its id under another tenant teaches nothing).
