@@ -57,10 +57,12 @@ over HTTP on that address, without authentication: /metrics (Prometheus:
 policyd_decisions_total, policyd_nextdelay_journal_total, policyd_journal_*,
 grpc_server_*, go_*, process_*), /healthz (liveness) and
 /readyz[?service=NAME] (200 when that health service is SERVING, else 503).
---pprof adds Go's profiles (/debug/pprof/) to that address. The daemon runs
-Go's garbage collector at GOGC=400 unless GOGC is set. Every call gets a request id: the client's x-request-id when it is 1..128
+--pprof adds Go's profiles (/debug/pprof/) to that address.
+
+Every call gets a request id: the client's x-request-id when it is 1..128
 printable ASCII characters, else a generated one; it is sent back in the
-x-request-id response header and logged as request_id.
+x-request-id response header and logged as request_id. The daemon runs
+Go's garbage collector at GOGC=400 unless GOGC is set.
 
 The policy is the built-in profiles and rules, plus the --policy file, under
 the POLICYD_MAX_RETRY_DELAY, POLICYD_MAX_RETRY_ATTEMPTS,
