@@ -60,9 +60,10 @@ grpc_server_*, go_*, process_*), /healthz (liveness) and
 --pprof adds Go's profiles (/debug/pprof/) to that address.
 
 Every call gets a request id: the client's x-request-id when it is 1..128
-printable ASCII characters, else a generated one; it is sent back in the
-x-request-id response header and logged as request_id. The daemon runs
-Go's garbage collector at GOGC=400 unless GOGC is set.
+printable ASCII characters, else a generated one. It is logged as
+request_id and sent back in the x-request-id response header when the
+client sent it, when the call failed, and at --log-level debug. The daemon
+runs Go's garbage collector at GOGC=400 unless GOGC is set.
 
 The policy is the built-in profiles and rules, plus the --policy file, under
 the POLICYD_MAX_RETRY_DELAY, POLICYD_MAX_RETRY_ATTEMPTS,

@@ -64,7 +64,8 @@ func WithMonitoring(unary grpc.UnaryServerInterceptor, stream grpc.StreamServerI
 //
 // Calls pass, outermost first, through: the request id (RequestID; from the
 // client's x-request-id when valid, else generated, and sent back in the
-// x-request-id response header), logging to logger (start and successful
+// x-request-id response header when the call may have log lines, see
+// RequestIDHeader), logging to logger (start and successful
 // finish at debug; below debug only a failed finish, at info, warn or error
 // by code, with the code and duration; every line logged with a call's
 // context carries its request_id), the WithMonitoring interceptors, the
@@ -91,7 +92,7 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*
 	})}
 	l := slogAdapter(logger)
 
-	unary := []grpc.UnaryServerInterceptor{requestIDUnaryInterceptor, logUnaryCalls(logger)}
+	unary := []grpc.UnaryServerInterceptor{requestIDUnaryInterceptor(logger), logUnaryCalls(logger)}
 	unary = append(unary, cfg.monitorUnary...)
 	unary = append(unary, statusInterceptor(logger), recovery.UnaryServerInterceptor(recOpts...))
 	stream := []grpc.StreamServerInterceptor{requestIDStreamInterceptor, logging.StreamServerInterceptor(l, logOpts...)}

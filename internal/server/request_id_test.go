@@ -120,21 +120,67 @@ func TestRequestID(t *testing.T) {
 	}
 }
 
-// TestRequestIDsDiffer: two calls without an id get different ones.
+// TestRequestIDsDiffer: two failed calls without an id get different ones.
 func TestRequestIDsDiffer(t *testing.T) {
 	t.Parallel()
 	client := policydv1.NewPolicyServiceClient(startServer(t))
 	seen := map[string]bool{}
 	for range 3 {
 		var header metadata.MD
-		if _, err := client.ListProfiles(testContext(t), &policydv1.ListProfilesRequest{}, grpc.Header(&header)); err != nil {
-			t.Fatal(err)
+		_, err := client.GetProfile(testContext(t), &policydv1.GetProfileRequest{Name: "nope"}, grpc.Header(&header))
+		if status.Code(err) != codes.NotFound {
+			t.Fatalf("GetProfile: %v, want NotFound", err)
 		}
 		id := header.Get(RequestIDHeader)
 		if len(id) != 1 || seen[id[0]] {
 			t.Fatalf("request ids %q after %v: want a new one per call", id, seen)
 		}
 		seen[id[0]] = true
+	}
+}
+
+// TestRequestIDHeaderAtInfo: below debug a successful call leaves no log
+// line, so a generated id is not sent; a client's id is echoed anyway, and
+// a failed call's id is sent.
+func TestRequestIDHeaderAtInfo(t *testing.T) {
+	t.Parallel()
+	client := policydv1.NewPolicyServiceClient(startServer(t)) // logs at no level
+	tests := []struct {
+		name string
+		sent string
+		fail bool
+		want string // "": no header; "generated": 32 hex digits
+	}{
+		{name: "success, no id", want: ""},
+		{name: "success, client id", sent: "req-1", want: "req-1"},
+		{name: "failure, no id", fail: true, want: "generated"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			if tt.sent != "" {
+				ctx = metadata.AppendToOutgoingContext(ctx, RequestIDHeader, tt.sent)
+			}
+			f := &policydv1.Failure{HttpStatus: 503}
+			if tt.fail {
+				f.HttpStatus = 42
+			}
+			var header metadata.MD
+			_, err := client.Classify(ctx, &policydv1.ClassifyRequest{Failure: f}, grpc.Header(&header))
+			if (err != nil) != tt.fail {
+				t.Fatalf("Classify: %v, want failure %v", err, tt.fail)
+			}
+			got := header.Get(RequestIDHeader)
+			switch {
+			case tt.want == "" && len(got) != 0:
+				t.Errorf("response header %s = %q, want none", RequestIDHeader, got)
+			case tt.want == "generated" && (len(got) != 1 || !generatedID.MatchString(got[0])):
+				t.Errorf("response header %s = %q, want a generated id", RequestIDHeader, got)
+			case tt.want != "" && tt.want != "generated" && (len(got) != 1 || got[0] != tt.want):
+				t.Errorf("response header %s = %q, want %q", RequestIDHeader, got, tt.want)
+			}
+		})
 	}
 }
 
