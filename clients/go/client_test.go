@@ -165,7 +165,7 @@ func TestDoRetriesSlowResponseAsTimeout(t *testing.T) {
 
 func TestDoCancelStopsMidSleep(t *testing.T) {
 	t.Parallel()
-	// retry-after: 5 under default/RATE_LIMIT: policyd says wait 5.5s.
+	// retry-after: 5 under default/RATE_LIMIT: policyd says wait 5.5-6s (+10 %, +0-10 % jitter).
 	srv := newFlaky(t, step{status: 429, headers: map[string]string{"retry-after": "5"}, body: rateLimitBody})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

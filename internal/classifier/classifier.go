@@ -22,8 +22,7 @@ const RuleShouldRetryHeader = "header.x-should-retry"
 // concurrent use; build a new one to change the rules.
 type Classifier struct {
 	rules   []compiledRule
-	kinds   patternIndex
-	codes   patternIndex
+	indexes
 	nblocks int
 	now     func() time.Time
 	pool    sync.Pool
@@ -40,11 +39,11 @@ func WithClock(now func() time.Time) Option {
 
 // New compiles a rule set. Errors name the rule's file and line and the field.
 func New(rs RuleSet, opts ...Option) (*Classifier, error) {
-	rules, kinds, codes, nblocks, err := compile(rs)
+	rules, idx, nblocks, err := compile(rs)
 	if err != nil {
 		return nil, err
 	}
-	c := &Classifier{rules: rules, kinds: kinds, codes: codes, nblocks: nblocks, now: time.Now}
+	c := &Classifier{rules: rules, indexes: idx, nblocks: nblocks, now: time.Now}
 	for _, o := range opts {
 		o(c)
 	}
@@ -74,6 +73,14 @@ func (c *Classifier) RuleIDs() []string {
 // It never fails: a failure no rule recognises is FAILURE_TYPE_UNKNOWN,
 // not retryable, under rule "unknown".
 func (c *Classifier) Classify(f *policydv1.Failure, opts *policydv1.ClassifyOptions, profile string) *policydv1.Classification {
+	return c.ClassifyAt(f, opts, profile, c.now())
+}
+
+// ClassifyAt is Classify at the time now, which dated delay hints (an
+// HTTP-date Retry-After, an epoch reset) are read against when the response
+// carries no Date header. NextDelay passes its own clock, so one decision
+// reads one time.
+func (c *Classifier) ClassifyAt(f *policydv1.Failure, opts *policydv1.ClassifyOptions, profile string, now time.Time) *policydv1.Classification {
 	if f == nil {
 		f = &policydv1.Failure{}
 	}
@@ -82,7 +89,7 @@ func (c *Classifier) Classify(f *policydv1.Failure, opts *policydv1.ClassifyOpti
 	}
 	fx := c.pool.Get().(*facts)
 	fx.reset(c.nblocks)
-	c.load(fx, f, opts, profile)
+	c.load(fx, f, opts, profile, now)
 
 	out := &policydv1.Classification{}
 	rule := c.match(fx)
@@ -101,6 +108,9 @@ func (c *Classifier) Classify(f *policydv1.Failure, opts *policydv1.ClassifyOpti
 			out.Reason, out.RecoveryAction = expand(res.reason, f), expand(res.recovery, f)
 		}
 		out.ContinuationPrompt = res.continuation
+		if res.window > 0 && fx.hint.source == hintNone {
+			fx.hint = delayHint{delay: res.window, source: hintWindow}
+		}
 	}
 	applyShouldRetry(out, fx.shouldRetry, f)
 	if fx.hint.source != hintNone {
@@ -183,6 +193,9 @@ func (b *block) matches(fx *facts) bool {
 		return false
 	}
 	if b.hasCode && !fx.codeHits.has(b.index) {
+		return false
+	}
+	if b.hasName && !fx.nameHits.has(b.index) {
 		return false
 	}
 	if len(b.message) > 0 && !containsAny(fx.text[:fx.split], &fx.bigrams, b.message) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -17,6 +18,12 @@ type compiledRule struct {
 	result result
 }
 
+// indexes find, per failure, which blocks its kinds, codes and top-level
+// name satisfy.
+type indexes struct {
+	kinds, codes, names patternIndex
+}
+
 // result is what a rule answers.
 type result struct {
 	failureType  policydv1.FailureType
@@ -25,6 +32,9 @@ type result struct {
 	recovery     string
 	continuation string
 	templated    bool // reason or recovery holds a {placeholder}
+	// window is the wait a failure with no delay hint gets (a quota's
+	// window, e.g. a per-minute quota waits a minute); 0: none.
+	window time.Duration
 }
 
 // block is one compiled Condition. Empty fields do not constrain.
@@ -39,6 +49,7 @@ type block struct {
 	options    optionSet
 	hasKind    bool
 	hasCode    bool
+	hasName    bool
 	message    []substring
 	body       []substring
 	text       []substring
@@ -85,7 +96,7 @@ func (p *patternIndex) add(pattern string, blockIndex int) {
 }
 
 // compile turns a RuleSet into evaluable rules and the kind and code indexes.
-func compile(rs RuleSet) (rules []compiledRule, kinds, codesIdx patternIndex, nblocks int, err error) {
+func compile(rs RuleSet) (rules []compiledRule, idx indexes, nblocks int, err error) {
 	seen := make(map[string]string, len(rs.Rules))
 	for _, r := range rs.Rules {
 		where := r.pos
@@ -93,18 +104,18 @@ func compile(rs RuleSet) (rules []compiledRule, kinds, codesIdx patternIndex, nb
 			where = "rules"
 		}
 		if r.ID == "" {
-			return nil, kinds, codesIdx, 0, fmt.Errorf("%s: rule: id: must be set", where)
+			return nil, idx, 0, fmt.Errorf("%s: rule: id: must be set", where)
 		}
 		if prev, dup := seen[r.ID]; dup {
-			return nil, kinds, codesIdx, 0, fmt.Errorf("%s: rule %q: id: already used at %s", where, r.ID, prev)
+			return nil, idx, 0, fmt.Errorf("%s: rule %q: id: already used at %s", where, r.ID, prev)
 		}
 		seen[r.ID] = where
 		res, err := compileResult(r)
 		if err != nil {
-			return nil, kinds, codesIdx, 0, fmt.Errorf("%s: rule %q: %w", where, r.ID, err)
+			return nil, idx, 0, fmt.Errorf("%s: rule %q: %w", where, r.ID, err)
 		}
 		if len(r.When) == 0 {
-			return nil, kinds, codesIdx, 0, fmt.Errorf("%s: rule %q: when: needs at least one block", where, r.ID)
+			return nil, idx, 0, fmt.Errorf("%s: rule %q: when: needs at least one block", where, r.ID)
 		}
 		cr := compiledRule{id: r.ID, result: res}
 		for i, c := range r.When {
@@ -112,16 +123,16 @@ func compile(rs RuleSet) (rules []compiledRule, kinds, codesIdx patternIndex, nb
 			if i < len(r.whenPos) {
 				at = r.whenPos[i]
 			}
-			b, err := compileBlock(c, rs.Lists, nblocks, &kinds, &codesIdx)
+			b, err := compileBlock(c, rs.Lists, nblocks, &idx)
 			if err != nil {
-				return nil, kinds, codesIdx, 0, fmt.Errorf("%s: rule %q: when[%d]%w", at, r.ID, i, err)
+				return nil, idx, 0, fmt.Errorf("%s: rule %q: when[%d]%w", at, r.ID, i, err)
 			}
 			cr.blocks = append(cr.blocks, b)
 			nblocks++
 		}
 		rules = append(rules, cr)
 	}
-	return rules, kinds, codesIdx, nblocks, nil
+	return rules, idx, nblocks, nil
 }
 
 func compileResult(r Rule) (result, error) {
@@ -136,7 +147,16 @@ func compileResult(r Rule) (result, error) {
 	if strings.TrimSpace(r.Recovery) == "" {
 		return result{}, fmt.Errorf("recovery: must be set: every answer carries an actionable message")
 	}
+	var window time.Duration
+	if w := strings.TrimSpace(r.Window); w != "" {
+		d, err := time.ParseDuration(w)
+		if err != nil || d <= 0 || d > MaxDelayHint {
+			return result{}, fmt.Errorf("window: %q is not a positive duration of at most a week (want e.g. 60s)", r.Window)
+		}
+		window = d
+	}
 	return result{
+		window:       window,
 		failureType:  policydv1.FailureType(v),
 		retryable:    r.Retryable,
 		reason:       r.Reason,
@@ -155,7 +175,7 @@ func fieldError(field string, format string, args ...any) error {
 	return fmt.Errorf(".%s: %s", field, fmt.Sprintf(format, args...))
 }
 
-func compileBlock(c Condition, lists map[string][]string, index int, kinds, codesIdx *patternIndex) (block, error) {
+func compileBlock(c Condition, lists map[string][]string, index int, idx *indexes) (block, error) {
 	b := block{index: index}
 	expand := func(field string, in []string) ([]string, error) {
 		var out []string
@@ -177,7 +197,7 @@ func compileBlock(c Condition, lists map[string][]string, index int, kinds, code
 		name string
 		list *[]string
 	}{
-		{"status", &c.Status}, {"grpc_code", &c.GRPCCode}, {"kind", &c.Kind}, {"code", &c.Code},
+		{"status", &c.Status}, {"grpc_code", &c.GRPCCode}, {"kind", &c.Kind}, {"code", &c.Code}, {"name", &c.Name},
 		{"message", &c.Message}, {"body", &c.Body}, {"text", &c.Text}, {"provider", &c.Provider},
 		{"operation", &c.Operation}, {"phase", &c.Phase}, {"profile", &c.Profile}, {"option", &c.Option},
 	}
@@ -243,15 +263,22 @@ func compileBlock(c Condition, lists map[string][]string, index int, kinds, code
 		if k == "" {
 			return b, fieldError("kind", "empty entry")
 		}
-		kinds.add(k, index)
+		idx.kinds.add(k, index)
 		b.hasKind = true
 	}
 	for _, k := range c.Code {
 		if k == "" {
 			return b, fieldError("code", "empty entry")
 		}
-		codesIdx.add(k, index)
+		idx.codes.add(k, index)
 		b.hasCode = true
+	}
+	for _, k := range c.Name {
+		if k == "" {
+			return b, fieldError("name", "empty entry")
+		}
+		idx.names.add(k, index)
+		b.hasName = true
 	}
 	return b, nil
 }

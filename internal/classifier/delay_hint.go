@@ -23,6 +23,7 @@ const (
 	hintRateLimitReset
 	hintBodyField
 	hintBodyPhrase
+	hintWindow
 )
 
 var hintSourceNames = [...]string{
@@ -34,6 +35,7 @@ var hintSourceNames = [...]string{
 	hintRateLimitReset: "header x-ratelimit-reset",
 	hintBodyField:      "body field",
 	hintBodyPhrase:     "body phrase",
+	hintWindow:         "rule window",
 }
 
 // delayHint keeps the most trusted server delay hint seen so far.

@@ -2,6 +2,7 @@ package classifier
 
 import (
 	"bytes"
+	"net/http"
 	"strings"
 	"time"
 
@@ -37,7 +38,9 @@ type facts struct {
 	split   int
 	bigrams bigramSet // of text, to skip substring searches that cannot match
 
-	scratch     []byte // lower-casing one kind at a time
+	now         time.Time // what dated hints are read against
+	nameHits    bitset    // blocks whose name condition error_name satisfies
+	scratch     []byte    // lower-casing one kind at a time
 	hint        delayHint
 	shouldRetry int8 // x-should-retry: 0 absent, 1 true, -1 false
 
@@ -63,10 +66,15 @@ func (fx *facts) reset(nblocks int) {
 		fx.kindHits = make(bitset, words)
 		fx.codeHits = make(bitset, words)
 	}
+	if cap(fx.nameHits) < words {
+		fx.nameHits = make(bitset, words)
+	}
 	fx.kindHits = fx.kindHits[:words]
 	fx.codeHits = fx.codeHits[:words]
+	fx.nameHits = fx.nameHits[:words]
 	clear(fx.kindHits)
 	clear(fx.codeHits)
+	clear(fx.nameHits)
 	fx.text = fx.text[:0]
 	fx.provider = fx.provider[:0]
 	fx.op = fx.op[:0]
@@ -77,7 +85,7 @@ func (fx *facts) reset(nblocks int) {
 }
 
 // load extracts the facts of f.
-func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.ClassifyOptions, profile string) {
+func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.ClassifyOptions, profile string, now time.Time) {
 	fx.f = f
 	fx.profile = profile
 	fx.options = 0
@@ -86,17 +94,22 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	}
 	fx.provider = appendLower(fx.provider, f.GetProvider(), 256)
 	fx.op = appendLower(fx.op, f.GetOperation(), 256)
-	now := c.now()
+	// A dated hint is relative to the server's clock when the response says
+	// what it is: the agent's own clock may be skewed.
+	if d, ok := serverDate(f.GetHeaders()); ok {
+		now = d
+	}
+	fx.now = now
 
 	// Runtime kinds, codes and messages: the error and its cause chain.
-	c.addKind(fx, f.GetErrorName(), false)
+	c.addName(fx, f.GetErrorName(), true)
 	c.addKind(fx, f.GetErrorCode(), true)
 	fx.text = appendLower(fx.text, f.GetMessage(), maxTextBytes)
 	for i, cause := range f.GetCauses() {
 		if i == MaxCauses {
 			break
 		}
-		c.addKind(fx, cause.GetName(), false)
+		c.addName(fx, cause.GetName(), false)
 		c.addKind(fx, cause.GetCode(), true)
 		fx.text = append(fx.text, '\n')
 		fx.text = appendLower(fx.text, cause.GetMessage(), maxTextBytes)
@@ -120,6 +133,45 @@ func phraseDelay(text []byte) (time.Duration, bool, int) {
 	}
 	d, ok := ParseDelayPhrase(text)
 	return d, ok, hintBodyPhrase
+}
+
+// addName marks the blocks an exception or class name satisfies, with and
+// without its module or package prefix: "openai.APITimeoutError",
+// "botocore.exceptions.ReadTimeoutError", "java.net.SocketTimeoutException"
+// and "*net.OpError" also match APITimeoutError, ReadTimeoutError,
+// SocketTimeoutException and OpError. top is the failure's own error_name,
+// which name conditions look at.
+func (c *Classifier) addName(fx *facts, s string, top bool) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return
+	}
+	c.addKind(fx, s, false)
+	if top {
+		c.names.mark(fx.nameHits, fx.scratch)
+	}
+	short := strings.TrimLeft(s, "*&")
+	if i := strings.LastIndexAny(short, ".:$/"); i >= 0 {
+		short = short[i+1:]
+	}
+	if short == "" || short == s {
+		return
+	}
+	c.addKind(fx, short, false)
+	if top {
+		c.names.mark(fx.nameHits, fx.scratch)
+	}
+}
+
+// serverDate reads the response's Date header.
+func serverDate(headers map[string]string) (time.Time, bool) {
+	for name, v := range headers {
+		if strings.EqualFold(name, "date") {
+			t, err := http.ParseTime(strings.TrimSpace(v))
+			return t, err == nil
+		}
+	}
+	return time.Time{}, false
 }
 
 // addKind lower-cases s and marks the blocks whose kind (and, for codes,
@@ -229,11 +281,15 @@ func (c *Classifier) loadBody(fx *facts, body string) {
 	}
 	if !looksLikeJSON(body) {
 		fx.text = appendLower(fx.text, body, maxTextBytes)
+		// AWS query and REST-XML protocols: <Error><Code>Throttling</Code>.
+		if code, ok := xmlErrorCode(body); ok {
+			c.addKind(fx, code, false)
+		}
 		return
 	}
 	scanJSONKeys(body, func(key, value string, isString bool) {
 		switch key {
-		case "code", "type", "status", "reason", "quotaId", "error_code", "errorCode":
+		case "code", "type", "status", "reason", "quotaId", "error_code", "errorCode", "quota_limit", "quota_metric":
 			c.addKind(fx, value, false)
 		case "__type":
 			if i := strings.LastIndexByte(value, '#'); i >= 0 {
@@ -258,10 +314,24 @@ func (c *Classifier) loadBody(fx *facts, body string) {
 			d, ok := ParseMillis(value)
 			fx.hint.offer(d, ok, hintBodyField)
 		case "retry_after", "retryAfter":
-			d, ok := ParseRetryAfter(value, c.now())
+			d, ok := ParseRetryAfter(value, fx.now)
 			fx.hint.offer(d, ok, hintBodyField)
 		}
 	})
+}
+
+// xmlErrorCode reads the first <Code> element of an XML error body.
+func xmlErrorCode(body string) (string, bool) {
+	_, rest, ok := strings.Cut(body, "<Code>")
+	if !ok {
+		return "", false
+	}
+	code, _, ok := strings.Cut(rest, "</Code>")
+	code = strings.TrimSpace(code)
+	if !ok || code == "" || len(code) > 128 || strings.ContainsAny(code, "<>") {
+		return "", false
+	}
+	return code, true
 }
 
 // appendLower appends s, ASCII lower-cased, to dst, at most limit bytes of it.

@@ -37,6 +37,10 @@ type Rule struct {
 	Recovery string `yaml:"recovery"`
 	// ContinuationPrompt is sent to continue an invalid stream.
 	ContinuationPrompt string `yaml:"continuation_prompt"`
+	// Window is the wait a failure gets when it carries no delay hint of its
+	// own, e.g. "60s" for a per-minute quota: the quota frees up when its
+	// window ends, not after a short backoff.
+	Window string `yaml:"window"`
 	// Before places an added rule in front of the rule with this id;
 	// by default added rules go in front of all built-in ones.
 	Before string `yaml:"before"`
@@ -54,6 +58,7 @@ type Condition struct {
 	GRPCCode  []string `yaml:"grpc_code"`
 	Kind      []string `yaml:"kind"`
 	Code      []string `yaml:"code"`
+	Name      []string `yaml:"name"`
 	Message   []string `yaml:"message"`
 	Body      []string `yaml:"body"`
 	Text      []string `yaml:"text"`
@@ -132,8 +137,8 @@ func decodeStrict(node *yaml.Node, v any) error {
 // knownFields lists the keys each level of a rules document may hold.
 var knownFields = map[string][]string{
 	"":        {"lists", "rules"},
-	"rules[]": {"id", "when", "type", "retryable", "reason", "recovery", "continuation_prompt", "before"},
-	"rules[].when[]": {"status", "grpc_code", "kind", "code", "message", "body", "text",
+	"rules[]": {"id", "when", "type", "retryable", "reason", "recovery", "continuation_prompt", "window", "before"},
+	"rules[].when[]": {"status", "grpc_code", "kind", "code", "name", "message", "body", "text",
 		"provider", "operation", "phase", "profile", "option"},
 }
 

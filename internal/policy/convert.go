@@ -24,6 +24,8 @@ func StrategyProto(s strategy.Strategy) *policydv1.Strategy {
 		RetryAfterPadding: s.HintPadding,
 		Fallback:          fallbackProto(s.Fallback),
 		FallbackAfter:     int32(s.FallbackAfter),
+		RetryAfterJitter:  s.HintJitter,
+		RetryAfterAboveCeiling: policydv1.RetryAfterAboveCeiling(s.AboveCeiling + 1),
 	}
 	if s.Max > 0 {
 		out.MaxDelay = durationpb.New(s.Max)
@@ -43,7 +45,6 @@ func ProfileProto(p *Profile) *policydv1.Profile {
 		Name: p.Name, Description: p.Description, Source: p.Source,
 		DefaultStrategy:                StrategyProto(p.Default),
 		RetryConnectPhase:              p.RetryConnectPhase,
-		MidStreamNeedsRetryFetchErrors: p.MidStreamNeedsFetchErrors,
 		IdempotentMethods:              p.IdempotentMethods,
 	}
 	if p.Budget > 0 {

@@ -20,7 +20,7 @@ func (p *Policy) NextDelay(req *policydv1.NextDelayRequest, now time.Time, rnd s
 	var cls *policydv1.Classification
 	failureType := req.GetFailureType()
 	if req.GetFailure() != nil {
-		cls = p.Classifier.Classify(req.GetFailure(), opts, prof.Name)
+		cls = p.Classifier.ClassifyAt(req.GetFailure(), opts, prof.Name, now)
 		failureType = cls.GetFailureType()
 	}
 	applied := prof.applied[failureType]
@@ -87,8 +87,9 @@ func profileName(name string) string {
 
 // streamStop applies the profile's stream rules (seeds 000 and 001): an
 // invalid stream is continued only while the caller allows it; a profile may
-// leave connect-phase failures to the request layer and retry mid-stream
-// network failures only with retry_fetch_errors.
+// leave connect-phase failures to the request layer. Mid-stream network
+// failures need no switch: the classifier retries coded ones always and a
+// generic "fetch failed" only with retry_fetch_errors, in every profile.
 func streamStop(prof *Profile, f *policydv1.Failure, t policydv1.FailureType, opts *policydv1.ClassifyOptions) (policydv1.StopReason, string) {
 	if t == policydv1.FailureType_FAILURE_TYPE_INVALID_STREAM && opts != nil && opts.ContinueOnFailedApiCall != nil && !opts.GetContinueOnFailedApiCall() {
 		return policydv1.StopReason_STOP_REASON_CONTINUATION_OFF, "continue_on_failed_api_call is off: the invalid stream is not continued"
@@ -98,9 +99,6 @@ func streamStop(prof *Profile, f *policydv1.Failure, t policydv1.FailureType, op
 	}
 	if !prof.RetryConnectPhase && f.GetPhase() == policydv1.Phase_PHASE_CONNECT {
 		return policydv1.StopReason_STOP_REASON_STREAM_PHASE, "profile " + prof.Name + " does not retry failures in a stream's connect phase; the request layer does"
-	}
-	if prof.MidStreamNeedsFetchErrors && t == policydv1.FailureType_FAILURE_TYPE_STREAM_INTERRUPTED && !opts.GetRetryFetchErrors() {
-		return policydv1.StopReason_STOP_REASON_STREAM_PHASE, "profile " + prof.Name + " retries mid-stream network failures only with retry_fetch_errors"
 	}
 	return policydv1.StopReason_STOP_REASON_UNSPECIFIED, ""
 }

@@ -50,9 +50,6 @@ type Profile struct {
 	Default    strategy.Strategy
 	// RetryConnectPhase: whether failures in a stream's connect phase are retried.
 	RetryConnectPhase bool
-	// MidStreamNeedsFetchErrors: whether mid-stream network failures are
-	// retried only with the caller's retry_fetch_errors.
-	MidStreamNeedsFetchErrors bool
 	// IdempotentMethods are HTTP methods safe to repeat besides GET, HEAD, OPTIONS.
 	IdempotentMethods []string
 	// applied holds, per failure type, the strategy with the global caps
@@ -160,17 +157,8 @@ func build(fileData []byte, file string, caps Caps) (*Policy, error) {
 		if err != nil {
 			return nil, err
 		}
-		for name, fp := range fileProfiles {
-			base, exists := profiles[name]
-			if fp.extends != "" {
-				if base, exists = profiles[fp.extends], true; base == nil {
-					return nil, fmt.Errorf("%s: profiles.%s.extends: no profile %q", fp.pos, name, fp.extends)
-				}
-			}
-			if !exists {
-				base = nil
-			}
-			profiles[name] = fp.overlay(base)
+		if err := overlayProfiles(profiles, fileProfiles); err != nil {
+			return nil, err
 		}
 		if rules, err = rules.Merge(fileRules); err != nil {
 			return nil, err
@@ -189,6 +177,53 @@ func build(fileData []byte, file string, caps Caps) (*Policy, error) {
 		return nil, fmt.Errorf("policy: no %q profile", DefaultProfile)
 	}
 	return out, nil
+}
+
+// overlayProfiles applies a file's profiles on top of the built-in ones. A
+// profile extends a built-in one or another profile of the same file.
+func overlayProfiles(profiles, fileProfiles map[string]*parsedProfile) error {
+	builtin := make(map[string]*parsedProfile, len(profiles))
+	for name, pp := range profiles {
+		builtin[name] = pp
+	}
+	done := map[string]bool{}
+	var resolve func(name string, chain []string) error
+	resolve = func(name string, chain []string) error {
+		fp := fileProfiles[name]
+		if done[name] {
+			return nil
+		}
+		for _, c := range chain {
+			if c == name {
+				return fmt.Errorf("%s: profiles.%s.extends: a cycle (%s → %s)", fp.pos, name, strings.Join(chain, " → "), name)
+			}
+		}
+		base := builtin[name]
+		if fp.extends != "" {
+			if _, inFile := fileProfiles[fp.extends]; inFile && fp.extends != name {
+				if err := resolve(fp.extends, append(chain, name)); err != nil {
+					return err
+				}
+				base = profiles[fp.extends]
+			} else if base = builtin[fp.extends]; base == nil {
+				return fmt.Errorf("%s: profiles.%s.extends: no profile %q", fp.pos, name, fp.extends)
+			}
+		}
+		profiles[name] = fp.overlay(base)
+		done[name] = true
+		return nil
+	}
+	names := make([]string, 0, len(fileProfiles))
+	for name := range fileProfiles {
+		names = append(names, name)
+	}
+	sort.Strings(names) // the same first error every time
+	for _, name := range names {
+		if err := resolve(name, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // parsedProfile is a profile as one document states it: only the fields it
@@ -222,9 +257,6 @@ func (fp *parsedProfile) overlay(base *parsedProfile) *parsedProfile {
 	}
 	if fp.set["retry_connect_phase"] {
 		p.RetryConnectPhase = fp.profile.RetryConnectPhase
-	}
-	if fp.set["mid_stream_needs_retry_fetch_errors"] {
-		p.MidStreamNeedsFetchErrors = fp.profile.MidStreamNeedsFetchErrors
 	}
 	if fp.set["idempotent_methods"] {
 		p.IdempotentMethods = fp.profile.IdempotentMethods
@@ -318,7 +350,7 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 		case "retry_connect_phase":
 			p.RetryConnectPhase, err = parseBool(val)
 		case "mid_stream_needs_retry_fetch_errors":
-			p.MidStreamNeedsFetchErrors, err = parseBool(val)
+			err = fmt.Errorf("removed: coded network failures mid-stream are always retried and a generic \"fetch failed\" needs retry_fetch_errors in every profile (seed 000's isRetryableError); delete the line")
 		case "idempotent_methods":
 			if val.Kind != yaml.SequenceNode {
 				err = fmt.Errorf("must be a list of HTTP methods")
@@ -348,7 +380,7 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 				p.Strategies[t] = s
 			}
 		default:
-			err = fmt.Errorf("unknown field (want description, extends, retry_connect_phase, mid_stream_needs_retry_fetch_errors, idempotent_methods, budget, strategies or default)")
+			err = fmt.Errorf("unknown field (want description, extends, retry_connect_phase, idempotent_methods, budget, strategies or default)")
 		}
 		if err != nil {
 			if strings.HasPrefix(err.Error(), file+":") {
@@ -420,13 +452,18 @@ func parseStrategy(node *yaml.Node, file, path string) (strategy.Strategy, error
 			s.HintPadding, err = parseFloat(val)
 		case "retry_after_ceiling":
 			s.HintCeiling, err = parseDuration(val)
+		case "retry_after_above_ceiling":
+			s.AboveCeiling, err = strategy.ParseAboveCeiling(val.Value)
+		case "retry_after_jitter":
+			s.HintJitter, err = parseFloat(val)
 		case "fallback":
 			s.Fallback, err = strategy.ParseFallback(val.Value)
 		case "fallback_after":
 			s.FallbackAfter, err = parseInt(val)
 		default:
 			err = fmt.Errorf("unknown field (want retry, max_attempts, backoff, initial_delay, max_delay, multiplier, step, " +
-				"jitter, jitter_fraction, honor_retry_after, retry_after_mode, retry_after_padding, retry_after_ceiling, fallback, fallback_after)")
+				"jitter, jitter_fraction, honor_retry_after, retry_after_mode, retry_after_padding, retry_after_jitter, retry_after_ceiling, " +
+				"retry_after_above_ceiling, fallback, fallback_after)")
 		}
 		if err != nil {
 			return s, fmt.Errorf("%s:%d: %s.%s: %w", file, key.Line, path, key.Value, err)

@@ -103,9 +103,12 @@ func TestNextDelaySeeds(t *testing.T) {
 		{name: "task INTERRUPTED", req: task("INTERRUPTED", 1), wantAction: stop, wantStop: policydv1.StopReason_STOP_REASON_NOT_RETRYABLE},
 
 		// seed 004: default.
-		{name: "openai 429 retry-after 7", req: openai429("7"), wantAction: retry, wantDelay: 7700 * time.Millisecond},
+		// +10 % padding and, at r=0.5, half of the 0-10 % hint jitter; the
+		// ceiling is 60 s (the provider SDKs'), above it another provider.
+		{name: "openai 429 retry-after 7", req: openai429("7"), wantAction: retry, wantDelay: 8050 * time.Millisecond},
+		{name: "openai 429 retry-after 30", req: openai429("30"), wantAction: retry, wantDelay: 34500 * time.Millisecond},
 		{
-			name: "openai 429 retry-after 30", req: openai429("30"), wantAction: fallBack,
+			name: "openai 429 retry-after 61", req: openai429("61"), wantAction: fallBack,
 			wantStop: policydv1.StopReason_STOP_REASON_SERVER_DELAY_ABOVE_CEILING, wantFall: policydv1.FallbackKind_FALLBACK_KIND_OTHER_PROVIDER,
 		},
 		{
@@ -136,7 +139,9 @@ func TestNextDelaySeeds(t *testing.T) {
 			name: "invalid stream, continuation off", req: agent(1, invalidStream, &policydv1.ClassifyOptions{ContinueOnFailedApiCall: &f}),
 			wantAction: stop, wantStop: policydv1.StopReason_STOP_REASON_CONTINUATION_OFF,
 		},
-		{name: "mid-stream ECONNRESET", req: agent(1, midStream, nil), wantAction: stop, wantStop: policydv1.StopReason_STOP_REASON_STREAM_PHASE},
+		// seed 000: isRetryableError(error, retryFetchErrors) retries a coded
+		// network error whatever the flag.
+		{name: "mid-stream ECONNRESET", req: agent(1, midStream, nil), wantAction: retry, wantDelay: 5 * time.Second},
 		{
 			name: "mid-stream ECONNRESET with retry_fetch_errors", req: agent(1, midStream, &policydv1.ClassifyOptions{RetryFetchErrors: true}),
 			wantAction: retry, wantDelay: 5 * time.Second,

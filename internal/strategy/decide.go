@@ -2,6 +2,7 @@ package strategy
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -124,19 +125,40 @@ func (s Strategy) Decide(in Input, rnd Rand) Decision {
 	}
 
 	delay := s.jittered(in.Attempt, rnd)
-	if s.HonorRetryAfter && in.HasRetryAfter {
-		if s.HintCeiling > 0 && in.RetryAfter > s.HintCeiling {
-			return fallBackOr(StopHintAboveCeiling,
-				fmt.Sprintf("the server asked to wait %v, above the %v ceiling", in.RetryAfter, s.HintCeiling))
+	if s.HonorRetryAfter && in.HasRetryAfter && in.RetryAfter > 0 {
+		ceiling := s.HintCeiling
+		if in.MaxDelayCap > 0 && (ceiling == 0 || in.MaxDelayCap < ceiling) {
+			ceiling = in.MaxDelayCap
 		}
-		hint := s.capped(float64(in.RetryAfter) * (1 + s.HintPadding))
-		if s.HintMode == HintOverride || hint > delay {
-			delay = hint
+		hint, above := in.RetryAfter, ceiling > 0 && in.RetryAfter > ceiling
+		switch {
+		case above && s.AboveCeiling == AboveCeilingBackoff:
+			// keep the backoff: the hint is not trusted
+		case above && s.AboveCeiling == AboveCeilingStop:
+			return fallBackOr(StopHintAboveCeiling,
+				fmt.Sprintf("the server asked to wait %v, above the %v ceiling", in.RetryAfter, ceiling))
+		default:
+			if above { // clamp
+				hint = ceiling
+			}
+			hint = s.hinted(hint, rnd)
+			if in.MaxDelayCap > 0 && hint > in.MaxDelayCap {
+				hint = in.MaxDelayCap // the operator's hard cap; the hint itself is within it
+			}
+			if s.HintMode == HintOverride || hint > delay {
+				// The hint is the server's word: the backoff cap does not shorten it.
+				return s.bounded(in, hint, left, stop)
+			}
 		}
 	}
 	if in.MaxDelayCap > 0 && delay > in.MaxDelayCap {
 		delay = in.MaxDelayCap
 	}
+	return s.bounded(in, delay, left, stop)
+}
+
+// bounded retries after delay unless that passes the deadline or budget.
+func (s Strategy) bounded(in Input, delay time.Duration, left int, stop func(StopReason, string) Decision) Decision {
 	if !in.Deadline.IsZero() && in.Now.Add(delay).After(in.Deadline) {
 		return stop(StopDeadline, fmt.Sprintf("waiting %v would pass the deadline", delay.Round(time.Millisecond)))
 	}
@@ -144,6 +166,24 @@ func (s Strategy) Decide(in Input, rnd Rand) Decision {
 		return stop(StopDeadline, fmt.Sprintf("waiting %v would exceed the %v time budget", delay.Round(time.Millisecond), in.Budget))
 	}
 	return Decision{Action: ActionRetry, Delay: delay, AttemptsLeft: left}
+}
+
+// hinted is the server's delay with the padding and the hint jitter, which
+// only ever lengthen it.
+func (s Strategy) hinted(hint time.Duration, rnd Rand) time.Duration {
+	f := 1 + s.HintPadding
+	if s.HintJitter > 0 {
+		r := 0.5
+		if rnd != nil {
+			r = rnd.Float64()
+		}
+		f += s.HintJitter * r
+	}
+	d := float64(hint) * f
+	if d > float64(math.MaxInt64) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(d)
 }
 
 // jittered is the backoff after attempt with the strategy's jitter, capped.
@@ -170,6 +210,8 @@ func (s Strategy) jittered(attempt int, rnd Rand) time.Duration {
 		return s.capped(lo + (hi-lo)*r)
 	case JitterProportional:
 		return s.capped(float64(d) * (1 + s.JitterFraction*(2*r-1)))
+	case JitterDown:
+		return s.capped(float64(d) * (1 - s.JitterFraction*r))
 	}
 	return d
 }

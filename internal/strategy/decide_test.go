@@ -96,7 +96,11 @@ func TestServerDelayHint(t *testing.T) {
 	seed004 := Strategy{Retry: true, MaxAttempts: 5, Backoff: BackoffExponential, Initial: time.Second, Max: 60 * time.Second, Multiplier: 2,
 		Jitter: JitterFull, HonorRetryAfter: true, HintMode: HintOverride, HintPadding: 0.1, HintCeiling: 10 * time.Second, Fallback: FallbackOtherProvider}
 	seed003 := Strategy{Retry: true, MaxAttempts: 3, Backoff: BackoffExponential, Initial: time.Second, Max: 10 * time.Second, Multiplier: 2,
-		Jitter: JitterFull, HonorRetryAfter: true, HintMode: HintAtLeast}
+		Jitter: JitterFull, HonorRetryAfter: true, HintMode: HintAtLeast, HintCeiling: 10 * time.Second, AboveCeiling: AboveCeilingClamp}
+	sdk := Strategy{Retry: true, MaxAttempts: 3, Backoff: BackoffExponential, Initial: 500 * time.Millisecond, Max: 8 * time.Second, Multiplier: 2,
+		Jitter: JitterDown, JitterFraction: 0.25, HonorRetryAfter: true, HintMode: HintOverride, HintCeiling: time.Minute, AboveCeiling: AboveCeilingBackoff}
+	spread := seed004
+	spread.HintCeiling, spread.HintJitter = time.Minute, 0.2
 	noFallback := seed004
 	noFallback.Fallback = FallbackNone
 	ignore := seed004
@@ -118,7 +122,12 @@ func TestServerDelayHint(t *testing.T) {
 		{"at least: hint larger", seed003, 1, 5 * time.Second, ActionRetry, 5 * time.Second, StopNone},
 		{"at least: backoff larger", seed003, 3, 100 * time.Millisecond, ActionStop, 0, StopAttemptsExhausted},
 		{"at least: backoff larger, attempt 2", seed003, 2, 100 * time.Millisecond, ActionRetry, time.Second, StopNone},
-		{"at least: capped", seed003, 1, 60 * time.Second, ActionRetry, 10 * time.Second, StopNone},
+		{"at least: clamped to the ceiling", seed003, 1, 60 * time.Second, ActionRetry, 10 * time.Second, StopNone},
+		// The backoff cap (8 s) does not shorten a hint within the ceiling.
+		{"sdk: 45 s hint above an 8 s cap", sdk, 1, 45 * time.Second, ActionRetry, 45 * time.Second, StopNone},
+		{"sdk: above the ceiling, the backoff", sdk, 1, 61 * time.Second, ActionRetry, 437500 * time.Microsecond, StopNone},
+		{"sdk: zero hint, the backoff", sdk, 1, 0, ActionRetry, 437500 * time.Microsecond, StopNone},
+		{"hint jitter at r=0.5: +10% padding +10%", spread, 1, 40 * time.Second, ActionRetry, 48 * time.Second, StopNone},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -187,8 +196,9 @@ func TestDecideProperties(t *testing.T) {
 		s := Strategy{
 			Retry: gen.IntN(5) > 0, MaxAttempts: 1 + gen.IntN(12), Backoff: Backoff(gen.IntN(3)),
 			Initial: dur(10 * time.Second), Multiplier: 1 + 3*gen.Float64(), Step: dur(5 * time.Second),
-			Jitter: JitterKind(gen.IntN(5)), JitterFraction: 0.01 + 0.99*gen.Float64(),
+			Jitter: JitterKind(gen.IntN(6)), JitterFraction: 0.01 + 0.99*gen.Float64(),
 			HonorRetryAfter: gen.IntN(2) == 0, HintMode: HintMode(gen.IntN(2)), HintPadding: gen.Float64(),
+			HintJitter: gen.Float64() * 0.5, AboveCeiling: AboveCeiling(gen.IntN(3)),
 			Fallback: FallbackKind(gen.IntN(4)), FallbackAfter: gen.IntN(4),
 		}
 		s.Max = s.Initial + dur(2*time.Minute)
@@ -218,9 +228,24 @@ func TestDecideProperties(t *testing.T) {
 		if d.Action != ActionRetry {
 			continue
 		}
+		// A hint within the ceiling is waited whatever the backoff cap; the
+		// padding and hint jitter only lengthen it.
+		upper, hinted := s.Max, s.HonorRetryAfter && in.HasRetryAfter && in.RetryAfter > 0
+		if hinted {
+			h := in.RetryAfter
+			if s.HintCeiling > 0 && h > s.HintCeiling {
+				h = s.HintCeiling
+			}
+			if hmax := time.Duration(float64(h) * (1 + s.HintPadding + s.HintJitter)); hmax > upper {
+				upper = hmax + 1
+			}
+		}
 		switch {
-		case d.Delay < 0 || d.Delay > s.Max:
-			t.Fatalf("delay %v outside [0, %v] for %+v", d.Delay, s.Max, s)
+		case d.Delay < 0 || d.Delay > upper:
+			t.Fatalf("delay %v outside [0, %v] for %+v", d.Delay, upper, s)
+		case hinted && s.HintMode == HintOverride && (s.HintCeiling == 0 || in.RetryAfter <= s.HintCeiling) &&
+			(in.MaxDelayCap == 0 || in.RetryAfter <= in.MaxDelayCap) && d.Delay < in.RetryAfter:
+			t.Fatalf("delay %v is shorter than the server's %v", d.Delay, in.RetryAfter)
 		case in.MaxDelayCap > 0 && d.Delay > in.MaxDelayCap:
 			t.Fatalf("delay %v above the global cap %v", d.Delay, in.MaxDelayCap)
 		case !in.Deadline.IsZero() && t0.Add(d.Delay).After(in.Deadline):
@@ -231,7 +256,8 @@ func TestDecideProperties(t *testing.T) {
 			t.Fatalf("retried an irreversible operation")
 		case !in.Retryable || !s.Retry:
 			t.Fatalf("retried a non-retryable failure")
-		case s.HonorRetryAfter && in.HasRetryAfter && s.HintCeiling > 0 && in.RetryAfter > s.HintCeiling:
+		case s.HonorRetryAfter && in.HasRetryAfter && s.HintCeiling > 0 && in.RetryAfter > s.HintCeiling &&
+			s.AboveCeiling == AboveCeilingStop && (in.MaxDelayCap == 0 || in.MaxDelayCap >= s.HintCeiling):
 			t.Fatalf("waited for a hint above the ceiling")
 		}
 	}

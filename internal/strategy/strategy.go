@@ -52,23 +52,26 @@ const (
 	JitterDecorrelated
 	// JitterProportional picks uniformly in [d × (1-f), d × (1+f)] for fraction f.
 	JitterProportional
+	// JitterDown picks uniformly in [d × (1-f), d] for fraction f, so a delay
+	// never exceeds its backoff (the Stainless SDKs' 1 - 0.25 × random()).
+	JitterDown
 )
 
 var jitterNames = map[JitterKind]string{
 	JitterNone: "none", JitterFull: "full", JitterEqual: "equal",
-	JitterDecorrelated: "decorrelated", JitterProportional: "proportional",
+	JitterDecorrelated: "decorrelated", JitterProportional: "proportional", JitterDown: "down",
 }
 
 func (j JitterKind) String() string { return jitterNames[j] }
 
-// ParseJitter reads "none", "full", "equal", "decorrelated" or "proportional".
+// ParseJitter reads "none", "full", "equal", "decorrelated", "proportional" or "down".
 func ParseJitter(s string) (JitterKind, error) {
 	for j, name := range jitterNames {
 		if strings.EqualFold(s, name) {
 			return j, nil
 		}
 	}
-	return 0, fmt.Errorf("%q is not a jitter kind (want none, full, equal, decorrelated or proportional)", s)
+	return 0, fmt.Errorf("%q is not a jitter kind (want none, full, equal, decorrelated, proportional or down)", s)
 }
 
 // HintMode is how the server's delay hint combines with the computed backoff.
@@ -80,6 +83,34 @@ const (
 	// HintAtLeast waits the larger of the hint and the backoff (seed 003).
 	HintAtLeast
 )
+
+// AboveCeiling is what a strategy does with a server delay hint above its ceiling.
+type AboveCeiling int
+
+const (
+	// AboveCeilingStop stops, or falls back when the strategy has a fallback:
+	// the server will not serve this request within the wait we accept (seed 004).
+	AboveCeilingStop AboveCeiling = iota
+	// AboveCeilingBackoff ignores the hint and waits the backoff instead
+	// (the Stainless SDKs: a Retry-After above 60 s is not trusted).
+	AboveCeilingBackoff
+	// AboveCeilingClamp waits the ceiling (seed 003: every sleep is capped).
+	AboveCeilingClamp
+)
+
+var aboveCeilingNames = map[AboveCeiling]string{AboveCeilingStop: "stop", AboveCeilingBackoff: "backoff", AboveCeilingClamp: "clamp"}
+
+func (a AboveCeiling) String() string { return aboveCeilingNames[a] }
+
+// ParseAboveCeiling reads "stop", "backoff" or "clamp".
+func ParseAboveCeiling(s string) (AboveCeiling, error) {
+	for a, name := range aboveCeilingNames {
+		if strings.EqualFold(s, name) {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not an above-ceiling action (want stop, backoff or clamp)", s)
+}
 
 // FallbackKind is what to fall back to.
 type FallbackKind int
@@ -129,15 +160,23 @@ type Strategy struct {
 	// Jitter spreads the delay; JitterFraction is the ± fraction for proportional.
 	Jitter         JitterKind
 	JitterFraction float64
-	// HonorRetryAfter uses the server's delay hint when there is one.
+	// HonorRetryAfter uses the server's delay hint when there is one. A hint
+	// is honoured up to HintCeiling whatever Max is: Max caps the backoff,
+	// not the wait the server asked for. A hint of zero or less is no hint
+	// (the SDKs back off instead of retrying at once).
 	HonorRetryAfter bool
 	// HintMode combines hint and backoff; HintPadding is added to the hint
 	// (seed 004: 0.10, i.e. +10 %).
 	HintMode    HintMode
 	HintPadding float64
-	// HintCeiling: a hint above it is not waited for; the answer is to fall
-	// back when Fallback is set, else to stop. 0 means no ceiling.
-	HintCeiling time.Duration
+	// HintJitter adds uniformly up to this fraction of the hint on top of
+	// it, so agents given the same Retry-After do not return in the same
+	// second; never less than the server asked. 0 means none.
+	HintJitter float64
+	// HintCeiling: a hint above it is not waited for; AboveCeiling says what
+	// happens instead. 0 means no ceiling.
+	HintCeiling  time.Duration
+	AboveCeiling AboveCeiling
 	// Fallback is what to fall back to; FallbackAfter is after how many
 	// failed attempts (0: only when retrying is not possible).
 	Fallback      FallbackKind
@@ -167,6 +206,10 @@ func (s Strategy) Validate() error {
 		return fmt.Errorf("jitter_fraction: proportional jitter needs a fraction, e.g. 0.3")
 	case s.HintPadding < 0 || s.HintPadding > 10 || math.IsNaN(s.HintPadding):
 		return fmt.Errorf("retry_after_padding: %v must be within [0, 10]", s.HintPadding)
+	case s.HintJitter < 0 || s.HintJitter > 1 || math.IsNaN(s.HintJitter):
+		return fmt.Errorf("retry_after_jitter: %v must be within [0, 1]", s.HintJitter)
+	case s.Jitter == JitterDown && s.JitterFraction == 0:
+		return fmt.Errorf("jitter_fraction: down jitter needs a fraction, e.g. 0.25")
 	case s.HintCeiling < 0:
 		return fmt.Errorf("retry_after_ceiling: %v is negative", s.HintCeiling)
 	case s.FallbackAfter < 0:
@@ -243,6 +286,8 @@ func (s Strategy) String() string {
 	case JitterNone:
 	case JitterProportional:
 		fmt.Fprintf(&b, ", ±%g%% jitter", s.JitterFraction*100)
+	case JitterDown:
+		fmt.Fprintf(&b, ", -%g%% jitter", s.JitterFraction*100)
 	default:
 		fmt.Fprintf(&b, ", %s jitter", s.Jitter)
 	}
@@ -255,8 +300,14 @@ func (s Strategy) String() string {
 		if s.HintPadding > 0 {
 			fmt.Fprintf(&b, " +%g%%", s.HintPadding*100)
 		}
+		if s.HintJitter > 0 {
+			fmt.Fprintf(&b, " +0-%g%% jitter", s.HintJitter*100)
+		}
 		if s.HintCeiling > 0 {
 			fmt.Fprintf(&b, " ≤%v", s.HintCeiling)
+			if s.AboveCeiling != AboveCeilingStop {
+				b.WriteString(" else " + s.AboveCeiling.String())
+			}
 		}
 	}
 	if s.Fallback != FallbackNone {

@@ -197,8 +197,8 @@ def test_task_runner_profile_sequence(task_client: tuple[Client, list[float]]) -
 
 
 def test_fallback_hint_is_handed_to_the_fallback_function(client: Client, server: FakeServer) -> None:
-    # A Retry-After above the default profile's 10 s provider ceiling: fall back to another provider.
-    url = server.script("/fb", Reply(429, headers={"retry-after": "30"}))
+    # A Retry-After above the default profile's 60 s provider ceiling: fall back to another provider.
+    url = server.script("/fb", Reply(429, headers={"retry-after": "61"}))
     hints: list[FallbackHint] = []
 
     def other_provider(hint: FallbackHint) -> str:

@@ -135,7 +135,7 @@ describe("client.call against policyd", { concurrency: true }, () => {
   });
 
   test("abort stops at once, mid-sleep, with the signal's reason", async () => {
-    // retry-after: 5 under default/RATE_LIMIT: policyd says wait 5.5 s.
+    // retry-after: 5 under default/RATE_LIMIT: policyd says wait 5.5-6 s (+10 %, +0-10 % jitter).
     const srv = await flaky({ status: 429, headers: { "retry-after": "5" }, body: bodies.rateLimit });
     const ac = new AbortController();
     let abortedAt = 0;

@@ -508,6 +508,8 @@ const (
 	Jitter_JITTER_DECORRELATED Jitter = 4
 	// Uniform in [d × (1-f), d × (1+f)].
 	Jitter_JITTER_PROPORTIONAL Jitter = 5
+	// Uniform in [d × (1-f), d]: never above the backoff.
+	Jitter_JITTER_DOWN Jitter = 6
 )
 
 // Enum value maps for Jitter.
@@ -519,6 +521,7 @@ var (
 		3: "JITTER_EQUAL",
 		4: "JITTER_DECORRELATED",
 		5: "JITTER_PROPORTIONAL",
+		6: "JITTER_DOWN",
 	}
 	Jitter_value = map[string]int32{
 		"JITTER_UNSPECIFIED":  0,
@@ -527,6 +530,7 @@ var (
 		"JITTER_EQUAL":        3,
 		"JITTER_DECORRELATED": 4,
 		"JITTER_PROPORTIONAL": 5,
+		"JITTER_DOWN":         6,
 	}
 )
 
@@ -607,6 +611,63 @@ func (x RetryAfterMode) Number() protoreflect.EnumNumber {
 // Deprecated: Use RetryAfterMode.Descriptor instead.
 func (RetryAfterMode) EnumDescriptor() ([]byte, []int) {
 	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{8}
+}
+
+// RetryAfterAboveCeiling is what a strategy does with a server delay hint
+// above its ceiling.
+type RetryAfterAboveCeiling int32
+
+const (
+	RetryAfterAboveCeiling_RETRY_AFTER_ABOVE_CEILING_UNSPECIFIED RetryAfterAboveCeiling = 0
+	// Stop, or fall back when the strategy has a fallback.
+	RetryAfterAboveCeiling_RETRY_AFTER_ABOVE_CEILING_STOP RetryAfterAboveCeiling = 1
+	// Ignore the hint and wait the backoff.
+	RetryAfterAboveCeiling_RETRY_AFTER_ABOVE_CEILING_BACKOFF RetryAfterAboveCeiling = 2
+	// Wait the ceiling.
+	RetryAfterAboveCeiling_RETRY_AFTER_ABOVE_CEILING_CLAMP RetryAfterAboveCeiling = 3
+)
+
+// Enum value maps for RetryAfterAboveCeiling.
+var (
+	RetryAfterAboveCeiling_name = map[int32]string{
+		0: "RETRY_AFTER_ABOVE_CEILING_UNSPECIFIED",
+		1: "RETRY_AFTER_ABOVE_CEILING_STOP",
+		2: "RETRY_AFTER_ABOVE_CEILING_BACKOFF",
+		3: "RETRY_AFTER_ABOVE_CEILING_CLAMP",
+	}
+	RetryAfterAboveCeiling_value = map[string]int32{
+		"RETRY_AFTER_ABOVE_CEILING_UNSPECIFIED": 0,
+		"RETRY_AFTER_ABOVE_CEILING_STOP":        1,
+		"RETRY_AFTER_ABOVE_CEILING_BACKOFF":     2,
+		"RETRY_AFTER_ABOVE_CEILING_CLAMP":       3,
+	}
+)
+
+func (x RetryAfterAboveCeiling) Enum() *RetryAfterAboveCeiling {
+	p := new(RetryAfterAboveCeiling)
+	*p = x
+	return p
+}
+
+func (x RetryAfterAboveCeiling) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RetryAfterAboveCeiling) Descriptor() protoreflect.EnumDescriptor {
+	return file_policyd_v1_policy_proto_enumTypes[9].Descriptor()
+}
+
+func (RetryAfterAboveCeiling) Type() protoreflect.EnumType {
+	return &file_policyd_v1_policy_proto_enumTypes[9]
+}
+
+func (x RetryAfterAboveCeiling) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RetryAfterAboveCeiling.Descriptor instead.
+func (RetryAfterAboveCeiling) EnumDescriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{9}
 }
 
 // Cause is one link of an error's cause chain.
@@ -1120,20 +1181,25 @@ type Strategy struct {
 	Multiplier float64              `protobuf:"fixed64,6,opt,name=multiplier,proto3" json:"multiplier,omitempty"`
 	Step       *durationpb.Duration `protobuf:"bytes,7,opt,name=step,proto3" json:"step,omitempty"`
 	Jitter     Jitter               `protobuf:"varint,8,opt,name=jitter,proto3,enum=policyd.v1.Jitter" json:"jitter,omitempty"`
-	// The ± fraction of proportional jitter, e.g. 0.3.
+	// The fraction of proportional (±) or down (-) jitter, e.g. 0.3.
 	JitterFraction float64 `protobuf:"fixed64,9,opt,name=jitter_fraction,json=jitterFraction,proto3" json:"jitter_fraction,omitempty"`
-	// Use the server's delay hint when there is one.
+	// Use the server's delay hint when there is one, up to the ceiling,
+	// whatever max_delay says (max_delay caps the backoff).
 	HonorRetryAfter bool           `protobuf:"varint,10,opt,name=honor_retry_after,json=honorRetryAfter,proto3" json:"honor_retry_after,omitempty"`
 	RetryAfterMode  RetryAfterMode `protobuf:"varint,11,opt,name=retry_after_mode,json=retryAfterMode,proto3,enum=policyd.v1.RetryAfterMode" json:"retry_after_mode,omitempty"`
 	// Added to the hint, e.g. 0.1 for +10 %.
 	RetryAfterPadding float64 `protobuf:"fixed64,12,opt,name=retry_after_padding,json=retryAfterPadding,proto3" json:"retry_after_padding,omitempty"`
-	// A hint above it is not waited for: fall back or stop.
+	// A hint above it is not waited for: retry_after_above_ceiling says what then.
 	RetryAfterCeiling *durationpb.Duration `protobuf:"bytes,13,opt,name=retry_after_ceiling,json=retryAfterCeiling,proto3" json:"retry_after_ceiling,omitempty"`
 	Fallback          FallbackKind         `protobuf:"varint,14,opt,name=fallback,proto3,enum=policyd.v1.FallbackKind" json:"fallback,omitempty"`
 	// Fall back after this many failed attempts; 0: only when retrying is not possible.
 	FallbackAfter int32 `protobuf:"varint,15,opt,name=fallback_after,json=fallbackAfter,proto3" json:"fallback_after,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Up to this fraction of the hint is added at random, e.g. 0.2 for +0–20 %,
+	// so agents given the same Retry-After do not return in the same second.
+	RetryAfterJitter       float64                `protobuf:"fixed64,16,opt,name=retry_after_jitter,json=retryAfterJitter,proto3" json:"retry_after_jitter,omitempty"`
+	RetryAfterAboveCeiling RetryAfterAboveCeiling `protobuf:"varint,17,opt,name=retry_after_above_ceiling,json=retryAfterAboveCeiling,proto3,enum=policyd.v1.RetryAfterAboveCeiling" json:"retry_after_above_ceiling,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Strategy) Reset() {
@@ -1269,6 +1335,20 @@ func (x *Strategy) GetFallbackAfter() int32 {
 		return x.FallbackAfter
 	}
 	return 0
+}
+
+func (x *Strategy) GetRetryAfterJitter() float64 {
+	if x != nil {
+		return x.RetryAfterJitter
+	}
+	return 0
+}
+
+func (x *Strategy) GetRetryAfterAboveCeiling() RetryAfterAboveCeiling {
+	if x != nil {
+		return x.RetryAfterAboveCeiling
+	}
+	return RetryAfterAboveCeiling_RETRY_AFTER_ABOVE_CEILING_UNSPECIFIED
 }
 
 // AppliedStrategy is the strategy a decision used, for humans.
@@ -1688,7 +1768,11 @@ type Profile struct {
 	DefaultStrategy *Strategy `protobuf:"bytes,5,opt,name=default_strategy,json=defaultStrategy,proto3" json:"default_strategy,omitempty"`
 	// Whether failures in the connect phase of a stream are retried.
 	RetryConnectPhase bool `protobuf:"varint,6,opt,name=retry_connect_phase,json=retryConnectPhase,proto3" json:"retry_connect_phase,omitempty"`
-	// Whether mid-stream network failures need ClassifyOptions.retry_fetch_errors.
+	// Always false: coded network failures mid-stream are retried whatever
+	// retry_fetch_errors says, and a generic "fetch failed" needs it in every
+	// profile (seed 000's isRetryableError). Kept for wire compatibility.
+	//
+	// Deprecated: Marked as deprecated in policyd/v1/policy.proto.
 	MidStreamNeedsRetryFetchErrors bool `protobuf:"varint,7,opt,name=mid_stream_needs_retry_fetch_errors,json=midStreamNeedsRetryFetchErrors,proto3" json:"mid_stream_needs_retry_fetch_errors,omitempty"`
 	// HTTP methods treated as idempotent besides GET, HEAD and OPTIONS.
 	IdempotentMethods []string `protobuf:"bytes,8,rep,name=idempotent_methods,json=idempotentMethods,proto3" json:"idempotent_methods,omitempty"`
@@ -1771,6 +1855,7 @@ func (x *Profile) GetRetryConnectPhase() bool {
 	return false
 }
 
+// Deprecated: Marked as deprecated in policyd/v1/policy.proto.
 func (x *Profile) GetMidStreamNeedsRetryFetchErrors() bool {
 	if x != nil {
 		return x.MidStreamNeedsRetryFetchErrors
@@ -2076,7 +2161,7 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x12retry_after_source\x18\a \x01(\tR\x10retryAfterSource\x12/\n" +
 	"\x13continuation_prompt\x18\b \x01(\tR\x12continuationPrompt\"V\n" +
 	"\x10ClassifyResponse\x12B\n" +
-	"\x0eclassification\x18\x01 \x01(\v2\x1a.policyd.v1.ClassificationR\x0eclassification\"\xd8\x05\n" +
+	"\x0eclassification\x18\x01 \x01(\v2\x1a.policyd.v1.ClassificationR\x0eclassification\"\xe5\x06\n" +
 	"\bStrategy\x12\x14\n" +
 	"\x05retry\x18\x01 \x01(\bR\x05retry\x12!\n" +
 	"\fmax_attempts\x18\x02 \x01(\x05R\vmaxAttempts\x12-\n" +
@@ -2095,7 +2180,9 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x13retry_after_padding\x18\f \x01(\x01R\x11retryAfterPadding\x12I\n" +
 	"\x13retry_after_ceiling\x18\r \x01(\v2\x19.google.protobuf.DurationR\x11retryAfterCeiling\x124\n" +
 	"\bfallback\x18\x0e \x01(\x0e2\x18.policyd.v1.FallbackKindR\bfallback\x12%\n" +
-	"\x0efallback_after\x18\x0f \x01(\x05R\rfallbackAfter\"u\n" +
+	"\x0efallback_after\x18\x0f \x01(\x05R\rfallbackAfter\x12,\n" +
+	"\x12retry_after_jitter\x18\x10 \x01(\x01R\x10retryAfterJitter\x12]\n" +
+	"\x19retry_after_above_ceiling\x18\x11 \x01(\x0e2\".policyd.v1.RetryAfterAboveCeilingR\x16retryAfterAboveCeiling\"u\n" +
 	"\x0fAppliedStrategy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x124\n" +
@@ -2130,7 +2217,7 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x06safety\x18\n" +
 	" \x01(\x0e2\x1b.policyd.v1.OperationSafetyR\x06safety\"E\n" +
 	"\x11NextDelayResponse\x120\n" +
-	"\bdecision\x18\x01 \x01(\v2\x14.policyd.v1.DecisionR\bdecision\"\xb4\x03\n" +
+	"\bdecision\x18\x01 \x01(\v2\x14.policyd.v1.DecisionR\bdecision\"\xb8\x03\n" +
 	"\aProfile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x16\n" +
@@ -2139,8 +2226,8 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"strategies\x18\x04 \x03(\v2\x1b.policyd.v1.ProfileStrategyR\n" +
 	"strategies\x12?\n" +
 	"\x10default_strategy\x18\x05 \x01(\v2\x14.policyd.v1.StrategyR\x0fdefaultStrategy\x12.\n" +
-	"\x13retry_connect_phase\x18\x06 \x01(\bR\x11retryConnectPhase\x12K\n" +
-	"#mid_stream_needs_retry_fetch_errors\x18\a \x01(\bR\x1emidStreamNeedsRetryFetchErrors\x12-\n" +
+	"\x13retry_connect_phase\x18\x06 \x01(\bR\x11retryConnectPhase\x12O\n" +
+	"#mid_stream_needs_retry_fetch_errors\x18\a \x01(\bB\x02\x18\x01R\x1emidStreamNeedsRetryFetchErrors\x12-\n" +
 	"\x12idempotent_methods\x18\b \x03(\tR\x11idempotentMethods\x121\n" +
 	"\x06budget\x18\t \x01(\v2\x19.google.protobuf.DurationR\x06budget\"\x99\x01\n" +
 	"\x0fProfileStrategy\x12:\n" +
@@ -2209,18 +2296,24 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x13BACKOFF_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13BACKOFF_EXPONENTIAL\x10\x01\x12\x12\n" +
 	"\x0eBACKOFF_LINEAR\x10\x02\x12\x14\n" +
-	"\x10BACKOFF_CONSTANT\x10\x03*\x86\x01\n" +
+	"\x10BACKOFF_CONSTANT\x10\x03*\x97\x01\n" +
 	"\x06Jitter\x12\x16\n" +
 	"\x12JITTER_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vJITTER_NONE\x10\x01\x12\x0f\n" +
 	"\vJITTER_FULL\x10\x02\x12\x10\n" +
 	"\fJITTER_EQUAL\x10\x03\x12\x17\n" +
 	"\x13JITTER_DECORRELATED\x10\x04\x12\x17\n" +
-	"\x13JITTER_PROPORTIONAL\x10\x05*p\n" +
+	"\x13JITTER_PROPORTIONAL\x10\x05\x12\x0f\n" +
+	"\vJITTER_DOWN\x10\x06*p\n" +
 	"\x0eRetryAfterMode\x12 \n" +
 	"\x1cRETRY_AFTER_MODE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19RETRY_AFTER_MODE_OVERRIDE\x10\x01\x12\x1d\n" +
-	"\x19RETRY_AFTER_MODE_AT_LEAST\x10\x022\xc0\x02\n" +
+	"\x19RETRY_AFTER_MODE_AT_LEAST\x10\x02*\xb3\x01\n" +
+	"\x16RetryAfterAboveCeiling\x12)\n" +
+	"%RETRY_AFTER_ABOVE_CEILING_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eRETRY_AFTER_ABOVE_CEILING_STOP\x10\x01\x12%\n" +
+	"!RETRY_AFTER_ABOVE_CEILING_BACKOFF\x10\x02\x12#\n" +
+	"\x1fRETRY_AFTER_ABOVE_CEILING_CLAMP\x10\x032\xc0\x02\n" +
 	"\rPolicyService\x12E\n" +
 	"\bClassify\x12\x1b.policyd.v1.ClassifyRequest\x1a\x1c.policyd.v1.ClassifyResponse\x12H\n" +
 	"\tNextDelay\x12\x1c.policyd.v1.NextDelayRequest\x1a\x1d.policyd.v1.NextDelayResponse\x12Q\n" +
@@ -2240,7 +2333,7 @@ func file_policyd_v1_policy_proto_rawDescGZIP() []byte {
 	return file_policyd_v1_policy_proto_rawDescData
 }
 
-var file_policyd_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_policyd_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
 var file_policyd_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_policyd_v1_policy_proto_goTypes = []any{
 	(FailureType)(0),              // 0: policyd.v1.FailureType
@@ -2252,81 +2345,83 @@ var file_policyd_v1_policy_proto_goTypes = []any{
 	(Backoff)(0),                  // 6: policyd.v1.Backoff
 	(Jitter)(0),                   // 7: policyd.v1.Jitter
 	(RetryAfterMode)(0),           // 8: policyd.v1.RetryAfterMode
-	(*Cause)(nil),                 // 9: policyd.v1.Cause
-	(*Failure)(nil),               // 10: policyd.v1.Failure
-	(*ClassifyOptions)(nil),       // 11: policyd.v1.ClassifyOptions
-	(*ClassifyRequest)(nil),       // 12: policyd.v1.ClassifyRequest
-	(*Classification)(nil),        // 13: policyd.v1.Classification
-	(*ClassifyResponse)(nil),      // 14: policyd.v1.ClassifyResponse
-	(*Strategy)(nil),              // 15: policyd.v1.Strategy
-	(*AppliedStrategy)(nil),       // 16: policyd.v1.AppliedStrategy
-	(*Fallback)(nil),              // 17: policyd.v1.Fallback
-	(*NextDelayRequest)(nil),      // 18: policyd.v1.NextDelayRequest
-	(*Decision)(nil),              // 19: policyd.v1.Decision
-	(*NextDelayResponse)(nil),     // 20: policyd.v1.NextDelayResponse
-	(*Profile)(nil),               // 21: policyd.v1.Profile
-	(*ProfileStrategy)(nil),       // 22: policyd.v1.ProfileStrategy
-	(*ListProfilesRequest)(nil),   // 23: policyd.v1.ListProfilesRequest
-	(*ListProfilesResponse)(nil),  // 24: policyd.v1.ListProfilesResponse
-	(*GetProfileRequest)(nil),     // 25: policyd.v1.GetProfileRequest
-	(*GetProfileResponse)(nil),    // 26: policyd.v1.GetProfileResponse
-	nil,                           // 27: policyd.v1.Failure.HeadersEntry
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(RetryAfterAboveCeiling)(0),   // 9: policyd.v1.RetryAfterAboveCeiling
+	(*Cause)(nil),                 // 10: policyd.v1.Cause
+	(*Failure)(nil),               // 11: policyd.v1.Failure
+	(*ClassifyOptions)(nil),       // 12: policyd.v1.ClassifyOptions
+	(*ClassifyRequest)(nil),       // 13: policyd.v1.ClassifyRequest
+	(*Classification)(nil),        // 14: policyd.v1.Classification
+	(*ClassifyResponse)(nil),      // 15: policyd.v1.ClassifyResponse
+	(*Strategy)(nil),              // 16: policyd.v1.Strategy
+	(*AppliedStrategy)(nil),       // 17: policyd.v1.AppliedStrategy
+	(*Fallback)(nil),              // 18: policyd.v1.Fallback
+	(*NextDelayRequest)(nil),      // 19: policyd.v1.NextDelayRequest
+	(*Decision)(nil),              // 20: policyd.v1.Decision
+	(*NextDelayResponse)(nil),     // 21: policyd.v1.NextDelayResponse
+	(*Profile)(nil),               // 22: policyd.v1.Profile
+	(*ProfileStrategy)(nil),       // 23: policyd.v1.ProfileStrategy
+	(*ListProfilesRequest)(nil),   // 24: policyd.v1.ListProfilesRequest
+	(*ListProfilesResponse)(nil),  // 25: policyd.v1.ListProfilesResponse
+	(*GetProfileRequest)(nil),     // 26: policyd.v1.GetProfileRequest
+	(*GetProfileResponse)(nil),    // 27: policyd.v1.GetProfileResponse
+	nil,                           // 28: policyd.v1.Failure.HeadersEntry
+	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
 }
 var file_policyd_v1_policy_proto_depIdxs = []int32{
-	27, // 0: policyd.v1.Failure.headers:type_name -> policyd.v1.Failure.HeadersEntry
-	9,  // 1: policyd.v1.Failure.causes:type_name -> policyd.v1.Cause
+	28, // 0: policyd.v1.Failure.headers:type_name -> policyd.v1.Failure.HeadersEntry
+	10, // 1: policyd.v1.Failure.causes:type_name -> policyd.v1.Cause
 	1,  // 2: policyd.v1.Failure.phase:type_name -> policyd.v1.Phase
-	10, // 3: policyd.v1.ClassifyRequest.failure:type_name -> policyd.v1.Failure
-	11, // 4: policyd.v1.ClassifyRequest.options:type_name -> policyd.v1.ClassifyOptions
+	11, // 3: policyd.v1.ClassifyRequest.failure:type_name -> policyd.v1.Failure
+	12, // 4: policyd.v1.ClassifyRequest.options:type_name -> policyd.v1.ClassifyOptions
 	0,  // 5: policyd.v1.Classification.failure_type:type_name -> policyd.v1.FailureType
-	28, // 6: policyd.v1.Classification.retry_after:type_name -> google.protobuf.Duration
-	13, // 7: policyd.v1.ClassifyResponse.classification:type_name -> policyd.v1.Classification
+	29, // 6: policyd.v1.Classification.retry_after:type_name -> google.protobuf.Duration
+	14, // 7: policyd.v1.ClassifyResponse.classification:type_name -> policyd.v1.Classification
 	6,  // 8: policyd.v1.Strategy.backoff:type_name -> policyd.v1.Backoff
-	28, // 9: policyd.v1.Strategy.initial_delay:type_name -> google.protobuf.Duration
-	28, // 10: policyd.v1.Strategy.max_delay:type_name -> google.protobuf.Duration
-	28, // 11: policyd.v1.Strategy.step:type_name -> google.protobuf.Duration
+	29, // 9: policyd.v1.Strategy.initial_delay:type_name -> google.protobuf.Duration
+	29, // 10: policyd.v1.Strategy.max_delay:type_name -> google.protobuf.Duration
+	29, // 11: policyd.v1.Strategy.step:type_name -> google.protobuf.Duration
 	7,  // 12: policyd.v1.Strategy.jitter:type_name -> policyd.v1.Jitter
 	8,  // 13: policyd.v1.Strategy.retry_after_mode:type_name -> policyd.v1.RetryAfterMode
-	28, // 14: policyd.v1.Strategy.retry_after_ceiling:type_name -> google.protobuf.Duration
+	29, // 14: policyd.v1.Strategy.retry_after_ceiling:type_name -> google.protobuf.Duration
 	5,  // 15: policyd.v1.Strategy.fallback:type_name -> policyd.v1.FallbackKind
-	15, // 16: policyd.v1.AppliedStrategy.parameters:type_name -> policyd.v1.Strategy
-	5,  // 17: policyd.v1.Fallback.kind:type_name -> policyd.v1.FallbackKind
-	10, // 18: policyd.v1.NextDelayRequest.failure:type_name -> policyd.v1.Failure
-	0,  // 19: policyd.v1.NextDelayRequest.failure_type:type_name -> policyd.v1.FailureType
-	28, // 20: policyd.v1.NextDelayRequest.elapsed:type_name -> google.protobuf.Duration
-	29, // 21: policyd.v1.NextDelayRequest.deadline:type_name -> google.protobuf.Timestamp
-	2,  // 22: policyd.v1.NextDelayRequest.safety:type_name -> policyd.v1.OperationSafety
-	11, // 23: policyd.v1.NextDelayRequest.options:type_name -> policyd.v1.ClassifyOptions
-	3,  // 24: policyd.v1.Decision.action:type_name -> policyd.v1.Action
-	28, // 25: policyd.v1.Decision.delay:type_name -> google.protobuf.Duration
-	13, // 26: policyd.v1.Decision.classification:type_name -> policyd.v1.Classification
-	4,  // 27: policyd.v1.Decision.stop_reason:type_name -> policyd.v1.StopReason
-	17, // 28: policyd.v1.Decision.fallback:type_name -> policyd.v1.Fallback
-	16, // 29: policyd.v1.Decision.strategy:type_name -> policyd.v1.AppliedStrategy
-	2,  // 30: policyd.v1.Decision.safety:type_name -> policyd.v1.OperationSafety
-	19, // 31: policyd.v1.NextDelayResponse.decision:type_name -> policyd.v1.Decision
-	22, // 32: policyd.v1.Profile.strategies:type_name -> policyd.v1.ProfileStrategy
-	15, // 33: policyd.v1.Profile.default_strategy:type_name -> policyd.v1.Strategy
-	28, // 34: policyd.v1.Profile.budget:type_name -> google.protobuf.Duration
-	0,  // 35: policyd.v1.ProfileStrategy.failure_type:type_name -> policyd.v1.FailureType
-	15, // 36: policyd.v1.ProfileStrategy.strategy:type_name -> policyd.v1.Strategy
-	21, // 37: policyd.v1.ListProfilesResponse.profiles:type_name -> policyd.v1.Profile
-	21, // 38: policyd.v1.GetProfileResponse.profile:type_name -> policyd.v1.Profile
-	12, // 39: policyd.v1.PolicyService.Classify:input_type -> policyd.v1.ClassifyRequest
-	18, // 40: policyd.v1.PolicyService.NextDelay:input_type -> policyd.v1.NextDelayRequest
-	23, // 41: policyd.v1.PolicyService.ListProfiles:input_type -> policyd.v1.ListProfilesRequest
-	25, // 42: policyd.v1.PolicyService.GetProfile:input_type -> policyd.v1.GetProfileRequest
-	14, // 43: policyd.v1.PolicyService.Classify:output_type -> policyd.v1.ClassifyResponse
-	20, // 44: policyd.v1.PolicyService.NextDelay:output_type -> policyd.v1.NextDelayResponse
-	24, // 45: policyd.v1.PolicyService.ListProfiles:output_type -> policyd.v1.ListProfilesResponse
-	26, // 46: policyd.v1.PolicyService.GetProfile:output_type -> policyd.v1.GetProfileResponse
-	43, // [43:47] is the sub-list for method output_type
-	39, // [39:43] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	9,  // 16: policyd.v1.Strategy.retry_after_above_ceiling:type_name -> policyd.v1.RetryAfterAboveCeiling
+	16, // 17: policyd.v1.AppliedStrategy.parameters:type_name -> policyd.v1.Strategy
+	5,  // 18: policyd.v1.Fallback.kind:type_name -> policyd.v1.FallbackKind
+	11, // 19: policyd.v1.NextDelayRequest.failure:type_name -> policyd.v1.Failure
+	0,  // 20: policyd.v1.NextDelayRequest.failure_type:type_name -> policyd.v1.FailureType
+	29, // 21: policyd.v1.NextDelayRequest.elapsed:type_name -> google.protobuf.Duration
+	30, // 22: policyd.v1.NextDelayRequest.deadline:type_name -> google.protobuf.Timestamp
+	2,  // 23: policyd.v1.NextDelayRequest.safety:type_name -> policyd.v1.OperationSafety
+	12, // 24: policyd.v1.NextDelayRequest.options:type_name -> policyd.v1.ClassifyOptions
+	3,  // 25: policyd.v1.Decision.action:type_name -> policyd.v1.Action
+	29, // 26: policyd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	14, // 27: policyd.v1.Decision.classification:type_name -> policyd.v1.Classification
+	4,  // 28: policyd.v1.Decision.stop_reason:type_name -> policyd.v1.StopReason
+	18, // 29: policyd.v1.Decision.fallback:type_name -> policyd.v1.Fallback
+	17, // 30: policyd.v1.Decision.strategy:type_name -> policyd.v1.AppliedStrategy
+	2,  // 31: policyd.v1.Decision.safety:type_name -> policyd.v1.OperationSafety
+	20, // 32: policyd.v1.NextDelayResponse.decision:type_name -> policyd.v1.Decision
+	23, // 33: policyd.v1.Profile.strategies:type_name -> policyd.v1.ProfileStrategy
+	16, // 34: policyd.v1.Profile.default_strategy:type_name -> policyd.v1.Strategy
+	29, // 35: policyd.v1.Profile.budget:type_name -> google.protobuf.Duration
+	0,  // 36: policyd.v1.ProfileStrategy.failure_type:type_name -> policyd.v1.FailureType
+	16, // 37: policyd.v1.ProfileStrategy.strategy:type_name -> policyd.v1.Strategy
+	22, // 38: policyd.v1.ListProfilesResponse.profiles:type_name -> policyd.v1.Profile
+	22, // 39: policyd.v1.GetProfileResponse.profile:type_name -> policyd.v1.Profile
+	13, // 40: policyd.v1.PolicyService.Classify:input_type -> policyd.v1.ClassifyRequest
+	19, // 41: policyd.v1.PolicyService.NextDelay:input_type -> policyd.v1.NextDelayRequest
+	24, // 42: policyd.v1.PolicyService.ListProfiles:input_type -> policyd.v1.ListProfilesRequest
+	26, // 43: policyd.v1.PolicyService.GetProfile:input_type -> policyd.v1.GetProfileRequest
+	15, // 44: policyd.v1.PolicyService.Classify:output_type -> policyd.v1.ClassifyResponse
+	21, // 45: policyd.v1.PolicyService.NextDelay:output_type -> policyd.v1.NextDelayResponse
+	25, // 46: policyd.v1.PolicyService.ListProfiles:output_type -> policyd.v1.ListProfilesResponse
+	27, // 47: policyd.v1.PolicyService.GetProfile:output_type -> policyd.v1.GetProfileResponse
+	44, // [44:48] is the sub-list for method output_type
+	40, // [40:44] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_policyd_v1_policy_proto_init() }
@@ -2340,7 +2435,7 @@ func file_policyd_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_policyd_v1_policy_proto_rawDesc), len(file_policyd_v1_policy_proto_rawDesc)),
-			NumEnums:      9,
+			NumEnums:      10,
 			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -87,12 +87,20 @@ class Jitter(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JITTER_EQUAL: _ClassVar[Jitter]
     JITTER_DECORRELATED: _ClassVar[Jitter]
     JITTER_PROPORTIONAL: _ClassVar[Jitter]
+    JITTER_DOWN: _ClassVar[Jitter]
 
 class RetryAfterMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RETRY_AFTER_MODE_UNSPECIFIED: _ClassVar[RetryAfterMode]
     RETRY_AFTER_MODE_OVERRIDE: _ClassVar[RetryAfterMode]
     RETRY_AFTER_MODE_AT_LEAST: _ClassVar[RetryAfterMode]
+
+class RetryAfterAboveCeiling(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RETRY_AFTER_ABOVE_CEILING_UNSPECIFIED: _ClassVar[RetryAfterAboveCeiling]
+    RETRY_AFTER_ABOVE_CEILING_STOP: _ClassVar[RetryAfterAboveCeiling]
+    RETRY_AFTER_ABOVE_CEILING_BACKOFF: _ClassVar[RetryAfterAboveCeiling]
+    RETRY_AFTER_ABOVE_CEILING_CLAMP: _ClassVar[RetryAfterAboveCeiling]
 FAILURE_TYPE_UNSPECIFIED: FailureType
 FAILURE_TYPE_RATE_LIMIT: FailureType
 FAILURE_TYPE_QUOTA_EXHAUSTED: FailureType
@@ -146,9 +154,14 @@ JITTER_FULL: Jitter
 JITTER_EQUAL: Jitter
 JITTER_DECORRELATED: Jitter
 JITTER_PROPORTIONAL: Jitter
+JITTER_DOWN: Jitter
 RETRY_AFTER_MODE_UNSPECIFIED: RetryAfterMode
 RETRY_AFTER_MODE_OVERRIDE: RetryAfterMode
 RETRY_AFTER_MODE_AT_LEAST: RetryAfterMode
+RETRY_AFTER_ABOVE_CEILING_UNSPECIFIED: RetryAfterAboveCeiling
+RETRY_AFTER_ABOVE_CEILING_STOP: RetryAfterAboveCeiling
+RETRY_AFTER_ABOVE_CEILING_BACKOFF: RetryAfterAboveCeiling
+RETRY_AFTER_ABOVE_CEILING_CLAMP: RetryAfterAboveCeiling
 
 class Cause(_message.Message):
     __slots__ = ("name", "code", "message")
@@ -242,7 +255,7 @@ class ClassifyResponse(_message.Message):
     def __init__(self, classification: _Optional[_Union[Classification, _Mapping]] = ...) -> None: ...
 
 class Strategy(_message.Message):
-    __slots__ = ("retry", "max_attempts", "backoff", "initial_delay", "max_delay", "multiplier", "step", "jitter", "jitter_fraction", "honor_retry_after", "retry_after_mode", "retry_after_padding", "retry_after_ceiling", "fallback", "fallback_after")
+    __slots__ = ("retry", "max_attempts", "backoff", "initial_delay", "max_delay", "multiplier", "step", "jitter", "jitter_fraction", "honor_retry_after", "retry_after_mode", "retry_after_padding", "retry_after_ceiling", "fallback", "fallback_after", "retry_after_jitter", "retry_after_above_ceiling")
     RETRY_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     BACKOFF_FIELD_NUMBER: _ClassVar[int]
@@ -258,6 +271,8 @@ class Strategy(_message.Message):
     RETRY_AFTER_CEILING_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_AFTER_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_JITTER_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_ABOVE_CEILING_FIELD_NUMBER: _ClassVar[int]
     retry: bool
     max_attempts: int
     backoff: Backoff
@@ -273,7 +288,9 @@ class Strategy(_message.Message):
     retry_after_ceiling: _duration_pb2.Duration
     fallback: FallbackKind
     fallback_after: int
-    def __init__(self, retry: _Optional[bool] = ..., max_attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, str]] = ..., initial_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., multiplier: _Optional[float] = ..., step: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., jitter: _Optional[_Union[Jitter, str]] = ..., jitter_fraction: _Optional[float] = ..., honor_retry_after: _Optional[bool] = ..., retry_after_mode: _Optional[_Union[RetryAfterMode, str]] = ..., retry_after_padding: _Optional[float] = ..., retry_after_ceiling: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback: _Optional[_Union[FallbackKind, str]] = ..., fallback_after: _Optional[int] = ...) -> None: ...
+    retry_after_jitter: float
+    retry_after_above_ceiling: RetryAfterAboveCeiling
+    def __init__(self, retry: _Optional[bool] = ..., max_attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, str]] = ..., initial_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., multiplier: _Optional[float] = ..., step: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., jitter: _Optional[_Union[Jitter, str]] = ..., jitter_fraction: _Optional[float] = ..., honor_retry_after: _Optional[bool] = ..., retry_after_mode: _Optional[_Union[RetryAfterMode, str]] = ..., retry_after_padding: _Optional[float] = ..., retry_after_ceiling: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback: _Optional[_Union[FallbackKind, str]] = ..., fallback_after: _Optional[int] = ..., retry_after_jitter: _Optional[float] = ..., retry_after_above_ceiling: _Optional[_Union[RetryAfterAboveCeiling, str]] = ...) -> None: ...
 
 class AppliedStrategy(_message.Message):
     __slots__ = ("name", "summary", "parameters")

@@ -1,0 +1,106 @@
+package classifier
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+)
+
+// The decision model the peers' tests need (conformance/README.md): names
+// with or without their module prefix, a timeout told from a cancellation,
+// structured quota details before phrases, a task runner's bare codes, and
+// AWS's XML error codes.
+func TestDecisionModelRules(t *testing.T) {
+	t.Parallel()
+	googleQuota := func(quotaID, message string) string {
+		return `{"error":{"code":429,"message":"` + message + `","status":"RESOURCE_EXHAUSTED","details":[` +
+			`{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"` + quotaID + `"}]}]}}`
+	}
+	runClassifyCases(t, []classifyCase{
+		{name: "python module prefix", failure: &policydv1.Failure{ErrorName: "openai.APITimeoutError", Message: "Request timed out."},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "network.timeout"},
+		{name: "botocore module path", failure: &policydv1.Failure{ErrorName: "botocore.exceptions.ReadTimeoutError"},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "network.timeout"},
+		{name: "java package", failure: &policydv1.Failure{ErrorName: "java.net.SocketTimeoutException", Message: "Read timed out"},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "timeout.signal"},
+		{name: "java connect refused", failure: &policydv1.Failure{ErrorName: "java.net.ConnectException", Message: "Connection refused"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "go pointer type", failure: &policydv1.Failure{ErrorName: "*net.OpError", Message: "dial tcp 127.0.0.1:443: connect: connection refused"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "cause with module prefix", failure: &policydv1.Failure{ErrorName: "openai.APIConnectionError",
+			Causes: []*policydv1.Cause{{Name: "httpx.ConnectError", Message: "[Errno 111] Connection refused"}}},
+			wantType: typeConnection, wantRetryable: true},
+		{name: "AbortSignal.timeout is a timeout", failure: &policydv1.Failure{ErrorName: "TimeoutError", Message: "The operation was aborted due to timeout", ErrorCode: "23"},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "timeout.signal"},
+		{name: "a user's abort stays a cancellation", failure: &policydv1.Failure{ErrorName: "AbortError", Message: "This operation was aborted"},
+			wantType: typeCanceled, wantRetryable: false, wantRule: "cancel.abort"},
+		{name: "per-minute quotaId beats an exhausted-sounding message",
+			failure:  &policydv1.Failure{Provider: "google", HttpStatus: 429, Body: googleQuota("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", "You exceeded your current quota, please check your plan and billing details.")},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit.per_minute_quota"},
+		{name: "per-day quotaId", failure: &policydv1.Failure{Provider: "google", HttpStatus: 429, Body: googleQuota("GenerateRequestsPerDayPerProjectPerModel-FreeTier", "You exceeded your current quota.")},
+			wantType: typeQuota, wantRetryable: false, wantRule: "quota.daily"},
+		{name: "ErrorInfo quota_limit", failure: &policydv1.Failure{Provider: "google", HttpStatus: 429,
+			Body: `{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","message":"Quota exceeded.","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"RATE_LIMIT_EXCEEDED","metadata":{"quota_limit":"GenerateContentRequestsPerMinutePerProjectPerRegion"}}]}}`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit.per_minute_quota"},
+		{name: "task_runner bare TIMEOUT", profile: "task_runner", failure: &policydv1.Failure{ErrorCode: "TIMEOUT"},
+			wantType: policydv1.FailureType_FAILURE_TYPE_TASK_TRANSIENT, wantRetryable: true, wantRule: "task.transient"},
+		{name: "task_runner unknown code", profile: "task_runner", failure: &policydv1.Failure{ErrorCode: "SANDBOX_GONE"},
+			wantType: policydv1.FailureType_FAILURE_TYPE_TASK_TRANSIENT, wantRetryable: true, wantRule: "task.other"},
+		{name: "bare TIMEOUT outside task_runner is not a task code", failure: &policydv1.Failure{ErrorCode: "TIMEOUT"},
+			wantType: policydv1.FailureType_FAILURE_TYPE_UNKNOWN, wantRetryable: false},
+		{name: "AWS query protocol XML code", failure: &policydv1.Failure{Provider: "aws", HttpStatus: 400,
+			Body: `<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error></ErrorResponse>`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "untrusted certificate", failure: &policydv1.Failure{ErrorName: "TypeError", Message: "fetch failed",
+			Causes: []*policydv1.Cause{{Name: "Error", Code: "UNABLE_TO_VERIFY_LEAF_SIGNATURE", Message: "unable to verify the first certificate"}}},
+			wantType: typeConnection, wantRetryable: false, wantRule: "tls.certificate"},
+	})
+}
+
+// A per-minute quota with no delay hint waits for its window; a hint, when
+// there is one, wins.
+func TestRuleWindowIsTheHintOfLastResort(t *testing.T) {
+	t.Parallel()
+	c := newTestClassifier(t)
+	body := `{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","message":"Quota exceeded","details":[` +
+		`{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerMinutePerProjectPerModel"}]}%s]}}`
+	got := c.Classify(&policydv1.Failure{Provider: "google", HttpStatus: 429, Body: fmtBody(body, "")}, nil, "")
+	if got.GetRetryAfter().AsDuration() != time.Minute || got.GetRetryAfterSource() != "rule window" {
+		t.Errorf("no hint: retry_after %v from %q, want 1m0s from the rule window", got.GetRetryAfter().AsDuration(), got.GetRetryAfterSource())
+	}
+	got = c.Classify(&policydv1.Failure{Provider: "google", HttpStatus: 429,
+		Body: fmtBody(body, `,{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"44s"}`)}, nil, "")
+	if got.GetRetryAfter().AsDuration() != 44*time.Second || got.GetRetryAfterSource() != "body field" {
+		t.Errorf("RetryInfo 44s: retry_after %v from %q", got.GetRetryAfter().AsDuration(), got.GetRetryAfterSource())
+	}
+}
+
+func fmtBody(format, extra string) string {
+	for i := 0; i+1 < len(format); i++ {
+		if format[i] == '%' && format[i+1] == 's' {
+			return format[:i] + extra + format[i+2:]
+		}
+	}
+	return format
+}
+
+// An HTTP-date Retry-After is measured against the response's Date header
+// when there is one: the agent's clock may be skewed.
+func TestRetryAfterDateAgainstServerDate(t *testing.T) {
+	t.Parallel()
+	c := newTestClassifier(t) // the agent's clock reads testNow
+	serverNow := testNow.Add(-5 * time.Minute)
+	f := &policydv1.Failure{HttpStatus: 503, Headers: map[string]string{
+		"Date":        serverNow.Format(http.TimeFormat),
+		"Retry-After": serverNow.Add(30 * time.Second).Format(http.TimeFormat),
+	}}
+	if got := c.Classify(f, nil, "").GetRetryAfter().AsDuration(); got != 30*time.Second {
+		t.Errorf("with Date: retry_after %v, want 30s", got)
+	}
+	delete(f.Headers, "Date")
+	if got := c.Classify(f, nil, "").GetRetryAfter(); got.AsDuration() != 0 {
+		t.Errorf("without Date, a time 4.5 min in the agent's past: retry_after %v, want 0s", got.AsDuration())
+	}
+}
