@@ -21,7 +21,7 @@ const RuleShouldRetryHeader = "header.x-should-retry"
 // Classifier classifies failures by an ordered rules table. It is safe for
 // concurrent use; build a new one to change the rules.
 type Classifier struct {
-	rules   []compiledRule
+	rules []compiledRule
 	indexes
 	nblocks int
 	now     func() time.Time

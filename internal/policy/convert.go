@@ -12,19 +12,19 @@ import (
 // StrategyProto renders a strategy for the API.
 func StrategyProto(s strategy.Strategy) *policydv1.Strategy {
 	out := &policydv1.Strategy{
-		Retry:             s.Retry,
-		MaxAttempts:       int32(s.MaxAttempts),
-		Backoff:           policydv1.Backoff(s.Backoff + 1),
-		InitialDelay:      durationpb.New(s.Initial),
-		Multiplier:        s.Multiplier,
-		Jitter:            policydv1.Jitter(s.Jitter + 1),
-		JitterFraction:    s.JitterFraction,
-		HonorRetryAfter:   s.HonorRetryAfter,
-		RetryAfterMode:    policydv1.RetryAfterMode(s.HintMode + 1),
-		RetryAfterPadding: s.HintPadding,
-		Fallback:          fallbackProto(s.Fallback),
-		FallbackAfter:     int32(s.FallbackAfter),
-		RetryAfterJitter:  s.HintJitter,
+		Retry:                  s.Retry,
+		MaxAttempts:            int32(s.MaxAttempts),
+		Backoff:                policydv1.Backoff(s.Backoff + 1),
+		InitialDelay:           durationpb.New(s.Initial),
+		Multiplier:             s.Multiplier,
+		Jitter:                 policydv1.Jitter(s.Jitter + 1),
+		JitterFraction:         s.JitterFraction,
+		HonorRetryAfter:        s.HonorRetryAfter,
+		RetryAfterMode:         policydv1.RetryAfterMode(s.HintMode + 1),
+		RetryAfterPadding:      s.HintPadding,
+		Fallback:               fallbackProto(s.Fallback),
+		FallbackAfter:          int32(s.FallbackAfter),
+		RetryAfterJitter:       s.HintJitter,
 		RetryAfterAboveCeiling: policydv1.RetryAfterAboveCeiling(s.AboveCeiling + 1),
 	}
 	if s.Max > 0 {
@@ -43,9 +43,9 @@ func StrategyProto(s strategy.Strategy) *policydv1.Strategy {
 func ProfileProto(p *Profile) *policydv1.Profile {
 	out := &policydv1.Profile{
 		Name: p.Name, Description: p.Description, Source: p.Source,
-		DefaultStrategy:                StrategyProto(p.Default),
-		RetryConnectPhase:              p.RetryConnectPhase,
-		IdempotentMethods:              p.IdempotentMethods,
+		DefaultStrategy:   StrategyProto(p.Default),
+		RetryConnectPhase: p.RetryConnectPhase,
+		IdempotentMethods: p.IdempotentMethods,
 	}
 	if p.Budget > 0 {
 		out.Budget = durationpb.New(p.Budget)
