@@ -228,6 +228,8 @@ func (c *Classifier) loadHeaders(fx *facts, headers map[string]string, now time.
 		case strings.EqualFold(name, "x-amzn-errortype"):
 			kind, _, _ := strings.Cut(v, ":")
 			c.addKind(fx, kind, false)
+		case strings.EqualFold(name, "x-ms-error-code"):
+			c.addKind(fx, v, false)
 		case hasPrefixFold(name, "x-ratelimit-reset"):
 			if fx.nreset < len(fx.resets) {
 				if d, ok := ParseRateLimitReset(v, now); ok && d <= MaxDelayHint {

@@ -47,7 +47,7 @@ func TestDecisionModelRules(t *testing.T) {
 		{name: "task_runner bare TIMEOUT", profile: "task_runner", failure: &policydv1.Failure{ErrorCode: "TIMEOUT"},
 			wantType: policydv1.FailureType_FAILURE_TYPE_TASK_TRANSIENT, wantRetryable: true, wantRule: "task.transient"},
 		{name: "task_runner unknown code", profile: "task_runner", failure: &policydv1.Failure{ErrorCode: "SANDBOX_GONE"},
-			wantType: policydv1.FailureType_FAILURE_TYPE_TASK_TRANSIENT, wantRetryable: true, wantRule: "task.other"},
+			wantType: policydv1.FailureType_FAILURE_TYPE_TASK_TRANSIENT, wantRetryable: true, wantRule: "task.unknown_code"},
 		{name: "bare TIMEOUT outside task_runner is not a task code", failure: &policydv1.Failure{ErrorCode: "TIMEOUT"},
 			wantType: policydv1.FailureType_FAILURE_TYPE_UNKNOWN, wantRetryable: false},
 		{name: "AWS query protocol XML code", failure: &policydv1.Failure{Provider: "aws", HttpStatus: 400,

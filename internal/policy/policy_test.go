@@ -35,7 +35,7 @@ func TestBuiltinProfiles(t *testing.T) {
 		{"default", "TIMEOUT", "constant 0s, 2 attempts"},
 		{"default", "CONTEXT_TOO_LONG", "no retry"},
 		{"default", "AUTH_INVALID", "no retry"},
-		{"agent_cli", "SERVER_ERROR", "exponential 5s→30s ×2, ±30% jitter, 10 attempts, retry-after (at least) +0-20% jitter ≤2m0s"},
+		{"agent_cli", "SERVER_ERROR", "exponential 5s→30s ×2, ±30% jitter, 10 attempts, retry-after (at least) +0-20% jitter ≤5m0s"},
 		{"agent_cli", "INVALID_STREAM", "constant 0s, 2 attempts"},
 		{"task_runner", "RATE_LIMIT", "exponential 30s→5m0s ×2, 7 attempts"},
 		{"task_runner", "TASK_TRANSIENT", "linear 5s +5s →∞, 4 attempts"},

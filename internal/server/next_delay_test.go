@@ -141,10 +141,10 @@ func TestNextDelaySeeds(t *testing.T) {
 		},
 		// seed 000: isRetryableError(error, retryFetchErrors) retries a coded
 		// network error whatever the flag.
-		{name: "mid-stream ECONNRESET", req: agent(1, midStream, nil), wantAction: retry, wantDelay: 5 * time.Second},
+		{name: "mid-stream ECONNRESET", req: agent(1, midStream, nil), wantAction: retry, wantDelay: time.Second},
 		{
 			name: "mid-stream ECONNRESET with retry_fetch_errors", req: agent(1, midStream, &policydv1.ClassifyOptions{RetryFetchErrors: true}),
-			wantAction: retry, wantDelay: 5 * time.Second,
+			wantAction: retry, wantDelay: time.Second,
 		},
 		{name: "connect ECONNRESET", req: agent(1, connect, nil), wantAction: stop, wantStop: policydv1.StopReason_STOP_REASON_STREAM_PHASE},
 
