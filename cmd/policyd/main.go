@@ -33,6 +33,7 @@ Commands:
   classify       classify one failure offline and print the result as JSON
   next-delay     decide what to do after a failed attempt, offline, as JSON
   check-policy   check a policy file
+  check-rules    replay labelled failure cases against the rules in force
   migrate        apply the journal's schema migrations
   prune          delete finished journal contexts older than an age
   version        print the version
@@ -58,6 +59,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return nextDelay(rest, stdin, stdout)
 	case "check-policy":
 		return checkPolicy(rest, stdout)
+	case "check-rules":
+		return checkRules(rest, stdout)
 	case "migrate":
 		return migrateCmd(ctx, rest, stdout)
 	case "prune":
