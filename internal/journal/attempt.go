@@ -51,7 +51,9 @@ type Attempt struct {
 	Rule string
 	// HTTPStatus is 0 when there was no HTTP response, else 100..999.
 	HTTPStatus int
-	ErrorCode  string
+	// ErrorName is the failure's error class, e.g. "TypeError"; ErrorCode
+	// its machine code. Both are cut to 256 characters.
+	ErrorName, ErrorCode string
 	// Message is the failure's message, cut to 1024 characters.
 	Message string
 	// RecoveryAction is the classification's advice; the error report of a
@@ -111,6 +113,7 @@ func (s *Store) normalizeAttempt(a Attempt) (Attempt, error) {
 	a.Delay = a.Delay.Truncate(time.Millisecond)
 	a.FailureType = clip(normalizeFailureType(a.FailureType), maxNameLen)
 	a.Rule = clip(a.Rule, maxNameLen)
+	a.ErrorName = clip(a.ErrorName, maxNameLen)
 	a.ErrorCode = clip(a.ErrorCode, maxNameLen)
 	a.Message = clip(a.Message, maxTextLen)
 	a.RecoveryAction = clip(a.RecoveryAction, maxTextLen)
@@ -186,7 +189,7 @@ func (s *Store) Record(ctx context.Context, tenant string, a Attempt, ensure Con
 // attemptColumns is what scanAttempt reads, in order.
 const attemptColumns = `context_id::text, attempt, at, duration_ms, failure_type, retryable, rule, http_status,
 	error_code, message, recovery_action, coalesce(decision, ''), delay_ms, strategy, stop_reason, fallback,
-	provider, model`
+	provider, model, error_name`
 
 func scanAttempt(row pgx.Row) (Attempt, error) {
 	var (
@@ -195,7 +198,7 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 	)
 	err := row.Scan(&a.ContextID, &a.Attempt, &a.At, &durationMS, &a.FailureType, &a.Retryable, &a.Rule,
 		&a.HTTPStatus, &a.ErrorCode, &a.Message, &a.RecoveryAction, &a.Decision, &delayMS, &a.Strategy,
-		&a.StopReason, &a.Fallback, &a.Provider, &a.Model)
+		&a.StopReason, &a.Fallback, &a.Provider, &a.Model, &a.ErrorName)
 	a.At = a.At.UTC()
 	a.Duration = time.Duration(durationMS) * time.Millisecond
 	a.Delay = time.Duration(delayMS) * time.Millisecond

@@ -27,7 +27,7 @@ func TestRecord(t *testing.T) {
 		c := begin(t, s, journal.Context{Tenant: "acme", Provider: "openai", Model: "gpt-4o"})
 		first := journal.Attempt{ContextID: c.ID, Attempt: 1, At: t0.Add(1500 * time.Microsecond), Duration: 250 * time.Millisecond,
 			FailureType: "FAILURE_TYPE_RATE_LIMIT", Retryable: true, Rule: "status.429", HTTPStatus: 429,
-			ErrorCode: "rate_limit_exceeded", Message: "Rate limit reached", RecoveryAction: "Wait and retry.",
+			ErrorName: "RateLimitError", ErrorCode: "rate_limit_exceeded", Message: "Rate limit reached", RecoveryAction: "Wait and retry.",
 			Decision: journal.DecisionRetry, Delay: 1500 * time.Millisecond, Strategy: "exponential 1s×2",
 			Provider: "openai", Model: "gpt-4o"}
 		if !record(t, s, "acme", first) {
@@ -75,7 +75,7 @@ func TestRecord(t *testing.T) {
 		c := begin(t, s, journal.Context{Tenant: "acme"})
 		long := strings.Repeat("é", 2000) + "\x00\xff"
 		record(t, s, "acme", journal.Attempt{ContextID: c.ID, Attempt: 1, Message: long, StopReason: long,
-			Rule: strings.Repeat("r", 300), Delay: 1999 * time.Microsecond})
+			Rule: strings.Repeat("r", 300), ErrorName: strings.Repeat("n", 300), Delay: 1999 * time.Microsecond})
 		_, attempts, err := s.GetContext(ctx, "acme", c.ID)
 		wantErr(t, err, nil)
 		a := attempts[0]
@@ -87,6 +87,9 @@ func TestRecord(t *testing.T) {
 		}
 		if n := utf8.RuneCountInString(a.Rule); n != 256 {
 			t.Errorf("rule has %d characters, want 256", n)
+		}
+		if n := utf8.RuneCountInString(a.ErrorName); n != 256 {
+			t.Errorf("error name has %d characters, want 256", n)
 		}
 		if a.Delay != time.Millisecond || a.Decision != journal.DecisionNone {
 			t.Errorf("delay %v decision %q, want 1ms and none", a.Delay, a.Decision)

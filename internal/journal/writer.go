@@ -317,16 +317,17 @@ const (
 	insertAttemptsSQL = `
 		INSERT INTO retry_attempts (context_id, tenant, attempt, at, duration_ms, failure_type, retryable, rule,
 			http_status, error_code, message, recovery_action, decision, delay_ms, strategy, stop_reason,
-			fallback, provider, model)
+			fallback, provider, model, error_name)
 		SELECT i.context_id, i.tenant, i.attempt, i.at, i.duration_ms, i.failure_type, i.retryable, i.rule,
 			i.http_status, i.error_code, i.message, i.recovery_action, nullif(i.decision, ''), i.delay_ms,
-			i.strategy, i.stop_reason, i.fallback, i.provider, i.model
+			i.strategy, i.stop_reason, i.fallback, i.provider, i.model, i.error_name
 		FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::bigint[], $6::text[],
 		            $7::bool[], $8::text[], $9::int[], $10::text[], $11::text[], $12::text[], $13::text[],
-		            $14::bigint[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[])
+		            $14::bigint[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[],
+		            $20::text[])
 		     AS i(context_id, tenant, attempt, at, duration_ms, failure_type, retryable, rule,
 		          http_status, error_code, message, recovery_action, decision, delay_ms, strategy,
-		          stop_reason, fallback, provider, model)
+		          stop_reason, fallback, provider, model, error_name)
 		WHERE EXISTS (SELECT 1 FROM retry_contexts c WHERE c.id = i.context_id AND c.tenant = i.tenant)`
 
 	// insertAttemptsAgainSQL is insertAttemptsSQL for a batch that holds an
@@ -375,8 +376,8 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 		aID, aTenant, aFailureType, aRule, aErrorCode, aMessage, aRecovery, aDecision = make([]string, m),
 			make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m),
 			make([]string, m), make([]string, m)
-		aStrategy, aStopReason, aFallback, aProvider, aModel = make([]string, m), make([]string, m),
-			make([]string, m), make([]string, m), make([]string, m)
+		aStrategy, aStopReason, aFallback, aProvider, aModel, aErrorName = make([]string, m), make([]string, m),
+			make([]string, m), make([]string, m), make([]string, m), make([]string, m)
 		aAttempt, aStatus     = make([]int32, m), make([]int32, m)
 		aAt                   = make([]time.Time, m)
 		aDurationMS, aDelayMS = make([]int64, m), make([]int64, m)
@@ -397,7 +398,7 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 		aDurationMS[i], aFailureType[i], aRetryable[i], aRule[i] = a.Duration.Milliseconds(), a.FailureType, a.Retryable, a.Rule
 		aStatus[i], aErrorCode[i], aMessage[i], aRecovery[i] = int32(a.HTTPStatus), a.ErrorCode, a.Message, a.RecoveryAction
 		aDecision[i], aDelayMS[i], aStrategy[i], aStopReason[i] = a.Decision, a.Delay.Milliseconds(), a.Strategy, a.StopReason
-		aFallback[i], aProvider[i], aModel[i] = a.Fallback, a.Provider, a.Model
+		aFallback[i], aProvider[i], aModel[i], aErrorName[i] = a.Fallback, a.Provider, a.Model, a.ErrorName
 	}
 
 	b := &pgx.Batch{}
@@ -409,7 +410,8 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 		insertSQL = insertAttemptsAgainSQL
 	}
 	b.Queue(insertSQL, aID, aTenant, aAttempt, aAt, aDurationMS, aFailureType, aRetryable, aRule, aStatus,
-		aErrorCode, aMessage, aRecovery, aDecision, aDelayMS, aStrategy, aStopReason, aFallback, aProvider, aModel)
+		aErrorCode, aMessage, aRecovery, aDecision, aDelayMS, aStrategy, aStopReason, aFallback, aProvider, aModel,
+		aErrorName)
 	// Without BEGIN and COMMIT, the batch is one implicit transaction that
 	// commits when PostgreSQL reaches its end: Close returns only after that
 	// commit (or its failure), so no caller is answered before it.

@@ -245,7 +245,7 @@ func attemptOf(contextID string, attempt int, f *policydv1.Failure, cls *policyd
 	a := journal.Attempt{
 		ContextID: contextID, Attempt: attempt, Duration: dur,
 		FailureType: failureTypeName(cls.GetFailureType()), Retryable: cls.GetRetryable(), Rule: cls.GetRule(),
-		HTTPStatus: int(f.GetHttpStatus()), ErrorCode: f.GetErrorCode(), Message: f.GetMessage(),
+		HTTPStatus: int(f.GetHttpStatus()), ErrorName: f.GetErrorName(), ErrorCode: f.GetErrorCode(), Message: f.GetMessage(),
 		RecoveryAction: cls.GetRecoveryAction(), Provider: f.GetProvider(), Model: f.GetModel(),
 	}
 	if a.Message == "" {

@@ -66,6 +66,22 @@ func TestPostmortemDocQueries(t *testing.T) {
 		policydv1.Outcome_OUTCOME_RESOLVED,
 		&policydv1.Failure{Provider: "web", Operation: "web_fetch", Method: "GET", ErrorCode: "ECONNRESET", Message: "read ECONNRESET"})
 
+	// A failure no rule recognises, twice in one context: the operator's
+	// list of failures to teach policyd must show it, once.
+	weird := &policydv1.Failure{Provider: "acme", Model: "acme-1", Operation: "chat", HttpStatus: 0,
+		ErrorName: "WeirdError", Message: "the flux capacitor is out of sync"}
+	cls, err := pc.Classify(ctx, &policydv1.ClassifyRequest{Failure: weird})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cls.GetClassification().GetFailureType() != policydv1.FailureType_FAILURE_TYPE_UNKNOWN {
+		t.Fatalf("the unrecognised failure is classified %v (rule %q); pick one no rule recognises",
+			cls.GetClassification().GetFailureType(), cls.GetClassification().GetRule())
+	}
+	run(&policydv1.BeginContextRequest{Agent: "cli", Provider: "acme", Model: "acme-1", Operation: "chat"},
+		policydv1.Outcome_OUTCOME_ABANDONED, weird, weird)
+
+	unrecognized := 0
 	for _, q := range queries {
 		sql := q[1]
 		columns, rows := journaltest.Query(t, url, sql)
@@ -73,11 +89,34 @@ func TestPostmortemDocQueries(t *testing.T) {
 			t.Errorf("no rows from a documented query over a filled journal:\n%s", sql)
 			continue
 		}
+		if strings.Contains(sql, "journal_unrecognized_failures") {
+			unrecognized++
+			// Only the unrecognised failure, grouped: every other failure
+			// of the run was recognised.
+			want := map[string]string{"provider": "acme", "http_status": "0", "error_name": "WeirdError",
+				"message_prefix": "the flux capacitor is out of sync", "failures": "2", "contexts": "1"}
+			if len(rows) != 1 {
+				t.Errorf("want one row (acme's WeirdError) from:\n%s\ngot %v", sql, rows)
+			}
+			for col, v := range want {
+				i := slices.Index(columns, col)
+				if i < 0 {
+					t.Errorf("no column %s in:\n%s", col, sql)
+					continue
+				}
+				if got := rows[0][i]; got != v {
+					t.Errorf("%s = %q, want %q, from:\n%s", col, got, v, sql)
+				}
+			}
+		}
 		// The failed run is the one every question about failure must find.
 		if slices.Contains(columns, "context_id") && strings.Contains(sql, "journal_failed_contexts") && !slices.ContainsFunc(rows, func(r []string) bool {
 			return slices.Contains(r, failed) || slices.Contains(r, "AUTH_INVALID")
 		}) {
 			t.Errorf("the failed run %s is missing from:\n%s\ngot %v", failed, sql, rows)
 		}
+	}
+	if unrecognized == 0 {
+		t.Error("docs/postmortem.md has no query of journal_unrecognized_failures")
 	}
 }
