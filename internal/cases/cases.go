@@ -144,7 +144,9 @@ func (e Expect) over(o Expect) Expect {
 		e.RetryAfter = o.RetryAfter
 	}
 	if o.Action != "" {
-		e.Action = o.Action
+		// Another action: the source's delay or stop reason no longer applies.
+		e.Action, e.StopReason = o.Action, o.StopReason
+		e.Delay, e.DelayMin, e.DelayMax = o.Delay, o.DelayMin, o.DelayMax
 	}
 	if o.Delay != nil || o.DelayMin != nil || o.DelayMax != nil {
 		e.Delay, e.DelayMin, e.DelayMax = o.Delay, o.DelayMin, o.DelayMax

@@ -171,6 +171,9 @@ func (b *block) matches(fx *facts) bool {
 	if b.options != 0 && fx.options&b.options != b.options {
 		return false
 	}
+	if b.hint != 0 && (fx.hint.source != hintNone) != (b.hint > 0) {
+		return false
+	}
 	if len(b.profiles) > 0 && !containsFold(b.profiles, fx.profile) {
 		return false
 	}

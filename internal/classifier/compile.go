@@ -50,6 +50,7 @@ type block struct {
 	hasKind    bool
 	hasCode    bool
 	hasName    bool
+	hint       int8 // 1: needs a delay hint, -1: needs none, 0: either
 	message    []substring
 	body       []substring
 	text       []substring
@@ -210,6 +211,13 @@ func compileBlock(c Condition, lists map[string][]string, index int, idx *indexe
 		*f.list = expanded
 		if len(expanded) > 0 {
 			empty = false
+		}
+	}
+	if c.Hint != nil {
+		empty = false
+		b.hint = -1
+		if *c.Hint {
+			b.hint = 1
 		}
 	}
 	if empty {

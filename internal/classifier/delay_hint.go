@@ -190,6 +190,10 @@ func parseAmount(b []byte) (time.Duration, bool) {
 	for m < len(rest) && ((rest[m] >= 'a' && rest[m] <= 'z') || (rest[m] >= '0' && rest[m] <= '9') || rest[m] == '.') {
 		m++
 	}
+	// A sentence may end right after it: "try again in 9m38.016s."
+	for m > 0 && rest[m-1] == '.' {
+		m--
+	}
 	if m > 0 {
 		if d, err := time.ParseDuration(num + string(rest[:m])); err == nil && d >= 0 && d <= MaxDelayHint {
 			return d, true

@@ -67,6 +67,9 @@ type Condition struct {
 	Phase     []string `yaml:"phase"`
 	Profile   []string `yaml:"profile"`
 	Option    []string `yaml:"option"`
+	// Hint, when set, requires the failure to carry a server delay hint
+	// (true) or none (false).
+	Hint *bool `yaml:"hint"`
 }
 
 // DefaultRuleSet returns the built-in rules, parsed from the embedded rules file.
@@ -139,7 +142,7 @@ var knownFields = map[string][]string{
 	"":        {"lists", "rules"},
 	"rules[]": {"id", "when", "type", "retryable", "reason", "recovery", "continuation_prompt", "window", "before"},
 	"rules[].when[]": {"status", "grpc_code", "kind", "code", "name", "message", "body", "text",
-		"provider", "operation", "phase", "profile", "option"},
+		"provider", "operation", "phase", "profile", "option", "hint"},
 }
 
 func checkKnownFields(node *yaml.Node, path string) error {
