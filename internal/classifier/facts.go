@@ -120,6 +120,9 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	c.loadHeaders(fx, f.GetHeaders(), now)
 	c.loadBody(fx, f.GetBody())
 	fx.bigrams.build(fx.text)
+	if zeroLimit(fx.text) {
+		c.addKind(fx, KindQuotaLimitZero, false)
+	}
 
 	// Delay phrases in messages come last in trust: "Please retry in 20s".
 	if fx.hint.source == hintNone || fx.hint.source > hintBodyPhrase {
@@ -309,6 +312,10 @@ func (c *Classifier) loadBody(fx *facts, body string) {
 				fx.text = append(fx.text, '\n')
 				fx.text = appendLower(fx.text, value, maxTextBytes)
 			}
+		case "quota_limit_value":
+			if strings.TrimSpace(value) == "0" {
+				c.addKind(fx, KindQuotaLimitZero, false)
+			}
 		case "retryDelay":
 			d, ok := ParseGoogleDuration(value)
 			fx.hint.offer(d, ok, hintBodyField)
@@ -320,6 +327,36 @@ func (c *Classifier) loadBody(fx *facts, body string) {
 			fx.hint.offer(d, ok, hintBodyField)
 		}
 	})
+}
+
+// KindQuotaLimitZero is the kind a failure gets when its text states a
+// quota of zero ("limit: 0", not "limit: 0.5"): no wait frees a quota of
+// zero. Rules match it like any other kind.
+const KindQuotaLimitZero = "quota_limit_zero"
+
+// zeroLimit reports whether text holds "limit:" followed by a zero that is
+// not the start of another number, as gemini-cli's /limit:\s*0(?!\d|\.\d)/.
+func zeroLimit(text []byte) bool {
+	rest := text
+	for {
+		i := bytes.Index(rest, []byte("limit:"))
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len("limit:"):]
+		j := 0
+		for j < len(rest) && (rest[j] == ' ' || rest[j] == '\t') {
+			j++
+		}
+		if j >= len(rest) || rest[j] != '0' {
+			continue
+		}
+		next := rest[j+1:]
+		digit := func(k int) bool { return k < len(next) && next[k] >= '0' && next[k] <= '9' }
+		if !digit(0) && !(len(next) > 0 && next[0] == '.' && digit(1)) {
+			return true
+		}
+	}
 }
 
 // xmlErrorCode reads the first <Code> element of an XML error body.
