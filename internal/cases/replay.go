@@ -255,6 +255,9 @@ func Summarize(outcomes []*Outcome) []Stats {
 // Total adds up stats.
 func Total(stats []Stats, suite string) Stats {
 	t := Stats{Suite: suite, Group: "all"}
+	if suite == "" {
+		t.Suite = "all suites"
+	}
 	for _, s := range stats {
 		if suite != "" && s.Suite != suite {
 			continue

@@ -65,7 +65,12 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	}
 	t, err := http.ParseTime(v)
 	if err != nil {
-		return 0, false
+		// Some servers write a one-digit day or the zone as UTC (urllib3
+		// accepts both): "Mon, 3 Jun 2019 12:00:00 UTC".
+		t, err = time.Parse("Mon, 2 Jan 2006 15:04:05 MST", v)
+		if err != nil || (t.Location() != time.UTC && !strings.HasSuffix(v, " GMT")) {
+			return 0, false
+		}
 	}
 	return untilTime(t, now)
 }

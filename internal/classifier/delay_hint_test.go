@@ -133,3 +133,20 @@ func TestParseDelayPhrase(t *testing.T) {
 		})
 	}
 }
+
+func TestParseRetryAfterLenientDates(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2019, 6, 3, 11, 0, 0, 0, time.UTC)
+	for v, want := range map[string]time.Duration{
+		"Mon, 3 Jun 2019 12:00:00 UTC":  time.Hour,
+		"Mon, 03 Jun 2019 12:00:00 GMT": time.Hour,
+		"Mon, 3 Jun 2019 11:30:00 GMT":  30 * time.Minute,
+	} {
+		if got, ok := ParseRetryAfter(v, now); !ok || got != want {
+			t.Errorf("ParseRetryAfter(%q) = %v, %v; want %v", v, got, ok, want)
+		}
+	}
+	if got, ok := ParseRetryAfter("Mon, 3 Jun 2019 12:00:00 PDT", now); ok {
+		t.Errorf("a zone other than UTC or GMT: got %v, want no hint", got)
+	}
+}

@@ -120,6 +120,11 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	c.loadHeaders(fx, f.GetHeaders(), now)
 	c.loadBody(fx, f.GetBody())
 	fx.bigrams.build(fx.text)
+	// botocore prints the service's error code only into its message:
+	// "An error occurred (ThrottlingException) when calling the ... operation".
+	if code, ok := botocoreCode(fx.text); ok {
+		c.addKind(fx, code, false)
+	}
 	if zeroLimit(fx.text) {
 		c.addKind(fx, KindQuotaLimitZero, false)
 	}
@@ -357,6 +362,22 @@ func zeroLimit(text []byte) bool {
 			return true
 		}
 	}
+}
+
+// botocoreCode reads the code of botocore's "an error occurred (code)" in
+// lower-case text.
+func botocoreCode(text []byte) (string, bool) {
+	const prefix = "an error occurred ("
+	i := bytes.Index(text, []byte(prefix))
+	if i < 0 {
+		return "", false
+	}
+	rest := text[i+len(prefix):]
+	j := bytes.IndexByte(rest, ')')
+	if j <= 0 || j > 128 || bytes.ContainsAny(rest[:j], " \n") {
+		return "", false
+	}
+	return string(rest[:j]), true
 }
 
 // xmlErrorCode reads the first <Code> element of an XML error body.
