@@ -87,13 +87,17 @@ test: ## Everything: generated code current, lint, tests with -race (PostgreSQL 
 	fi
 
 .PHONY: test-all
-test-all: check-generate lint go-test clients-test fuzz-short # `make test` with TEST_DATABASE_URL set.
+test-all: check-generate lint go-test conformance clients-test fuzz-short # `make test` with TEST_DATABASE_URL set.
 
 ##@ Parts of `make test`
 
 .PHONY: go-test
 go-test: build $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Run the Go tests with -race (TEST_DATABASE_URL, else private clusters).
 	go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: conformance
+conformance: build ## Replay the peers' retry tests and the real-failure corpus; print agreement per peer and provider.
+	./bin/policyd check-rules --policy conformance/profiles.yaml --cases conformance/peers --cases conformance/corpus --agreement
 
 # Each client's suite runs against bin/policyd and the PostgreSQL of `make test`.
 CLIENTS := go python typescript
