@@ -6,7 +6,7 @@
 #   scripts/failing-run.sh [ADDR [DATABASE_URL]]     ADDR defaults to 127.0.0.1:7433
 #
 # The run: a chat call to "openai" that gets a 503 (retried), then a 429 with
-# retry-after: 2 (retried after 2s), then a 401 (not retryable: the run fails).
+# retry-after: 2 (retried after 2.2-2.4s), then a 401 (not retryable: the run fails).
 # It prints the context id on its last line, as "context_id=<uuid>".
 set -euo pipefail
 

@@ -180,7 +180,7 @@ func (b *block) matches(fx *facts) bool {
 	if len(b.phases) > 0 && !containsPhase(b.phases, f.GetPhase()) {
 		return false
 	}
-	if len(b.statuses) > 0 && !inRanges(b.statuses, f.GetHttpStatus()) {
+	if len(b.statuses) > 0 && !inRanges(b.statuses, fx.status) {
 		return false
 	}
 	if len(b.grpcCodes) > 0 && !containsInt(b.grpcCodes, f.GetGrpcCode()) {

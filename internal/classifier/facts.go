@@ -39,6 +39,7 @@ type facts struct {
 	bigrams bigramSet // of text, to skip substring searches that cannot match
 
 	now         time.Time // what dated hints are read against
+	status      int32     // http_status, else the one the runtime message states
 	nameHits    bitset    // blocks whose name condition error_name satisfies
 	scratch     []byte    // lower-casing one kind at a time
 	hint        delayHint
@@ -116,6 +117,10 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	}
 	fx.split = len(fx.text)
 	fx.text = append(fx.text, 0)
+	fx.status = f.GetHttpStatus()
+	if fx.status == 0 {
+		fx.status = statusFromText(fx.text[:fx.split])
+	}
 
 	c.loadHeaders(fx, f.GetHeaders(), now)
 	c.loadBody(fx, f.GetBody())

@@ -1,0 +1,93 @@
+package classifier
+
+import "bytes"
+
+// A failure that reached policyd without its HTTP status often still quotes
+// it in its message: openai-python's "Error code: 429 - {...}", google-genai's
+// "429 RESOURCE_EXHAUSTED. {...}", botocore's "(503) Service Unavailable",
+// a proxy's "Bad response code, expected 200: {'status_code': 400". When
+// http_status is 0, rules see the status the runtime message states, so the
+// status rules decide instead of "no rule matched".
+
+// statusPrefixes are the lower-case phrases a status number follows.
+var statusPrefixes = [][]byte{
+	[]byte("error code: "),
+	[]byte("status code: "),
+	[]byte("status code "),
+	[]byte("status_code: "),
+	[]byte("status_code="),
+	[]byte("'status_code': "),
+	[]byte("\"status_code\": "),
+	[]byte("statuscode: "),
+	[]byte("statuscode="),
+	[]byte("http status "),
+	[]byte("http status: "),
+	[]byte("got status: "),
+	[]byte("http error "),
+	[]byte("http/1.1 "),
+	[]byte("http/2 "),
+}
+
+// reasonPhrases are what follows a bare status number: HTTP reason phrases
+// and gRPC/Google status names, lower case.
+var reasonPhrases = [][]byte{
+	[]byte("too many requests"), []byte("service unavailable"), []byte("server unavailable"), []byte("bad gateway"), []byte("gateway timeout"),
+	[]byte("gateway time-out"), []byte("internal server error"), []byte("unauthorized"), []byte("forbidden"),
+	[]byte("not found"), []byte("bad request"), []byte("request timeout"), []byte("payload too large"),
+	[]byte("request entity too large"), []byte("unprocessable entity"), []byte("conflict"),
+	[]byte("resource_exhausted"), []byte("unavailable"), []byte("internal"), []byte("permission_denied"),
+	[]byte("unauthenticated"), []byte("invalid_argument"), []byte("not_found"), []byte("deadline_exceeded"),
+	[]byte("failed_precondition"), []byte("quota exceeded"),
+}
+
+// statusFromText returns the first 4xx or 5xx status that lower-case text
+// states, or 0.
+func statusFromText(text []byte) int32 {
+	best, bestAt := int32(0), len(text)
+	for _, p := range statusPrefixes {
+		if i := bytes.Index(text, p); i >= 0 && i < bestAt {
+			if s, ok := threeDigits(text[i+len(p):]); ok {
+				best, bestAt = s, i
+			}
+		}
+	}
+	// "429 Too Many Requests", "(503) Service Unavailable", "429 RESOURCE_EXHAUSTED".
+	for i := 0; i+4 < len(text) && i < bestAt; i++ {
+		if i > 0 && text[i-1] >= '0' && text[i-1] <= '9' {
+			continue
+		}
+		s, ok := threeDigits(text[i:])
+		if !ok {
+			continue
+		}
+		rest := text[i+3:]
+		rest = bytes.TrimPrefix(rest, []byte(")"))
+		if len(rest) == 0 || rest[0] != ' ' {
+			continue
+		}
+		rest = rest[1:]
+		for _, r := range reasonPhrases {
+			if bytes.HasPrefix(rest, r) {
+				return s
+			}
+		}
+	}
+	return best
+}
+
+// threeDigits reads a 4xx or 5xx status at the start of b, not followed by
+// another digit.
+func threeDigits(b []byte) (int32, bool) {
+	if len(b) < 3 || (b[0] != '4' && b[0] != '5') {
+		return 0, false
+	}
+	for i := 0; i < 3; i++ {
+		if b[i] < '0' || b[i] > '9' {
+			return 0, false
+		}
+	}
+	if len(b) > 3 && b[3] >= '0' && b[3] <= '9' {
+		return 0, false
+	}
+	return int32(b[0]-'0')*100 + int32(b[1]-'0')*10 + int32(b[2]-'0'), true
+}

@@ -1,0 +1,49 @@
+package classifier
+
+import (
+	"strings"
+	"testing"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+)
+
+func TestStatusFromText(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		text string
+		want int32
+	}{
+		{"Error code: 429 - {'error': {'message': 'Rate limit reached'}}", 429},
+		{"429 RESOURCE_EXHAUSTED. {'error': {'code': 429}}", 429},
+		{"503 UNAVAILABLE. {'error': {'code': 503, 'message': 'The model is overloaded.'}}", 503},
+		{"The remote server returned an error: (503) Server Unavailable.", 503},
+		{"The remote server returned an error: (503) Service Unavailable.", 503},
+		{"Bad response code, expected 200: {'status_code': 400, 'headers': {}}", 400},
+		{"request failed with status code 502", 502},
+		{"HTTP/1.1 504 Gateway Time-out", 504},
+		{"listen tcp :4290: bind: address already in use", 0},
+		{"retried 5000 times", 0},
+		{"took 4291 ms", 0},
+		{"error code: 200", 0},
+		{"", 0},
+	}
+	for _, tt := range tests {
+		if got := statusFromText([]byte(strings.ToLower(tt.text))); got != tt.want {
+			t.Errorf("statusFromText(%q) = %d, want %d", tt.text, got, tt.want)
+		}
+	}
+}
+
+// A failure whose runtime lost the status but quotes it is classified by it;
+// a real status always wins over the text.
+func TestStatusQuotedInTheMessage(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "openai-python APIStatusError text", failure: &policydv1.Failure{ErrorName: "APIStatusError", Message: "Error code: 502 - {'error': 'bad gateway'}"},
+			wantType: typeServerError, wantRetryable: true, wantRule: "server_error"},
+		{name: "google-genai ClientError text", failure: &policydv1.Failure{ErrorName: "google.genai.errors.ClientError", Message: "400 INVALID_ARGUMENT. {'error': {'code': 400, 'message': 'Request contains an invalid argument.'}}"},
+			wantType: typeInvalidRequest, wantRetryable: false},
+		{name: "the real status wins", failure: &policydv1.Failure{HttpStatus: 400, Message: "upstream said Error code: 503"},
+			wantType: typeInvalidRequest, wantRetryable: false, wantRule: "invalid_request.400"},
+	})
+}
