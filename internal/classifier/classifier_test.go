@@ -22,9 +22,9 @@ func TestShouldRetryHeaderOverrides(t *testing.T) {
 		{name: "garbage value ignored", failure: &policydv1.Failure{HttpStatus: 503, Headers: h("maybe")},
 			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
 		{name: "abort stays aborted", failure: &policydv1.Failure{HttpStatus: 503, ErrorName: "AbortError", Headers: h("true")},
-			wantType: typeCanceled, wantRetryable: false},
+			wantType: typeCanceled, wantRetryable: false, wantRule: "cancel.abort"},
 		{name: "no response, no override", failure: &policydv1.Failure{ErrorCode: "ECONNRESET", Headers: h("false")},
-			wantType: typeConnection, wantRetryable: true},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
 	})
 	c := newTestClassifier(t)
 	got := c.Classify(&policydv1.Failure{HttpStatus: 503, Headers: h("false")}, nil, "")
@@ -37,17 +37,17 @@ func TestGRPCCodes(t *testing.T) {
 	t.Parallel()
 	g := func(code int32) *policydv1.Failure { return &policydv1.Failure{GrpcCode: code} }
 	runClassifyCases(t, []classifyCase{
-		{name: "CANCELLED", failure: g(1), wantType: typeCanceled},
-		{name: "DEADLINE_EXCEEDED", failure: g(4), wantType: typeTimeout, wantRetryable: true},
-		{name: "RESOURCE_EXHAUSTED", failure: g(8), wantType: typeRateLimit, wantRetryable: true},
-		{name: "UNAVAILABLE", failure: g(14), wantType: typeOverloaded, wantRetryable: true},
-		{name: "INTERNAL", failure: g(13), wantType: typeServerError, wantRetryable: true},
-		{name: "UNAUTHENTICATED", failure: g(16), wantType: typeAuth},
-		{name: "PERMISSION_DENIED", failure: g(7), wantType: typePermission},
-		{name: "INVALID_ARGUMENT", failure: g(3), wantType: typeInvalidRequest},
-		{name: "NOT_FOUND", failure: g(5), wantType: typeNotFound},
-		{name: "UNIMPLEMENTED", failure: g(12), wantType: typeUnsupported},
-		{name: "UNKNOWN", failure: g(2), wantType: typeUnknown},
+		{name: "CANCELLED", failure: g(1), wantType: typeCanceled, wantRule: "cancel.abort"},
+		{name: "DEADLINE_EXCEEDED", failure: g(4), wantType: typeTimeout, wantRetryable: true, wantRule: "timeout"},
+		{name: "RESOURCE_EXHAUSTED", failure: g(8), wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "UNAVAILABLE", failure: g(14), wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
+		{name: "INTERNAL", failure: g(13), wantType: typeServerError, wantRetryable: true, wantRule: "server_error"},
+		{name: "UNAUTHENTICATED", failure: g(16), wantType: typeAuth, wantRule: "auth.invalid"},
+		{name: "PERMISSION_DENIED", failure: g(7), wantType: typePermission, wantRule: "permission.denied"},
+		{name: "INVALID_ARGUMENT", failure: g(3), wantType: typeInvalidRequest, wantRule: "invalid_request"},
+		{name: "NOT_FOUND", failure: g(5), wantType: typeNotFound, wantRule: "not_found"},
+		{name: "UNIMPLEMENTED", failure: g(12), wantType: typeUnsupported, wantRule: "unsupported"},
+		{name: "UNKNOWN", failure: g(2), wantType: typeUnknown, wantRule: "unknown"},
 	})
 }
 

@@ -28,7 +28,7 @@ type classifyCase struct {
 	profile       string
 	wantType      policydv1.FailureType
 	wantRetryable bool
-	wantRule      string // checked when set
+	wantRule      string // the rule that must match: every case names it
 	wantRecovery  string // checked when set
 }
 
@@ -43,7 +43,9 @@ func runClassifyCases(t *testing.T, cases []classifyCase) {
 				t.Errorf("got %v retryable=%v (rule %q), want %v retryable=%v",
 					got.GetFailureType(), got.GetRetryable(), got.GetRule(), tc.wantType, tc.wantRetryable)
 			}
-			if tc.wantRule != "" && got.GetRule() != tc.wantRule {
+			if tc.wantRule == "" {
+				t.Errorf("the case asserts no rule; it matched %q", got.GetRule())
+			} else if got.GetRule() != tc.wantRule {
 				t.Errorf("rule = %q, want %q", got.GetRule(), tc.wantRule)
 			}
 			if tc.wantRecovery != "" && got.GetRecoveryAction() != tc.wantRecovery {

@@ -26,8 +26,8 @@ func TestSeed002TaskCodes(t *testing.T) {
 		{name: "INTERRUPTED", failure: task("INTERRUPTED"), wantType: typeTaskFatal, wantRetryable: false, wantRule: "task.fatal"},
 		{name: "unknown code", failure: task("SOMETHING_NEW"), wantType: typeTaskTransient, wantRetryable: true, wantRule: "task.other"},
 		{name: "no code", failure: task(""), wantType: typeTaskTransient, wantRetryable: true, wantRule: "task.other"},
-		{name: "task_runner profile", profile: "task_runner", failure: task("HOOK_FAILURE"), wantType: typeTaskFatal, wantRetryable: false},
+		{name: "task_runner profile", profile: "task_runner", failure: task("HOOK_FAILURE"), wantType: typeTaskFatal, wantRetryable: false, wantRule: "task.fatal"},
 		{name: "sub-operation", failure: &policydv1.Failure{Operation: "task.execute", ErrorCode: "TIMEOUT"},
-			wantType: typeTaskTransient, wantRetryable: true},
+			wantType: typeTaskTransient, wantRetryable: true, wantRule: "task.transient"},
 	})
 }

@@ -17,7 +17,7 @@ func TestSeed003StatusSets(t *testing.T) {
 			cases = append(cases, classifyCase{
 				name:    fmt.Sprintf("%s/retry %d", profile, s),
 				profile: profile, failure: &policydv1.Failure{Operation: "web_fetch", Method: "GET", HttpStatus: s},
-				wantType: statusType(s), wantRetryable: true,
+				wantType: statusType(s), wantRetryable: true, wantRule: statusRule(s),
 			})
 		}
 		terminal := []int32{400, 401, 403, 404, 422}
@@ -30,7 +30,7 @@ func TestSeed003StatusSets(t *testing.T) {
 			cases = append(cases, classifyCase{
 				name:    fmt.Sprintf("%s/terminal %d", profile, s),
 				profile: profile, failure: &policydv1.Failure{Operation: "web_fetch", Method: "GET", HttpStatus: s},
-				wantType: statusType(s), wantRetryable: false,
+				wantType: statusType(s), wantRetryable: false, wantRule: statusRule(s),
 			})
 		}
 	}
@@ -61,6 +61,35 @@ func statusType(s int32) policydv1.FailureType {
 	return typeInvalidRequest
 }
 
+// statusRule is the rule that decides a web_fetch failure with status s.
+func statusRule(s int32) string {
+	switch s {
+	case 408, 504:
+		return "timeout"
+	case 409, 425:
+		return "conflict"
+	case 500, 502:
+		return "server_error"
+	case 429:
+		return "rate_limit"
+	case 503:
+		return "overloaded"
+	case 401:
+		return "web.auth_required"
+	case 402:
+		return "quota.exhausted"
+	case 403:
+		return "web.blocked"
+	case 404:
+		return "web.not_found"
+	case 413:
+		return "request_too_large"
+	case 400:
+		return "invalid_request.400"
+	}
+	return "invalid_request"
+}
+
 // Seed 003's short, deterministic, actionable terminal messages.
 func TestSeed003TerminalMessages(t *testing.T) {
 	t.Parallel()
@@ -78,7 +107,7 @@ func TestSeed003TerminalMessages(t *testing.T) {
 		{name: "provider 403 is not a web block", failure: &policydv1.Failure{Provider: "anthropic", Operation: "chat", HttpStatus: 403},
 			wantType: typePermission, wantRule: "permission.denied"},
 		{name: "web network timeout retried", failure: &policydv1.Failure{Operation: "web_fetch", ErrorName: "ReadTimeout"},
-			wantType: typeTimeout, wantRetryable: true},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "network.timeout"},
 	})
 }
 

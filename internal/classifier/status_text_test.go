@@ -42,7 +42,7 @@ func TestStatusQuotedInTheMessage(t *testing.T) {
 		{name: "openai-python APIStatusError text", failure: &policydv1.Failure{ErrorName: "APIStatusError", Message: "Error code: 502 - {'error': 'bad gateway'}"},
 			wantType: typeServerError, wantRetryable: true, wantRule: "server_error"},
 		{name: "google-genai ClientError text", failure: &policydv1.Failure{ErrorName: "google.genai.errors.ClientError", Message: "400 INVALID_ARGUMENT. {'error': {'code': 400, 'message': 'Request contains an invalid argument.'}}"},
-			wantType: typeInvalidRequest, wantRetryable: false},
+			wantType: typeInvalidRequest, wantRetryable: false, wantRule: "invalid_request.400"},
 		{name: "the real status wins", failure: &policydv1.Failure{HttpStatus: 400, Message: "upstream said Error code: 503"},
 			wantType: typeInvalidRequest, wantRetryable: false, wantRule: "invalid_request.400"},
 	})
