@@ -48,6 +48,7 @@ FUZZ_TARGETS := \
 	./internal/auth:FuzzParseTokens \
 	./internal/policy:FuzzParse \
 	./internal/journal:FuzzDecodePageToken \
+	./internal/cases:FuzzParse \
 	./internal/server:FuzzValidateClassifyRequest \
 	./internal/server:FuzzValidateNextDelayRequest \
 	./internal/server:FuzzUTF8Codec

@@ -259,8 +259,11 @@ func convert(r *rawCase, f *File) (*Case, error) {
 	if c.Attempt == 0 {
 		c.Attempt = 1
 	}
-	if c.Attempt < 0 {
-		return nil, at("attempt", errors.New("must be at least 1"))
+	if c.Attempt < 0 || c.Attempt > 1000 {
+		return nil, at("attempt", fmt.Errorf("%d is not within 1 to 1000", c.Attempt))
+	}
+	if c.Elapsed < 0 || c.Deadline < 0 {
+		return nil, at("elapsed", errors.New("elapsed and deadline must not be negative"))
 	}
 	if r.Now != "" {
 		t, err := time.Parse(time.RFC3339, r.Now)
