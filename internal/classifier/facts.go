@@ -38,8 +38,11 @@ type facts struct {
 	split   int
 	bigrams bigramSet // of text, to skip substring searches that cannot match
 
-	now         time.Time // what dated hints are read against
+	now         time.Time // what dated hints are read against: see reference
+	date        string    // the response's Date header, unparsed
+	dateRead    bool      // whether date was parsed into now
 	status      int32     // http_status, else the one the runtime message states
+	lastKind    string    // the kind addKind marked last
 	nameHits    bitset    // blocks whose name condition error_name satisfies
 	scratch     []byte    // lower-casing one kind at a time
 	hint        delayHint
@@ -80,6 +83,7 @@ func (fx *facts) reset(nblocks int) {
 	fx.provider = fx.provider[:0]
 	fx.op = fx.op[:0]
 	fx.hint = delayHint{}
+	fx.lastKind = ""
 	fx.shouldRetry = 0
 	fx.nreset = 0
 	fx.f = nil
@@ -96,11 +100,9 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	fx.provider = appendLower(fx.provider, f.GetProvider(), 256)
 	fx.op = appendLower(fx.op, f.GetOperation(), 256)
 	// A dated hint is relative to the server's clock when the response says
-	// what it is: the agent's own clock may be skewed.
-	if d, ok := serverDate(f.GetHeaders()); ok {
-		now = d
-	}
-	fx.now = now
+	// what it is (the agent's own clock may be skewed); the Date header is
+	// parsed only when a dated hint needs it.
+	fx.now, fx.date, fx.dateRead = now, serverDate(f.GetHeaders()), false
 
 	// Runtime kinds, codes and messages: the error and its cause chain.
 	c.addName(fx, f.GetErrorName(), true)
@@ -122,7 +124,7 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 		fx.status = statusFromText(fx.text[:fx.split])
 	}
 
-	c.loadHeaders(fx, f.GetHeaders(), now)
+	c.loadHeaders(fx, f.GetHeaders())
 	c.loadBody(fx, f.GetBody())
 	fx.bigrams.build(fx.text)
 	// botocore prints the service's error code only into its message:
@@ -176,15 +178,28 @@ func (c *Classifier) addName(fx *facts, s string, top bool) {
 	}
 }
 
-// serverDate reads the response's Date header.
-func serverDate(headers map[string]string) (time.Time, bool) {
+// serverDate returns the response's Date header, or "".
+func serverDate(headers map[string]string) string {
 	for name, v := range headers {
-		if strings.EqualFold(name, "date") {
-			t, err := http.ParseTime(strings.TrimSpace(v))
-			return t, err == nil
+		if len(name) == 4 && strings.EqualFold(name, "date") {
+			return v
 		}
 	}
-	return time.Time{}, false
+	return ""
+}
+
+// reference is the time dated hints are read against: the response's Date
+// when it has a valid one, else the classifier's clock.
+func (fx *facts) reference() time.Time {
+	if !fx.dateRead {
+		fx.dateRead = true
+		if fx.date != "" {
+			if t, err := http.ParseTime(strings.TrimSpace(fx.date)); err == nil {
+				fx.now = t
+			}
+		}
+	}
+	return fx.now
 }
 
 // addKind lower-cases s and marks the blocks whose kind (and, for codes,
@@ -193,6 +208,12 @@ func (c *Classifier) addKind(fx *facts, s string, isCode bool) {
 	if s == "" {
 		return
 	}
+	// Cause chains repeat their wrappers ("Error", "Error", ...): a kind
+	// just marked marks nothing new.
+	if s == fx.lastKind && !isCode {
+		return
+	}
+	fx.lastKind = s
 	fx.scratch = appendLower(fx.scratch[:0], s, 256)
 	c.kinds.mark(fx.kindHits, fx.scratch)
 	if isCode {
@@ -214,7 +235,7 @@ func (p *patternIndex) mark(hits bitset, lower []byte) {
 }
 
 // loadHeaders reads delay hints, x-should-retry and AWS's error type.
-func (c *Classifier) loadHeaders(fx *facts, headers map[string]string, now time.Time) {
+func (c *Classifier) loadHeaders(fx *facts, headers map[string]string) {
 	var remainingZero [4]string
 	nzero := 0
 	for name, v := range headers {
@@ -223,7 +244,7 @@ func (c *Classifier) loadHeaders(fx *facts, headers map[string]string, now time.
 			d, ok := ParseMillis(v)
 			fx.hint.offer(d, ok, hintRetryAfterMs)
 		case strings.EqualFold(name, "retry-after"):
-			d, ok := ParseRetryAfter(v, now)
+			d, ok := ParseRetryAfter(v, fx.reference())
 			fx.hint.offer(d, ok, hintRetryAfter)
 		case strings.EqualFold(name, "x-amz-retry-after"):
 			d, ok := ParseMillis(v)
@@ -245,7 +266,7 @@ func (c *Classifier) loadHeaders(fx *facts, headers map[string]string, now time.
 			c.addKind(fx, v, false)
 		case hasPrefixFold(name, "x-ratelimit-reset"):
 			if fx.nreset < len(fx.resets) {
-				if d, ok := ParseRateLimitReset(v, now); ok && d <= MaxDelayHint {
+				if d, ok := ParseRateLimitReset(v, fx.reference()); ok && d <= MaxDelayHint {
 					fx.resets[fx.nreset] = resetHeader{suffix: name[len("x-ratelimit-reset"):], delay: d}
 					fx.nreset++
 				}
@@ -333,7 +354,7 @@ func (c *Classifier) loadBody(fx *facts, body string) {
 			d, ok := ParseMillis(value)
 			fx.hint.offer(d, ok, hintBodyField)
 		case "retry_after", "retryAfter":
-			d, ok := ParseRetryAfter(value, fx.now)
+			d, ok := ParseRetryAfter(value, fx.reference())
 			fx.hint.offer(d, ok, hintBodyField)
 		}
 	})

@@ -41,18 +41,13 @@ var reasonPhrases = [][]byte{
 }
 
 // statusFromText returns the first 4xx or 5xx status that lower-case text
-// states, or 0.
+// states, or 0. One pass over the text: only a three-digit 4xx or 5xx number
+// is looked at more closely, so a message without one costs a scan.
 func statusFromText(text []byte) int32 {
-	best, bestAt := int32(0), len(text)
-	for _, p := range statusPrefixes {
-		if i := bytes.Index(text, p); i >= 0 && i < bestAt {
-			if s, ok := threeDigits(text[i+len(p):]); ok {
-				best, bestAt = s, i
-			}
+	for i := 0; i+3 <= len(text); i++ {
+		if c := text[i]; c != '4' && c != '5' {
+			continue
 		}
-	}
-	// "429 Too Many Requests", "(503) Service Unavailable", "429 RESOURCE_EXHAUSTED".
-	for i := 0; i+4 < len(text) && i < bestAt; i++ {
 		if i > 0 && text[i-1] >= '0' && text[i-1] <= '9' {
 			continue
 		}
@@ -60,9 +55,15 @@ func statusFromText(text []byte) int32 {
 		if !ok {
 			continue
 		}
-		rest := text[i+3:]
-		rest = bytes.TrimPrefix(rest, []byte(")"))
-		if len(rest) == 0 || rest[0] != ' ' {
+		before := text[:i]
+		for _, p := range statusPrefixes {
+			if bytes.HasSuffix(before, p) {
+				return s
+			}
+		}
+		// "429 Too Many Requests", "(503) Service Unavailable", "429 RESOURCE_EXHAUSTED".
+		rest := bytes.TrimPrefix(text[i+3:], []byte(")"))
+		if len(rest) < 2 || rest[0] != ' ' {
 			continue
 		}
 		rest = rest[1:]
@@ -72,7 +73,7 @@ func statusFromText(text []byte) int32 {
 			}
 		}
 	}
-	return best
+	return 0
 }
 
 // threeDigits reads a 4xx or 5xx status at the start of b, not followed by
