@@ -225,8 +225,12 @@ func (p *patternIndex) mark(hits bitset, lower []byte) {
 	for _, b := range p.exact[string(lower)] {
 		hits.set(b)
 	}
+	if len(p.globs) == 0 {
+		return
+	}
+	have := bigramMask(lower)
 	for _, g := range p.globs {
-		if g.glob.match(lower) {
+		if g.glob.need&have == g.glob.need && g.glob.match(lower) {
 			for _, b := range g.blocks {
 				hits.set(b)
 			}

@@ -12,6 +12,10 @@ type glob struct {
 	parts   [][]byte // the pieces between '*'
 	anchorL bool     // the pattern does not start with '*'
 	anchorR bool     // the pattern does not end with '*'
+	// need holds the bigrams of the pattern's pieces (see bigramMask): a
+	// string lacking one of them cannot match, which most kinds show
+	// without a search.
+	need uint64
 }
 
 func compileGlob(pattern string) glob {
@@ -19,7 +23,19 @@ func compileGlob(pattern string) glob {
 	g.anchorL = len(pattern) == 0 || pattern[0] != '*'
 	g.anchorR = len(pattern) == 0 || pattern[len(pattern)-1] != '*'
 	g.parts = bytes.Split([]byte(pattern), []byte("*"))
+	for _, p := range g.parts {
+		g.need |= bigramMask(p)
+	}
 	return g
+}
+
+// bigramMask folds the byte pairs of s into 64 bits.
+func bigramMask(s []byte) uint64 {
+	var m uint64
+	for i := 0; i+1 < len(s); i++ {
+		m |= 1 << ((uint(s[i])*31 + uint(s[i+1])) & 63)
+	}
+	return m
 }
 
 func compileGlobs(patterns []string) []glob {
