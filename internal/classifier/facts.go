@@ -354,6 +354,9 @@ func (c *Classifier) loadBody(fx *facts, body string) {
 		case "retryDelay":
 			d, ok := ParseGoogleDuration(value)
 			fx.hint.offer(d, ok, hintBodyField)
+		case "estimated_time": // Hugging Face: a model still loading, seconds
+			d, ok := seconds(value, time.Second)
+			fx.hint.offer(d, ok, hintBodyField)
 		case "retry_after_ms", "retryAfterMs":
 			d, ok := ParseMillis(value)
 			fx.hint.offer(d, ok, hintBodyField)

@@ -26,6 +26,7 @@ var statusPrefixes = [][]byte{
 	[]byte("http error "),
 	[]byte("http/1.1 "),
 	[]byte("http/2 "),
+	[]byte("api error: "),
 }
 
 // reasonPhrases are what follows a bare status number: HTTP reason phrases
@@ -37,7 +38,7 @@ var reasonPhrases = [][]byte{
 	[]byte("request entity too large"), []byte("unprocessable entity"), []byte("conflict"),
 	[]byte("resource_exhausted"), []byte("unavailable"), []byte("internal"), []byte("permission_denied"),
 	[]byte("unauthenticated"), []byte("invalid_argument"), []byte("not_found"), []byte("deadline_exceeded"),
-	[]byte("failed_precondition"), []byte("quota exceeded"),
+	[]byte("failed_precondition"), []byte("quota exceeded"), []byte("overloaded"),
 }
 
 // statusFromText returns the first 4xx or 5xx status that lower-case text
