@@ -282,6 +282,11 @@ func (c *Classifier) loadHeaders(fx *facts, headers map[string]string) {
 			}
 		}
 	}
+	if nzero > 0 {
+		// A used-up limit answered with a 403 (GitHub's primary rate limit)
+		// says so only in its headers.
+		c.addKind(fx, KindRateLimitRemainingZero, false)
+	}
 	if fx.nreset == 0 {
 		return
 	}
@@ -366,6 +371,10 @@ func (c *Classifier) loadBody(fx *facts, body string) {
 		}
 	})
 }
+
+// KindRateLimitRemainingZero is the kind a failure gets when an
+// x-ratelimit-remaining* header is 0.
+const KindRateLimitRemainingZero = "ratelimit_remaining_zero"
 
 // KindQuotaLimitZero is the kind a failure gets when its text states a
 // quota of zero ("limit: 0", not "limit: 0.5"): no wait frees a quota of
