@@ -125,7 +125,11 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	}
 
 	c.loadHeaders(fx, f.GetHeaders())
-	c.loadBody(fx, f.GetBody())
+	if body := f.GetBody(); body != "" {
+		c.loadBody(fx, body)
+	} else {
+		c.loadEmbeddedBody(fx, f.GetMessage())
+	}
 	fx.bigrams.build(fx.text)
 	// botocore prints the service's error code only into its message:
 	// "An error occurred (ThrottlingException) when calling the ... operation".
@@ -434,6 +438,33 @@ func xmlErrorCode(body string) (string, bool) {
 		return "", false
 	}
 	return code, true
+}
+
+// loadEmbeddedBody reads the error envelope a runtime printed into its
+// message when the failure carries no body ("Error code: 401 - {...}",
+// "received error while streaming: {...}"): its kinds and delay fields, as
+// for a body. A Python dict's repr is read with its quotes swapped.
+func (c *Classifier) loadEmbeddedBody(fx *facts, message string) {
+	i := strings.IndexByte(message, '{')
+	if i < 0 {
+		return
+	}
+	doc := message[i:]
+	if len(doc) > MaxBodyBytes {
+		doc = doc[:MaxBodyBytes]
+	}
+	if !strings.Contains(doc, "\"") && strings.Contains(doc, "'") {
+		doc = strings.ReplaceAll(doc, "'", "\"")
+	}
+	scanJSONKeys(doc, func(key, value string, isString bool) {
+		switch key {
+		case "code", "type", "status", "reason", "quotaId", "error_code", "errorCode", "__type":
+			c.addKind(fx, value, false)
+		case "retryDelay":
+			d, ok := ParseGoogleDuration(value)
+			fx.hint.offer(d, ok, hintBodyField)
+		}
+	})
 }
 
 // appendLower appends s, ASCII lower-cased, to dst, at most limit bytes of it.
