@@ -18,6 +18,10 @@ const RuleUnknown = "unknown"
 // x-should-retry header decided.
 const RuleShouldRetryHeader = "header.x-should-retry"
 
+// RuleServerRetryableFlag is the rule id of an answer that the response's
+// own "retriable: true|false" decided (with no x-should-retry header).
+const RuleServerRetryableFlag = "server.retryable-flag"
+
 // Classifier classifies failures by an ordered rules table. It is safe for
 // concurrent use; build a new one to change the rules.
 type Classifier struct {
@@ -112,7 +116,11 @@ func (c *Classifier) ClassifyAt(f *policydv1.Failure, opts *policydv1.ClassifyOp
 			fx.hint = delayHint{delay: res.window, source: hintWindow}
 		}
 	}
-	applyShouldRetry(out, fx.shouldRetry, f)
+	if fx.shouldRetry != 0 {
+		applyShouldRetry(out, fx.shouldRetry, f, RuleShouldRetryHeader, "x-should-retry")
+	} else {
+		applyShouldRetry(out, fx.retryFlag, f, RuleServerRetryableFlag, "the response's retryable flag")
+	}
 	if fx.hint.source != hintNone {
 		out.RetryAfter = durationpb.New(fx.hint.delay)
 		out.RetryAfterSource = hintSourceNames[fx.hint.source]
@@ -124,7 +132,7 @@ func (c *Classifier) ClassifyAt(f *policydv1.Failure, opts *policydv1.ClassifyOp
 
 // applyShouldRetry lets the server's x-should-retry header override the
 // decision for a failure that got an HTTP response (Stainless SDK semantics).
-func applyShouldRetry(out *policydv1.Classification, shouldRetry int8, f *policydv1.Failure) {
+func applyShouldRetry(out *policydv1.Classification, shouldRetry int8, f *policydv1.Failure, rule, what string) {
 	if shouldRetry == 0 || f.GetHttpStatus() == 0 || out.FailureType == policydv1.FailureType_FAILURE_TYPE_CANCELED {
 		return
 	}
@@ -132,8 +140,8 @@ func applyShouldRetry(out *policydv1.Classification, shouldRetry int8, f *policy
 	if want == out.Retryable {
 		return
 	}
-	out.Reason = "x-should-retry: " + strconv.FormatBool(want) + " overrides rule " + out.Rule + " (" + out.Reason + ")"
-	out.Rule = RuleShouldRetryHeader
+	out.Reason = what + ": " + strconv.FormatBool(want) + " overrides rule " + out.Rule + " (" + out.Reason + ")"
+	out.Rule = rule
 	out.Retryable = want
 	if want {
 		out.RecoveryAction = "Retry with backoff; the server asked for a retry."

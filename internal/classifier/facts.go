@@ -47,6 +47,7 @@ type facts struct {
 	scratch     []byte    // lower-casing one kind at a time
 	hint        delayHint
 	shouldRetry int8 // x-should-retry: 0 absent, 1 true, -1 false
+	retryFlag   int8 // a "retriable: true|false" the response's text states
 
 	resets [4]resetHeader
 	nreset int
@@ -85,6 +86,7 @@ func (fx *facts) reset(nblocks int) {
 	fx.hint = delayHint{}
 	fx.lastKind = ""
 	fx.shouldRetry = 0
+	fx.retryFlag = 0
 	fx.nreset = 0
 	fx.f = nil
 }
@@ -136,6 +138,7 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	if code, ok := botocoreCode(fx.text); ok {
 		c.addKind(fx, code, false)
 	}
+	fx.retryFlag = retryableFlag(fx.text)
 	if zeroLimit(fx.text) {
 		c.addKind(fx, KindQuotaLimitZero, false)
 	}
@@ -346,7 +349,7 @@ func (c *Classifier) loadBody(fx *facts, body string) {
 			}
 			kind, _, _ := strings.Cut(value, ":")
 			c.addKind(fx, kind, false)
-		case "message", "Message", "detail", "error_description", "msg", "errorMessage":
+		case "message", "Message", "detail", "error_description", "msg", "errorMessage", "error_msg", "errmsg", "error_message":
 			fx.text = append(fx.text, '\n')
 			fx.text = appendLower(fx.text, value, maxTextBytes)
 		case "error":
@@ -376,9 +379,29 @@ func (c *Classifier) loadBody(fx *facts, body string) {
 	})
 }
 
+// retryableFlag reads a server's own "Retriable: false" (Azure Resource
+// Manager's messages) or "retryable": true in lower-case text: 1, -1, or 0
+// when the text says neither.
+func retryableFlag(text []byte) int8 {
+	for _, f := range [...]struct {
+		phrase []byte
+		v      int8
+	}{
+		{[]byte("retriable: false"), -1}, {[]byte("retryable: false"), -1},
+		{[]byte("\"retryable\":false"), -1}, {[]byte("\"retryable\": false"), -1},
+		{[]byte("retriable: true"), 1}, {[]byte("retryable: true"), 1},
+		{[]byte("\"retryable\":true"), 1}, {[]byte("\"retryable\": true"), 1},
+	} {
+		if bytes.Contains(text, f.phrase) {
+			return f.v
+		}
+	}
+	return 0
+}
+
 // KindRateLimitRemainingZero is the kind a failure gets when an
 // x-ratelimit-remaining* header is 0.
-const KindRateLimitRemainingZero = "ratelimit_remaining_zero"
+const KindRateLimitRemainingZero = "limit_remaining_zero"
 
 // KindQuotaLimitZero is the kind a failure gets when its text states a
 // quota of zero ("limit: 0", not "limit: 0.5"): no wait frees a quota of
