@@ -172,9 +172,15 @@ func (c *Classifier) addName(fx *facts, s string, top bool) {
 	if top {
 		c.names.mark(fx.nameHits, fx.scratch)
 	}
-	short := strings.TrimLeft(s, "*&")
-	if i := strings.LastIndexAny(short, ".:$/"); i >= 0 {
-		short = short[i+1:]
+	short := s
+	if short[0] == '*' || short[0] == '&' {
+		short = strings.TrimLeft(short, "*&")
+	}
+	for i := len(short) - 1; i >= 0; i-- {
+		if c := short[i]; c == '.' || c == ':' || c == '$' || c == '/' {
+			short = short[i+1:]
+			break
+		}
 	}
 	if short == "" || short == s {
 		return
@@ -383,6 +389,9 @@ func (c *Classifier) loadBody(fx *facts, body string) {
 // Manager's messages) or "retryable": true in lower-case text: 1, -1, or 0
 // when the text says neither.
 func retryableFlag(text []byte) int8 {
+	if !bytes.Contains(text, []byte("retriable")) && !bytes.Contains(text, []byte("retryable")) {
+		return 0
+	}
 	for _, f := range [...]struct {
 		phrase []byte
 		v      int8
