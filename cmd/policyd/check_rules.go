@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -88,5 +87,3 @@ func printDisagreement(w io.Writer, o *cases.Outcome) {
 		fmt.Fprintf(w, "    policyd now gives the source's verdict: remove the case's policyd block\n")
 	}
 }
-
-var _ flag.Value = (*stringList)(nil)

@@ -4,15 +4,14 @@ import (
 	"strings"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/policy"
 )
 
 // The short, lower- or upper-case names case files use for the API's enums.
 
-// FailureType reads "RATE_LIMIT" or "FAILURE_TYPE_RATE_LIMIT".
-func FailureType(s string) (policydv1.FailureType, bool) {
-	v, ok := enumValue(policydv1.FailureType_value, "FAILURE_TYPE_", s)
-	return policydv1.FailureType(v), ok
-}
+// FailureType reads "RATE_LIMIT" or "FAILURE_TYPE_RATE_LIMIT", as the
+// policy file does.
+func FailureType(s string) (policydv1.FailureType, bool) { return policy.ParseFailureType(s) }
 
 // Action reads "retry", "stop" or "fall_back".
 func Action(s string) (policydv1.Action, bool) {

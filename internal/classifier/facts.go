@@ -345,7 +345,20 @@ func (c *Classifier) loadBody(fx *facts, body string) {
 		}
 		return
 	}
-	scanJSONKeys(body, func(key, value string, isString bool) {
+	c.scanErrorJSON(fx, body, true)
+}
+
+// scanErrorJSON reads a provider's error payload: its kinds (error code,
+// type, status, AWS __type, Google ErrorInfo reasons and QuotaFailure ids)
+// and delay fields, and, withText, its messages into the text rules search.
+func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
+	text := func(value string) {
+		if withText {
+			fx.text = append(fx.text, '\n')
+			fx.text = appendLower(fx.text, value, maxTextBytes)
+		}
+	}
+	scanJSONKeys(doc, func(key, value string, isString bool) {
 		switch key {
 		case "code", "type", "status", "reason", "quotaId", "error_code", "errorCode", "quota_limit", "quota_metric":
 			c.addKind(fx, value, false)
@@ -356,14 +369,12 @@ func (c *Classifier) loadBody(fx *facts, body string) {
 			kind, _, _ := strings.Cut(value, ":")
 			c.addKind(fx, kind, false)
 		case "message", "Message", "detail", "error_description", "msg", "errorMessage", "error_msg", "errmsg", "error_message":
-			fx.text = append(fx.text, '\n')
-			fx.text = appendLower(fx.text, value, maxTextBytes)
+			text(value)
 		case "error":
 			// {"error": "rate_limited"}: both a kind and a message.
 			if isString {
 				c.addKind(fx, value, false)
-				fx.text = append(fx.text, '\n')
-				fx.text = appendLower(fx.text, value, maxTextBytes)
+				text(value)
 			}
 		case "quota_limit_value":
 			if strings.TrimSpace(value) == "0" {
@@ -488,15 +499,8 @@ func (c *Classifier) loadEmbeddedBody(fx *facts, message string) {
 	if !strings.Contains(doc, "\"") && strings.Contains(doc, "'") {
 		doc = strings.ReplaceAll(doc, "'", "\"")
 	}
-	scanJSONKeys(doc, func(key, value string, isString bool) {
-		switch key {
-		case "code", "type", "status", "reason", "quotaId", "error_code", "errorCode", "__type":
-			c.addKind(fx, value, false)
-		case "retryDelay":
-			d, ok := ParseGoogleDuration(value)
-			fx.hint.offer(d, ok, hintBodyField)
-		}
-	})
+	// The message itself is already in the text rules search.
+	c.scanErrorJSON(fx, doc, false)
 }
 
 // appendLower appends s, ASCII lower-cased, to dst, at most limit bytes of it.

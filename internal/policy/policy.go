@@ -369,7 +369,7 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 			}
 			for j := 0; j+1 < len(val.Content); j += 2 {
 				tkey := val.Content[j]
-				t, ok := parseFailureType(tkey.Value)
+				t, ok := ParseFailureType(tkey.Value)
 				if !ok {
 					return nil, fmt.Errorf("%s: %s.strategies: %q is not a failure type (want e.g. RATE_LIMIT)", at(tkey), path, tkey.Value)
 				}
@@ -392,7 +392,9 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 	return pp, nil
 }
 
-func parseFailureType(s string) (policydv1.FailureType, bool) {
+// ParseFailureType reads a failure type by its name, with or without the
+// FAILURE_TYPE_ prefix, in any case.
+func ParseFailureType(s string) (policydv1.FailureType, bool) {
 	name := strings.ToUpper(strings.TrimSpace(s))
 	if !strings.HasPrefix(name, "FAILURE_TYPE_") {
 		name = "FAILURE_TYPE_" + name

@@ -43,7 +43,7 @@ func TestBuiltinProfiles(t *testing.T) {
 		{"web_fetch", "SERVER_ERROR", "exponential 1s→10s ×2, full jitter, 3 attempts, retry-after (at least) ≤10s else clamp"},
 	}
 	for _, tc := range tests {
-		ft, _ := parseFailureType(tc.failureType)
+		ft, _ := ParseFailureType(tc.failureType)
 		if got := p.Profiles[tc.profile].StrategyFor(ft).String(); got != tc.want {
 			t.Errorf("%s/%s = %q, want %q", tc.profile, tc.failureType, got, tc.want)
 		}
