@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/metrics"
 	"github.com/policyd/policyd/internal/policy"
@@ -120,6 +121,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"`address` (host:port) to serve Prometheus /metrics, /healthz and /readyz on over HTTP; empty: off (env POLICYD_METRICS_LISTEN)")
 	profiling := fs.Bool("pprof", false,
 		"also serve Go's profiles under /debug/pprof/ on the --metrics-listen address (for an operator profiling a live daemon)")
+	fleetMode := fs.String("fleet", envOr("POLICYD_FLEET", "on"),
+		"fleet memory: on (share each failure with every agent on the same provider, model and key: holds, stops, breakers, retry budgets) or off (env POLICYD_FLEET)")
 	sf := defineSecurityFlags(fs)
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
@@ -171,6 +174,20 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	} else {
 		logger.Info("journal off: pass --database-url or DATABASE_URL to record RetryContexts")
+	}
+	if *fleetMode != "on" && *fleetMode != "off" {
+		return usageErrorf("serve: --fleet (or POLICYD_FLEET): want on or off, got %q", *fleetMode)
+	}
+	var fleetEvents *journal.FleetEventRecorder
+	if *fleetMode == "on" {
+		if store != nil {
+			fleetEvents = store.FleetEventRecorder()
+		}
+		f := fleet.New(pol.Fleet, fleet.WithRand(server.SystemRand{}), fleet.WithSink(fleetSink(logger, fleetEvents, ms)))
+		psOpts = append(psOpts, server.WithFleet(f))
+		if ms != nil {
+			ms.ObserveFleet(f)
+		}
 	}
 	ps := server.NewPolicyServer(pol, psOpts...)
 	rl, err := newReloader(*policyFile, os.Getenv, ps.SetPolicy, logger)
@@ -235,6 +252,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		<-stopped
 	}
 	<-served // nil after a stop
+	if fleetEvents != nil {
+		fleetEvents.Close() // before the store it writes to
+	}
 	if store != nil {
 		closed := make(chan struct{})
 		go func() {

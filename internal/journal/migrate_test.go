@@ -36,10 +36,15 @@ func relations(t *testing.T, url string) []string {
 }
 
 var schema = []string{
-	"error_reports", "journal_contexts", "journal_failed_contexts", "journal_failures_per_hour", "journal_retry_success_rate",
-	"journal_unrecognized_failures", "journal_wait_per_context", "journal_wait_per_provider", "retry_attempts",
-	"retry_contexts",
+	"error_reports", "fleet_events", "journal_contexts", "journal_failed_contexts", "journal_failures_per_hour",
+	"journal_fleet_breaker_periods", "journal_fleet_first_failures", "journal_fleet_saved_attempts",
+	"journal_retry_success_rate", "journal_unrecognized_failures", "journal_wait_per_context",
+	"journal_wait_per_provider", "retry_attempts", "retry_contexts",
 }
+
+// fleet is what migration 4 adds.
+var fleet = []string{"fleet_events", "journal_fleet_breaker_periods", "journal_fleet_first_failures",
+	"journal_fleet_saved_attempts"}
 
 // without returns schema without the relations named.
 func without(names ...string) []string {
@@ -57,11 +62,13 @@ func TestMigrateUpDownUp(t *testing.T) {
 	}{
 		{"up on an empty database", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"up again changes nothing", func() error { return journal.Migrate(ctx, url) }, schema},
+		{"down to the third schema", func() error { return journal.MigrateTo(ctx, url, 3) }, without(fleet...)},
+		{"up from the third schema", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"down to the second schema", func() error { return journal.MigrateTo(ctx, url, 2) },
-			without("journal_unrecognized_failures")},
+			without(append(fleet, "journal_unrecognized_failures")...)},
 		{"up from the second schema", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"down to the first schema", func() error { return journal.MigrateTo(ctx, url, 1) },
-			without("journal_contexts", "journal_unrecognized_failures")},
+			without(append(fleet, "journal_contexts", "journal_unrecognized_failures")...)},
 		{"up from the first schema", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"down to nothing", func() error { return journal.MigrateTo(ctx, url, 0) }, nil},
 		{"up again", func() error { return journal.Migrate(ctx, url) }, schema},

@@ -13,7 +13,8 @@ import (
 const pruneStatementTimeout = 5 * time.Minute
 
 // Prune deletes the contexts that started before olderThan, with their
-// attempts and reports, and returns how many contexts it deleted. That
+// attempts and reports, and the fleet events from before olderThan, and
+// returns how many contexts it deleted. That
 // includes contexts still in progress: a retry context is seconds or minutes
 // long, so one still open after the retention age was left by an agent that
 // died, and keeping it would let the journal grow without bound. It deletes in batches of 10,000 contexts, each its own short
@@ -56,7 +57,10 @@ func (s *Store) Prune(ctx context.Context, olderThan time.Time) (int64, error) {
 		}
 		total += n
 		if n < int64(s.cfg.pruneBatch) {
-			return total, s.pruneOrphans(ctx, olderThan)
+			if err := s.pruneOrphans(ctx, olderThan); err != nil {
+				return total, err
+			}
+			return total, s.pruneFleetEvents(ctx, olderThan)
 		}
 	}
 }
@@ -74,4 +78,32 @@ func (s *Store) pruneOrphans(ctx context.Context, olderThan time.Time) error {
 	err = translate(stmtCtx, "prune orphaned attempts", err)
 	s.observe(err)
 	return err
+}
+
+// pruneFleetEvents deletes the fleet events from before olderThan, in
+// batches of pruneBatch like the contexts, so that each statement is a
+// short transaction.
+func (s *Store) pruneFleetEvents(ctx context.Context, olderThan time.Time) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("prune fleet events: %w", err)
+		}
+		if !s.healthy.Load() {
+			return s.errDown("prune fleet events")
+		}
+		stmtCtx, cancel := context.WithTimeout(ctx, pruneStatementTimeout)
+		tag, err := s.pool.Exec(stmtCtx, `
+			DELETE FROM fleet_events WHERE id IN (
+				SELECT id FROM fleet_events WHERE at < $1 ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+			olderThan, s.cfg.pruneBatch)
+		err = translate(stmtCtx, "prune fleet events", err)
+		cancel()
+		s.observe(err)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() < int64(s.cfg.pruneBatch) {
+			return nil
+		}
+	}
 }

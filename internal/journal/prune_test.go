@@ -41,6 +41,16 @@ func TestPrune(t *testing.T) {
 			kept = append(kept, c.ID)
 		}
 	}
+	// Fleet events go by the same cut-off; five old ones take Prune three
+	// statements of two.
+	var events []journal.FleetEvent
+	for _, at := range []time.Time{t0, t0.Add(time.Hour), t0.Add(2 * time.Hour), t0.Add(3 * time.Hour),
+		cutoff.Add(-time.Microsecond), cutoff, cutoff.Add(time.Hour)} {
+		events = append(events, journal.FleetEvent{At: at, Tenant: "acme", Bucket: "b", Scope: journal.FleetScopeAuth,
+			Event: journal.FleetStop})
+	}
+	wantErr(t, s.RecordFleetEvents(ctx, events), nil)
+
 	n, err := s.Prune(ctx, cutoff)
 	wantErr(t, err, nil)
 	if n != int64(len(old)) {
@@ -58,6 +68,11 @@ func TestPrune(t *testing.T) {
 		if len(attempts) != 1 {
 			t.Fatalf("kept context %s has %d attempts, want 1", id, len(attempts))
 		}
+	}
+	left, err := s.ListFleetEvents(ctx, "acme", "", time.Time{}, 0)
+	wantErr(t, err, nil)
+	if len(left) != 2 || !left[0].At.Equal(cutoff.Add(time.Hour)) || !left[1].At.Equal(cutoff) {
+		t.Fatalf("fleet events left after Prune: %+v, want the two from the cut-off on", left)
 	}
 	if n, err := s.Prune(ctx, cutoff); err != nil || n != 0 {
 		t.Fatalf("second Prune = %d, %v; want 0, nil", n, err)

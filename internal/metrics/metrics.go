@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/server"
 )
@@ -38,6 +39,7 @@ type Metrics struct {
 	batchSize     prometheus.Histogram
 	commitSeconds prometheus.Histogram
 	batchFailures prometheus.Counter
+	fleetEvents   *prometheus.CounterVec
 }
 
 // The failure types and actions of the API, for the label values and the
@@ -85,6 +87,10 @@ func New() *Metrics {
 			Name: "policyd_journal_batch_failures_total",
 			Help: "Journal transactions that did not commit (database down, slow or refusing).",
 		}),
+		fleetEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyd_fleet_events_total",
+			Help: "Fleet transitions by event: hold_set, breaker_open, breaker_half_open, breaker_close, budget_exhausted, fleet_stop.",
+		}, []string{"event"}),
 	}
 	journalTotal := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "policyd_nextdelay_journal_total",
@@ -97,7 +103,7 @@ func New() *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.grpc, m.decisions, journalTotal, m.batchSize, m.commitSeconds, m.batchFailures,
+		m.grpc, m.decisions, journalTotal, m.batchSize, m.commitSeconds, m.batchFailures, m.fleetEvents,
 	)
 	return m
 }
@@ -220,3 +226,51 @@ var (
 	_ server.DecisionObserver = (*Metrics)(nil)
 	_ journal.Observer        = (*Metrics)(nil)
 )
+
+// FleetEvent counts a fleet transition (hold_set, breaker_open, ...).
+func (m *Metrics) FleetEvent(kind string) { m.fleetEvents.WithLabelValues(kind).Inc() }
+
+// ObserveFleet exports fleet memory's state, read at each scrape: buckets,
+// breakers by state, active holds and stops, exhausted budgets, the lowest
+// retry budget, and the decisions the fleet changed by effect.
+func (m *Metrics) ObserveFleet(f *fleet.Fleet) {
+	m.reg.MustRegister(fleetCollector{f: f})
+}
+
+var (
+	fleetBucketsDesc  = prometheus.NewDesc("policyd_fleet_buckets", "Buckets fleet memory holds state for.", nil, nil)
+	fleetBreakersDesc = prometheus.NewDesc("policyd_fleet_breakers", "Circuit breakers by state (closed, open, half_open).", []string{"state"}, nil)
+	fleetHoldsDesc    = prometheus.NewDesc("policyd_fleet_holds", "Buckets with a shared cooldown (hold) in force.", nil, nil)
+	fleetStopsDesc    = prometheus.NewDesc("policyd_fleet_stops", "Keys stopped fleet-wide (revoked key, permission, exhausted quota).", nil, nil)
+	fleetExhaustDesc  = prometheus.NewDesc("policyd_fleet_budget_exhausted", "Buckets whose retry budget is spent.", nil, nil)
+	fleetTokensDesc   = prometheus.NewDesc("policyd_fleet_retry_tokens_min", "The lowest retry budget among the buckets, in retries.", nil, nil)
+	fleetChangedDesc  = prometheus.NewDesc("policyd_fleet_decisions_total",
+		"NextDelay decisions the fleet changed, by effect: hold (waited for a shared cooldown), stop (key stopped), circuit (breaker open), "+
+			"probe (let through half-open), budget (budget spent), paced (waited for a budget token), deadline (the fleet's wait did not fit).",
+		[]string{"effect"}, nil)
+)
+
+// fleetCollector reads the fleet at scrape time, so a decision pays nothing
+// for the gauges.
+type fleetCollector struct{ f *fleet.Fleet }
+
+func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{fleetBucketsDesc, fleetBreakersDesc, fleetHoldsDesc, fleetStopsDesc, fleetExhaustDesc, fleetTokensDesc, fleetChangedDesc} {
+		ch <- d
+	}
+}
+
+func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.f.Stats()
+	ch <- prometheus.MustNewConstMetric(fleetBucketsDesc, prometheus.GaugeValue, float64(s.Buckets))
+	for state, n := range s.Breakers {
+		ch <- prometheus.MustNewConstMetric(fleetBreakersDesc, prometheus.GaugeValue, float64(n), state.String())
+	}
+	ch <- prometheus.MustNewConstMetric(fleetHoldsDesc, prometheus.GaugeValue, float64(s.Holds))
+	ch <- prometheus.MustNewConstMetric(fleetStopsDesc, prometheus.GaugeValue, float64(s.Stops))
+	ch <- prometheus.MustNewConstMetric(fleetExhaustDesc, prometheus.GaugeValue, float64(s.BudgetExhausted))
+	ch <- prometheus.MustNewConstMetric(fleetTokensDesc, prometheus.GaugeValue, s.MinTokens)
+	for effect, n := range c.f.Effects() {
+		ch <- prometheus.MustNewConstMetric(fleetChangedDesc, prometheus.CounterValue, float64(n), effect)
+	}
+}

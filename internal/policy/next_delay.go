@@ -7,13 +7,33 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/strategy"
 )
 
-// NextDelay answers what to do after a failed attempt. The request must be
-// valid (see server.ValidateNextDelayRequest); an unknown profile is the
-// caller's to reject first. now is the current time, rnd the jitter source.
+// NextDelay answers what to do after a failed attempt as if the caller were
+// alone (no fleet memory). now is the current time, rnd the jitter source.
 func (p *Policy) NextDelay(req *policydv1.NextDelayRequest, now time.Time, rnd strategy.Rand) *policydv1.Decision {
+	return p.Decide(req, Call{Now: now, Rand: rnd})
+}
+
+// Call is what a decision depends on besides the request.
+type Call struct {
+	Now  time.Time
+	Rand strategy.Rand
+	// Fleet, when not nil, shares this failure with every agent on the same
+	// provider, model and key, and lets theirs change this answer.
+	Fleet *fleet.Fleet
+	// Tenant and ClientID say who asks: buckets are per tenant, breakers
+	// count distinct clients.
+	Tenant, ClientID string
+}
+
+// Decide answers what to do after a failed attempt. The request must be
+// valid (see server.ValidateNextDelayRequest); an unknown profile is the
+// caller's to reject first.
+func (p *Policy) Decide(req *policydv1.NextDelayRequest, c Call) *policydv1.Decision {
+	now, rnd := c.Now, c.Rand
 	prof := p.Profiles[profileName(req.GetProfile())]
 	opts := req.GetOptions()
 
@@ -75,6 +95,10 @@ func (p *Policy) NextDelay(req *policydv1.NextDelayRequest, now time.Time, rnd s
 	if d.Action == policydv1.Action_ACTION_STOP && d.StopReason == policydv1.StopReason_STOP_REASON_NOT_RETRYABLE {
 		d.StopText = "not retryable: " + cls.GetRecoveryAction()
 	}
+	if c.Fleet != nil && req.GetFailure() != nil {
+		p.applyFleet(d, c, req.GetFailure(), failureType, cls, strat, prof, in, out)
+	}
+	p.applyChain(d, c, req.GetFailure(), failureType, strat)
 	return d
 }
 

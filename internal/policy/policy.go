@@ -17,6 +17,7 @@ import (
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/classifier"
+	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/strategy"
 )
 
@@ -37,6 +38,10 @@ type Policy struct {
 	Caps Caps
 	// Source is the policy file, or "built-in".
 	Source string
+	// Fleet configures fleet memory (the file's `fleet:` over the defaults).
+	Fleet fleet.Config
+	// Chains are the file's fallback chains.
+	Chains Chains
 }
 
 // Profile is a named table: failure type → strategy.
@@ -61,6 +66,9 @@ type Profile struct {
 	// elapsed); a retry that would exceed it stops. 0: none (seed 000 shares
 	// one timeout across attempts; callers can also send a deadline).
 	Budget time.Duration
+	// Fleet turns fleet memory's mechanisms on or off for this profile's
+	// decisions (all on by default).
+	Fleet fleet.Switches
 }
 
 // StrategyFor returns the strategy for a failure type, named "<profile>/<TYPE>".
@@ -140,12 +148,15 @@ func Parse(data []byte, file string, caps Caps) (*Policy, error) {
 }
 
 func build(fileData []byte, file string, caps Caps) (*Policy, error) {
-	profiles, _, err := parseDocument(builtinProfilesYAML, "built-in")
+	builtin, err := parseDocument(builtinProfilesYAML, "built-in")
 	if err != nil {
 		return nil, err
 	}
+	profiles := builtin.profiles
 	rules := classifier.DefaultRuleSet()
 	source := "built-in"
+	fleetCfg := fleet.Defaults()
+	var chains Chains
 	if fileData != nil {
 		source = file
 		if len(strings.TrimSpace(string(fileData))) == 0 {
@@ -153,22 +164,29 @@ func build(fileData []byte, file string, caps Caps) (*Policy, error) {
 			// old policy instead of silently dropping the file's profiles.
 			return nil, fmt.Errorf("%s: the policy file is empty (write at least `profiles: {}`)", file)
 		}
-		fileProfiles, fileRules, err := parseDocument(fileData, file)
+		doc, err := parseDocument(fileData, file)
 		if err != nil {
 			return nil, err
 		}
-		if err := overlayProfiles(profiles, fileProfiles); err != nil {
+		if err := overlayProfiles(profiles, doc.profiles); err != nil {
 			return nil, err
 		}
-		if rules, err = rules.Merge(fileRules); err != nil {
+		if rules, err = rules.Merge(doc.rules); err != nil {
 			return nil, err
 		}
+		if doc.fleet != nil {
+			if err := parseFleet(doc.fleet, file, &fleetCfg); err != nil {
+				return nil, err
+			}
+		}
+		chains = doc.chains
 	}
 	c, err := classifier.New(rules)
 	if err != nil {
 		return nil, err
 	}
-	out := &Policy{Profiles: make(map[string]*Profile, len(profiles)), Classifier: c, Caps: caps, Source: source}
+	out := &Policy{Profiles: make(map[string]*Profile, len(profiles)), Classifier: c, Caps: caps, Source: source,
+		Fleet: fleetCfg, Chains: chains}
 	for name, pp := range profiles {
 		pp.profile.prepare(caps)
 		out.Profiles[name] = pp.profile
@@ -264,23 +282,37 @@ func (fp *parsedProfile) overlay(base *parsedProfile) *parsedProfile {
 	if fp.set["budget"] {
 		p.Budget = fp.profile.Budget
 	}
+	if fp.set["fleet"] {
+		p.Fleet = fp.profile.Fleet
+	}
 	return &parsedProfile{profile: &p, pos: fp.pos, set: fp.set}
 }
 
-// parseDocument reads a policy document: profiles, and classification
-// lists and rules.
-func parseDocument(data []byte, file string) (map[string]*parsedProfile, classifier.RuleSet, error) {
+// document is a policy document as parsed: the fleet section is read on
+// top of the defaults by build.
+type document struct {
+	profiles map[string]*parsedProfile
+	rules    classifier.RuleSet
+	fleet    *yaml.Node
+	chains   Chains
+}
+
+// parseDocument reads a policy document: profiles, classification lists and
+// rules, the fleet section and the fallback chains.
+func parseDocument(data []byte, file string) (document, error) {
 	var doc yaml.Node
+	out := document{profiles: map[string]*parsedProfile{}}
+	fail := func(err error) (document, error) { return document{}, err }
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, classifier.RuleSet{}, fmt.Errorf("%s: %w", file, err)
+		return fail(fmt.Errorf("%s: %w", file, err))
 	}
-	profiles := map[string]*parsedProfile{}
+	profiles := out.profiles
 	if len(doc.Content) == 0 {
-		return profiles, classifier.RuleSet{}, nil
+		return out, nil
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
-		return nil, classifier.RuleSet{}, fmt.Errorf("%s:%d: the policy must be a mapping with profiles, lists and rules", file, root.Line)
+		return fail(fmt.Errorf("%s:%d: the policy must be a mapping with profiles, lists and rules", file, root.Line))
 	}
 	rulesDoc := &yaml.Node{Kind: yaml.MappingNode, Line: root.Line}
 	for i := 0; i+1 < len(root.Content); i += 2 {
@@ -288,27 +320,43 @@ func parseDocument(data []byte, file string) (map[string]*parsedProfile, classif
 		switch key.Value {
 		case "profiles":
 			if val.Kind != yaml.MappingNode {
-				return nil, classifier.RuleSet{}, fmt.Errorf("%s:%d: profiles: must be a mapping of name to profile", file, val.Line)
+				return fail(fmt.Errorf("%s:%d: profiles: must be a mapping of name to profile", file, val.Line))
 			}
 			for j := 0; j+1 < len(val.Content); j += 2 {
 				name := val.Content[j].Value
 				pp, err := parseProfile(name, val.Content[j+1], file)
 				if err != nil {
-					return nil, classifier.RuleSet{}, err
+					return fail(err)
 				}
 				profiles[name] = pp
 			}
 		case "lists", "rules":
 			rulesDoc.Content = append(rulesDoc.Content, key, val)
+		case "fleet":
+			out.fleet = val
+		case "fallbacks", "context_window_fallbacks", "content_policy_fallbacks":
+			chains, err := parseChains(val, file, key.Value)
+			if err != nil {
+				return fail(err)
+			}
+			switch key.Value {
+			case "fallbacks":
+				out.chains.Errors = chains
+			case "context_window_fallbacks":
+				out.chains.ContextWindow = chains
+			default:
+				out.chains.ContentPolicy = chains
+			}
 		default:
-			return nil, classifier.RuleSet{}, fmt.Errorf("%s:%d: unknown field %q (want profiles, lists or rules)", file, key.Line, key.Value)
+			return fail(fmt.Errorf("%s:%d: unknown field %q (want profiles, lists, rules, fleet, fallbacks, context_window_fallbacks or content_policy_fallbacks)", file, key.Line, key.Value))
 		}
 	}
 	rs, err := classifier.ParseRuleSetNode(rulesDoc, file)
 	if err != nil {
-		return nil, classifier.RuleSet{}, err
+		return fail(err)
 	}
-	return profiles, rs, nil
+	out.rules = rs
+	return out, nil
 }
 
 var profileNameOK = func(s string) bool {
@@ -333,7 +381,7 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 		return nil, fmt.Errorf("%s: %s: must be a mapping", at(node), path)
 	}
 	pp := &parsedProfile{
-		profile: &Profile{Name: name, Source: file, Strategies: map[policydv1.FailureType]strategy.Strategy{}},
+		profile: &Profile{Name: name, Source: file, Strategies: map[policydv1.FailureType]strategy.Strategy{}, Fleet: fleet.AllOn},
 		pos:     at(node), set: map[string]bool{},
 	}
 	p := pp.profile
@@ -360,6 +408,8 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 			}
 		case "budget":
 			p.Budget, err = parseDuration(val)
+		case "fleet":
+			p.Fleet, err = parseSwitches(val)
 		case "default":
 			p.Default, err = parseStrategy(val, file, field)
 		case "strategies":
@@ -380,7 +430,7 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 				p.Strategies[t] = s
 			}
 		default:
-			err = fmt.Errorf("unknown field (want description, extends, retry_connect_phase, idempotent_methods, budget, strategies or default)")
+			err = fmt.Errorf("unknown field (want description, extends, retry_connect_phase, idempotent_methods, budget, fleet, strategies or default)")
 		}
 		if err != nil {
 			if strings.HasPrefix(err.Error(), file+":") {

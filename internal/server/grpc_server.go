@@ -116,6 +116,7 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*
 	// its RPCs say how to turn it on (FAILED_PRECONDITION) instead of
 	// UNIMPLEMENTED.
 	policydv1.RegisterJournalServiceServer(gs, NewJournalServer(ps.journal, ps))
+	policydv1.RegisterFleetServiceServer(gs, NewFleetServer(ps.fleet))
 	hs := newHealth()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(policydv1.PolicyService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -7,7 +7,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/peer"
+
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/auth"
+	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/strategy"
@@ -28,7 +32,19 @@ type PolicyServer struct {
 	journalTimeout time.Duration
 
 	observer DecisionObserver // nil: none
+
+	fleet *fleet.Fleet // nil: every caller is answered as if alone
 }
+
+// WithFleet makes NextDelay share each failure with the fleet and answer
+// with what the fleet knows (docs/fleet.md). SetPolicy keeps f's settings
+// in step with the policy file's fleet section.
+func WithFleet(f *fleet.Fleet) Option {
+	return func(s *PolicyServer) { s.fleet = f }
+}
+
+// Fleet is the server's fleet memory, nil when off.
+func (s *PolicyServer) Fleet() *fleet.Fleet { return s.fleet }
 
 // DecisionObserver is told about every decision NextDelay answers, e.g. to
 // count them (internal/metrics). Decided runs on the request's goroutine
@@ -113,6 +129,9 @@ func (s *PolicyServer) SetPolicy(p *policy.Policy) {
 		panic("server: nil policy")
 	}
 	s.policy.Store(p)
+	if s.fleet != nil {
+		s.fleet.SetConfig(p.Fleet)
+	}
 }
 
 // Classify validates req (see ValidateClassifyRequest) and classifies its
@@ -136,7 +155,8 @@ func (s *PolicyServer) NextDelay(ctx context.Context, req *policydv1.NextDelayRe
 	if err := ValidateNextDelayRequest(req, p); err != nil {
 		return nil, err
 	}
-	d := p.NextDelay(req, s.now(), s.rand)
+	d := p.Decide(req, policy.Call{Now: s.now(), Rand: s.rand, Fleet: s.fleet,
+		Tenant: auth.TenantFrom(ctx), ClientID: clientID(ctx, req)})
 	j := s.journalDecision(ctx, req, d)
 	d.Journaled = j == JournalCommitted
 	if s.observer != nil {
@@ -175,4 +195,17 @@ func (s *PolicyServer) GetProfile(_ context.Context, req *policydv1.GetProfileRe
 		return nil, notFoundf("profile %q not found; known: %s", name, strings.Join(p.ProfileNames(), ", "))
 	}
 	return &policydv1.GetProfileResponse{Profile: policy.ProfileProto(prof)}, nil
+}
+
+// clientID is the request's client_id, else the connection's peer address:
+// a process keeps its connection, so the breaker's distinct-client count
+// still means distinct processes for clients that send none.
+func clientID(ctx context.Context, req *policydv1.NextDelayRequest) string {
+	if id := req.GetClientId(); id != "" {
+		return id
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return "peer:" + p.Addr.String()
+	}
+	return ""
 }

@@ -38,6 +38,7 @@ func notFoundf(format string, args ...any) *NotFoundError {
 //   - journal errors: *journal.InvalidError is InvalidArgument naming the
 //     field, journal.ErrNotFound NotFound, journal.ErrUnavailable
 //     Unavailable, ErrJournalOff FailedPrecondition saying how to turn it on;
+//   - ErrFleetOff is FailedPrecondition too;
 //   - an auth.ErrUnauthenticated becomes codes.Unauthenticated with its
 //     message (which never contains a token);
 //   - a *RateLimitedError becomes codes.ResourceExhausted, and the call's
@@ -73,7 +74,7 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return status.Error(codes.Unauthenticated, err.Error())
-	case errors.Is(err, ErrJournalOff):
+	case errors.Is(err, ErrJournalOff), errors.Is(err, ErrFleetOff):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, journal.ErrNotFound):
 		return status.Error(codes.NotFound, "context not found")

@@ -103,6 +103,9 @@ func validateFailure(f *policydv1.Failure) error {
 			}
 		}
 	}
+	if n := len(f.GetKeyId()); n > maxLabelBytes {
+		return fieldErrorf("failure.key_id", "%d bytes, at most %d allowed (a label or hash of the key, never the key)", n, maxLabelBytes)
+	}
 	if n := len(f.GetMessage()); n > maxMessageBytes {
 		return fieldErrorf("failure.message", "%d bytes, at most %d allowed", n, maxMessageBytes)
 	}

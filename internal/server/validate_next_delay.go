@@ -13,6 +13,8 @@ const (
 	maxAttempt = 1000
 	// maxElapsed bounds NextDelayRequest.elapsed.
 	maxElapsed = 30 * 24 * time.Hour
+	// maxLabelBytes bounds client_id and failure.key_id: labels, not data.
+	maxLabelBytes = 128
 )
 
 // ValidateNextDelayRequest checks req against policyd's request limits and
@@ -28,7 +30,8 @@ const (
 //   - deadline, when set, is a valid timestamp (a past one is allowed: the
 //     decision is to stop);
 //   - safety is a known value;
-//   - context_id is empty or a UUID.
+//   - context_id is empty or a UUID;
+//   - client_id (and failure.key_id) are at most 128 bytes.
 func ValidateNextDelayRequest(req *policydv1.NextDelayRequest, p *policy.Policy) error {
 	f, ft := req.GetFailure(), req.GetFailureType()
 	switch {
@@ -71,6 +74,9 @@ func ValidateNextDelayRequest(req *policydv1.NextDelayRequest, p *policy.Policy)
 	}
 	if err := validateContextID(req.GetContextId(), false); err != nil {
 		return err
+	}
+	if n := len(req.GetClientId()); n > maxLabelBytes {
+		return fieldErrorf("client_id", "%d bytes, at most %d allowed", n, maxLabelBytes)
 	}
 	// options: both switches are booleans; any value is valid.
 	return nil

@@ -329,19 +329,29 @@ const (
 	StopReason_STOP_REASON_CONTINUATION_OFF StopReason = 6
 	// The profile does not retry failures in this stream phase.
 	StopReason_STOP_REASON_STREAM_PHASE StopReason = 7
+	// The fleet's circuit breaker for this provider and model is open.
+	StopReason_STOP_REASON_CIRCUIT_OPEN StopReason = 8
+	// The fleet's retry budget for this provider and model is spent.
+	StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED StopReason = 9
+	// Another agent's failure stopped every agent on this key (a revoked key,
+	// a permission, an exhausted quota).
+	StopReason_STOP_REASON_FLEET_STOP StopReason = 10
 )
 
 // Enum value maps for StopReason.
 var (
 	StopReason_name = map[int32]string{
-		0: "STOP_REASON_UNSPECIFIED",
-		1: "STOP_REASON_NOT_RETRYABLE",
-		2: "STOP_REASON_ATTEMPTS_EXHAUSTED",
-		3: "STOP_REASON_DEADLINE",
-		4: "STOP_REASON_SERVER_DELAY_ABOVE_CEILING",
-		5: "STOP_REASON_IRREVERSIBLE_OPERATION",
-		6: "STOP_REASON_CONTINUATION_OFF",
-		7: "STOP_REASON_STREAM_PHASE",
+		0:  "STOP_REASON_UNSPECIFIED",
+		1:  "STOP_REASON_NOT_RETRYABLE",
+		2:  "STOP_REASON_ATTEMPTS_EXHAUSTED",
+		3:  "STOP_REASON_DEADLINE",
+		4:  "STOP_REASON_SERVER_DELAY_ABOVE_CEILING",
+		5:  "STOP_REASON_IRREVERSIBLE_OPERATION",
+		6:  "STOP_REASON_CONTINUATION_OFF",
+		7:  "STOP_REASON_STREAM_PHASE",
+		8:  "STOP_REASON_CIRCUIT_OPEN",
+		9:  "STOP_REASON_RETRY_BUDGET_EXHAUSTED",
+		10: "STOP_REASON_FLEET_STOP",
 	}
 	StopReason_value = map[string]int32{
 		"STOP_REASON_UNSPECIFIED":                0,
@@ -352,6 +362,9 @@ var (
 		"STOP_REASON_IRREVERSIBLE_OPERATION":     5,
 		"STOP_REASON_CONTINUATION_OFF":           6,
 		"STOP_REASON_STREAM_PHASE":               7,
+		"STOP_REASON_CIRCUIT_OPEN":               8,
+		"STOP_REASON_RETRY_BUDGET_EXHAUSTED":     9,
+		"STOP_REASON_FLEET_STOP":                 10,
 	}
 )
 
@@ -380,6 +393,62 @@ func (x StopReason) Number() protoreflect.EnumNumber {
 // Deprecated: Use StopReason.Descriptor instead.
 func (StopReason) EnumDescriptor() ([]byte, []int) {
 	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{4}
+}
+
+// BreakerState is the state of a fleet circuit breaker.
+type BreakerState int32
+
+const (
+	BreakerState_BREAKER_STATE_UNSPECIFIED BreakerState = 0
+	// Calls flow.
+	BreakerState_BREAKER_STATE_CLOSED BreakerState = 1
+	// Retries are not sent: the provider and model are failing for the fleet.
+	BreakerState_BREAKER_STATE_OPEN BreakerState = 2
+	// A few probes, fleet-wide, test whether the provider is back.
+	BreakerState_BREAKER_STATE_HALF_OPEN BreakerState = 3
+)
+
+// Enum value maps for BreakerState.
+var (
+	BreakerState_name = map[int32]string{
+		0: "BREAKER_STATE_UNSPECIFIED",
+		1: "BREAKER_STATE_CLOSED",
+		2: "BREAKER_STATE_OPEN",
+		3: "BREAKER_STATE_HALF_OPEN",
+	}
+	BreakerState_value = map[string]int32{
+		"BREAKER_STATE_UNSPECIFIED": 0,
+		"BREAKER_STATE_CLOSED":      1,
+		"BREAKER_STATE_OPEN":        2,
+		"BREAKER_STATE_HALF_OPEN":   3,
+	}
+)
+
+func (x BreakerState) Enum() *BreakerState {
+	p := new(BreakerState)
+	*p = x
+	return p
+}
+
+func (x BreakerState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BreakerState) Descriptor() protoreflect.EnumDescriptor {
+	return file_policyd_v1_policy_proto_enumTypes[5].Descriptor()
+}
+
+func (BreakerState) Type() protoreflect.EnumType {
+	return &file_policyd_v1_policy_proto_enumTypes[5]
+}
+
+func (x BreakerState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BreakerState.Descriptor instead.
+func (BreakerState) EnumDescriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{5}
 }
 
 // FallbackKind is what to fall back to.
@@ -422,11 +491,11 @@ func (x FallbackKind) String() string {
 }
 
 func (FallbackKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_policyd_v1_policy_proto_enumTypes[5].Descriptor()
+	return file_policyd_v1_policy_proto_enumTypes[6].Descriptor()
 }
 
 func (FallbackKind) Type() protoreflect.EnumType {
-	return &file_policyd_v1_policy_proto_enumTypes[5]
+	return &file_policyd_v1_policy_proto_enumTypes[6]
 }
 
 func (x FallbackKind) Number() protoreflect.EnumNumber {
@@ -435,7 +504,7 @@ func (x FallbackKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FallbackKind.Descriptor instead.
 func (FallbackKind) EnumDescriptor() ([]byte, []int) {
-	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{5}
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{6}
 }
 
 // Backoff is the shape of the delay between attempts.
@@ -478,11 +547,11 @@ func (x Backoff) String() string {
 }
 
 func (Backoff) Descriptor() protoreflect.EnumDescriptor {
-	return file_policyd_v1_policy_proto_enumTypes[6].Descriptor()
+	return file_policyd_v1_policy_proto_enumTypes[7].Descriptor()
 }
 
 func (Backoff) Type() protoreflect.EnumType {
-	return &file_policyd_v1_policy_proto_enumTypes[6]
+	return &file_policyd_v1_policy_proto_enumTypes[7]
 }
 
 func (x Backoff) Number() protoreflect.EnumNumber {
@@ -491,7 +560,7 @@ func (x Backoff) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Backoff.Descriptor instead.
 func (Backoff) EnumDescriptor() ([]byte, []int) {
-	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{6}
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{7}
 }
 
 // Jitter is how randomness spreads the delay.
@@ -545,11 +614,11 @@ func (x Jitter) String() string {
 }
 
 func (Jitter) Descriptor() protoreflect.EnumDescriptor {
-	return file_policyd_v1_policy_proto_enumTypes[7].Descriptor()
+	return file_policyd_v1_policy_proto_enumTypes[8].Descriptor()
 }
 
 func (Jitter) Type() protoreflect.EnumType {
-	return &file_policyd_v1_policy_proto_enumTypes[7]
+	return &file_policyd_v1_policy_proto_enumTypes[8]
 }
 
 func (x Jitter) Number() protoreflect.EnumNumber {
@@ -558,7 +627,7 @@ func (x Jitter) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Jitter.Descriptor instead.
 func (Jitter) EnumDescriptor() ([]byte, []int) {
-	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{7}
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{8}
 }
 
 // RetryAfterMode is how the server's delay hint combines with the backoff.
@@ -597,11 +666,11 @@ func (x RetryAfterMode) String() string {
 }
 
 func (RetryAfterMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_policyd_v1_policy_proto_enumTypes[8].Descriptor()
+	return file_policyd_v1_policy_proto_enumTypes[9].Descriptor()
 }
 
 func (RetryAfterMode) Type() protoreflect.EnumType {
-	return &file_policyd_v1_policy_proto_enumTypes[8]
+	return &file_policyd_v1_policy_proto_enumTypes[9]
 }
 
 func (x RetryAfterMode) Number() protoreflect.EnumNumber {
@@ -610,7 +679,7 @@ func (x RetryAfterMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetryAfterMode.Descriptor instead.
 func (RetryAfterMode) EnumDescriptor() ([]byte, []int) {
-	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{8}
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{9}
 }
 
 // RetryAfterAboveCeiling is what a strategy does with a server delay hint
@@ -654,11 +723,11 @@ func (x RetryAfterAboveCeiling) String() string {
 }
 
 func (RetryAfterAboveCeiling) Descriptor() protoreflect.EnumDescriptor {
-	return file_policyd_v1_policy_proto_enumTypes[9].Descriptor()
+	return file_policyd_v1_policy_proto_enumTypes[10].Descriptor()
 }
 
 func (RetryAfterAboveCeiling) Type() protoreflect.EnumType {
-	return &file_policyd_v1_policy_proto_enumTypes[9]
+	return &file_policyd_v1_policy_proto_enumTypes[10]
 }
 
 func (x RetryAfterAboveCeiling) Number() protoreflect.EnumNumber {
@@ -667,7 +736,7 @@ func (x RetryAfterAboveCeiling) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetryAfterAboveCeiling.Descriptor instead.
 func (RetryAfterAboveCeiling) EnumDescriptor() ([]byte, []int) {
-	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{9}
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{10}
 }
 
 // Cause is one link of an error's cause chain.
@@ -764,7 +833,11 @@ type Failure struct {
 	// Where in a streaming call the failure happened.
 	Phase Phase `protobuf:"varint,12,opt,name=phase,proto3,enum=policyd.v1.Phase" json:"phase,omitempty"`
 	// The status code of a failed upstream gRPC call (0 when none).
-	GrpcCode      int32 `protobuf:"varint,13,opt,name=grpc_code,json=grpcCode,proto3" json:"grpc_code,omitempty"`
+	GrpcCode int32 `protobuf:"varint,13,opt,name=grpc_code,json=grpcCode,proto3" json:"grpc_code,omitempty"`
+	// An opaque label of the credential or account the call used (at most 128
+	// characters), e.g. "prod-key" or a hash of the key: never the secret.
+	// Fleet memory shares rate limits, quotas and auth failures per key.
+	KeyId         string `protobuf:"bytes,14,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -888,6 +961,13 @@ func (x *Failure) GetGrpcCode() int32 {
 		return x.GrpcCode
 	}
 	return 0
+}
+
+func (x *Failure) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
 }
 
 // ClassifyOptions are caller switches that change how a failure is read.
@@ -1416,9 +1496,13 @@ func (x *AppliedStrategy) GetParameters() *Strategy {
 
 // Fallback is what to fall back to and why.
 type Fallback struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          FallbackKind           `protobuf:"varint,1,opt,name=kind,proto3,enum=policyd.v1.FallbackKind" json:"kind,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Kind   FallbackKind           `protobuf:"varint,1,opt,name=kind,proto3,enum=policyd.v1.FallbackKind" json:"kind,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The target to use next, from the policy file's fallback chains, when one
+	// names it: its breaker is not open and its key is not stopped.
+	Provider      string `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model         string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1467,6 +1551,20 @@ func (x *Fallback) GetReason() string {
 	return ""
 }
 
+func (x *Fallback) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *Fallback) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
 // NextDelayRequest asks what to do after a failed attempt.
 type NextDelayRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1487,7 +1585,10 @@ type NextDelayRequest struct {
 	// The RetryContext this attempt belongs to (journal; optional).
 	ContextId string `protobuf:"bytes,8,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
 	// Caller switches.
-	Options       *ClassifyOptions `protobuf:"bytes,9,opt,name=options,proto3" json:"options,omitempty"`
+	Options *ClassifyOptions `protobuf:"bytes,9,opt,name=options,proto3" json:"options,omitempty"`
+	// The calling process (at most 128 characters), so the fleet can count
+	// distinct clients; empty: the connection's peer address stands for it.
+	ClientId      string `protobuf:"bytes,10,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1585,6 +1686,13 @@ func (x *NextDelayRequest) GetOptions() *ClassifyOptions {
 	return nil
 }
 
+func (x *NextDelayRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
 // Decision is what to do after a failed attempt.
 type Decision struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -1606,7 +1714,10 @@ type Decision struct {
 	// Whether the attempt was recorded in the journal.
 	Journaled bool `protobuf:"varint,9,opt,name=journaled,proto3" json:"journaled,omitempty"`
 	// The operation safety the decision assumed.
-	Safety        OperationSafety `protobuf:"varint,10,opt,name=safety,proto3,enum=policyd.v1.OperationSafety" json:"safety,omitempty"`
+	Safety OperationSafety `protobuf:"varint,10,opt,name=safety,proto3,enum=policyd.v1.OperationSafety" json:"safety,omitempty"`
+	// What fleet memory knew and did, when the failure's bucket has state or
+	// the fleet changed the answer.
+	Fleet         *FleetState `protobuf:"bytes,11,opt,name=fleet,proto3" json:"fleet,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1711,6 +1822,129 @@ func (x *Decision) GetSafety() OperationSafety {
 	return OperationSafety_OPERATION_SAFETY_UNSPECIFIED
 }
 
+func (x *Decision) GetFleet() *FleetState {
+	if x != nil {
+		return x.Fleet
+	}
+	return nil
+}
+
+// FleetState is what the fleet knows about one bucket: the failures of every
+// agent on the same provider, model and key.
+type FleetState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bucket, e.g. "availability:openai/gpt-4o" or "rate_limit:openai/gpt-4o@prod-key".
+	Bucket  string       `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Breaker BreakerState `protobuf:"varint,2,opt,name=breaker,proto3,enum=policyd.v1.BreakerState" json:"breaker,omitempty"`
+	// The shared cooldown left (a server's delay hint to another agent).
+	HoldRemaining *durationpb.Duration `protobuf:"bytes,3,opt,name=hold_remaining,json=holdRemaining,proto3" json:"hold_remaining,omitempty"`
+	// Retry tokens left in the bucket's budget (may be negative while retries are paced).
+	BudgetTokens    float64 `protobuf:"fixed64,4,opt,name=budget_tokens,json=budgetTokens,proto3" json:"budget_tokens,omitempty"`
+	BudgetExhausted bool    `protobuf:"varint,5,opt,name=budget_exhausted,json=budgetExhausted,proto3" json:"budget_exhausted,omitempty"`
+	// Whether the fleet changed this decision (a longer wait, a stop or a fallback).
+	Changed bool `protobuf:"varint,6,opt,name=changed,proto3" json:"changed,omitempty"`
+	// Why, for a human, e.g. "24 failures in 10s from 6 clients (OVERLOADED); open for 5s".
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The breaker stays open, or the key stopped, this much longer.
+	OpenRemaining *durationpb.Duration `protobuf:"bytes,8,opt,name=open_remaining,json=openRemaining,proto3" json:"open_remaining,omitempty"`
+	Stopped       bool                 `protobuf:"varint,9,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetState) Reset() {
+	*x = FleetState{}
+	mi := &file_policyd_v1_policy_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetState) ProtoMessage() {}
+
+func (x *FleetState) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_policy_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetState.ProtoReflect.Descriptor instead.
+func (*FleetState) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *FleetState) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *FleetState) GetBreaker() BreakerState {
+	if x != nil {
+		return x.Breaker
+	}
+	return BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+func (x *FleetState) GetHoldRemaining() *durationpb.Duration {
+	if x != nil {
+		return x.HoldRemaining
+	}
+	return nil
+}
+
+func (x *FleetState) GetBudgetTokens() float64 {
+	if x != nil {
+		return x.BudgetTokens
+	}
+	return 0
+}
+
+func (x *FleetState) GetBudgetExhausted() bool {
+	if x != nil {
+		return x.BudgetExhausted
+	}
+	return false
+}
+
+func (x *FleetState) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *FleetState) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FleetState) GetOpenRemaining() *durationpb.Duration {
+	if x != nil {
+		return x.OpenRemaining
+	}
+	return nil
+}
+
+func (x *FleetState) GetStopped() bool {
+	if x != nil {
+		return x.Stopped
+	}
+	return false
+}
+
 // NextDelayResponse carries the decision.
 type NextDelayResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1721,7 +1955,7 @@ type NextDelayResponse struct {
 
 func (x *NextDelayResponse) Reset() {
 	*x = NextDelayResponse{}
-	mi := &file_policyd_v1_policy_proto_msgTypes[11]
+	mi := &file_policyd_v1_policy_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1967,7 @@ func (x *NextDelayResponse) String() string {
 func (*NextDelayResponse) ProtoMessage() {}
 
 func (x *NextDelayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_policy_proto_msgTypes[11]
+	mi := &file_policyd_v1_policy_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1980,7 @@ func (x *NextDelayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextDelayResponse.ProtoReflect.Descriptor instead.
 func (*NextDelayResponse) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{11}
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NextDelayResponse) GetDecision() *Decision {
@@ -1785,7 +2019,7 @@ type Profile struct {
 
 func (x *Profile) Reset() {
 	*x = Profile{}
-	mi := &file_policyd_v1_policy_proto_msgTypes[12]
+	mi := &file_policyd_v1_policy_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +2031,7 @@ func (x *Profile) String() string {
 func (*Profile) ProtoMessage() {}
 
 func (x *Profile) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_policy_proto_msgTypes[12]
+	mi := &file_policyd_v1_policy_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +2044,7 @@ func (x *Profile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Profile.ProtoReflect.Descriptor instead.
 func (*Profile) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{12}
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Profile) GetName() string {
@@ -1890,7 +2124,7 @@ type ProfileStrategy struct {
 
 func (x *ProfileStrategy) Reset() {
 	*x = ProfileStrategy{}
-	mi := &file_policyd_v1_policy_proto_msgTypes[13]
+	mi := &file_policyd_v1_policy_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +2136,7 @@ func (x *ProfileStrategy) String() string {
 func (*ProfileStrategy) ProtoMessage() {}
 
 func (x *ProfileStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_policy_proto_msgTypes[13]
+	mi := &file_policyd_v1_policy_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2149,7 @@ func (x *ProfileStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileStrategy.ProtoReflect.Descriptor instead.
 func (*ProfileStrategy) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{13}
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ProfileStrategy) GetFailureType() FailureType {
@@ -1948,7 +2182,7 @@ type ListProfilesRequest struct {
 
 func (x *ListProfilesRequest) Reset() {
 	*x = ListProfilesRequest{}
-	mi := &file_policyd_v1_policy_proto_msgTypes[14]
+	mi := &file_policyd_v1_policy_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2194,7 @@ func (x *ListProfilesRequest) String() string {
 func (*ListProfilesRequest) ProtoMessage() {}
 
 func (x *ListProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_policy_proto_msgTypes[14]
+	mi := &file_policyd_v1_policy_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2207,7 @@ func (x *ListProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{14}
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{15}
 }
 
 // ListProfilesResponse holds the profiles, sorted by name.
@@ -1986,7 +2220,7 @@ type ListProfilesResponse struct {
 
 func (x *ListProfilesResponse) Reset() {
 	*x = ListProfilesResponse{}
-	mi := &file_policyd_v1_policy_proto_msgTypes[15]
+	mi := &file_policyd_v1_policy_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2232,7 @@ func (x *ListProfilesResponse) String() string {
 func (*ListProfilesResponse) ProtoMessage() {}
 
 func (x *ListProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_policy_proto_msgTypes[15]
+	mi := &file_policyd_v1_policy_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2245,7 @@ func (x *ListProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{15}
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListProfilesResponse) GetProfiles() []*Profile {
@@ -2031,7 +2265,7 @@ type GetProfileRequest struct {
 
 func (x *GetProfileRequest) Reset() {
 	*x = GetProfileRequest{}
-	mi := &file_policyd_v1_policy_proto_msgTypes[16]
+	mi := &file_policyd_v1_policy_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2277,7 @@ func (x *GetProfileRequest) String() string {
 func (*GetProfileRequest) ProtoMessage() {}
 
 func (x *GetProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_policy_proto_msgTypes[16]
+	mi := &file_policyd_v1_policy_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2290,7 @@ func (x *GetProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProfileRequest.ProtoReflect.Descriptor instead.
 func (*GetProfileRequest) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{16}
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetProfileRequest) GetName() string {
@@ -2076,7 +2310,7 @@ type GetProfileResponse struct {
 
 func (x *GetProfileResponse) Reset() {
 	*x = GetProfileResponse{}
-	mi := &file_policyd_v1_policy_proto_msgTypes[17]
+	mi := &file_policyd_v1_policy_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2322,7 @@ func (x *GetProfileResponse) String() string {
 func (*GetProfileResponse) ProtoMessage() {}
 
 func (x *GetProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_policy_proto_msgTypes[17]
+	mi := &file_policyd_v1_policy_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2335,7 @@ func (x *GetProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProfileResponse.ProtoReflect.Descriptor instead.
 func (*GetProfileResponse) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{17}
+	return file_policyd_v1_policy_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetProfileResponse) GetProfile() *Profile {
@@ -2120,7 +2354,7 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x05Cause\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xe7\x03\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xfe\x03\n" +
 	"\aFailure\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1c\n" +
@@ -2138,7 +2372,8 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	" \x01(\tR\terrorCode\x12)\n" +
 	"\x06causes\x18\v \x03(\v2\x11.policyd.v1.CauseR\x06causes\x12'\n" +
 	"\x05phase\x18\f \x01(\x0e2\x11.policyd.v1.PhaseR\x05phase\x12\x1b\n" +
-	"\tgrpc_code\x18\r \x01(\x05R\bgrpcCode\x1a:\n" +
+	"\tgrpc_code\x18\r \x01(\x05R\bgrpcCode\x12\x15\n" +
+	"\x06key_id\x18\x0e \x01(\tR\x05keyId\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\x01\n" +
@@ -2188,10 +2423,12 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x124\n" +
 	"\n" +
 	"parameters\x18\x03 \x01(\v2\x14.policyd.v1.StrategyR\n" +
-	"parameters\"P\n" +
+	"parameters\"\x82\x01\n" +
 	"\bFallback\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.policyd.v1.FallbackKindR\x04kind\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa9\x03\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1a\n" +
+	"\bprovider\x18\x03 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\"\xc6\x03\n" +
 	"\x10NextDelayRequest\x12-\n" +
 	"\afailure\x18\x01 \x01(\v2\x13.policyd.v1.FailureR\afailure\x12:\n" +
 	"\ffailure_type\x18\x02 \x01(\x0e2\x17.policyd.v1.FailureTypeR\vfailureType\x12\x18\n" +
@@ -2202,7 +2439,9 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x06safety\x18\a \x01(\x0e2\x1b.policyd.v1.OperationSafetyR\x06safety\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\b \x01(\tR\tcontextId\x125\n" +
-	"\aoptions\x18\t \x01(\v2\x1b.policyd.v1.ClassifyOptionsR\aoptions\"\xe4\x03\n" +
+	"\aoptions\x18\t \x01(\v2\x1b.policyd.v1.ClassifyOptionsR\aoptions\x12\x1b\n" +
+	"\tclient_id\x18\n" +
+	" \x01(\tR\bclientId\"\x92\x04\n" +
 	"\bDecision\x12*\n" +
 	"\x06action\x18\x01 \x01(\x0e2\x12.policyd.v1.ActionR\x06action\x12/\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12B\n" +
@@ -2215,7 +2454,19 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\bstrategy\x18\b \x01(\v2\x1b.policyd.v1.AppliedStrategyR\bstrategy\x12\x1c\n" +
 	"\tjournaled\x18\t \x01(\bR\tjournaled\x123\n" +
 	"\x06safety\x18\n" +
-	" \x01(\x0e2\x1b.policyd.v1.OperationSafetyR\x06safety\"E\n" +
+	" \x01(\x0e2\x1b.policyd.v1.OperationSafetyR\x06safety\x12,\n" +
+	"\x05fleet\x18\v \x01(\v2\x16.policyd.v1.FleetStateR\x05fleet\"\xf8\x02\n" +
+	"\n" +
+	"FleetState\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x122\n" +
+	"\abreaker\x18\x02 \x01(\x0e2\x18.policyd.v1.BreakerStateR\abreaker\x12@\n" +
+	"\x0ehold_remaining\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\rholdRemaining\x12#\n" +
+	"\rbudget_tokens\x18\x04 \x01(\x01R\fbudgetTokens\x12)\n" +
+	"\x10budget_exhausted\x18\x05 \x01(\bR\x0fbudgetExhausted\x12\x18\n" +
+	"\achanged\x18\x06 \x01(\bR\achanged\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12@\n" +
+	"\x0eopen_remaining\x18\b \x01(\v2\x19.google.protobuf.DurationR\ropenRemaining\x12\x18\n" +
+	"\astopped\x18\t \x01(\bR\astopped\"E\n" +
 	"\x11NextDelayResponse\x120\n" +
 	"\bdecision\x18\x01 \x01(\v2\x14.policyd.v1.DecisionR\bdecision\"\xb8\x03\n" +
 	"\aProfile\x12\x12\n" +
@@ -2276,7 +2527,7 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_RETRY\x10\x01\x12\x0f\n" +
 	"\vACTION_STOP\x10\x02\x12\x14\n" +
-	"\x10ACTION_FALL_BACK\x10\x03*\x9a\x02\n" +
+	"\x10ACTION_FALL_BACK\x10\x03*\xfc\x02\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
@@ -2286,7 +2537,16 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"&STOP_REASON_SERVER_DELAY_ABOVE_CEILING\x10\x04\x12&\n" +
 	"\"STOP_REASON_IRREVERSIBLE_OPERATION\x10\x05\x12 \n" +
 	"\x1cSTOP_REASON_CONTINUATION_OFF\x10\x06\x12\x1c\n" +
-	"\x18STOP_REASON_STREAM_PHASE\x10\a*\x96\x01\n" +
+	"\x18STOP_REASON_STREAM_PHASE\x10\a\x12\x1c\n" +
+	"\x18STOP_REASON_CIRCUIT_OPEN\x10\b\x12&\n" +
+	"\"STOP_REASON_RETRY_BUDGET_EXHAUSTED\x10\t\x12\x1a\n" +
+	"\x16STOP_REASON_FLEET_STOP\x10\n" +
+	"*|\n" +
+	"\fBreakerState\x12\x1d\n" +
+	"\x19BREAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14BREAKER_STATE_CLOSED\x10\x01\x12\x16\n" +
+	"\x12BREAKER_STATE_OPEN\x10\x02\x12\x1b\n" +
+	"\x17BREAKER_STATE_HALF_OPEN\x10\x03*\x96\x01\n" +
 	"\fFallbackKind\x12\x1d\n" +
 	"\x19FALLBACK_KIND_UNSPECIFIED\x10\x00\x12&\n" +
 	"\"FALLBACK_KIND_LARGER_CONTEXT_MODEL\x10\x01\x12 \n" +
@@ -2333,95 +2593,101 @@ func file_policyd_v1_policy_proto_rawDescGZIP() []byte {
 	return file_policyd_v1_policy_proto_rawDescData
 }
 
-var file_policyd_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_policyd_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_policyd_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_policyd_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_policyd_v1_policy_proto_goTypes = []any{
 	(FailureType)(0),              // 0: policyd.v1.FailureType
 	(Phase)(0),                    // 1: policyd.v1.Phase
 	(OperationSafety)(0),          // 2: policyd.v1.OperationSafety
 	(Action)(0),                   // 3: policyd.v1.Action
 	(StopReason)(0),               // 4: policyd.v1.StopReason
-	(FallbackKind)(0),             // 5: policyd.v1.FallbackKind
-	(Backoff)(0),                  // 6: policyd.v1.Backoff
-	(Jitter)(0),                   // 7: policyd.v1.Jitter
-	(RetryAfterMode)(0),           // 8: policyd.v1.RetryAfterMode
-	(RetryAfterAboveCeiling)(0),   // 9: policyd.v1.RetryAfterAboveCeiling
-	(*Cause)(nil),                 // 10: policyd.v1.Cause
-	(*Failure)(nil),               // 11: policyd.v1.Failure
-	(*ClassifyOptions)(nil),       // 12: policyd.v1.ClassifyOptions
-	(*ClassifyRequest)(nil),       // 13: policyd.v1.ClassifyRequest
-	(*Classification)(nil),        // 14: policyd.v1.Classification
-	(*ClassifyResponse)(nil),      // 15: policyd.v1.ClassifyResponse
-	(*Strategy)(nil),              // 16: policyd.v1.Strategy
-	(*AppliedStrategy)(nil),       // 17: policyd.v1.AppliedStrategy
-	(*Fallback)(nil),              // 18: policyd.v1.Fallback
-	(*NextDelayRequest)(nil),      // 19: policyd.v1.NextDelayRequest
-	(*Decision)(nil),              // 20: policyd.v1.Decision
-	(*NextDelayResponse)(nil),     // 21: policyd.v1.NextDelayResponse
-	(*Profile)(nil),               // 22: policyd.v1.Profile
-	(*ProfileStrategy)(nil),       // 23: policyd.v1.ProfileStrategy
-	(*ListProfilesRequest)(nil),   // 24: policyd.v1.ListProfilesRequest
-	(*ListProfilesResponse)(nil),  // 25: policyd.v1.ListProfilesResponse
-	(*GetProfileRequest)(nil),     // 26: policyd.v1.GetProfileRequest
-	(*GetProfileResponse)(nil),    // 27: policyd.v1.GetProfileResponse
-	nil,                           // 28: policyd.v1.Failure.HeadersEntry
-	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	(BreakerState)(0),             // 5: policyd.v1.BreakerState
+	(FallbackKind)(0),             // 6: policyd.v1.FallbackKind
+	(Backoff)(0),                  // 7: policyd.v1.Backoff
+	(Jitter)(0),                   // 8: policyd.v1.Jitter
+	(RetryAfterMode)(0),           // 9: policyd.v1.RetryAfterMode
+	(RetryAfterAboveCeiling)(0),   // 10: policyd.v1.RetryAfterAboveCeiling
+	(*Cause)(nil),                 // 11: policyd.v1.Cause
+	(*Failure)(nil),               // 12: policyd.v1.Failure
+	(*ClassifyOptions)(nil),       // 13: policyd.v1.ClassifyOptions
+	(*ClassifyRequest)(nil),       // 14: policyd.v1.ClassifyRequest
+	(*Classification)(nil),        // 15: policyd.v1.Classification
+	(*ClassifyResponse)(nil),      // 16: policyd.v1.ClassifyResponse
+	(*Strategy)(nil),              // 17: policyd.v1.Strategy
+	(*AppliedStrategy)(nil),       // 18: policyd.v1.AppliedStrategy
+	(*Fallback)(nil),              // 19: policyd.v1.Fallback
+	(*NextDelayRequest)(nil),      // 20: policyd.v1.NextDelayRequest
+	(*Decision)(nil),              // 21: policyd.v1.Decision
+	(*FleetState)(nil),            // 22: policyd.v1.FleetState
+	(*NextDelayResponse)(nil),     // 23: policyd.v1.NextDelayResponse
+	(*Profile)(nil),               // 24: policyd.v1.Profile
+	(*ProfileStrategy)(nil),       // 25: policyd.v1.ProfileStrategy
+	(*ListProfilesRequest)(nil),   // 26: policyd.v1.ListProfilesRequest
+	(*ListProfilesResponse)(nil),  // 27: policyd.v1.ListProfilesResponse
+	(*GetProfileRequest)(nil),     // 28: policyd.v1.GetProfileRequest
+	(*GetProfileResponse)(nil),    // 29: policyd.v1.GetProfileResponse
+	nil,                           // 30: policyd.v1.Failure.HeadersEntry
+	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
 }
 var file_policyd_v1_policy_proto_depIdxs = []int32{
-	28, // 0: policyd.v1.Failure.headers:type_name -> policyd.v1.Failure.HeadersEntry
-	10, // 1: policyd.v1.Failure.causes:type_name -> policyd.v1.Cause
+	30, // 0: policyd.v1.Failure.headers:type_name -> policyd.v1.Failure.HeadersEntry
+	11, // 1: policyd.v1.Failure.causes:type_name -> policyd.v1.Cause
 	1,  // 2: policyd.v1.Failure.phase:type_name -> policyd.v1.Phase
-	11, // 3: policyd.v1.ClassifyRequest.failure:type_name -> policyd.v1.Failure
-	12, // 4: policyd.v1.ClassifyRequest.options:type_name -> policyd.v1.ClassifyOptions
+	12, // 3: policyd.v1.ClassifyRequest.failure:type_name -> policyd.v1.Failure
+	13, // 4: policyd.v1.ClassifyRequest.options:type_name -> policyd.v1.ClassifyOptions
 	0,  // 5: policyd.v1.Classification.failure_type:type_name -> policyd.v1.FailureType
-	29, // 6: policyd.v1.Classification.retry_after:type_name -> google.protobuf.Duration
-	14, // 7: policyd.v1.ClassifyResponse.classification:type_name -> policyd.v1.Classification
-	6,  // 8: policyd.v1.Strategy.backoff:type_name -> policyd.v1.Backoff
-	29, // 9: policyd.v1.Strategy.initial_delay:type_name -> google.protobuf.Duration
-	29, // 10: policyd.v1.Strategy.max_delay:type_name -> google.protobuf.Duration
-	29, // 11: policyd.v1.Strategy.step:type_name -> google.protobuf.Duration
-	7,  // 12: policyd.v1.Strategy.jitter:type_name -> policyd.v1.Jitter
-	8,  // 13: policyd.v1.Strategy.retry_after_mode:type_name -> policyd.v1.RetryAfterMode
-	29, // 14: policyd.v1.Strategy.retry_after_ceiling:type_name -> google.protobuf.Duration
-	5,  // 15: policyd.v1.Strategy.fallback:type_name -> policyd.v1.FallbackKind
-	9,  // 16: policyd.v1.Strategy.retry_after_above_ceiling:type_name -> policyd.v1.RetryAfterAboveCeiling
-	16, // 17: policyd.v1.AppliedStrategy.parameters:type_name -> policyd.v1.Strategy
-	5,  // 18: policyd.v1.Fallback.kind:type_name -> policyd.v1.FallbackKind
-	11, // 19: policyd.v1.NextDelayRequest.failure:type_name -> policyd.v1.Failure
+	31, // 6: policyd.v1.Classification.retry_after:type_name -> google.protobuf.Duration
+	15, // 7: policyd.v1.ClassifyResponse.classification:type_name -> policyd.v1.Classification
+	7,  // 8: policyd.v1.Strategy.backoff:type_name -> policyd.v1.Backoff
+	31, // 9: policyd.v1.Strategy.initial_delay:type_name -> google.protobuf.Duration
+	31, // 10: policyd.v1.Strategy.max_delay:type_name -> google.protobuf.Duration
+	31, // 11: policyd.v1.Strategy.step:type_name -> google.protobuf.Duration
+	8,  // 12: policyd.v1.Strategy.jitter:type_name -> policyd.v1.Jitter
+	9,  // 13: policyd.v1.Strategy.retry_after_mode:type_name -> policyd.v1.RetryAfterMode
+	31, // 14: policyd.v1.Strategy.retry_after_ceiling:type_name -> google.protobuf.Duration
+	6,  // 15: policyd.v1.Strategy.fallback:type_name -> policyd.v1.FallbackKind
+	10, // 16: policyd.v1.Strategy.retry_after_above_ceiling:type_name -> policyd.v1.RetryAfterAboveCeiling
+	17, // 17: policyd.v1.AppliedStrategy.parameters:type_name -> policyd.v1.Strategy
+	6,  // 18: policyd.v1.Fallback.kind:type_name -> policyd.v1.FallbackKind
+	12, // 19: policyd.v1.NextDelayRequest.failure:type_name -> policyd.v1.Failure
 	0,  // 20: policyd.v1.NextDelayRequest.failure_type:type_name -> policyd.v1.FailureType
-	29, // 21: policyd.v1.NextDelayRequest.elapsed:type_name -> google.protobuf.Duration
-	30, // 22: policyd.v1.NextDelayRequest.deadline:type_name -> google.protobuf.Timestamp
+	31, // 21: policyd.v1.NextDelayRequest.elapsed:type_name -> google.protobuf.Duration
+	32, // 22: policyd.v1.NextDelayRequest.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 23: policyd.v1.NextDelayRequest.safety:type_name -> policyd.v1.OperationSafety
-	12, // 24: policyd.v1.NextDelayRequest.options:type_name -> policyd.v1.ClassifyOptions
+	13, // 24: policyd.v1.NextDelayRequest.options:type_name -> policyd.v1.ClassifyOptions
 	3,  // 25: policyd.v1.Decision.action:type_name -> policyd.v1.Action
-	29, // 26: policyd.v1.Decision.delay:type_name -> google.protobuf.Duration
-	14, // 27: policyd.v1.Decision.classification:type_name -> policyd.v1.Classification
+	31, // 26: policyd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	15, // 27: policyd.v1.Decision.classification:type_name -> policyd.v1.Classification
 	4,  // 28: policyd.v1.Decision.stop_reason:type_name -> policyd.v1.StopReason
-	18, // 29: policyd.v1.Decision.fallback:type_name -> policyd.v1.Fallback
-	17, // 30: policyd.v1.Decision.strategy:type_name -> policyd.v1.AppliedStrategy
+	19, // 29: policyd.v1.Decision.fallback:type_name -> policyd.v1.Fallback
+	18, // 30: policyd.v1.Decision.strategy:type_name -> policyd.v1.AppliedStrategy
 	2,  // 31: policyd.v1.Decision.safety:type_name -> policyd.v1.OperationSafety
-	20, // 32: policyd.v1.NextDelayResponse.decision:type_name -> policyd.v1.Decision
-	23, // 33: policyd.v1.Profile.strategies:type_name -> policyd.v1.ProfileStrategy
-	16, // 34: policyd.v1.Profile.default_strategy:type_name -> policyd.v1.Strategy
-	29, // 35: policyd.v1.Profile.budget:type_name -> google.protobuf.Duration
-	0,  // 36: policyd.v1.ProfileStrategy.failure_type:type_name -> policyd.v1.FailureType
-	16, // 37: policyd.v1.ProfileStrategy.strategy:type_name -> policyd.v1.Strategy
-	22, // 38: policyd.v1.ListProfilesResponse.profiles:type_name -> policyd.v1.Profile
-	22, // 39: policyd.v1.GetProfileResponse.profile:type_name -> policyd.v1.Profile
-	13, // 40: policyd.v1.PolicyService.Classify:input_type -> policyd.v1.ClassifyRequest
-	19, // 41: policyd.v1.PolicyService.NextDelay:input_type -> policyd.v1.NextDelayRequest
-	24, // 42: policyd.v1.PolicyService.ListProfiles:input_type -> policyd.v1.ListProfilesRequest
-	26, // 43: policyd.v1.PolicyService.GetProfile:input_type -> policyd.v1.GetProfileRequest
-	15, // 44: policyd.v1.PolicyService.Classify:output_type -> policyd.v1.ClassifyResponse
-	21, // 45: policyd.v1.PolicyService.NextDelay:output_type -> policyd.v1.NextDelayResponse
-	25, // 46: policyd.v1.PolicyService.ListProfiles:output_type -> policyd.v1.ListProfilesResponse
-	27, // 47: policyd.v1.PolicyService.GetProfile:output_type -> policyd.v1.GetProfileResponse
-	44, // [44:48] is the sub-list for method output_type
-	40, // [40:44] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	22, // 32: policyd.v1.Decision.fleet:type_name -> policyd.v1.FleetState
+	5,  // 33: policyd.v1.FleetState.breaker:type_name -> policyd.v1.BreakerState
+	31, // 34: policyd.v1.FleetState.hold_remaining:type_name -> google.protobuf.Duration
+	31, // 35: policyd.v1.FleetState.open_remaining:type_name -> google.protobuf.Duration
+	21, // 36: policyd.v1.NextDelayResponse.decision:type_name -> policyd.v1.Decision
+	25, // 37: policyd.v1.Profile.strategies:type_name -> policyd.v1.ProfileStrategy
+	17, // 38: policyd.v1.Profile.default_strategy:type_name -> policyd.v1.Strategy
+	31, // 39: policyd.v1.Profile.budget:type_name -> google.protobuf.Duration
+	0,  // 40: policyd.v1.ProfileStrategy.failure_type:type_name -> policyd.v1.FailureType
+	17, // 41: policyd.v1.ProfileStrategy.strategy:type_name -> policyd.v1.Strategy
+	24, // 42: policyd.v1.ListProfilesResponse.profiles:type_name -> policyd.v1.Profile
+	24, // 43: policyd.v1.GetProfileResponse.profile:type_name -> policyd.v1.Profile
+	14, // 44: policyd.v1.PolicyService.Classify:input_type -> policyd.v1.ClassifyRequest
+	20, // 45: policyd.v1.PolicyService.NextDelay:input_type -> policyd.v1.NextDelayRequest
+	26, // 46: policyd.v1.PolicyService.ListProfiles:input_type -> policyd.v1.ListProfilesRequest
+	28, // 47: policyd.v1.PolicyService.GetProfile:input_type -> policyd.v1.GetProfileRequest
+	16, // 48: policyd.v1.PolicyService.Classify:output_type -> policyd.v1.ClassifyResponse
+	23, // 49: policyd.v1.PolicyService.NextDelay:output_type -> policyd.v1.NextDelayResponse
+	27, // 50: policyd.v1.PolicyService.ListProfiles:output_type -> policyd.v1.ListProfilesResponse
+	29, // 51: policyd.v1.PolicyService.GetProfile:output_type -> policyd.v1.GetProfileResponse
+	48, // [48:52] is the sub-list for method output_type
+	44, // [44:48] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_policyd_v1_policy_proto_init() }
@@ -2435,8 +2701,8 @@ func file_policyd_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_policyd_v1_policy_proto_rawDesc), len(file_policyd_v1_policy_proto_rawDesc)),
-			NumEnums:      10,
-			NumMessages:   19,
+			NumEnums:      11,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file policyd/v1/policy.proto.
  */
 export const file_policyd_v1_policy: GenFile = /*@__PURE__*/
-  fileDesc("Chdwb2xpY3lkL3YxL3BvbGljeS5wcm90bxIKcG9saWN5ZC52MSI0CgVDYXVzZRIMCgRuYW1lGAEgASgJEgwKBGNvZGUYAiABKAkSDwoHbWVzc2FnZRgDIAEoCSLkAgoHRmFpbHVyZRIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRIRCglvcGVyYXRpb24YAyABKAkSDgoGbWV0aG9kGAQgASgJEhMKC2h0dHBfc3RhdHVzGAUgASgFEjEKB2hlYWRlcnMYBiADKAsyIC5wb2xpY3lkLnYxLkZhaWx1cmUuSGVhZGVyc0VudHJ5EgwKBGJvZHkYByABKAkSDwoHbWVzc2FnZRgIIAEoCRISCgplcnJvcl9uYW1lGAkgASgJEhIKCmVycm9yX2NvZGUYCiABKAkSIQoGY2F1c2VzGAsgAygLMhEucG9saWN5ZC52MS5DYXVzZRIgCgVwaGFzZRgMIAEoDjIRLnBvbGljeWQudjEuUGhhc2USEQoJZ3JwY19jb2RlGA0gASgFGi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIncKD0NsYXNzaWZ5T3B0aW9ucxIaChJyZXRyeV9mZXRjaF9lcnJvcnMYASABKAgSKAobY29udGludWVfb25fZmFpbGVkX2FwaV9jYWxsGAIgASgISACIAQFCHgocX2NvbnRpbnVlX29uX2ZhaWxlZF9hcGlfY2FsbCJ2Cg9DbGFzc2lmeVJlcXVlc3QSJAoHZmFpbHVyZRgBIAEoCzITLnBvbGljeWQudjEuRmFpbHVyZRIsCgdvcHRpb25zGAIgASgLMhsucG9saWN5ZC52MS5DbGFzc2lmeU9wdGlvbnMSDwoHcHJvZmlsZRgDIAEoCSLyAQoOQ2xhc3NpZmljYXRpb24SLQoMZmFpbHVyZV90eXBlGAEgASgOMhcucG9saWN5ZC52MS5GYWlsdXJlVHlwZRIRCglyZXRyeWFibGUYAiABKAgSDAoEcnVsZRgDIAEoCRIOCgZyZWFzb24YBCABKAkSFwoPcmVjb3ZlcnlfYWN0aW9uGAUgASgJEi4KC3JldHJ5X2FmdGVyGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhoKEnJldHJ5X2FmdGVyX3NvdXJjZRgHIAEoCRIbChNjb250aW51YXRpb25fcHJvbXB0GAggASgJIkYKEENsYXNzaWZ5UmVzcG9uc2USMgoOY2xhc3NpZmljYXRpb24YASABKAsyGi5wb2xpY3lkLnYxLkNsYXNzaWZpY2F0aW9uIvwECghTdHJhdGVneRINCgVyZXRyeRgBIAEoCBIUCgxtYXhfYXR0ZW1wdHMYAiABKAUSJAoHYmFja29mZhgDIAEoDjITLnBvbGljeWQudjEuQmFja29mZhIwCg1pbml0aWFsX2RlbGF5GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCW1heF9kZWxheRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgptdWx0aXBsaWVyGAYgASgBEicKBHN0ZXAYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SIgoGaml0dGVyGAggASgOMhIucG9saWN5ZC52MS5KaXR0ZXISFwoPaml0dGVyX2ZyYWN0aW9uGAkgASgBEhkKEWhvbm9yX3JldHJ5X2FmdGVyGAogASgIEjQKEHJldHJ5X2FmdGVyX21vZGUYCyABKA4yGi5wb2xpY3lkLnYxLlJldHJ5QWZ0ZXJNb2RlEhsKE3JldHJ5X2FmdGVyX3BhZGRpbmcYDCABKAESNgoTcmV0cnlfYWZ0ZXJfY2VpbGluZxgNIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCghmYWxsYmFjaxgOIAEoDjIYLnBvbGljeWQudjEuRmFsbGJhY2tLaW5kEhYKDmZhbGxiYWNrX2FmdGVyGA8gASgFEhoKEnJldHJ5X2FmdGVyX2ppdHRlchgQIAEoARJFChlyZXRyeV9hZnRlcl9hYm92ZV9jZWlsaW5nGBEgASgOMiIucG9saWN5ZC52MS5SZXRyeUFmdGVyQWJvdmVDZWlsaW5nIloKD0FwcGxpZWRTdHJhdGVneRIMCgRuYW1lGAEgASgJEg8KB3N1bW1hcnkYAiABKAkSKAoKcGFyYW1ldGVycxgDIAEoCzIULnBvbGljeWQudjEuU3RyYXRlZ3kiQgoIRmFsbGJhY2sSJgoEa2luZBgBIAEoDjIYLnBvbGljeWQudjEuRmFsbGJhY2tLaW5kEg4KBnJlYXNvbhgCIAEoCSLSAgoQTmV4dERlbGF5UmVxdWVzdBIkCgdmYWlsdXJlGAEgASgLMhMucG9saWN5ZC52MS5GYWlsdXJlEi0KDGZhaWx1cmVfdHlwZRgCIAEoDjIXLnBvbGljeWQudjEuRmFpbHVyZVR5cGUSDwoHYXR0ZW1wdBgDIAEoBRIPCgdwcm9maWxlGAQgASgJEioKB2VsYXBzZWQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoIZGVhZGxpbmUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKBnNhZmV0eRgHIAEoDjIbLnBvbGljeWQudjEuT3BlcmF0aW9uU2FmZXR5EhIKCmNvbnRleHRfaWQYCCABKAkSLAoHb3B0aW9ucxgJIAEoCzIbLnBvbGljeWQudjEuQ2xhc3NpZnlPcHRpb25zIvoCCghEZWNpc2lvbhIiCgZhY3Rpb24YASABKA4yEi5wb2xpY3lkLnYxLkFjdGlvbhIoCgVkZWxheRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIyCg5jbGFzc2lmaWNhdGlvbhgDIAEoCzIaLnBvbGljeWQudjEuQ2xhc3NpZmljYXRpb24SFQoNYXR0ZW1wdHNfbGVmdBgEIAEoBRIrCgtzdG9wX3JlYXNvbhgFIAEoDjIWLnBvbGljeWQudjEuU3RvcFJlYXNvbhIRCglzdG9wX3RleHQYBiABKAkSJgoIZmFsbGJhY2sYByABKAsyFC5wb2xpY3lkLnYxLkZhbGxiYWNrEi0KCHN0cmF0ZWd5GAggASgLMhsucG9saWN5ZC52MS5BcHBsaWVkU3RyYXRlZ3kSEQoJam91cm5hbGVkGAkgASgIEisKBnNhZmV0eRgKIAEoDjIbLnBvbGljeWQudjEuT3BlcmF0aW9uU2FmZXR5IjsKEU5leHREZWxheVJlc3BvbnNlEiYKCGRlY2lzaW9uGAEgASgLMhQucG9saWN5ZC52MS5EZWNpc2lvbiKyAgoHUHJvZmlsZRIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEg4KBnNvdXJjZRgDIAEoCRIvCgpzdHJhdGVnaWVzGAQgAygLMhsucG9saWN5ZC52MS5Qcm9maWxlU3RyYXRlZ3kSLgoQZGVmYXVsdF9zdHJhdGVneRgFIAEoCzIULnBvbGljeWQudjEuU3RyYXRlZ3kSGwoTcmV0cnlfY29ubmVjdF9waGFzZRgGIAEoCBIvCiNtaWRfc3RyZWFtX25lZWRzX3JldHJ5X2ZldGNoX2Vycm9ycxgHIAEoCEICGAESGgoSaWRlbXBvdGVudF9tZXRob2RzGAggAygJEikKBmJ1ZGdldBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJ5Cg9Qcm9maWxlU3RyYXRlZ3kSLQoMZmFpbHVyZV90eXBlGAEgASgOMhcucG9saWN5ZC52MS5GYWlsdXJlVHlwZRImCghzdHJhdGVneRgCIAEoCzIULnBvbGljeWQudjEuU3RyYXRlZ3kSDwoHc3VtbWFyeRgDIAEoCSIVChNMaXN0UHJvZmlsZXNSZXF1ZXN0Ij0KFExpc3RQcm9maWxlc1Jlc3BvbnNlEiUKCHByb2ZpbGVzGAEgAygLMhMucG9saWN5ZC52MS5Qcm9maWxlIiEKEUdldFByb2ZpbGVSZXF1ZXN0EgwKBG5hbWUYASABKAkiOgoSR2V0UHJvZmlsZVJlc3BvbnNlEiQKB3Byb2ZpbGUYASABKAsyEy5wb2xpY3lkLnYxLlByb2ZpbGUq/wQKC0ZhaWx1cmVUeXBlEhwKGEZBSUxVUkVfVFlQRV9VTlNQRUNJRklFRBAAEhsKF0ZBSUxVUkVfVFlQRV9SQVRFX0xJTUlUEAESIAocRkFJTFVSRV9UWVBFX1FVT1RBX0VYSEFVU1RFRBACEhsKF0ZBSUxVUkVfVFlQRV9PVkVSTE9BREVEEAMSHQoZRkFJTFVSRV9UWVBFX1NFUlZFUl9FUlJPUhAEEhgKFEZBSUxVUkVfVFlQRV9USU1FT1VUEAUSIQodRkFJTFVSRV9UWVBFX0NPTk5FQ1RJT05fRVJST1IQBhIjCh9GQUlMVVJFX1RZUEVfU1RSRUFNX0lOVEVSUlVQVEVEEAcSHwobRkFJTFVSRV9UWVBFX0lOVkFMSURfU1RSRUFNEAgSHQoZRkFJTFVSRV9UWVBFX0FVVEhfSU5WQUxJRBAJEiIKHkZBSUxVUkVfVFlQRV9QRVJNSVNTSU9OX0RFTklFRBAKEiEKHUZBSUxVUkVfVFlQRV9DT05URVhUX1RPT19MT05HEAsSIAocRkFJTFVSRV9UWVBFX0lOVkFMSURfUkVRVUVTVBAMEh8KG0ZBSUxVUkVfVFlQRV9DT05URU5UX1BPTElDWRANEhoKFkZBSUxVUkVfVFlQRV9OT1RfRk9VTkQQDhIcChhGQUlMVVJFX1RZUEVfVU5TVVBQT1JURUQQDxIZChVGQUlMVVJFX1RZUEVfQ0FOQ0VMRUQQEBIfChtGQUlMVVJFX1RZUEVfVEFTS19UUkFOU0lFTlQQERIbChdGQUlMVVJFX1RZUEVfVEFTS19GQVRBTBASEhgKFEZBSUxVUkVfVFlQRV9VTktOT1dOEBMqRwoFUGhhc2USFQoRUEhBU0VfVU5TUEVDSUZJRUQQABIRCg1QSEFTRV9DT05ORUNUEAESFAoQUEhBU0VfTUlEX1NUUkVBTRACKpMBCg9PcGVyYXRpb25TYWZldHkSIAocT1BFUkFUSU9OX1NBRkVUWV9VTlNQRUNJRklFRBAAEhkKFU9QRVJBVElPTl9TQUZFVFlfU0FGRRABEiAKHE9QRVJBVElPTl9TQUZFVFlfQ09ORElUSU9OQUwQAhIhCh1PUEVSQVRJT05fU0FGRVRZX0lSUkVWRVJTSUJMRRADKlkKBkFjdGlvbhIWChJBQ1RJT05fVU5TUEVDSUZJRUQQABIQCgxBQ1RJT05fUkVUUlkQARIPCgtBQ1RJT05fU1RPUBACEhQKEEFDVElPTl9GQUxMX0JBQ0sQAyqaAgoKU3RvcFJlYXNvbhIbChdTVE9QX1JFQVNPTl9VTlNQRUNJRklFRBAAEh0KGVNUT1BfUkVBU09OX05PVF9SRVRSWUFCTEUQARIiCh5TVE9QX1JFQVNPTl9BVFRFTVBUU19FWEhBVVNURUQQAhIYChRTVE9QX1JFQVNPTl9ERUFETElORRADEioKJlNUT1BfUkVBU09OX1NFUlZFUl9ERUxBWV9BQk9WRV9DRUlMSU5HEAQSJgoiU1RPUF9SRUFTT05fSVJSRVZFUlNJQkxFX09QRVJBVElPThAFEiAKHFNUT1BfUkVBU09OX0NPTlRJTlVBVElPTl9PRkYQBhIcChhTVE9QX1JFQVNPTl9TVFJFQU1fUEhBU0UQByqWAQoMRmFsbGJhY2tLaW5kEh0KGUZBTExCQUNLX0tJTkRfVU5TUEVDSUZJRUQQABImCiJGQUxMQkFDS19LSU5EX0xBUkdFUl9DT05URVhUX01PREVMEAESIAocRkFMTEJBQ0tfS0lORF9PVEhFUl9QUk9WSURFUhACEh0KGUZBTExCQUNLX0tJTkRfT1RIRVJfTU9ERUwQAyplCgdCYWNrb2ZmEhcKE0JBQ0tPRkZfVU5TUEVDSUZJRUQQABIXChNCQUNLT0ZGX0VYUE9ORU5USUFMEAESEgoOQkFDS09GRl9MSU5FQVIQAhIUChBCQUNLT0ZGX0NPTlNUQU5UEAMqlwEKBkppdHRlchIWChJKSVRURVJfVU5TUEVDSUZJRUQQABIPCgtKSVRURVJfTk9ORRABEg8KC0pJVFRFUl9GVUxMEAISEAoMSklUVEVSX0VRVUFMEAMSFwoTSklUVEVSX0RFQ09SUkVMQVRFRBAEEhcKE0pJVFRFUl9QUk9QT1JUSU9OQUwQBRIPCgtKSVRURVJfRE9XThAGKnAKDlJldHJ5QWZ0ZXJNb2RlEiAKHFJFVFJZX0FGVEVSX01PREVfVU5TUEVDSUZJRUQQABIdChlSRVRSWV9BRlRFUl9NT0RFX09WRVJSSURFEAESHQoZUkVUUllfQUZURVJfTU9ERV9BVF9MRUFTVBACKrMBChZSZXRyeUFmdGVyQWJvdmVDZWlsaW5nEikKJVJFVFJZX0FGVEVSX0FCT1ZFX0NFSUxJTkdfVU5TUEVDSUZJRUQQABIiCh5SRVRSWV9BRlRFUl9BQk9WRV9DRUlMSU5HX1NUT1AQARIlCiFSRVRSWV9BRlRFUl9BQk9WRV9DRUlMSU5HX0JBQ0tPRkYQAhIjCh9SRVRSWV9BRlRFUl9BQk9WRV9DRUlMSU5HX0NMQU1QEAMywAIKDVBvbGljeVNlcnZpY2USRQoIQ2xhc3NpZnkSGy5wb2xpY3lkLnYxLkNsYXNzaWZ5UmVxdWVzdBocLnBvbGljeWQudjEuQ2xhc3NpZnlSZXNwb25zZRJICglOZXh0RGVsYXkSHC5wb2xpY3lkLnYxLk5leHREZWxheVJlcXVlc3QaHS5wb2xpY3lkLnYxLk5leHREZWxheVJlc3BvbnNlElEKDExpc3RQcm9maWxlcxIfLnBvbGljeWQudjEuTGlzdFByb2ZpbGVzUmVxdWVzdBogLnBvbGljeWQudjEuTGlzdFByb2ZpbGVzUmVzcG9uc2USSwoKR2V0UHJvZmlsZRIdLnBvbGljeWQudjEuR2V0UHJvZmlsZVJlcXVlc3QaHi5wb2xpY3lkLnYxLkdldFByb2ZpbGVSZXNwb25zZUI1WjNnaXRodWIuY29tL3BvbGljeWQvcG9saWN5ZC9nZW4vcG9saWN5ZC92MTtwb2xpY3lkdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chdwb2xpY3lkL3YxL3BvbGljeS5wcm90bxIKcG9saWN5ZC52MSI0CgVDYXVzZRIMCgRuYW1lGAEgASgJEgwKBGNvZGUYAiABKAkSDwoHbWVzc2FnZRgDIAEoCSL0AgoHRmFpbHVyZRIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRIRCglvcGVyYXRpb24YAyABKAkSDgoGbWV0aG9kGAQgASgJEhMKC2h0dHBfc3RhdHVzGAUgASgFEjEKB2hlYWRlcnMYBiADKAsyIC5wb2xpY3lkLnYxLkZhaWx1cmUuSGVhZGVyc0VudHJ5EgwKBGJvZHkYByABKAkSDwoHbWVzc2FnZRgIIAEoCRISCgplcnJvcl9uYW1lGAkgASgJEhIKCmVycm9yX2NvZGUYCiABKAkSIQoGY2F1c2VzGAsgAygLMhEucG9saWN5ZC52MS5DYXVzZRIgCgVwaGFzZRgMIAEoDjIRLnBvbGljeWQudjEuUGhhc2USEQoJZ3JwY19jb2RlGA0gASgFEg4KBmtleV9pZBgOIAEoCRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJ3Cg9DbGFzc2lmeU9wdGlvbnMSGgoScmV0cnlfZmV0Y2hfZXJyb3JzGAEgASgIEigKG2NvbnRpbnVlX29uX2ZhaWxlZF9hcGlfY2FsbBgCIAEoCEgAiAEBQh4KHF9jb250aW51ZV9vbl9mYWlsZWRfYXBpX2NhbGwidgoPQ2xhc3NpZnlSZXF1ZXN0EiQKB2ZhaWx1cmUYASABKAsyEy5wb2xpY3lkLnYxLkZhaWx1cmUSLAoHb3B0aW9ucxgCIAEoCzIbLnBvbGljeWQudjEuQ2xhc3NpZnlPcHRpb25zEg8KB3Byb2ZpbGUYAyABKAki8gEKDkNsYXNzaWZpY2F0aW9uEi0KDGZhaWx1cmVfdHlwZRgBIAEoDjIXLnBvbGljeWQudjEuRmFpbHVyZVR5cGUSEQoJcmV0cnlhYmxlGAIgASgIEgwKBHJ1bGUYAyABKAkSDgoGcmVhc29uGAQgASgJEhcKD3JlY292ZXJ5X2FjdGlvbhgFIAEoCRIuCgtyZXRyeV9hZnRlchgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIaChJyZXRyeV9hZnRlcl9zb3VyY2UYByABKAkSGwoTY29udGludWF0aW9uX3Byb21wdBgIIAEoCSJGChBDbGFzc2lmeVJlc3BvbnNlEjIKDmNsYXNzaWZpY2F0aW9uGAEgASgLMhoucG9saWN5ZC52MS5DbGFzc2lmaWNhdGlvbiL8BAoIU3RyYXRlZ3kSDQoFcmV0cnkYASABKAgSFAoMbWF4X2F0dGVtcHRzGAIgASgFEiQKB2JhY2tvZmYYAyABKA4yEy5wb2xpY3lkLnYxLkJhY2tvZmYSMAoNaW5pdGlhbF9kZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIsCgltYXhfZGVsYXkYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbXVsdGlwbGllchgGIAEoARInCgRzdGVwGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiIKBmppdHRlchgIIAEoDjISLnBvbGljeWQudjEuSml0dGVyEhcKD2ppdHRlcl9mcmFjdGlvbhgJIAEoARIZChFob25vcl9yZXRyeV9hZnRlchgKIAEoCBI0ChByZXRyeV9hZnRlcl9tb2RlGAsgASgOMhoucG9saWN5ZC52MS5SZXRyeUFmdGVyTW9kZRIbChNyZXRyeV9hZnRlcl9wYWRkaW5nGAwgASgBEjYKE3JldHJ5X2FmdGVyX2NlaWxpbmcYDSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoIZmFsbGJhY2sYDiABKA4yGC5wb2xpY3lkLnYxLkZhbGxiYWNrS2luZBIWCg5mYWxsYmFja19hZnRlchgPIAEoBRIaChJyZXRyeV9hZnRlcl9qaXR0ZXIYECABKAESRQoZcmV0cnlfYWZ0ZXJfYWJvdmVfY2VpbGluZxgRIAEoDjIiLnBvbGljeWQudjEuUmV0cnlBZnRlckFib3ZlQ2VpbGluZyJaCg9BcHBsaWVkU3RyYXRlZ3kSDAoEbmFtZRgBIAEoCRIPCgdzdW1tYXJ5GAIgASgJEigKCnBhcmFtZXRlcnMYAyABKAsyFC5wb2xpY3lkLnYxLlN0cmF0ZWd5ImMKCEZhbGxiYWNrEiYKBGtpbmQYASABKA4yGC5wb2xpY3lkLnYxLkZhbGxiYWNrS2luZBIOCgZyZWFzb24YAiABKAkSEAoIcHJvdmlkZXIYAyABKAkSDQoFbW9kZWwYBCABKAki5QIKEE5leHREZWxheVJlcXVlc3QSJAoHZmFpbHVyZRgBIAEoCzITLnBvbGljeWQudjEuRmFpbHVyZRItCgxmYWlsdXJlX3R5cGUYAiABKA4yFy5wb2xpY3lkLnYxLkZhaWx1cmVUeXBlEg8KB2F0dGVtcHQYAyABKAUSDwoHcHJvZmlsZRgEIAEoCRIqCgdlbGFwc2VkGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCGRlYWRsaW5lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgZzYWZldHkYByABKA4yGy5wb2xpY3lkLnYxLk9wZXJhdGlvblNhZmV0eRISCgpjb250ZXh0X2lkGAggASgJEiwKB29wdGlvbnMYCSABKAsyGy5wb2xpY3lkLnYxLkNsYXNzaWZ5T3B0aW9ucxIRCgljbGllbnRfaWQYCiABKAkioQMKCERlY2lzaW9uEiIKBmFjdGlvbhgBIAEoDjISLnBvbGljeWQudjEuQWN0aW9uEigKBWRlbGF5GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjIKDmNsYXNzaWZpY2F0aW9uGAMgASgLMhoucG9saWN5ZC52MS5DbGFzc2lmaWNhdGlvbhIVCg1hdHRlbXB0c19sZWZ0GAQgASgFEisKC3N0b3BfcmVhc29uGAUgASgOMhYucG9saWN5ZC52MS5TdG9wUmVhc29uEhEKCXN0b3BfdGV4dBgGIAEoCRImCghmYWxsYmFjaxgHIAEoCzIULnBvbGljeWQudjEuRmFsbGJhY2sSLQoIc3RyYXRlZ3kYCCABKAsyGy5wb2xpY3lkLnYxLkFwcGxpZWRTdHJhdGVneRIRCglqb3VybmFsZWQYCSABKAgSKwoGc2FmZXR5GAogASgOMhsucG9saWN5ZC52MS5PcGVyYXRpb25TYWZldHkSJQoFZmxlZXQYCyABKAsyFi5wb2xpY3lkLnYxLkZsZWV0U3RhdGUikAIKCkZsZWV0U3RhdGUSDgoGYnVja2V0GAEgASgJEikKB2JyZWFrZXIYAiABKA4yGC5wb2xpY3lkLnYxLkJyZWFrZXJTdGF0ZRIxCg5ob2xkX3JlbWFpbmluZxgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1idWRnZXRfdG9rZW5zGAQgASgBEhgKEGJ1ZGdldF9leGhhdXN0ZWQYBSABKAgSDwoHY2hhbmdlZBgGIAEoCBIOCgZyZWFzb24YByABKAkSMQoOb3Blbl9yZW1haW5pbmcYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHc3RvcHBlZBgJIAEoCCI7ChFOZXh0RGVsYXlSZXNwb25zZRImCghkZWNpc2lvbhgBIAEoCzIULnBvbGljeWQudjEuRGVjaXNpb24isgIKB1Byb2ZpbGUSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIOCgZzb3VyY2UYAyABKAkSLwoKc3RyYXRlZ2llcxgEIAMoCzIbLnBvbGljeWQudjEuUHJvZmlsZVN0cmF0ZWd5Ei4KEGRlZmF1bHRfc3RyYXRlZ3kYBSABKAsyFC5wb2xpY3lkLnYxLlN0cmF0ZWd5EhsKE3JldHJ5X2Nvbm5lY3RfcGhhc2UYBiABKAgSLwojbWlkX3N0cmVhbV9uZWVkc19yZXRyeV9mZXRjaF9lcnJvcnMYByABKAhCAhgBEhoKEmlkZW1wb3RlbnRfbWV0aG9kcxgIIAMoCRIpCgZidWRnZXQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ieQoPUHJvZmlsZVN0cmF0ZWd5Ei0KDGZhaWx1cmVfdHlwZRgBIAEoDjIXLnBvbGljeWQudjEuRmFpbHVyZVR5cGUSJgoIc3RyYXRlZ3kYAiABKAsyFC5wb2xpY3lkLnYxLlN0cmF0ZWd5Eg8KB3N1bW1hcnkYAyABKAkiFQoTTGlzdFByb2ZpbGVzUmVxdWVzdCI9ChRMaXN0UHJvZmlsZXNSZXNwb25zZRIlCghwcm9maWxlcxgBIAMoCzITLnBvbGljeWQudjEuUHJvZmlsZSIhChFHZXRQcm9maWxlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjoKEkdldFByb2ZpbGVSZXNwb25zZRIkCgdwcm9maWxlGAEgASgLMhMucG9saWN5ZC52MS5Qcm9maWxlKv8ECgtGYWlsdXJlVHlwZRIcChhGQUlMVVJFX1RZUEVfVU5TUEVDSUZJRUQQABIbChdGQUlMVVJFX1RZUEVfUkFURV9MSU1JVBABEiAKHEZBSUxVUkVfVFlQRV9RVU9UQV9FWEhBVVNURUQQAhIbChdGQUlMVVJFX1RZUEVfT1ZFUkxPQURFRBADEh0KGUZBSUxVUkVfVFlQRV9TRVJWRVJfRVJST1IQBBIYChRGQUlMVVJFX1RZUEVfVElNRU9VVBAFEiEKHUZBSUxVUkVfVFlQRV9DT05ORUNUSU9OX0VSUk9SEAYSIwofRkFJTFVSRV9UWVBFX1NUUkVBTV9JTlRFUlJVUFRFRBAHEh8KG0ZBSUxVUkVfVFlQRV9JTlZBTElEX1NUUkVBTRAIEh0KGUZBSUxVUkVfVFlQRV9BVVRIX0lOVkFMSUQQCRIiCh5GQUlMVVJFX1RZUEVfUEVSTUlTU0lPTl9ERU5JRUQQChIhCh1GQUlMVVJFX1RZUEVfQ09OVEVYVF9UT09fTE9ORxALEiAKHEZBSUxVUkVfVFlQRV9JTlZBTElEX1JFUVVFU1QQDBIfChtGQUlMVVJFX1RZUEVfQ09OVEVOVF9QT0xJQ1kQDRIaChZGQUlMVVJFX1RZUEVfTk9UX0ZPVU5EEA4SHAoYRkFJTFVSRV9UWVBFX1VOU1VQUE9SVEVEEA8SGQoVRkFJTFVSRV9UWVBFX0NBTkNFTEVEEBASHwobRkFJTFVSRV9UWVBFX1RBU0tfVFJBTlNJRU5UEBESGwoXRkFJTFVSRV9UWVBFX1RBU0tfRkFUQUwQEhIYChRGQUlMVVJFX1RZUEVfVU5LTk9XThATKkcKBVBoYXNlEhUKEVBIQVNFX1VOU1BFQ0lGSUVEEAASEQoNUEhBU0VfQ09OTkVDVBABEhQKEFBIQVNFX01JRF9TVFJFQU0QAiqTAQoPT3BlcmF0aW9uU2FmZXR5EiAKHE9QRVJBVElPTl9TQUZFVFlfVU5TUEVDSUZJRUQQABIZChVPUEVSQVRJT05fU0FGRVRZX1NBRkUQARIgChxPUEVSQVRJT05fU0FGRVRZX0NPTkRJVElPTkFMEAISIQodT1BFUkFUSU9OX1NBRkVUWV9JUlJFVkVSU0lCTEUQAypZCgZBY3Rpb24SFgoSQUNUSU9OX1VOU1BFQ0lGSUVEEAASEAoMQUNUSU9OX1JFVFJZEAESDwoLQUNUSU9OX1NUT1AQAhIUChBBQ1RJT05fRkFMTF9CQUNLEAMq/AIKClN0b3BSZWFzb24SGwoXU1RPUF9SRUFTT05fVU5TUEVDSUZJRUQQABIdChlTVE9QX1JFQVNPTl9OT1RfUkVUUllBQkxFEAESIgoeU1RPUF9SRUFTT05fQVRURU1QVFNfRVhIQVVTVEVEEAISGAoUU1RPUF9SRUFTT05fREVBRExJTkUQAxIqCiZTVE9QX1JFQVNPTl9TRVJWRVJfREVMQVlfQUJPVkVfQ0VJTElORxAEEiYKIlNUT1BfUkVBU09OX0lSUkVWRVJTSUJMRV9PUEVSQVRJT04QBRIgChxTVE9QX1JFQVNPTl9DT05USU5VQVRJT05fT0ZGEAYSHAoYU1RPUF9SRUFTT05fU1RSRUFNX1BIQVNFEAcSHAoYU1RPUF9SRUFTT05fQ0lSQ1VJVF9PUEVOEAgSJgoiU1RPUF9SRUFTT05fUkVUUllfQlVER0VUX0VYSEFVU1RFRBAJEhoKFlNUT1BfUkVBU09OX0ZMRUVUX1NUT1AQCip8CgxCcmVha2VyU3RhdGUSHQoZQlJFQUtFUl9TVEFURV9VTlNQRUNJRklFRBAAEhgKFEJSRUFLRVJfU1RBVEVfQ0xPU0VEEAESFgoSQlJFQUtFUl9TVEFURV9PUEVOEAISGwoXQlJFQUtFUl9TVEFURV9IQUxGX09QRU4QAyqWAQoMRmFsbGJhY2tLaW5kEh0KGUZBTExCQUNLX0tJTkRfVU5TUEVDSUZJRUQQABImCiJGQUxMQkFDS19LSU5EX0xBUkdFUl9DT05URVhUX01PREVMEAESIAocRkFMTEJBQ0tfS0lORF9PVEhFUl9QUk9WSURFUhACEh0KGUZBTExCQUNLX0tJTkRfT1RIRVJfTU9ERUwQAyplCgdCYWNrb2ZmEhcKE0JBQ0tPRkZfVU5TUEVDSUZJRUQQABIXChNCQUNLT0ZGX0VYUE9ORU5USUFMEAESEgoOQkFDS09GRl9MSU5FQVIQAhIUChBCQUNLT0ZGX0NPTlNUQU5UEAMqlwEKBkppdHRlchIWChJKSVRURVJfVU5TUEVDSUZJRUQQABIPCgtKSVRURVJfTk9ORRABEg8KC0pJVFRFUl9GVUxMEAISEAoMSklUVEVSX0VRVUFMEAMSFwoTSklUVEVSX0RFQ09SUkVMQVRFRBAEEhcKE0pJVFRFUl9QUk9QT1JUSU9OQUwQBRIPCgtKSVRURVJfRE9XThAGKnAKDlJldHJ5QWZ0ZXJNb2RlEiAKHFJFVFJZX0FGVEVSX01PREVfVU5TUEVDSUZJRUQQABIdChlSRVRSWV9BRlRFUl9NT0RFX09WRVJSSURFEAESHQoZUkVUUllfQUZURVJfTU9ERV9BVF9MRUFTVBACKrMBChZSZXRyeUFmdGVyQWJvdmVDZWlsaW5nEikKJVJFVFJZX0FGVEVSX0FCT1ZFX0NFSUxJTkdfVU5TUEVDSUZJRUQQABIiCh5SRVRSWV9BRlRFUl9BQk9WRV9DRUlMSU5HX1NUT1AQARIlCiFSRVRSWV9BRlRFUl9BQk9WRV9DRUlMSU5HX0JBQ0tPRkYQAhIjCh9SRVRSWV9BRlRFUl9BQk9WRV9DRUlMSU5HX0NMQU1QEAMywAIKDVBvbGljeVNlcnZpY2USRQoIQ2xhc3NpZnkSGy5wb2xpY3lkLnYxLkNsYXNzaWZ5UmVxdWVzdBocLnBvbGljeWQudjEuQ2xhc3NpZnlSZXNwb25zZRJICglOZXh0RGVsYXkSHC5wb2xpY3lkLnYxLk5leHREZWxheVJlcXVlc3QaHS5wb2xpY3lkLnYxLk5leHREZWxheVJlc3BvbnNlElEKDExpc3RQcm9maWxlcxIfLnBvbGljeWQudjEuTGlzdFByb2ZpbGVzUmVxdWVzdBogLnBvbGljeWQudjEuTGlzdFByb2ZpbGVzUmVzcG9uc2USSwoKR2V0UHJvZmlsZRIdLnBvbGljeWQudjEuR2V0UHJvZmlsZVJlcXVlc3QaHi5wb2xpY3lkLnYxLkdldFByb2ZpbGVSZXNwb25zZUI1WjNnaXRodWIuY29tL3BvbGljeWQvcG9saWN5ZC9nZW4vcG9saWN5ZC92MTtwb2xpY3lkdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Cause is one link of an error's cause chain.
@@ -147,6 +147,15 @@ export type Failure = Message<"policyd.v1.Failure"> & {
    * @generated from field: int32 grpc_code = 13;
    */
   grpcCode: number;
+
+  /**
+   * An opaque label of the credential or account the call used (at most 128
+   * characters), e.g. "prod-key" or a hash of the key: never the secret.
+   * Fleet memory shares rate limits, quotas and auth failures per key.
+   *
+   * @generated from field: string key_id = 14;
+   */
+  keyId: string;
 };
 
 /**
@@ -479,6 +488,19 @@ export type Fallback = Message<"policyd.v1.Fallback"> & {
    * @generated from field: string reason = 2;
    */
   reason: string;
+
+  /**
+   * The target to use next, from the policy file's fallback chains, when one
+   * names it: its breaker is not open and its key is not stopped.
+   *
+   * @generated from field: string provider = 3;
+   */
+  provider: string;
+
+  /**
+   * @generated from field: string model = 4;
+   */
+  model: string;
 };
 
 /**
@@ -556,6 +578,14 @@ export type NextDelayRequest = Message<"policyd.v1.NextDelayRequest"> & {
    * @generated from field: policyd.v1.ClassifyOptions options = 9;
    */
   options?: ClassifyOptions | undefined;
+
+  /**
+   * The calling process (at most 128 characters), so the fleet can count
+   * distinct clients; empty: the connection's peer address stands for it.
+   *
+   * @generated from field: string client_id = 10;
+   */
+  clientId: string;
 };
 
 /**
@@ -638,6 +668,14 @@ export type Decision = Message<"policyd.v1.Decision"> & {
    * @generated from field: policyd.v1.OperationSafety safety = 10;
    */
   safety: OperationSafety;
+
+  /**
+   * What fleet memory knew and did, when the failure's bucket has state or
+   * the fleet changed the answer.
+   *
+   * @generated from field: policyd.v1.FleetState fleet = 11;
+   */
+  fleet?: FleetState | undefined;
 };
 
 /**
@@ -646,6 +684,78 @@ export type Decision = Message<"policyd.v1.Decision"> & {
  */
 export const DecisionSchema: GenMessage<Decision> = /*@__PURE__*/
   messageDesc(file_policyd_v1_policy, 10);
+
+/**
+ * FleetState is what the fleet knows about one bucket: the failures of every
+ * agent on the same provider, model and key.
+ *
+ * @generated from message policyd.v1.FleetState
+ */
+export type FleetState = Message<"policyd.v1.FleetState"> & {
+  /**
+   * The bucket, e.g. "availability:openai/gpt-4o" or "rate_limit:openai/gpt-4o@prod-key".
+   *
+   * @generated from field: string bucket = 1;
+   */
+  bucket: string;
+
+  /**
+   * @generated from field: policyd.v1.BreakerState breaker = 2;
+   */
+  breaker: BreakerState;
+
+  /**
+   * The shared cooldown left (a server's delay hint to another agent).
+   *
+   * @generated from field: google.protobuf.Duration hold_remaining = 3;
+   */
+  holdRemaining?: Duration | undefined;
+
+  /**
+   * Retry tokens left in the bucket's budget (may be negative while retries are paced).
+   *
+   * @generated from field: double budget_tokens = 4;
+   */
+  budgetTokens: number;
+
+  /**
+   * @generated from field: bool budget_exhausted = 5;
+   */
+  budgetExhausted: boolean;
+
+  /**
+   * Whether the fleet changed this decision (a longer wait, a stop or a fallback).
+   *
+   * @generated from field: bool changed = 6;
+   */
+  changed: boolean;
+
+  /**
+   * Why, for a human, e.g. "24 failures in 10s from 6 clients (OVERLOADED); open for 5s".
+   *
+   * @generated from field: string reason = 7;
+   */
+  reason: string;
+
+  /**
+   * The breaker stays open, or the key stopped, this much longer.
+   *
+   * @generated from field: google.protobuf.Duration open_remaining = 8;
+   */
+  openRemaining?: Duration | undefined;
+
+  /**
+   * @generated from field: bool stopped = 9;
+   */
+  stopped: boolean;
+};
+
+/**
+ * Describes the message policyd.v1.FleetState.
+ * Use `create(FleetStateSchema)` to create a new message.
+ */
+export const FleetStateSchema: GenMessage<FleetState> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_policy, 11);
 
 /**
  * NextDelayResponse carries the decision.
@@ -664,7 +774,7 @@ export type NextDelayResponse = Message<"policyd.v1.NextDelayResponse"> & {
  * Use `create(NextDelayResponseSchema)` to create a new message.
  */
 export const NextDelayResponseSchema: GenMessage<NextDelayResponse> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_policy, 11);
+  messageDesc(file_policyd_v1_policy, 12);
 
 /**
  * Profile is a named table: failure type → strategy.
@@ -739,7 +849,7 @@ export type Profile = Message<"policyd.v1.Profile"> & {
  * Use `create(ProfileSchema)` to create a new message.
  */
 export const ProfileSchema: GenMessage<Profile> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_policy, 12);
+  messageDesc(file_policyd_v1_policy, 13);
 
 /**
  * ProfileStrategy is one row of a profile.
@@ -770,7 +880,7 @@ export type ProfileStrategy = Message<"policyd.v1.ProfileStrategy"> & {
  * Use `create(ProfileStrategySchema)` to create a new message.
  */
 export const ProfileStrategySchema: GenMessage<ProfileStrategy> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_policy, 13);
+  messageDesc(file_policyd_v1_policy, 14);
 
 /**
  * ListProfilesRequest lists the profiles in force.
@@ -785,7 +895,7 @@ export type ListProfilesRequest = Message<"policyd.v1.ListProfilesRequest"> & {
  * Use `create(ListProfilesRequestSchema)` to create a new message.
  */
 export const ListProfilesRequestSchema: GenMessage<ListProfilesRequest> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_policy, 14);
+  messageDesc(file_policyd_v1_policy, 15);
 
 /**
  * ListProfilesResponse holds the profiles, sorted by name.
@@ -804,7 +914,7 @@ export type ListProfilesResponse = Message<"policyd.v1.ListProfilesResponse"> & 
  * Use `create(ListProfilesResponseSchema)` to create a new message.
  */
 export const ListProfilesResponseSchema: GenMessage<ListProfilesResponse> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_policy, 15);
+  messageDesc(file_policyd_v1_policy, 16);
 
 /**
  * GetProfileRequest names a profile.
@@ -823,7 +933,7 @@ export type GetProfileRequest = Message<"policyd.v1.GetProfileRequest"> & {
  * Use `create(GetProfileRequestSchema)` to create a new message.
  */
 export const GetProfileRequestSchema: GenMessage<GetProfileRequest> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_policy, 16);
+  messageDesc(file_policyd_v1_policy, 17);
 
 /**
  * GetProfileResponse holds the profile.
@@ -842,7 +952,7 @@ export type GetProfileResponse = Message<"policyd.v1.GetProfileResponse"> & {
  * Use `create(GetProfileResponseSchema)` to create a new message.
  */
 export const GetProfileResponseSchema: GenMessage<GetProfileResponse> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_policy, 17);
+  messageDesc(file_policyd_v1_policy, 18);
 
 /**
  * FailureType is what kind of failure happened, independent of provider.
@@ -1168,6 +1278,28 @@ export enum StopReason {
    * @generated from enum value: STOP_REASON_STREAM_PHASE = 7;
    */
   STREAM_PHASE = 7,
+
+  /**
+   * The fleet's circuit breaker for this provider and model is open.
+   *
+   * @generated from enum value: STOP_REASON_CIRCUIT_OPEN = 8;
+   */
+  CIRCUIT_OPEN = 8,
+
+  /**
+   * The fleet's retry budget for this provider and model is spent.
+   *
+   * @generated from enum value: STOP_REASON_RETRY_BUDGET_EXHAUSTED = 9;
+   */
+  RETRY_BUDGET_EXHAUSTED = 9,
+
+  /**
+   * Another agent's failure stopped every agent on this key (a revoked key,
+   * a permission, an exhausted quota).
+   *
+   * @generated from enum value: STOP_REASON_FLEET_STOP = 10;
+   */
+  FLEET_STOP = 10,
 }
 
 /**
@@ -1175,6 +1307,45 @@ export enum StopReason {
  */
 export const StopReasonSchema: GenEnum<StopReason> = /*@__PURE__*/
   enumDesc(file_policyd_v1_policy, 4);
+
+/**
+ * BreakerState is the state of a fleet circuit breaker.
+ *
+ * @generated from enum policyd.v1.BreakerState
+ */
+export enum BreakerState {
+  /**
+   * @generated from enum value: BREAKER_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Calls flow.
+   *
+   * @generated from enum value: BREAKER_STATE_CLOSED = 1;
+   */
+  CLOSED = 1,
+
+  /**
+   * Retries are not sent: the provider and model are failing for the fleet.
+   *
+   * @generated from enum value: BREAKER_STATE_OPEN = 2;
+   */
+  OPEN = 2,
+
+  /**
+   * A few probes, fleet-wide, test whether the provider is back.
+   *
+   * @generated from enum value: BREAKER_STATE_HALF_OPEN = 3;
+   */
+  HALF_OPEN = 3,
+}
+
+/**
+ * Describes the enum policyd.v1.BreakerState.
+ */
+export const BreakerStateSchema: GenEnum<BreakerState> = /*@__PURE__*/
+  enumDesc(file_policyd_v1_policy, 5);
 
 /**
  * FallbackKind is what to fall back to.
@@ -1213,7 +1384,7 @@ export enum FallbackKind {
  * Describes the enum policyd.v1.FallbackKind.
  */
 export const FallbackKindSchema: GenEnum<FallbackKind> = /*@__PURE__*/
-  enumDesc(file_policyd_v1_policy, 5);
+  enumDesc(file_policyd_v1_policy, 6);
 
 /**
  * Backoff is the shape of the delay between attempts.
@@ -1252,7 +1423,7 @@ export enum Backoff {
  * Describes the enum policyd.v1.Backoff.
  */
 export const BackoffSchema: GenEnum<Backoff> = /*@__PURE__*/
-  enumDesc(file_policyd_v1_policy, 6);
+  enumDesc(file_policyd_v1_policy, 7);
 
 /**
  * Jitter is how randomness spreads the delay.
@@ -1310,7 +1481,7 @@ export enum Jitter {
  * Describes the enum policyd.v1.Jitter.
  */
 export const JitterSchema: GenEnum<Jitter> = /*@__PURE__*/
-  enumDesc(file_policyd_v1_policy, 7);
+  enumDesc(file_policyd_v1_policy, 8);
 
 /**
  * RetryAfterMode is how the server's delay hint combines with the backoff.
@@ -1342,7 +1513,7 @@ export enum RetryAfterMode {
  * Describes the enum policyd.v1.RetryAfterMode.
  */
 export const RetryAfterModeSchema: GenEnum<RetryAfterMode> = /*@__PURE__*/
-  enumDesc(file_policyd_v1_policy, 8);
+  enumDesc(file_policyd_v1_policy, 9);
 
 /**
  * RetryAfterAboveCeiling is what a strategy does with a server delay hint
@@ -1382,7 +1553,7 @@ export enum RetryAfterAboveCeiling {
  * Describes the enum policyd.v1.RetryAfterAboveCeiling.
  */
 export const RetryAfterAboveCeilingSchema: GenEnum<RetryAfterAboveCeiling> = /*@__PURE__*/
-  enumDesc(file_policyd_v1_policy, 9);
+  enumDesc(file_policyd_v1_policy, 10);
 
 /**
  * PolicyService answers the two questions an agent asks after a failure:

@@ -64,6 +64,16 @@ class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STOP_REASON_IRREVERSIBLE_OPERATION: _ClassVar[StopReason]
     STOP_REASON_CONTINUATION_OFF: _ClassVar[StopReason]
     STOP_REASON_STREAM_PHASE: _ClassVar[StopReason]
+    STOP_REASON_CIRCUIT_OPEN: _ClassVar[StopReason]
+    STOP_REASON_RETRY_BUDGET_EXHAUSTED: _ClassVar[StopReason]
+    STOP_REASON_FLEET_STOP: _ClassVar[StopReason]
+
+class BreakerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BREAKER_STATE_UNSPECIFIED: _ClassVar[BreakerState]
+    BREAKER_STATE_CLOSED: _ClassVar[BreakerState]
+    BREAKER_STATE_OPEN: _ClassVar[BreakerState]
+    BREAKER_STATE_HALF_OPEN: _ClassVar[BreakerState]
 
 class FallbackKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -140,6 +150,13 @@ STOP_REASON_SERVER_DELAY_ABOVE_CEILING: StopReason
 STOP_REASON_IRREVERSIBLE_OPERATION: StopReason
 STOP_REASON_CONTINUATION_OFF: StopReason
 STOP_REASON_STREAM_PHASE: StopReason
+STOP_REASON_CIRCUIT_OPEN: StopReason
+STOP_REASON_RETRY_BUDGET_EXHAUSTED: StopReason
+STOP_REASON_FLEET_STOP: StopReason
+BREAKER_STATE_UNSPECIFIED: BreakerState
+BREAKER_STATE_CLOSED: BreakerState
+BREAKER_STATE_OPEN: BreakerState
+BREAKER_STATE_HALF_OPEN: BreakerState
 FALLBACK_KIND_UNSPECIFIED: FallbackKind
 FALLBACK_KIND_LARGER_CONTEXT_MODEL: FallbackKind
 FALLBACK_KIND_OTHER_PROVIDER: FallbackKind
@@ -174,7 +191,7 @@ class Cause(_message.Message):
     def __init__(self, name: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Failure(_message.Message):
-    __slots__ = ("provider", "model", "operation", "method", "http_status", "headers", "body", "message", "error_name", "error_code", "causes", "phase", "grpc_code")
+    __slots__ = ("provider", "model", "operation", "method", "http_status", "headers", "body", "message", "error_name", "error_code", "causes", "phase", "grpc_code", "key_id")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +212,7 @@ class Failure(_message.Message):
     CAUSES_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     GRPC_CODE_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
     provider: str
     model: str
     operation: str
@@ -208,7 +226,8 @@ class Failure(_message.Message):
     causes: _containers.RepeatedCompositeFieldContainer[Cause]
     phase: Phase
     grpc_code: int
-    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., operation: _Optional[str] = ..., method: _Optional[str] = ..., http_status: _Optional[int] = ..., headers: _Optional[_Mapping[str, str]] = ..., body: _Optional[str] = ..., message: _Optional[str] = ..., error_name: _Optional[str] = ..., error_code: _Optional[str] = ..., causes: _Optional[_Iterable[_Union[Cause, _Mapping]]] = ..., phase: _Optional[_Union[Phase, str]] = ..., grpc_code: _Optional[int] = ...) -> None: ...
+    key_id: str
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., operation: _Optional[str] = ..., method: _Optional[str] = ..., http_status: _Optional[int] = ..., headers: _Optional[_Mapping[str, str]] = ..., body: _Optional[str] = ..., message: _Optional[str] = ..., error_name: _Optional[str] = ..., error_code: _Optional[str] = ..., causes: _Optional[_Iterable[_Union[Cause, _Mapping]]] = ..., phase: _Optional[_Union[Phase, str]] = ..., grpc_code: _Optional[int] = ..., key_id: _Optional[str] = ...) -> None: ...
 
 class ClassifyOptions(_message.Message):
     __slots__ = ("retry_fetch_errors", "continue_on_failed_api_call")
@@ -303,15 +322,19 @@ class AppliedStrategy(_message.Message):
     def __init__(self, name: _Optional[str] = ..., summary: _Optional[str] = ..., parameters: _Optional[_Union[Strategy, _Mapping]] = ...) -> None: ...
 
 class Fallback(_message.Message):
-    __slots__ = ("kind", "reason")
+    __slots__ = ("kind", "reason", "provider", "model")
     KIND_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     kind: FallbackKind
     reason: str
-    def __init__(self, kind: _Optional[_Union[FallbackKind, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    provider: str
+    model: str
+    def __init__(self, kind: _Optional[_Union[FallbackKind, str]] = ..., reason: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
 
 class NextDelayRequest(_message.Message):
-    __slots__ = ("failure", "failure_type", "attempt", "profile", "elapsed", "deadline", "safety", "context_id", "options")
+    __slots__ = ("failure", "failure_type", "attempt", "profile", "elapsed", "deadline", "safety", "context_id", "options", "client_id")
     FAILURE_FIELD_NUMBER: _ClassVar[int]
     FAILURE_TYPE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -321,6 +344,7 @@ class NextDelayRequest(_message.Message):
     SAFETY_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     failure: Failure
     failure_type: FailureType
     attempt: int
@@ -330,10 +354,11 @@ class NextDelayRequest(_message.Message):
     safety: OperationSafety
     context_id: str
     options: ClassifyOptions
-    def __init__(self, failure: _Optional[_Union[Failure, _Mapping]] = ..., failure_type: _Optional[_Union[FailureType, str]] = ..., attempt: _Optional[int] = ..., profile: _Optional[str] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., safety: _Optional[_Union[OperationSafety, str]] = ..., context_id: _Optional[str] = ..., options: _Optional[_Union[ClassifyOptions, _Mapping]] = ...) -> None: ...
+    client_id: str
+    def __init__(self, failure: _Optional[_Union[Failure, _Mapping]] = ..., failure_type: _Optional[_Union[FailureType, str]] = ..., attempt: _Optional[int] = ..., profile: _Optional[str] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., safety: _Optional[_Union[OperationSafety, str]] = ..., context_id: _Optional[str] = ..., options: _Optional[_Union[ClassifyOptions, _Mapping]] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class Decision(_message.Message):
-    __slots__ = ("action", "delay", "classification", "attempts_left", "stop_reason", "stop_text", "fallback", "strategy", "journaled", "safety")
+    __slots__ = ("action", "delay", "classification", "attempts_left", "stop_reason", "stop_text", "fallback", "strategy", "journaled", "safety", "fleet")
     ACTION_FIELD_NUMBER: _ClassVar[int]
     DELAY_FIELD_NUMBER: _ClassVar[int]
     CLASSIFICATION_FIELD_NUMBER: _ClassVar[int]
@@ -344,6 +369,7 @@ class Decision(_message.Message):
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     JOURNALED_FIELD_NUMBER: _ClassVar[int]
     SAFETY_FIELD_NUMBER: _ClassVar[int]
+    FLEET_FIELD_NUMBER: _ClassVar[int]
     action: Action
     delay: _duration_pb2.Duration
     classification: Classification
@@ -354,7 +380,30 @@ class Decision(_message.Message):
     strategy: AppliedStrategy
     journaled: bool
     safety: OperationSafety
-    def __init__(self, action: _Optional[_Union[Action, str]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., classification: _Optional[_Union[Classification, _Mapping]] = ..., attempts_left: _Optional[int] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., stop_text: _Optional[str] = ..., fallback: _Optional[_Union[Fallback, _Mapping]] = ..., strategy: _Optional[_Union[AppliedStrategy, _Mapping]] = ..., journaled: _Optional[bool] = ..., safety: _Optional[_Union[OperationSafety, str]] = ...) -> None: ...
+    fleet: FleetState
+    def __init__(self, action: _Optional[_Union[Action, str]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., classification: _Optional[_Union[Classification, _Mapping]] = ..., attempts_left: _Optional[int] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., stop_text: _Optional[str] = ..., fallback: _Optional[_Union[Fallback, _Mapping]] = ..., strategy: _Optional[_Union[AppliedStrategy, _Mapping]] = ..., journaled: _Optional[bool] = ..., safety: _Optional[_Union[OperationSafety, str]] = ..., fleet: _Optional[_Union[FleetState, _Mapping]] = ...) -> None: ...
+
+class FleetState(_message.Message):
+    __slots__ = ("bucket", "breaker", "hold_remaining", "budget_tokens", "budget_exhausted", "changed", "reason", "open_remaining", "stopped")
+    BUCKET_FIELD_NUMBER: _ClassVar[int]
+    BREAKER_FIELD_NUMBER: _ClassVar[int]
+    HOLD_REMAINING_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    OPEN_REMAINING_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_FIELD_NUMBER: _ClassVar[int]
+    bucket: str
+    breaker: BreakerState
+    hold_remaining: _duration_pb2.Duration
+    budget_tokens: float
+    budget_exhausted: bool
+    changed: bool
+    reason: str
+    open_remaining: _duration_pb2.Duration
+    stopped: bool
+    def __init__(self, bucket: _Optional[str] = ..., breaker: _Optional[_Union[BreakerState, str]] = ..., hold_remaining: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., budget_tokens: _Optional[float] = ..., budget_exhausted: _Optional[bool] = ..., changed: _Optional[bool] = ..., reason: _Optional[str] = ..., open_remaining: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stopped: _Optional[bool] = ...) -> None: ...
 
 class NextDelayResponse(_message.Message):
     __slots__ = ("decision",)

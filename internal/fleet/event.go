@@ -1,0 +1,29 @@
+package fleet
+
+import "time"
+
+// EventKind is a fleet transition, as the journal's fleet_events names it.
+type EventKind string
+
+const (
+	EventHoldSet         EventKind = "hold_set"
+	EventBreakerOpen     EventKind = "breaker_open"
+	EventBreakerHalfOpen EventKind = "breaker_half_open"
+	EventBreakerClose    EventKind = "breaker_close"
+	EventBudgetExhausted EventKind = "budget_exhausted"
+	EventFleetStop       EventKind = "fleet_stop"
+)
+
+// Event is one transition of a bucket.
+type Event struct {
+	At       time.Time
+	Key      Key
+	Kind     EventKind
+	Reason   string
+	ClientID string // whose failure caused it, when one did
+	Counts   map[string]int64
+}
+
+// Sink receives events. It is called outside the store's lock, on the
+// deciding goroutine, so it must not block (the journal's recorder queues).
+type Sink func([]Event)

@@ -1,0 +1,427 @@
+package fleet
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+)
+
+// Rand is the random source of release slots: a float in [0, 1). It is
+// called under the store's lock, so it need not be safe for concurrent use.
+type Rand interface{ Float64() float64 }
+
+// Fleet decides with every agent's failures in mind.
+type Fleet struct {
+	cfg   atomic.Pointer[Config]
+	store Store
+	clock func() time.Time
+	rand  Rand
+	sink  Sink
+
+	lastSweep atomic.Int64 // unix nanoseconds
+	effects   [effectCount]atomic.Int64
+}
+
+// Option configures a Fleet.
+type Option func(*Fleet)
+
+// WithClock sets the clock (default time.Now).
+func WithClock(now func() time.Time) Option { return func(f *Fleet) { f.clock = now } }
+
+// WithRand sets the random source (default: a fixed 0.5, i.e. no spread
+// beyond the slots themselves).
+func WithRand(r Rand) Option { return func(f *Fleet) { f.rand = r } }
+
+// WithSink sends every transition to s.
+func WithSink(s Sink) Option { return func(f *Fleet) { f.sink = s } }
+
+// WithStore keeps the buckets in s (default a MemoryStore of cfg.MaxBuckets).
+func WithStore(s Store) Option { return func(f *Fleet) { f.store = s } }
+
+// New returns a fleet with cfg, which must be valid (Config.Validate).
+func New(cfg Config, opts ...Option) *Fleet {
+	f := &Fleet{clock: time.Now}
+	f.cfg.Store(&cfg)
+	for _, o := range opts {
+		o(f)
+	}
+	if f.store == nil {
+		f.store = NewMemoryStore(cfg.MaxBuckets)
+	}
+	return f
+}
+
+// Config is the fleet's configuration.
+func (f *Fleet) Config() Config { return *f.cfg.Load() }
+
+// SetConfig makes cfg (valid, see Config.Validate) apply to decisions from
+// now on, keeping every bucket's state: a policy reload does not forget an
+// open breaker. MaxBuckets takes effect for a MemoryStore too.
+func (f *Fleet) SetConfig(cfg Config) {
+	f.cfg.Store(&cfg)
+	if m, ok := f.store.(*MemoryStore); ok {
+		m.setMax(cfg.MaxBuckets)
+	}
+}
+
+// Reason is why the fleet stops a retry.
+type Reason uint8
+
+const (
+	ReasonNone Reason = iota
+	// ReasonCircuitOpen: the bucket's breaker is open (or probing).
+	ReasonCircuitOpen
+	// ReasonBudget: the bucket's retry budget is spent.
+	ReasonBudget
+	// ReasonStop: another agent's failure stopped the key.
+	ReasonStop
+	// ReasonDeadline: the wait the fleet asks for does not fit.
+	ReasonDeadline
+)
+
+// Ask is one failed attempt and what the caller's strategy answered.
+type Ask struct {
+	Target
+	ClientID    string
+	FailureType policydv1.FailureType
+	Attempt     int
+	// Hint is the server's delay hint (0: none).
+	Hint time.Duration
+	// Recovery is the failure's recovery action, quoted by a fleet stop.
+	Recovery string
+	// Retry and Delay: the strategy's answer; the fleet acts only on retries.
+	Retry bool
+	Delay time.Duration
+	// CanFallBack: the caller has somewhere to go, which the fleet prefers to
+	// a long wait.
+	CanFallBack bool
+	// Fits says whether a wait is within the deadline, the time budget and
+	// the profile's ceiling (nil: any wait fits).
+	Fits     func(time.Duration) bool
+	Switches Switches
+}
+
+// Answer is the fleet's word on an Ask.
+type Answer struct {
+	// Retry after Delay, else stop (or fall back) for Reason.
+	Retry  bool
+	Delay  time.Duration
+	Reason Reason
+	Why    string
+	// State is what the fleet knows of the failure's bucket, nil when it
+	// has nothing to say.
+	State *State
+}
+
+// State is a bucket's state as a decision shows it.
+type State struct {
+	Bucket          string
+	Breaker         BreakerState
+	HoldLeft        time.Duration
+	OpenLeft        time.Duration
+	Tokens          float64
+	BudgetExhausted bool
+	Stopped         bool
+	Changed         bool
+	Reason          string
+}
+
+type effect uint8
+
+// The effects decisions count (Effects).
+const (
+	effectHold effect = iota
+	effectStop
+	effectCircuit
+	effectProbe
+	effectBudget
+	effectPaced
+	effectDeadline
+	effectCount
+)
+
+var effectNames = [effectCount]string{"hold", "stop", "circuit", "probe", "budget", "paced", "deadline"}
+
+// Effects counts, per effect name, the decisions the fleet changed.
+func (f *Fleet) Effects() map[string]int64 {
+	m := make(map[string]int64, effectCount)
+	for i := range effectCount {
+		m[effectNames[i]] = f.effects[i].Load()
+	}
+	return m
+}
+
+// Decide records the failure and returns the fleet's answer. The strategy's
+// answer stands unless the fleet knows better: a stopped key stops, an open
+// breaker falls back or waits out the open period, a hold lengthens the
+// wait to its release slot, and every retry draws from the budget.
+func (f *Fleet) Decide(a Ask) Answer {
+	now := f.clock()
+	scope, tracked := ScopeOf(a.FailureType)
+	if a.Provider == "" {
+		// No provider, no failure domain to share.
+		return Answer{Retry: a.Retry, Delay: a.Delay}
+	}
+	cfg := f.cfg.Load()
+	sc := cfg.Scopes
+	keys := []Key{sc.key(ScopeRateLimit, a.Target), sc.key(ScopeAvailability, a.Target), sc.key(ScopeAuth, a.Target)}
+	create := []bool{tracked && scope == ScopeRateLimit, tracked && scope == ScopeAvailability, tracked && scope == ScopeAuth && a.KeyID != ""}
+	var events []Event
+	emit := func(e Event) { events = append(events, e) }
+	var ans Answer
+	f.store.With(keys, create, func(bs []*Bucket) {
+		ans = f.decide(cfg, a, now, scope, tracked, bs[0], bs[1], bs[2], emit)
+	})
+	if len(events) > 0 && f.sink != nil {
+		for i := range events {
+			events[i].Key.Tenant = a.Tenant
+		}
+		f.sink(events)
+	}
+	f.maybeSweep(cfg, now)
+	return ans
+}
+
+func (f *Fleet) decide(c *Config, a Ask, now time.Time, scope Scope, tracked bool, rl, av, au *Bucket, emit func(Event)) Answer {
+	sw := a.Switches
+	if av != nil {
+		av.advance(now, &c.Breaker, emit)
+	}
+	var own *Bucket
+	if tracked {
+		own = [...]*Bucket{nil, rl, av, au}[scope]
+	}
+
+	// Record what this failure says.
+	wasActive := own != nil && own.active(now)
+	if own != nil {
+		if a.Attempt <= 1 {
+			own.countArrival(now, c.Hold.RateWindow)
+		}
+		own.lastFailure = now
+		if sw.Hold && a.Hint > 0 {
+			own.setHold(now, a.Hint, a.ClientID, emit)
+		}
+		if sw.Stop && stopsKey(a.FailureType) && a.KeyID != "" {
+			if !now.Before(own.stopUntil) {
+				own.stopWhy = fmt.Sprintf("%s on key %q: %s", typeName(a.FailureType), a.KeyID, strings.TrimSpace(a.Recovery))
+				emit(Event{At: now, Key: own.key, Kind: EventFleetStop, ClientID: a.ClientID, Reason: own.stopWhy,
+					Counts: map[string]int64{"stop_ms": c.Stop.For.Milliseconds()}})
+			}
+			own.stopUntil = now.Add(c.Stop.For)
+		}
+		if sw.Breaker && own == av && countedForBreaker(a.FailureType) {
+			av.countFailure(now, a.ClientID, a.FailureType, &c.Breaker, emit)
+		}
+		if !wasActive && own.active(now) {
+			own.firstClient = a.ClientID // this failure started an incident
+		}
+	}
+
+	ans := Answer{Retry: a.Retry, Delay: a.Delay}
+	show := own
+	changed := func(b *Bucket, e effect) {
+		b.changed++
+		f.effects[e].Add(1)
+		show = b
+	}
+	stopped := func(b *Bucket, r Reason, e effect, why string) Answer {
+		changed(b, e)
+		return Answer{Reason: r, Why: why, State: f.state(c, b, now, true)}
+	}
+	if !a.Retry {
+		return Answer{Delay: a.Delay, State: f.stateIfActive(c, own, now, false)}
+	}
+	fits := a.Fits
+	if fits == nil {
+		fits = func(time.Duration) bool { return true }
+	}
+
+	// 1. A stopped key: nothing on it can succeed.
+	if sw.Stop {
+		for _, b := range []*Bucket{au, rl} {
+			if b != nil && now.Before(b.stopUntil) {
+				return stopped(b, ReasonStop, effectStop, fmt.Sprintf("the fleet stopped this key for %v more: %s",
+					b.stopUntil.Sub(now).Round(time.Second), b.stopWhy))
+			}
+		}
+	}
+
+	delay, probe := ans.Delay, false
+	// 2. The breaker.
+	if sw.Breaker && av != nil && av.state != Closed {
+		wait, what := av.openUntil.Sub(now), "open"
+		if av.state == HalfOpen {
+			if !av.nextProbe.After(now.Add(c.Breaker.ProbeInterval)) {
+				at := av.nextProbe
+				if at.Before(now) {
+					at = now
+				}
+				if p := at.Sub(now); fits(max(delay, p)) {
+					av.nextProbe = at.Add(c.Breaker.ProbeInterval)
+					probe = true
+					if p > delay {
+						delay = p
+					}
+					changed(av, effectProbe)
+				}
+			}
+			wait, what = av.nextProbe.Sub(now)+c.Breaker.CloseAfter, "half-open (probing)"
+		}
+		if !probe {
+			why := fmt.Sprintf("the fleet's breaker for %s is %s for %v more: %s", av.key, what, wait.Round(time.Second), av.openWhy)
+			if a.CanFallBack {
+				return stopped(av, ReasonCircuitOpen, effectCircuit, why)
+			}
+			wait += f.spread(c, av, now)
+			if !fits(max(delay, wait)) {
+				return stopped(av, ReasonCircuitOpen, effectCircuit, why)
+			}
+			if wait > delay {
+				delay = wait
+			}
+			changed(av, effectCircuit)
+		}
+	}
+
+	// 3. Holds: the key's and the model's shared cooldowns.
+	if sw.Hold {
+		for _, b := range []*Bucket{rl, av} {
+			if b == nil || !now.Before(b.holdUntil) {
+				continue
+			}
+			wait := b.holdUntil.Sub(now) + b.slot(now, &c.Hold, f.float())
+			if wait <= delay {
+				continue
+			}
+			b.waiters++
+			if !fits(wait) {
+				return stopped(b, ReasonDeadline, effectDeadline, fmt.Sprintf("the fleet's shared cooldown on %s (%v left, with this agent's release slot) would pass the deadline or the ceiling",
+					b.key, wait.Round(time.Second)))
+			}
+			delay = wait
+			changed(b, effectHold)
+		}
+	}
+
+	// 4. The retry budget (probes are already limited fleet-wide).
+	if sw.Budget && av != nil && !probe {
+		av.refill(now, &c.Budget)
+		if av.tokens < 1 {
+			if !av.exhausted {
+				av.exhausted = true
+				emit(Event{At: now, Key: av.key, Kind: EventBudgetExhausted, ClientID: a.ClientID,
+					Reason: fmt.Sprintf("retries outran the budget of %v per second (burst %v)", c.Budget.Floor, c.Budget.Burst)})
+			}
+			why := fmt.Sprintf("the fleet's retry budget for %s is spent (%v retries per second)", av.key, c.Budget.Floor)
+			if a.CanFallBack {
+				return stopped(av, ReasonBudget, effectBudget, why)
+			}
+			wait := time.Duration((1 - av.tokens) / c.Budget.Floor * float64(time.Second))
+			if !fits(max(delay, wait)) {
+				return stopped(av, ReasonBudget, effectBudget, why)
+			}
+			if wait > delay {
+				delay = wait
+				changed(av, effectPaced)
+			}
+		}
+		av.tokens--
+	}
+
+	ans.Retry, ans.Delay = true, delay
+	ans.State = f.stateIfActive(c, show, now, delay != a.Delay)
+	if ans.State == nil && av != nil && av != show {
+		ans.State = f.stateIfActive(c, av, now, false)
+	}
+	return ans
+}
+
+// spread is a waiter's slot behind an open breaker, so that agents waiting
+// out an open period do not return in the same instant.
+func (f *Fleet) spread(c *Config, b *Bucket, now time.Time) time.Duration {
+	r := b.releaseRate(now, &c.Hold)
+	return time.Duration(f.float() / r * float64(time.Second))
+}
+
+func (f *Fleet) float() float64 {
+	if f.rand == nil {
+		return 0.5
+	}
+	return f.rand.Float64()
+}
+
+func (f *Fleet) stateIfActive(c *Config, b *Bucket, now time.Time, changed bool) *State {
+	if b == nil || (!changed && !b.active(now)) {
+		return nil
+	}
+	return f.state(c, b, now, changed)
+}
+
+// state renders b for a decision.
+func (f *Fleet) state(c *Config, b *Bucket, now time.Time, changed bool) *State {
+	s := &State{Bucket: b.key.String(), Breaker: b.state, Tokens: b.tokens, BudgetExhausted: b.exhausted, Changed: changed}
+	if b.tokensAt.IsZero() {
+		s.Tokens = c.Budget.Burst
+	}
+	var why []string
+	if now.Before(b.holdUntil) {
+		s.HoldLeft = b.holdUntil.Sub(now)
+		why = append(why, fmt.Sprintf("shared cooldown %v left, %d agents waiting", s.HoldLeft.Round(100*time.Millisecond), b.waiters))
+	}
+	switch b.state {
+	case Open:
+		s.OpenLeft = b.openUntil.Sub(now)
+		why = append(why, "breaker open: "+b.openWhy)
+	case HalfOpen:
+		why = append(why, "breaker half-open: probing")
+	}
+	if now.Before(b.stopUntil) {
+		s.Stopped, s.OpenLeft = true, b.stopUntil.Sub(now)
+		why = append(why, "stopped: "+b.stopWhy)
+	}
+	if b.exhausted {
+		why = append(why, "retry budget spent")
+	}
+	s.Reason = strings.Join(why, "; ")
+	return s
+}
+
+// maybeSweep forgets idle buckets, at most once a minute.
+func (f *Fleet) maybeSweep(c *Config, now time.Time) {
+	last := f.lastSweep.Load()
+	if now.UnixNano()-last < int64(time.Minute) || !f.lastSweep.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	f.store.Sweep(func(b *Bucket) bool {
+		return !b.active(now) && now.Sub(b.lastFailure) > c.IdleAfter
+	})
+}
+
+// Available says whether a fallback target can take traffic: its breaker is
+// not open and its key is not stopped. why says what is in the way.
+func (f *Fleet) Available(t Target) (ok bool, why string) {
+	now := f.clock()
+	sc := f.cfg.Load().Scopes
+	keys := []Key{sc.key(ScopeAvailability, t), sc.key(ScopeAuth, t), sc.key(ScopeRateLimit, t)}
+	ok = true
+	f.store.With(keys, []bool{false, false, false}, func(bs []*Bucket) {
+		// Read only: the transitions happen (and are journaled) in Decide.
+		if av := bs[0]; av != nil {
+			if av.state == Open && now.Before(av.openUntil) {
+				ok, why = false, fmt.Sprintf("%s: breaker open", av.key)
+				return
+			}
+		}
+		for _, b := range bs[1:] {
+			if b != nil && now.Before(b.stopUntil) {
+				ok, why = false, fmt.Sprintf("%s: stopped", b.key)
+				return
+			}
+		}
+	})
+	return ok, why
+}

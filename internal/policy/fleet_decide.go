@@ -1,0 +1,198 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/fleet"
+	"github.com/policyd/policyd/internal/strategy"
+)
+
+// fleetStopReasons maps the fleet's reasons to the API's.
+var fleetStopReasons = map[fleet.Reason]policydv1.StopReason{
+	fleet.ReasonCircuitOpen: policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN,
+	fleet.ReasonBudget:      policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED,
+	fleet.ReasonStop:        policydv1.StopReason_STOP_REASON_FLEET_STOP,
+	fleet.ReasonDeadline:    policydv1.StopReason_STOP_REASON_DEADLINE,
+}
+
+// applyFleet lets fleet memory record the failure and change d: a longer
+// wait (a shared cooldown, an open breaker, a paced budget), a stop or a
+// fallback. Decision.fleet says what it knew and did.
+func (p *Policy) applyFleet(d *policydv1.Decision, c Call, f *policydv1.Failure, t policydv1.FailureType,
+	cls *policydv1.Classification, strat strategy.Strategy, prof *Profile, in strategy.Input, out strategy.Decision) {
+	hasChain := len(p.Chains.Errors[chainKey(f.GetProvider(), f.GetModel())]) > 0
+	ask := fleet.Ask{
+		Target:      fleet.Target{Tenant: c.Tenant, Provider: f.GetProvider(), Model: f.GetModel(), KeyID: f.GetKeyId()},
+		ClientID:    c.ClientID,
+		FailureType: t,
+		Attempt:     in.Attempt,
+		Recovery:    cls.GetRecoveryAction(),
+		Retry:       d.Action == policydv1.Action_ACTION_RETRY,
+		Delay:       out.Delay,
+		CanFallBack: strat.Fallback != strategy.FallbackNone || hasChain,
+		Fits:        func(wait time.Duration) bool { return fits(in, strat, wait) },
+		Switches:    prof.Fleet,
+	}
+	if in.HasRetryAfter && in.RetryAfter > 0 {
+		ask.Hint = in.RetryAfter
+	}
+	ans := c.Fleet.Decide(ask)
+	d.Fleet = fleetStateProto(ans.State)
+	if !ask.Retry {
+		return
+	}
+	if ans.Retry {
+		if ans.Delay != out.Delay {
+			d.Delay = durationpb.New(ans.Delay)
+		}
+		return
+	}
+	d.Delay = nil
+	d.StopReason, d.StopText = fleetStopReasons[ans.Reason], ans.Why
+	d.Action = policydv1.Action_ACTION_STOP
+	if ans.Reason != fleet.ReasonDeadline && ask.CanFallBack {
+		kind := fallbackProto(strat.Fallback)
+		if kind == policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED {
+			kind = policydv1.FallbackKind_FALLBACK_KIND_OTHER_PROVIDER
+		}
+		d.Action = policydv1.Action_ACTION_FALL_BACK
+		d.Fallback = &policydv1.Fallback{Kind: kind, Reason: ans.Why}
+	}
+}
+
+// fits says whether waiting wait is within the deadline, the time budget and
+// the longest wait the strategy accepts (its hint ceiling or backoff cap,
+// whichever is longer; the operator's cap over both).
+func fits(in strategy.Input, s strategy.Strategy, wait time.Duration) bool {
+	if !in.Deadline.IsZero() && in.Now.Add(wait).After(in.Deadline) {
+		return false
+	}
+	if in.Budget > 0 && in.Elapsed+wait > in.Budget {
+		return false
+	}
+	ceiling := max(s.HintCeiling, s.Max)
+	if in.MaxDelayCap > 0 && (ceiling == 0 || in.MaxDelayCap < ceiling) {
+		ceiling = in.MaxDelayCap
+	}
+	return ceiling == 0 || wait <= ceiling
+}
+
+func fleetStateProto(s *fleet.State) *policydv1.FleetState {
+	if s == nil {
+		return nil
+	}
+	out := &policydv1.FleetState{
+		Bucket:          s.Bucket,
+		Breaker:         breakerStateProto(s.Breaker),
+		BudgetTokens:    s.Tokens,
+		BudgetExhausted: s.BudgetExhausted,
+		Changed:         s.Changed,
+		Reason:          s.Reason,
+		Stopped:         s.Stopped,
+	}
+	if s.HoldLeft > 0 {
+		out.HoldRemaining = durationpb.New(s.HoldLeft)
+	}
+	if s.OpenLeft > 0 {
+		out.OpenRemaining = durationpb.New(s.OpenLeft)
+	}
+	return out
+}
+
+// BreakerStateProto is the API's name for a breaker state.
+func breakerStateProto(s fleet.BreakerState) policydv1.BreakerState {
+	switch s {
+	case fleet.Open:
+		return policydv1.BreakerState_BREAKER_STATE_OPEN
+	case fleet.HalfOpen:
+		return policydv1.BreakerState_BREAKER_STATE_HALF_OPEN
+	}
+	return policydv1.BreakerState_BREAKER_STATE_CLOSED
+}
+
+// FleetStateProto renders a bucket's state for the API.
+func FleetStateProto(s fleet.State) *policydv1.FleetState { return fleetStateProto(&s) }
+
+// chainEndings: stop reasons after which a configured fallback chain is
+// used: retrying ended for a reason another provider or model escapes.
+var chainEndings = map[policydv1.StopReason]bool{
+	policydv1.StopReason_STOP_REASON_ATTEMPTS_EXHAUSTED:         true,
+	policydv1.StopReason_STOP_REASON_SERVER_DELAY_ABOVE_CEILING: true,
+	policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN:               true,
+	policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED:     true,
+	policydv1.StopReason_STOP_REASON_FLEET_STOP:                 true,
+}
+
+// chainTypes: failure types not retried that another provider or model can
+// still serve (another key, another context window, another filter).
+var chainTypes = map[policydv1.FailureType]bool{
+	policydv1.FailureType_FAILURE_TYPE_QUOTA_EXHAUSTED:   true,
+	policydv1.FailureType_FAILURE_TYPE_AUTH_INVALID:      true,
+	policydv1.FailureType_FAILURE_TYPE_PERMISSION_DENIED: true,
+	policydv1.FailureType_FAILURE_TYPE_CONTEXT_TOO_LONG:  true,
+	policydv1.FailureType_FAILURE_TYPE_CONTENT_POLICY:    true,
+}
+
+// applyChain names the next target from the policy file's fallback chains
+// when d falls back, or stops where a chain can take over; targets whose
+// breaker is open or whose key is stopped are skipped.
+func (p *Policy) applyChain(d *policydv1.Decision, c Call, f *policydv1.Failure, t policydv1.FailureType, strat strategy.Strategy) {
+	if f == nil || d.Action == policydv1.Action_ACTION_RETRY {
+		return
+	}
+	chains, kind := p.Chains.Errors, policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED
+	switch t {
+	case policydv1.FailureType_FAILURE_TYPE_CONTEXT_TOO_LONG:
+		chains, kind = p.Chains.ContextWindow, policydv1.FallbackKind_FALLBACK_KIND_LARGER_CONTEXT_MODEL
+	case policydv1.FailureType_FAILURE_TYPE_CONTENT_POLICY:
+		chains = p.Chains.ContentPolicy
+	}
+	chain := chains[chainKey(f.GetProvider(), f.GetModel())]
+	if len(chain) == 0 {
+		return
+	}
+	eligible := d.Action == policydv1.Action_ACTION_FALL_BACK || chainEndings[d.StopReason] ||
+		(d.StopReason == policydv1.StopReason_STOP_REASON_NOT_RETRYABLE && chainTypes[t])
+	if !eligible {
+		return
+	}
+	var skipped []string
+	for _, target := range chain {
+		if c.Fleet != nil {
+			if ok, why := c.Fleet.Available(fleet.Target{Tenant: c.Tenant, Provider: target.Provider, Model: target.Model, KeyID: target.KeyID}); !ok {
+				skipped = append(skipped, fmt.Sprintf("%s (%s)", target, why))
+				continue
+			}
+		}
+		k := kind
+		if k == policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED {
+			k = policydv1.FallbackKind_FALLBACK_KIND_OTHER_MODEL
+			if !strings.EqualFold(target.Provider, f.GetProvider()) {
+				k = policydv1.FallbackKind_FALLBACK_KIND_OTHER_PROVIDER
+			}
+		}
+		reason := d.StopText
+		if reason == "" && d.Fallback != nil {
+			reason = d.Fallback.GetReason()
+		}
+		reason = strings.TrimSuffix(reason, "; fall back to "+strat.Fallback.String())
+		reason += "; fall back to " + target.String()
+		if len(skipped) > 0 {
+			reason += ", skipping " + strings.Join(skipped, ", ")
+		}
+		d.Action, d.Delay = policydv1.Action_ACTION_FALL_BACK, nil
+		d.Fallback = &policydv1.Fallback{Kind: k, Reason: reason, Provider: target.Provider, Model: target.Model}
+		return
+	}
+	// Every target is unavailable: nothing to fall back to.
+	d.Action, d.Fallback = policydv1.Action_ACTION_STOP, nil
+	if d.StopReason == policydv1.StopReason_STOP_REASON_UNSPECIFIED {
+		d.StopReason = policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN
+	}
+	d.StopText = strings.TrimSpace(d.StopText + "; every fallback target is unavailable: " + strings.Join(skipped, ", "))
+}

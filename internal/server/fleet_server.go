@@ -1,0 +1,87 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/auth"
+	"github.com/policyd/policyd/internal/fleet"
+	"github.com/policyd/policyd/internal/policy"
+)
+
+// FleetServer implements policydv1.FleetServiceServer: what fleet memory
+// knows, per bucket of the caller's tenant.
+type FleetServer struct {
+	policydv1.UnimplementedFleetServiceServer
+	fleet *fleet.Fleet // nil: fleet memory is off
+}
+
+// NewFleetServer serves f, which may be nil (every RPC then says how to
+// turn fleet memory on).
+func NewFleetServer(f *fleet.Fleet) *FleetServer { return &FleetServer{fleet: f} }
+
+// ErrFleetOff answers FleetService calls when fleet memory is off;
+// toStatus turns it into codes.FailedPrecondition.
+var ErrFleetOff = errors.New("fleet memory is off: start policyd serve without --fleet=off")
+
+func (s *FleetServer) on() error {
+	if s.fleet == nil {
+		return ErrFleetOff
+	}
+	return nil
+}
+
+// ListBuckets lists the caller's buckets, sorted by name.
+func (s *FleetServer) ListBuckets(ctx context.Context, req *policydv1.ListBucketsRequest) (*policydv1.ListBucketsResponse, error) {
+	if err := s.on(); err != nil {
+		return nil, err
+	}
+	for _, f := range [...]struct{ name, value string }{{"provider", req.GetProvider()}, {"model", req.GetModel()}} {
+		if len(f.value) > maxFieldBytes {
+			return nil, fieldErrorf(f.name, "%d bytes, at most %d allowed", len(f.value), maxFieldBytes)
+		}
+	}
+	resp := &policydv1.ListBucketsResponse{}
+	for _, v := range s.fleet.Buckets(auth.TenantFrom(ctx), req.GetProvider(), req.GetModel()) {
+		resp.Buckets = append(resp.Buckets, bucketProto(v))
+	}
+	return resp, nil
+}
+
+// GetBucket returns one bucket by the name decisions show.
+func (s *FleetServer) GetBucket(ctx context.Context, req *policydv1.GetBucketRequest) (*policydv1.GetBucketResponse, error) {
+	if err := s.on(); err != nil {
+		return nil, err
+	}
+	name := req.GetBucket()
+	if name == "" {
+		return nil, fieldErrorf("bucket", "required (a name as Decision.fleet.bucket shows it, e.g. availability:openai/gpt-4o)")
+	}
+	if len(name) > 4*maxFieldBytes {
+		return nil, fieldErrorf("bucket", "%d bytes, too long for a bucket name", len(name))
+	}
+	v, ok := s.fleet.Bucket(auth.TenantFrom(ctx), name)
+	if !ok {
+		return nil, notFoundf("bucket %q: the fleet has no state for it (no failure seen, or idle and forgotten)", name)
+	}
+	return &policydv1.GetBucketResponse{Bucket: bucketProto(v)}, nil
+}
+
+func bucketProto(v fleet.BucketView) *policydv1.Bucket {
+	return &policydv1.Bucket{
+		State:            policy.FleetStateProto(v.State),
+		Scope:            v.Key.Scope.String(),
+		Provider:         v.Key.Provider,
+		Model:            v.Key.Model,
+		KeyId:            v.Key.KeyID,
+		WindowFailures:   int32(v.WindowFailures),
+		WindowClients:    int32(v.WindowClients),
+		OpenPeriod:       durationpb.New(v.OpenPeriod),
+		DecisionsChanged: v.Changed,
+		FirstClientId:    v.FirstClient,
+		Idle:             durationpb.New(v.Idle),
+	}
+}
