@@ -13,6 +13,12 @@ type Call struct {
 	Provider string
 	// Model, e.g. "gpt-4o".
 	Model string
+	// KeyID labels the credential or account the call uses (at most 128
+	// bytes), e.g. "prod-key" or a hash of the key — never the key itself.
+	// policyd's fleet memory shares rate limits, quotas and auth failures
+	// per key: one agent's revoked key or exhausted quota stops the others
+	// on the same key, not everyone.
+	KeyID string
 	// Operation is what is being done: "chat", "chat.stream", "web_fetch",
 	// "task", "shell.exec", ...; it decides operation safety.
 	Operation string
@@ -69,6 +75,9 @@ type Fallback struct {
 	Kind FallbackKind
 	// Reason says why, e.g. "2 attempts failed; fall back to OTHER_PROVIDER".
 	Reason string
+	// Provider and Model name the target from policyd's fallback chains
+	// (the policy file's fallbacks), empty when the policy names none.
+	Provider, Model string
 	// Err is the failed attempt's error.
 	Err error
 	// Attempt is the failed attempt's number.

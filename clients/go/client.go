@@ -161,7 +161,7 @@ func (c *Client) Do(ctx context.Context, call Call, fn AttemptFunc) error {
 		case ActionFallBack:
 			if fb := r.call.Fallback; fb != nil && r.fallbacks < MaxFallbacks {
 				r.fallbacks++
-				next, ferr := fb(ctx, r.call, Fallback{Kind: d.Fallback, Reason: d.FallbackReason, Err: err, Attempt: attempt, Decision: d})
+				next, ferr := fb(ctx, r.call, Fallback{Kind: d.Fallback, Reason: d.FallbackReason, Provider: d.FallbackProvider, Model: d.FallbackModel, Err: err, Attempt: attempt, Decision: d})
 				if ferr != nil {
 					r.finish(ctx, policydv1.Outcome_OUTCOME_FAILED)
 					return ferr
@@ -271,7 +271,7 @@ func (r *run) setCall(call Call) {
 func (r *run) failure(err error) *Failure {
 	r.lastErr = err
 	f := FailureFromError(err)
-	f.Provider, f.Model, f.Operation = r.call.Provider, r.call.Model, r.call.Operation
+	f.Provider, f.Model, f.Operation, f.KeyID = r.call.Provider, r.call.Model, r.call.Operation, r.call.KeyID
 	if r.call.Method != "" {
 		f.Method = r.call.Method
 	}
@@ -293,6 +293,7 @@ func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Dur
 		Safety:    policydv1.OperationSafety(r.call.Safety),
 		ContextId: r.journalID(),
 		Options:   r.options(),
+		ClientId:  c.cfg.clientID,
 	}
 	if !r.deadline.IsZero() {
 		req.Deadline = timestamppb.New(r.deadline)

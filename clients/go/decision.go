@@ -53,6 +53,13 @@ type Decision struct {
 	Fallback FallbackKind
 	// FallbackReason says why to fall back.
 	FallbackReason string
+	// FallbackProvider and FallbackModel name the target from policyd's
+	// fallback chains (ActionFallBack), empty when the policy names none.
+	FallbackProvider, FallbackModel string
+
+	// Fleet is what policyd's fleet memory knew and did, nil when the
+	// failure's bucket had no state.
+	Fleet *FleetState
 
 	// Strategy names the strategy applied, "<profile>/<FAILURE_TYPE>", e.g.
 	// "default/RATE_LIMIT" ("fail-open/..." for the fail-open policy).
@@ -111,8 +118,41 @@ func decisionFromProto(pd *policydv1.Decision) Decision {
 		Strategy:        pd.GetStrategy().GetName(),
 		StrategySummary: pd.GetStrategy().GetSummary(),
 		Journaled:       pd.GetJournaled(),
+
+		FallbackProvider: pd.GetFallback().GetProvider(),
+		FallbackModel:    pd.GetFallback().GetModel(),
+	}
+	if fs := pd.GetFleet(); fs != nil {
+		d.Fleet = &FleetState{
+			Bucket: fs.GetBucket(), Breaker: strings.TrimPrefix(fs.GetBreaker().String(), "BREAKER_STATE_"),
+			HoldRemaining: fs.GetHoldRemaining().AsDuration(), OpenRemaining: fs.GetOpenRemaining().AsDuration(),
+			BudgetTokens: fs.GetBudgetTokens(), BudgetExhausted: fs.GetBudgetExhausted(),
+			Stopped: fs.GetStopped(), Changed: fs.GetChanged(), Reason: fs.GetReason(),
+		}
 	}
 	return d
+}
+
+// FleetState is what policyd's fleet memory knows about a failure's bucket:
+// the failures of every agent on the same provider, model and key.
+type FleetState struct {
+	// Bucket names it, e.g. "availability:openai/gpt-4o".
+	Bucket string
+	// Breaker is "CLOSED", "OPEN" or "HALF_OPEN".
+	Breaker string
+	// HoldRemaining is the shared cooldown left; OpenRemaining how much
+	// longer the breaker stays open or the key stopped.
+	HoldRemaining, OpenRemaining time.Duration
+	// BudgetTokens is the retry budget left; BudgetExhausted says it is spent.
+	BudgetTokens    float64
+	BudgetExhausted bool
+	// Stopped: another agent's failure stopped this key.
+	Stopped bool
+	// Changed: the fleet changed this decision (a longer wait, a stop or a
+	// fallback).
+	Changed bool
+	// Reason says why, for a human.
+	Reason string
 }
 
 func classificationFromProto(cls *policydv1.Classification) Classification {
@@ -189,6 +229,12 @@ const (
 	StopContinuationOff StopReason = 6
 	// StopStreamPhase: the profile does not retry failures in this stream phase.
 	StopStreamPhase StopReason = 7
+	// StopCircuitOpen: the fleet's circuit breaker for this provider and model is open.
+	StopCircuitOpen StopReason = 8
+	// StopRetryBudgetExhausted: the fleet's retry budget for this provider and model is spent.
+	StopRetryBudgetExhausted StopReason = 9
+	// StopFleetStop: another agent's failure stopped every agent on this key.
+	StopFleetStop StopReason = 10
 )
 
 // String returns the reason's name, e.g. "NOT_RETRYABLE".

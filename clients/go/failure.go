@@ -31,6 +31,8 @@ type Failure struct {
 	Provider string
 	// Model, e.g. "gpt-4o".
 	Model string
+	// KeyID labels the credential (Call.KeyID); never the key itself.
+	KeyID string
 	// Operation is what was being done: "chat", "chat.stream", "web_fetch", "task", ...
 	Operation string
 	// Method is the HTTP method, when there was one.
@@ -74,8 +76,10 @@ type Cause struct {
 // Request limits policyd enforces; the client truncates to them so that a
 // huge error never turns into a refused request.
 const (
-	maxBodyBytes       = 64 << 10
-	maxFieldBytes      = 8 << 10
+	maxBodyBytes  = 64 << 10
+	maxFieldBytes = 8 << 10
+	// maxLabelBytes bounds key_id and client_id: labels, not data.
+	maxLabelBytes      = 128
 	maxHeaders         = 100
 	maxHeaderNameBytes = 256
 	maxCauses          = 64
@@ -307,6 +311,7 @@ func (f *Failure) proto() *policydv1.Failure {
 	pf := &policydv1.Failure{
 		Provider:   clip(f.Provider, maxFieldBytes),
 		Model:      clip(f.Model, maxFieldBytes),
+		KeyId:      clip(f.KeyID, maxLabelBytes),
 		Operation:  clip(f.Operation, maxFieldBytes),
 		Method:     clip(f.Method, maxFieldBytes),
 		Body:       clip(f.Body, maxBodyBytes),

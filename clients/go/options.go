@@ -1,7 +1,9 @@
 package policyd
 
 import (
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
@@ -37,6 +39,7 @@ type config struct {
 	failOpen      FailOpenPolicy
 	onDecision    DecisionFunc
 	dialOptions   []grpc.DialOption
+	clientID      string
 
 	// Authentication and TLS (auth.go); the *Set fields say an option gave
 	// the value, else Dial reads the environment.
@@ -55,11 +58,30 @@ func newConfig(opts []Option) config {
 		rand:          systemRand{},
 		failOpen:      DefaultFailOpenPolicy,
 		agent:         filepath.Base(os.Args[0]),
+		clientID:      newClientID(),
 	}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	return cfg
+}
+
+// WithClientID names this client process to policyd (at most 128 bytes;
+// default: the host name, the process id and a random suffix). The fleet's
+// circuit breakers count distinct clients, so two processes must not share
+// one.
+func WithClientID(id string) Option {
+	return func(c *config) {
+		if id != "" {
+			c.clientID = clip(id, maxLabelBytes)
+		}
+	}
+}
+
+// newClientID is unique per Client: host, pid and 8 random hex digits.
+func newClientID() string {
+	host, _ := os.Hostname()
+	return clip(fmt.Sprintf("%s/%d/%08x", host, os.Getpid(), rand.Uint32()), maxLabelBytes)
 }
 
 // WithProfile makes name the profile of calls that name none (default:

@@ -35,10 +35,9 @@ type Bucket struct {
 	changed     int64  // decisions the fleet changed
 
 	// hold: a shared cooldown, released in staggered slots.
-	holdUntil     time.Time
-	waiters       int  // retries already given a slot in this hold
-	arrivals      ring // first-attempt failures per second, for the release rate
-	arrivalsSince time.Time
+	holdUntil time.Time
+	holdSpan  time.Duration // the hold's length when set, which sizes the release window
+	waiters   int           // retries already given a slot in this hold
 
 	// stop: every agent on the key stops.
 	stopUntil time.Time
@@ -178,7 +177,7 @@ func (b *Bucket) setHold(now time.Time, hint time.Duration, client string, emit 
 		return
 	}
 	if !now.Before(b.holdUntil) { // a new hold, not an extension
-		b.waiters = 0
+		b.waiters, b.holdSpan = 0, hint
 		emit(Event{At: now, Key: b.key, Kind: EventHoldSet, ClientID: client,
 			Reason: fmt.Sprintf("a server asked to wait %v", hint.Round(time.Millisecond)),
 			Counts: map[string]int64{"hold_ms": hint.Milliseconds()}})
@@ -186,38 +185,36 @@ func (b *Bucket) setHold(now time.Time, hint time.Duration, client string, emit 
 	b.holdUntil = until
 }
 
-// countArrival records a first attempt's failure: the arrivals the release
-// rate is measured on.
-func (b *Bucket) countArrival(now time.Time, window time.Duration) {
-	if b.arrivals.secs == nil {
-		b.arrivals = newRing(window)
+// slot is the i-th waiter's release offset after a hold or an open period:
+// the i-th point of the van der Corput sequence (0, ½, ¼, ¾, ⅛, …) scaled to
+// the release window, plus up to one gap at random. However many waiters
+// come, and in whatever burst, the first n of them are spread evenly over
+// the window, so the fleet returns at about n/window per second, never as
+// one herd, without the daemon having to know n in advance.
+func slot(i int, window time.Duration, rnd float64) time.Duration {
+	n := 1
+	for n <= i {
+		n <<= 1
 	}
-	if b.arrivalsSince.IsZero() || now.Sub(b.lastFailure) > window {
-		b.arrivalsSince = now
-	}
-	b.arrivals.add(now, 1)
+	return time.Duration((vanDerCorput(i) + rnd/float64(n)) * float64(window))
 }
 
-// releaseRate is how many waiters per second leave the hold: a fraction of
-// the measured arrival rate, at least the minimum.
-func (b *Bucket) releaseRate(now time.Time, c *HoldConfig) float64 {
-	span := now.Sub(b.arrivalsSince)
-	if span > c.RateWindow {
-		span = c.RateWindow
+// vanDerCorput is i with its binary digits mirrored after the point.
+func vanDerCorput(i int) float64 {
+	v, base := 0.0, 0.5
+	for ; i > 0; i >>= 1 {
+		if i&1 == 1 {
+			v += base
+		}
+		base /= 2
 	}
-	if span < time.Second {
-		span = time.Second
-	}
-	rate := c.ReleaseFraction * float64(b.arrivals.sum(now)) / span.Seconds()
-	return max(rate, c.MinReleaseRate)
+	return v
 }
 
-// slot is the next waiter's release offset after the hold: waiter i leaves
-// at i/r plus up to 1/r at random, so the fleet returns at about rate r.
-// The caller takes it (b.waiters++) only when it uses it.
-func (b *Bucket) slot(now time.Time, c *HoldConfig, rnd float64) time.Duration {
-	r := b.releaseRate(now, c)
-	return time.Duration((float64(b.waiters) + rnd) / r * float64(time.Second))
+// releaseWindow is how long after the hold its waiters are spread over.
+func (b *Bucket) releaseWindow(c *HoldConfig) time.Duration {
+	w := time.Duration(c.Spread * float64(b.holdSpan))
+	return min(max(w, c.MinSpread), c.MaxSpread)
 }
 
 // refill brings the budget's tokens up to now.

@@ -23,15 +23,13 @@ type Config struct {
 
 // HoldConfig sets how a shared cooldown releases its waiters.
 type HoldConfig struct {
-	// ReleaseFraction of the bucket's measured arrival rate is the rate at
-	// which waiters are released after the hold: below the rate that just
-	// hit the limit, so the fleet does not hit it again at once.
-	ReleaseFraction float64
-	// MinReleaseRate (per second) is the slowest release, for buckets with
-	// few arrivals.
-	MinReleaseRate float64
-	// RateWindow is how far back arrivals are counted.
-	RateWindow time.Duration
+	// Spread is the window after the hold over which waiters are released,
+	// as a fraction of the hold's length: the server's own hint is the best
+	// estimate of its quota window, and returning over one more such window
+	// keeps the fleet near the rate the quota allows.
+	Spread float64
+	// MinSpread and MaxSpread bound that window.
+	MinSpread, MaxSpread time.Duration
 }
 
 // StopConfig sets fleet-wide stops.
@@ -73,11 +71,11 @@ type BudgetConfig struct {
 // retry ratio (a floor of 1 retry/s is about 6 % of 200 agents' traffic).
 func Defaults() Config {
 	return Config{
-		Scopes:  DefaultScopes(),
-		Hold:    HoldConfig{ReleaseFraction: 0.5, MinReleaseRate: 1, RateWindow: 10 * time.Second},
-		Stop:    StopConfig{For: 60 * time.Second},
-		Breaker: BreakerConfig{Failures: 20, MinClients: 3, Window: 10 * time.Second, OpenFor: 5 * time.Second, MaxOpenFor: 60 * time.Second, ProbeInterval: time.Second, CloseAfter: 3 * time.Second},
-		Budget:  BudgetConfig{Burst: 10, Floor: 1},
+		Scopes:     DefaultScopes(),
+		Hold:       HoldConfig{Spread: 1, MinSpread: time.Second, MaxSpread: 30 * time.Second},
+		Stop:       StopConfig{For: 60 * time.Second},
+		Breaker:    BreakerConfig{Failures: 20, MinClients: 3, Window: 10 * time.Second, OpenFor: 5 * time.Second, MaxOpenFor: 60 * time.Second, ProbeInterval: time.Second, CloseAfter: 3 * time.Second},
+		Budget:     BudgetConfig{Burst: 10, Floor: 1},
 		MaxBuckets: 100_000,
 		IdleAfter:  10 * time.Minute,
 	}
@@ -91,9 +89,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
 		}
 	}
-	check(c.Hold.ReleaseFraction > 0 && c.Hold.ReleaseFraction <= 10, "hold.release_fraction", "%v is not in (0, 10]", c.Hold.ReleaseFraction)
-	check(c.Hold.MinReleaseRate > 0, "hold.min_release_rate", "%v is not positive", c.Hold.MinReleaseRate)
-	check(c.Hold.RateWindow >= time.Second, "hold.rate_window", "%v is under 1s", c.Hold.RateWindow)
+	check(c.Hold.Spread >= 0 && c.Hold.Spread <= 10, "hold.spread", "%v is not in [0, 10]", c.Hold.Spread)
+	check(c.Hold.MinSpread >= 0, "hold.min_spread", "%v is negative", c.Hold.MinSpread)
+	check(c.Hold.MaxSpread >= c.Hold.MinSpread, "hold.max_spread", "%v is below min_spread %v", c.Hold.MaxSpread, c.Hold.MinSpread)
 	check(c.Stop.For > 0, "stop.for", "%v is not positive", c.Stop.For)
 	check(c.Breaker.Failures >= 1, "breaker.failures", "%d is under 1", c.Breaker.Failures)
 	check(c.Breaker.MinClients >= 1, "breaker.min_clients", "%d is under 1", c.Breaker.MinClients)

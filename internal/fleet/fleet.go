@@ -198,9 +198,6 @@ func (f *Fleet) decide(c *Config, a Ask, now time.Time, scope Scope, tracked boo
 	// Record what this failure says.
 	wasActive := own != nil && own.active(now)
 	if own != nil {
-		if a.Attempt <= 1 {
-			own.countArrival(now, c.Hold.RateWindow)
-		}
 		own.lastFailure = now
 		if sw.Hold && a.Hint > 0 {
 			own.setHold(now, a.Hint, a.ClientID, emit)
@@ -276,7 +273,7 @@ func (f *Fleet) decide(c *Config, a Ask, now time.Time, scope Scope, tracked boo
 			if a.CanFallBack {
 				return stopped(av, ReasonCircuitOpen, effectCircuit, why)
 			}
-			wait += f.spread(c, av, now)
+			wait += f.spread(av)
 			if !fits(max(delay, wait)) {
 				return stopped(av, ReasonCircuitOpen, effectCircuit, why)
 			}
@@ -293,11 +290,13 @@ func (f *Fleet) decide(c *Config, a Ask, now time.Time, scope Scope, tracked boo
 			if b == nil || !now.Before(b.holdUntil) {
 				continue
 			}
-			wait := b.holdUntil.Sub(now) + b.slot(now, &c.Hold, f.float())
+			// Every retry under the hold takes the next slot, even one whose
+			// own delay is longer: the slots count the waiters.
+			wait := b.holdUntil.Sub(now) + slot(b.waiters, b.releaseWindow(&c.Hold), f.float())
+			b.waiters++
 			if wait <= delay {
 				continue
 			}
-			b.waiters++
 			if !fits(wait) {
 				return stopped(b, ReasonDeadline, effectDeadline, fmt.Sprintf("the fleet's shared cooldown on %s (%v left, with this agent's release slot) would pass the deadline or the ceiling",
 					b.key, wait.Round(time.Second)))
@@ -340,11 +339,12 @@ func (f *Fleet) decide(c *Config, a Ask, now time.Time, scope Scope, tracked boo
 	return ans
 }
 
-// spread is a waiter's slot behind an open breaker, so that agents waiting
-// out an open period do not return in the same instant.
-func (f *Fleet) spread(c *Config, b *Bucket, now time.Time) time.Duration {
-	r := b.releaseRate(now, &c.Hold)
-	return time.Duration(f.float() / r * float64(time.Second))
+// spread is a waiter's slot behind an open breaker, over the open period,
+// so that agents waiting it out do not return in the same instant.
+func (f *Fleet) spread(b *Bucket) time.Duration {
+	d := slot(b.waiters, b.openPeriod, f.float())
+	b.waiters++
+	return d
 }
 
 func (f *Fleet) float() float64 {

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -104,8 +105,8 @@ func TestHoldStaggersRelease(t *testing.T) {
 		release = append(release, clk.t.Add(got.Delay))
 		clk.advance(50 * time.Millisecond)
 	}
-	// Nobody leaves before the hold ends, and the releases are spread at
-	// about half the arrival rate (10/s), not in one second.
+	// Nobody leaves before the hold ends, and the releases are spread over
+	// a window as long as the hold (10 s), not in one second.
 	holdEnd := start.Add(10 * time.Second)
 	first, last := release[0], release[0]
 	for i, r := range release {
@@ -129,6 +130,26 @@ func TestHoldStaggersRelease(t *testing.T) {
 	for s, n := range perSecond {
 		if n > 25 {
 			t.Fatalf("%d waiters released in second %d; want about 10", n, s-start.Unix())
+		}
+	}
+}
+
+// A burst of waiters that all failed in the same instant is spread as
+// evenly as one that arrived over time: the slots need no count in advance.
+func TestHoldSpreadsABurst(t *testing.T) {
+	f, clk, _ := newTestFleet(t, nil)
+	start := clk.t
+	perTenth := map[int64]int{}
+	for i := range 60 {
+		a := ask(fmt.Sprintf("agent-%d", i), rateLimit, 100*time.Millisecond)
+		a.Hint = 2 * time.Second
+		got := f.Decide(a)
+		perTenth[int64(got.Delay/(200*time.Millisecond))]++
+	}
+	for tenth, n := range perTenth {
+		if tenth < 10 || tenth >= 20 || n > 8 {
+			t.Fatalf("%d of 60 waiters released in [%v, %v) after %v; want 6 in each 200 ms of the 2 s after the hold",
+				n, time.Duration(tenth)*200*time.Millisecond, time.Duration(tenth+1)*200*time.Millisecond, start)
 		}
 	}
 }

@@ -23,9 +23,7 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 	// Each section's fields, as pointers into cfg.
 	sections := map[string]map[string]any{
 		"hold": {
-			"release_fraction": &cfg.Hold.ReleaseFraction,
-			"min_release_rate": &cfg.Hold.MinReleaseRate,
-			"rate_window":      &cfg.Hold.RateWindow,
+			"spread": &cfg.Hold.Spread, "min_spread": &cfg.Hold.MinSpread, "max_spread": &cfg.Hold.MaxSpread,
 		},
 		"stop": {"for": &cfg.Stop.For},
 		"breaker": {
