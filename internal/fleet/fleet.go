@@ -9,6 +9,10 @@ import (
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 )
 
+// incidentGap: a failure after this long without one on its bucket starts
+// a new incident (the journal's first-failures view cuts at the same gap).
+const incidentGap = time.Minute
+
 // Rand is the random source of release slots: a float in [0, 1). It is
 // called under the store's lock, so it need not be safe for concurrent use.
 type Rand interface{ Float64() float64 }
@@ -196,8 +200,10 @@ func (f *Fleet) decide(c *Config, a Ask, now time.Time, scope Scope, tracked boo
 	}
 
 	// Record what this failure says.
-	wasActive := own != nil && own.active(now)
 	if own != nil {
+		if own.lastFailure.IsZero() || now.Sub(own.lastFailure) >= incidentGap {
+			own.firstClient = a.ClientID // the first failure of a new run of them
+		}
 		own.lastFailure = now
 		if sw.Hold && a.Hint > 0 {
 			own.setHold(now, a.Hint, a.ClientID, emit)
@@ -212,9 +218,6 @@ func (f *Fleet) decide(c *Config, a Ask, now time.Time, scope Scope, tracked boo
 		}
 		if sw.Breaker && own == av && countedForBreaker(a.FailureType) {
 			av.countFailure(now, a.ClientID, a.FailureType, &c.Breaker, emit)
-		}
-		if !wasActive && own.active(now) {
-			own.firstClient = a.ClientID // this failure started an incident
 		}
 	}
 

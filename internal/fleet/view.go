@@ -27,8 +27,8 @@ func (f *Fleet) view(c *Config, b *Bucket, now time.Time) BucketView {
 	if b.state != Closed {
 		v.OpenPeriod = min(2*b.openPeriod, c.Breaker.MaxOpenFor)
 	}
-	if !b.active(now) {
-		v.FirstClient = ""
+	if now.Sub(b.lastFailure) >= incidentGap {
+		v.FirstClient = "" // that incident is over
 	}
 	return v
 }

@@ -56,7 +56,10 @@ class Daemon:
 
     def __init__(self, binary: str, *, database_url: str | None = None, args: tuple[str, ...] = ()) -> None:
         env = {k: v for k, v in os.environ.items() if k not in _DAEMON_ENV_DROP}
-        cmd = [binary, "serve", "--listen", "127.0.0.1:0", *args]
+        # Fleet memory off unless a test asks for it (a later --fleet wins):
+        # these tests check the client, and one test's failures must not
+        # open a breaker or spend a retry budget for the next.
+        cmd = [binary, "serve", "--listen", "127.0.0.1:0", "--fleet", "off", *args]
         if database_url:
             cmd += ["--database-url", database_url]
         self.log = tempfile.NamedTemporaryFile(prefix="policyd-", suffix=".log", delete=False)

@@ -56,7 +56,10 @@ export interface Daemon {
  * "serving" record; extra are more serve flags, e.g. --auth-tokens FILE.
  */
 export async function startDaemon(databaseUrl?: string, extra: string[] = []): Promise<Daemon> {
-  const args = ["serve", "--listen", "127.0.0.1:0", "--log-format", "json", ...extra];
+  // Fleet memory off unless a test asks for it (a later --fleet wins): these
+  // tests check the client, and one test's failures must not open a breaker
+  // or spend a retry budget for the next.
+  const args = ["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--fleet", "off", ...extra];
   if (databaseUrl) args.push("--database-url", databaseUrl);
   // The daemon reads POLICYD_* and DATABASE_URL: give it none of ours.
   const env: Record<string, string> = {};

@@ -1,0 +1,264 @@
+package fleetsim
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/policyd/policyd/internal/fleet"
+)
+
+// baselineSkip is the warm-up left out of the baseline: every agent starts
+// thinking at 0, so the first seconds are not yet steady.
+const baselineSkip = 10 * time.Second
+
+// HerdWindow is how long after the incident the herd is looked for.
+const HerdWindow = 60 * time.Second
+
+// TTRWindow is the goodput window recovery is measured on, and TTRShare the
+// share of the baseline goodput it must reach.
+const (
+	TTRWindow = 10 * time.Second
+	TTRShare  = 0.95
+)
+
+// recorder counts per second of virtual time.
+type recorder struct {
+	sc Scenario
+	// per second: attempts (all models, and to Model, the failing bucket),
+	// logical calls started on Model, calls that succeeded (by their end) on
+	// Model and on OtherModel, 429s and successful attempts on Model.
+	attempts, failAttempts, failStarts, failGood, otherGood, throttled, okAttempts []int
+	ok, failed                                                                     int
+	attemptsTotal                                                                  int
+	decisions, successPathDecisions                                                int64
+	firstOK                                                                        int
+}
+
+func newRecorder(sc Scenario) *recorder {
+	n := int(sc.Duration/time.Second) + 1
+	mk := func() []int { return make([]int, n) }
+	return &recorder{sc: sc, attempts: mk(), failAttempts: mk(), failStarts: mk(), failGood: mk(), otherGood: mk(), throttled: mk(), okAttempts: mk()}
+}
+
+func sec(t time.Duration) int { return int(t / time.Second) }
+
+func (r *recorder) callStarted(now time.Duration, model string) {
+	if model == Model {
+		r.failStarts[sec(now)]++
+	}
+}
+
+func (r *recorder) attempt(now time.Duration, model string, o *Outcome) {
+	s := sec(now)
+	r.attempts[s]++
+	r.attemptsTotal++
+	if model != Model {
+		return
+	}
+	r.failAttempts[s]++
+	if o.Throttled {
+		r.throttled[s]++
+	}
+	if o.OK {
+		r.okAttempts[s]++
+	}
+}
+
+func (r *recorder) callDone(now time.Duration, model string, ok bool, attempts int, decisions int64) {
+	r.decisions += decisions
+	if !ok {
+		r.failed++
+		return
+	}
+	r.ok++
+	if attempts == 1 {
+		r.firstOK++
+		r.successPathDecisions += decisions
+	}
+	switch model {
+	case Model:
+		r.failGood[sec(now)]++
+	default:
+		r.otherGood[sec(now)]++
+	}
+}
+
+// Result is one run's measurements. A metric that does not apply is NaN.
+type Result struct {
+	Scenario string
+	Policy   string
+	Agents   int
+	// Life: logical calls per process, 0 for the whole run.
+	Life int
+	Seed uint64
+
+	// Amplification: attempts to the failing bucket during the incident ÷
+	// logical calls to it started during the incident.
+	Amplification float64
+	// Load: the failing bucket's attempt rate during the incident ÷ its
+	// baseline attempt rate (the mean from 10 s to the incident's start).
+	Load float64
+	// Herd: the largest 1-s attempt count on the failing bucket in the 60 s
+	// after the incident ends ÷ the baseline attempt rate.
+	Herd float64
+	// TTR: seconds from the provider's recovery to the start of the first
+	// 10-s window whose goodput on the failing bucket is at least 95 % of
+	// its baseline; +Inf when the run ends first.
+	TTR float64
+	// Goodput: successful logical calls per second over the whole run.
+	Goodput float64
+	// Loss: logical calls given up ÷ logical calls finished, whole run.
+	Loss float64
+	// Quota scenario: 429s ÷ attempts, and successful attempts ÷ what the
+	// quota allowed, during the incident.
+	Throttled, QuotaUsed float64
+	// Partial scenario: the unaffected model's successful calls during the
+	// incident ÷ the same agents' in the same run without the incident.
+	Unaffected float64
+
+	// BaselineRate is the failing bucket's attempts per second before the
+	// incident; BaselineGoodput its successful calls per second.
+	BaselineRate, BaselineGoodput float64
+	// Calls finished, and how many succeeded at the first attempt.
+	Calls, FirstOK int
+	// Attempts sent, all models.
+	Attempts int
+	// Decisions: daemon RPCs (NextDelay); SuccessPathDecisions: those made
+	// for calls whose first attempt succeeded (must be 0).
+	Decisions, SuccessPathDecisions int64
+	// PerSecond: attempts sent in each second of the run, all models.
+	PerSecond []int
+	// Fleet: what fleet memory changed, by effect (policy fleet only).
+	Fleet map[string]int64
+
+	otherGood []int
+}
+
+func sum(xs []int, from, to time.Duration) int {
+	a, b := sec(from), sec(to)
+	b = min(b, len(xs))
+	n := 0
+	for i := max(a, 0); i < b; i++ {
+		n += xs[i]
+	}
+	return n
+}
+
+func (r *recorder) result(rn *run) *Result {
+	sc := r.sc
+	res := &Result{Scenario: sc.Name, Policy: rn.cfg.Policy.Name(), Agents: rn.cfg.Agents, Life: rn.cfg.Life, Seed: rn.cfg.Seed,
+		Throttled: math.NaN(), QuotaUsed: math.NaN(), Unaffected: math.NaN(),
+		Calls: r.ok + r.failed, FirstOK: r.firstOK, Attempts: r.attemptsTotal,
+		Decisions: r.decisions, SuccessPathDecisions: r.successPathDecisions,
+		PerSecond: r.attempts[:sec(sc.Duration)], otherGood: r.otherGood}
+	if f, ok := rn.inst.(interface{ Fleet() *fleet.Fleet }); ok && f.Fleet() != nil {
+		res.Fleet = f.Fleet().Effects()
+	}
+	baseFrom := baselineSkip
+	if baseFrom >= sc.Start {
+		baseFrom = 0
+	}
+	baseSecs := (sc.Start - baseFrom).Seconds()
+	res.BaselineRate = float64(sum(r.failAttempts, baseFrom, sc.Start)) / baseSecs
+	res.BaselineGoodput = float64(sum(r.failGood, baseFrom, sc.Start)) / baseSecs
+	window := (sc.End - sc.Start).Seconds()
+	inWindow := sum(r.failAttempts, sc.Start, sc.End)
+	res.Amplification = float64(inWindow) / float64(max(sum(r.failStarts, sc.Start, sc.End), 1))
+	res.Load = float64(inWindow) / window / res.BaselineRate
+	peak := 0
+	for s := sc.End; s < sc.End+HerdWindow && s < sc.Duration; s += time.Second {
+		peak = max(peak, r.failAttempts[sec(s)])
+	}
+	res.Herd = float64(peak) / res.BaselineRate
+	res.TTR = math.Inf(1)
+	need := TTRShare * res.BaselineGoodput * TTRWindow.Seconds()
+	for k := time.Duration(0); sc.End+k+TTRWindow <= sc.Duration; k += time.Second {
+		if float64(sum(r.failGood, sc.End+k, sc.End+k+TTRWindow)) >= need {
+			res.TTR = k.Seconds()
+			break
+		}
+	}
+	good := 0
+	for i := range r.failGood {
+		good += r.failGood[i] + r.otherGood[i]
+	}
+	res.Goodput = float64(good) / sc.Duration.Seconds()
+	res.Loss = float64(r.failed) / float64(max(r.ok+r.failed, 1))
+	if sc.Name == Quota {
+		res.Throttled = float64(sum(r.throttled, sc.Start, sc.End)) / float64(max(inWindow, 1))
+		allowed := float64(QuotaPerMinute)/60*window + QuotaBurst
+		res.QuotaUsed = float64(sum(r.okAttempts, sc.Start, sc.End)) / allowed
+	}
+	return res
+}
+
+// Line is the result as `make simulate` prints it, e.g.
+//
+//	sim: scenario=outage policy=fleet agents=200 life=3 amplification=1.04 load=0.9 herd=1.2 ttr_s=7 goodput=16.5 loss=0.03
+//
+// A metric that does not apply is "-"; a recovery the run did not see is "inf".
+func (r *Result) Line() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sim: scenario=%s policy=%s agents=%d life=%s", r.Scenario, r.Policy, r.Agents, LifeName(r.Life))
+	for _, f := range r.Fields() {
+		fmt.Fprintf(&b, " %s=%s", f.Name, f.Value)
+	}
+	return b.String()
+}
+
+// Field is one metric, formatted.
+type Field struct{ Name, Value string }
+
+// Fields are the metrics in the line's order; the scenario's extras
+// (throttled, quota_used for quota; unaffected for partial) and the daemon
+// RPCs per logical call come last.
+func (r *Result) Fields() []Field {
+	fs := []Field{
+		{"amplification", num(r.Amplification, 2)},
+		{"load", num(r.Load, 2)},
+		{"herd", num(r.Herd, 2)},
+		{"ttr_s", num(r.TTR, 0)},
+		{"goodput", num(r.Goodput, 2)},
+		{"loss", num(r.Loss, 3)},
+	}
+	if r.Scenario == Quota {
+		fs = append(fs, Field{"throttled", num(r.Throttled, 3)}, Field{"quota_used", num(r.QuotaUsed, 2)})
+	}
+	if r.Scenario == Partial {
+		fs = append(fs, Field{"unaffected", num(r.Unaffected, 3)})
+	}
+	rpcs := math.NaN()
+	if r.Policy == PolicyFleet || r.Policy == PolicyStateless || r.Policy == PolicyGeminiCLI {
+		rpcs = float64(r.Decisions) / float64(max(r.Calls, 1))
+	}
+	fs = append(fs, Field{"rpcs_per_call", num(rpcs, 2)}, Field{"rpcs_on_success", num(nanIf(float64(r.SuccessPathDecisions), math.IsNaN(rpcs)), 0)})
+	return fs
+}
+
+func nanIf(v float64, nan bool) float64 {
+	if nan {
+		return math.NaN()
+	}
+	return v
+}
+
+func num(v float64, prec int) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case math.IsInf(v, 1):
+		return "inf"
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+// LifeName is "inf" for a process per agent, else the calls per process.
+func LifeName(life int) string {
+	if life == 0 {
+		return "inf"
+	}
+	return strconv.Itoa(life)
+}

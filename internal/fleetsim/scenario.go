@@ -1,0 +1,200 @@
+package fleetsim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+)
+
+// The provider the agents call, as the failures name it.
+const (
+	Provider = "openai"
+	// Model is the model every agent calls, and the one that fails.
+	Model = "gpt-4o"
+	// OtherModel is the model half the agents call in the partial scenario;
+	// it never fails.
+	OtherModel = "gpt-4o-mini"
+	// KeyID is the API key every agent shares.
+	KeyID = "sim-key"
+)
+
+// The scenarios' names.
+const (
+	Outage  = "outage"
+	Quota   = "quota"
+	Herd    = "herd"
+	Partial = "partial"
+)
+
+// ScenarioNames are the scenarios in the order the reports list them.
+var ScenarioNames = []string{Outage, Quota, Herd, Partial}
+
+// Timing is a run's length and its incident's place in it.
+type Timing struct {
+	// Duration of the run, virtual.
+	Duration time.Duration
+	// Start of the incident. The herd's lasts HerdFor; the others' end at End,
+	// when the provider recovers.
+	Start, End time.Duration
+}
+
+// DefaultTiming: 6 minutes, an incident from 1 to 3 minutes (the herd's
+// hint from 60 s to 70 s), a minute of baseline before it and three after.
+var DefaultTiming = Timing{Duration: 360 * time.Second, Start: 60 * time.Second, End: 180 * time.Second}
+
+// HerdFor is how long the synchronised 429 lasts: a window that resets at
+// t0 + 10 s, so every agent is told the same end.
+const HerdFor = 10 * time.Second
+
+// Quota scenario: the key allows QuotaPerMinute requests a minute, a token
+// bucket of QuotaBurst (one second's worth).
+const (
+	QuotaPerMinute = 600
+	QuotaBurst     = 10
+)
+
+// Scenario scripts the provider.
+type Scenario struct {
+	Name string
+	// Start and End bound the incident; the provider recovers at End.
+	Start, End time.Duration
+	Duration   time.Duration
+	// healthy: the same run with no incident, the reference the unaffected
+	// model's goodput is measured against.
+	healthy bool
+}
+
+// reference is s without its incident.
+func (s Scenario) reference() Scenario {
+	s.healthy = true
+	return s
+}
+
+// NewScenario returns the named scenario with timing t.
+func NewScenario(name string, t Timing) (Scenario, error) {
+	s := Scenario{Name: name, Start: t.Start, End: t.End, Duration: t.Duration}
+	switch name {
+	case Outage, Quota, Partial:
+	case Herd:
+		s.End = s.Start + HerdFor
+	default:
+		return s, fmt.Errorf("unknown scenario %q (want outage, quota, herd or partial)", name)
+	}
+	if !(0 < s.Start && s.Start < s.End && s.End < s.Duration) {
+		return s, fmt.Errorf("scenario %s: the incident %v–%v does not fit in %v", name, s.Start, s.End, s.Duration)
+	}
+	return s, nil
+}
+
+// modelOf is agent i's model: everyone calls Model, except in the partial
+// scenario, where odd agents call OtherModel.
+func (s Scenario) modelOf(i int) string {
+	if s.Name == Partial && i%2 == 1 {
+		return OtherModel
+	}
+	return Model
+}
+
+// Outcome is the provider's answer to one attempt.
+type Outcome struct {
+	OK      bool
+	Latency time.Duration
+	// Failure is the failure as policyd receives it (nil on success), with
+	// the status, headers and body a real OpenAI response carries.
+	Failure *policydv1.Failure
+	// Hint is the delay the response asks for, as the SDKs read it
+	// (retry-after-ms, else retry-after); 0 when none.
+	Hint time.Duration
+	// Throttled: a 429.
+	Throttled bool
+}
+
+// Failure bodies, as OpenAI sends them.
+const (
+	overloadedBody = `{"error":{"message":"The server is overloaded or not ready yet.","type":"server_error","param":null,"code":null}}`
+	rateLimitBody  = `{"error":{"message":"Rate limit reached for gpt-4o in organization org-sim on requests per min (RPM): Limit 600, Used 600, Requested 1. Please try again in %s. Visit https://platform.openai.com/account/rate-limits to learn more.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
+)
+
+// provider is the modelled provider: healthy latency, and the scenario's
+// incident on Model.
+type provider struct {
+	sc Scenario
+	// the quota's token bucket (quota scenario)
+	tokens float64
+	at     time.Duration
+}
+
+func newProvider(sc Scenario) *provider {
+	return &provider{sc: sc, tokens: QuotaBurst}
+}
+
+// successLatency is lognormal with mean 2 s (σ 0.5: median 1.76 s, p99 ≈ 5.6 s).
+func successLatency(r *rand.Rand) time.Duration {
+	const sigma = 0.5
+	mu := math.Log(2) - sigma*sigma/2
+	return time.Duration(math.Exp(mu+sigma*r.NormFloat64()) * float64(time.Second))
+}
+
+// failureLatency: an error answers in about 50 ms (30–70 ms).
+func failureLatency(r *rand.Rand) time.Duration {
+	return time.Duration((30 + 40*r.Float64()) * float64(time.Millisecond))
+}
+
+func failure(model string, status int32, body string, headers map[string]string) *policydv1.Failure {
+	return &policydv1.Failure{
+		Provider:   Provider,
+		Model:      model,
+		Operation:  "chat.completions",
+		Method:     "POST",
+		HttpStatus: status,
+		Headers:    headers,
+		Body:       body,
+		KeyId:      KeyID,
+	}
+}
+
+// attempt answers an attempt sent at now (the answer is decided when the
+// request arrives; r is the agent's latency stream).
+func (p *provider) attempt(now time.Duration, model string, r *rand.Rand) Outcome {
+	ok := Outcome{OK: true, Latency: successLatency(r)}
+	if p.sc.healthy || model != Model || now < p.sc.Start || now >= p.sc.End {
+		return ok
+	}
+	switch p.sc.Name {
+	case Outage, Partial:
+		return Outcome{Latency: failureLatency(r), Failure: failure(model, 503, overloadedBody, nil)}
+	case Herd:
+		// A window that resets at Start+HerdFor: everyone is told the same end.
+		wait := time.Duration(math.Ceil((p.sc.End - now).Seconds())) * time.Second
+		secs := strconv.Itoa(int(wait / time.Second))
+		return Outcome{Latency: failureLatency(r), Throttled: true, Hint: wait,
+			Failure: failure(model, 429, fmt.Sprintf(rateLimitBody, secs+"s"), map[string]string{"retry-after": secs})}
+	case Quota:
+		rate := float64(QuotaPerMinute) / 60
+		if p.at < p.sc.Start {
+			p.at = p.sc.Start
+		}
+		p.tokens = min(QuotaBurst, p.tokens+rate*(now-p.at).Seconds())
+		p.at = now
+		if p.tokens >= 1 {
+			p.tokens--
+			return ok
+		}
+		next := time.Duration((1 - p.tokens) / rate * float64(time.Second))
+		full := time.Duration((QuotaBurst - p.tokens) / rate * float64(time.Second))
+		ms := max(next.Milliseconds(), 1)
+		return Outcome{Latency: failureLatency(r), Throttled: true, Hint: time.Duration(ms) * time.Millisecond,
+			Failure: failure(model, 429, fmt.Sprintf(rateLimitBody, strconv.FormatInt(ms, 10)+"ms"), map[string]string{
+				"retry-after":                    strconv.Itoa(int(math.Ceil(next.Seconds()))),
+				"retry-after-ms":                 strconv.FormatInt(ms, 10),
+				"x-ratelimit-limit-requests":     strconv.Itoa(QuotaPerMinute),
+				"x-ratelimit-remaining-requests": "0",
+				"x-ratelimit-reset-requests":     full.Round(time.Millisecond).String(),
+			})}
+	}
+	return ok
+}

@@ -1,0 +1,204 @@
+package fleetsim
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Config is one run.
+type Config struct {
+	Scenario Scenario
+	Policy   Policy
+	// Agents in the closed loop.
+	Agents int
+	// Life is how many logical calls a process makes before it is replaced
+	// by a fresh one (a CLI invocation); 0: one process per agent for the
+	// whole run.
+	Life int
+	Seed uint64
+	// ThinkMean is the mean of the exponential think time (default 10 s).
+	ThinkMean time.Duration
+}
+
+// Epoch is the virtual clock's zero.
+var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Streams of the run's seed: each agent draws its think times, latencies and
+// jitter from three streams of its own, so that its draws do not depend on
+// what the other agents do (and a policy's jitter does not shift the think
+// times: every policy meets the same agents, the same latencies). The
+// fleet's release slots draw from one more stream.
+const (
+	streamFleet = iota
+	streamThink
+	streamLatency
+	streamJitter
+	streamCount
+)
+
+func stream(seed uint64, agent, kind int) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, uint64(agent)*streamCount+uint64(kind)+1))
+}
+
+type eventKind uint8
+
+const (
+	evCall    eventKind = iota // think ends: a logical call begins
+	evAttempt                  // an attempt is sent
+	evAnswer                   // an attempt's answer arrives
+)
+
+type event struct {
+	at    time.Duration
+	seq   uint64
+	agent int32
+	kind  eventKind
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+type agent struct {
+	idx                int
+	model              string
+	think, lat, jit    *rand.Rand
+	proc               Process
+	procN, callsInProc int
+	callStart          time.Duration // the logical call's first attempt
+	attempts           int
+	outcome            Outcome
+	decisionsAtCall    int64
+}
+
+type run struct {
+	cfg    Config
+	now    time.Duration
+	seq    uint64
+	events eventHeap
+	prov   *provider
+	inst   Instance
+	agents []*agent
+	rec    *recorder
+}
+
+// Run simulates cfg and returns its measurements.
+func Run(cfg Config) (*Result, error) {
+	if cfg.Agents < 1 {
+		return nil, fmt.Errorf("agents: %d is under 1", cfg.Agents)
+	}
+	if cfg.Life < 0 {
+		return nil, fmt.Errorf("life: %d is negative", cfg.Life)
+	}
+	if cfg.ThinkMean <= 0 {
+		cfg.ThinkMean = 10 * time.Second
+	}
+	r := &run{cfg: cfg, prov: newProvider(cfg.Scenario), rec: newRecorder(cfg.Scenario)}
+	r.inst = cfg.Policy.Start(Env{Now: r.clock, Rand: stream(cfg.Seed, 0, streamFleet)})
+	for i := range cfg.Agents {
+		a := &agent{idx: i, model: cfg.Scenario.modelOf(i),
+			think: stream(cfg.Seed, i, streamThink), lat: stream(cfg.Seed, i, streamLatency), jit: stream(cfg.Seed, i, streamJitter)}
+		r.agents = append(r.agents, a)
+		r.newProcess(a)
+		r.schedule(r.thinkTime(a), a, evCall)
+	}
+	for len(r.events) > 0 {
+		e := heap.Pop(&r.events).(event)
+		if e.at >= cfg.Scenario.Duration {
+			break
+		}
+		r.now = e.at
+		a := r.agents[e.agent]
+		switch e.kind {
+		case evCall:
+			r.call(a)
+		case evAttempt:
+			r.send(a)
+		case evAnswer:
+			r.answer(a)
+		}
+	}
+	res := r.rec.result(r)
+	if sc := cfg.Scenario; sc.Name == Partial && !sc.healthy {
+		// The unaffected model against the same agents without the incident:
+		// their draws are their own, so any difference is spillover.
+		ref := cfg
+		ref.Scenario = sc.reference()
+		rr, err := Run(ref)
+		if err != nil {
+			return nil, err
+		}
+		res.Unaffected = float64(sum(res.otherGood, sc.Start, sc.End)) / float64(max(sum(rr.otherGood, sc.Start, sc.End), 1))
+	}
+	return res, nil
+}
+
+func (r *run) clock() time.Time { return Epoch.Add(r.now) }
+
+func (r *run) schedule(after time.Duration, a *agent, k eventKind) {
+	r.seq++
+	heap.Push(&r.events, event{at: r.now + after, seq: r.seq, agent: int32(a.idx), kind: k})
+}
+
+func (r *run) thinkTime(a *agent) time.Duration {
+	return time.Duration(a.think.ExpFloat64() * float64(r.cfg.ThinkMean))
+}
+
+func (r *run) newProcess(a *agent) {
+	a.procN++
+	a.callsInProc = 0
+	a.proc = r.inst.NewProcess(fmt.Sprintf("agent-%03d.%d", a.idx, a.procN))
+}
+
+// call begins a logical call, in a fresh process when the old one has made
+// its Life calls.
+func (r *run) call(a *agent) {
+	if r.cfg.Life > 0 && a.callsInProc >= r.cfg.Life {
+		r.newProcess(a)
+	}
+	a.callsInProc++
+	a.callStart, a.attempts = r.now, 0
+	a.decisionsAtCall = a.proc.Decisions()
+	r.rec.callStarted(r.now, a.model)
+	r.send(a)
+}
+
+func (r *run) send(a *agent) {
+	a.attempts++
+	a.outcome = r.prov.attempt(r.now, a.model, a.lat)
+	r.rec.attempt(r.now, a.model, &a.outcome)
+	r.schedule(a.outcome.Latency, a, evAnswer)
+}
+
+func (r *run) answer(a *agent) {
+	at := &Attempt{Now: r.clock(), N: a.attempts, Elapsed: r.now - a.callStart, Outcome: &a.outcome, Rand: a.jit}
+	if a.outcome.OK {
+		a.proc.Succeeded(at)
+		r.rec.callDone(r.now, a.model, true, a.attempts, a.proc.Decisions()-a.decisionsAtCall)
+		r.schedule(r.thinkTime(a), a, evCall)
+		return
+	}
+	retry, delay := a.proc.Failed(at)
+	if retry {
+		r.schedule(max(delay, 0), a, evAttempt)
+		return
+	}
+	r.rec.callDone(r.now, a.model, false, a.attempts, a.proc.Decisions()-a.decisionsAtCall)
+	r.schedule(r.thinkTime(a), a, evCall)
+}
