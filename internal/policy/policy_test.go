@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"github.com/policyd/policyd/internal/fleet"
 	"os"
 	"path/filepath"
 	"strings"
@@ -276,6 +277,18 @@ func TestBadPolicyFileNamesLineAndField(t *testing.T) {
 		{"unknown top-level", "profile:\n  x: {}\n", []string{"p.yaml:1", `"profile"`}},
 		{"bad rule", "rules:\n  - id: r\n    when: [{status: [\"5xx\"]}]\n    type: SERVER_ERROR\n    recovery: x\n", []string{"p.yaml:3", "when[0].status"}},
 		{"not yaml", "profiles: [", []string{"p.yaml"}},
+		{"bad fleet field", "fleet:\n  breaker:\n    failures: 20\n    colour: red\n", []string{"p.yaml:4", "fleet.breaker.colour"}},
+		{"bad fleet value", "fleet:\n  retry_budget: {floor: 0}\n", []string{"p.yaml:2", "fleet: retry_budget.floor"}},
+		{"bad fleet duration", "fleet:\n  stop: {for: forever}\n", []string{"p.yaml:2", "fleet.stop.for", `"forever"`}},
+		{"bad scope", "fleet:\n  scopes: {quota: [provider]}\n", []string{"p.yaml:2", `"quota"`}},
+		{"bad scope field", "fleet:\n  scopes:\n    rate_limit: [provider, region]\n", []string{"p.yaml:3", `"region"`}},
+		{"scope without provider", "fleet:\n  scopes: {auth: [key]}\n", []string{"scopes.auth", "provider"}},
+		{"bad profile fleet", "profiles:\n  x:\n    fleet: sometimes\n", []string{"p.yaml:3", "profiles.x.fleet", `"sometimes"`}},
+		{"bad profile fleet switch", "profiles:\n  x:\n    fleet: {breaker: maybe}\n", []string{"p.yaml:3", "profiles.x.fleet", "breaker"}},
+		{"bad chain target", "fallbacks:\n  openai/gpt-4o: [claude]\n", []string{"p.yaml:2", "fallbacks.openai/gpt-4o", `"claude"`}},
+		{"bad chain source", "fallbacks:\n  gpt-4o: [anthropic/claude]\n", []string{"p.yaml:2", `"gpt-4o"`}},
+		{"empty chain", "context_window_fallbacks:\n  openai/gpt-4o: []\n", []string{"p.yaml:2", "context_window_fallbacks.openai/gpt-4o", "non-empty"}},
+		{"chain to itself", "content_policy_fallbacks:\n  openai/gpt-4o: [openai/gpt-4o]\n", []string{"p.yaml:2", "itself"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -319,5 +332,52 @@ func TestStreamPhaseDoesNotHideNotRetryable(t *testing.T) {
 		Failure: &policydv1.Failure{Operation: "chat.stream", Phase: policydv1.Phase_PHASE_CONNECT, HttpStatus: 401}})
 	if d.GetStopReason() != policydv1.StopReason_STOP_REASON_NOT_RETRYABLE {
 		t.Errorf("connect-phase 401: %v, want not retryable", d.GetStopReason())
+	}
+}
+
+func TestFleetSectionAndChains(t *testing.T) {
+	t.Parallel()
+	p, err := Parse([]byte(`
+fleet:
+  scopes: {rate_limit: [provider, key]}
+  hold: {spread: 0.5, max_spread: 10s}
+  stop: {for: 2m}
+  breaker: {failures: 50, min_clients: 5, open_for: 10s, max_open_for: 2m}
+  retry_budget: {burst: 20, floor: 3}
+profiles:
+  quiet:
+    extends: default
+    fleet: off
+  holds_only:
+    extends: default
+    fleet: {breaker: false, retry_budget: false}
+fallbacks:
+  openai/gpt-4o: [anthropic/claude-sonnet-4-5, openrouter/meta-llama/llama-3.1-70b@or-key]
+`), "p.yaml", Caps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.Fleet
+	if c.Stop.For != 2*time.Minute || c.Breaker.Failures != 50 || c.Breaker.MinClients != 5 || c.Breaker.Window != 10*time.Second ||
+		c.Budget.Burst != 20 || c.Budget.Floor != 3 || c.Hold.Spread != 0.5 || c.Hold.MaxSpread != 10*time.Second {
+		t.Fatalf("fleet config = %+v", c)
+	}
+	if f := c.Scopes[fleet.ScopeRateLimit]; f.Model || !f.Key || !f.Provider {
+		t.Fatalf("rate_limit scope = %+v, want provider and key", f)
+	}
+	if f := c.Scopes[fleet.ScopeAvailability]; !f.Model {
+		t.Fatalf("availability scope lost its default: %+v", f)
+	}
+	if p.Profiles["quiet"].Fleet != (fleet.Switches{}) || p.Profiles["default"].Fleet != fleet.AllOn ||
+		p.Profiles["holds_only"].Fleet != (fleet.Switches{Hold: true, Stop: true}) {
+		t.Fatalf("switches: quiet %+v, default %+v, holds_only %+v", p.Profiles["quiet"].Fleet, p.Profiles["default"].Fleet, p.Profiles["holds_only"].Fleet)
+	}
+	chain := p.Chains.Errors["openai/gpt-4o"]
+	if len(chain) != 2 || chain[1] != (ChainTarget{Provider: "openrouter", Model: "meta-llama/llama-3.1-70b", KeyID: "or-key"}) {
+		t.Fatalf("chain = %+v", chain)
+	}
+	// Without a fleet section: the defaults.
+	if Builtin().Fleet.Breaker.Failures != fleet.Defaults().Breaker.Failures {
+		t.Fatal("built-in policy without the fleet defaults")
 	}
 }
