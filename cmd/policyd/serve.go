@@ -183,7 +183,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if store != nil {
 			fleetEvents = store.FleetEventRecorder()
 		}
-		f := fleet.New(pol.Fleet, fleet.WithRand(server.SystemRand{}), fleet.WithSink(fleetSink(logger, fleetEvents, ms)))
+		var rec server.FleetEventRecorder
+		if fleetEvents != nil {
+			rec = fleetEvents
+		}
+		var counter server.FleetEventCounter
+		if ms != nil {
+			counter = ms
+		}
+		f := fleet.New(pol.Fleet, fleet.WithRand(server.SystemRand{}), fleet.WithSink(server.FleetEventSink(logger, rec, counter)))
 		psOpts = append(psOpts, server.WithFleet(f))
 		if ms != nil {
 			ms.ObserveFleet(f)

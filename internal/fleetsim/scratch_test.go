@@ -2,14 +2,18 @@ package fleetsim
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 )
 
 func TestScratch(t *testing.T) {
-	for _, sn := range ScenarioNames {
+	scs := strings.Split(os.Getenv("SC"), ",")
+	pols := strings.Split(os.Getenv("POL"), ",")
+	for _, sn := range scs {
 		sc, _ := NewScenario(sn, DefaultTiming)
 		for _, life := range []int{0, 3} {
-			for _, pn := range PolicyNames {
+			for _, pn := range pols {
 				p, err := NewPolicy(pn)
 				if err != nil {
 					t.Fatal(err)
@@ -19,6 +23,9 @@ func TestScratch(t *testing.T) {
 					t.Fatal(err)
 				}
 				fmt.Println(res.Line(), res.Fleet)
+				if os.Getenv("SERIES") != "" {
+					fmt.Println(res.PerSecond[50:150])
+				}
 			}
 		}
 	}

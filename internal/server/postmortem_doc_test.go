@@ -1,14 +1,19 @@
 package server
 
 import (
+	"log/slog"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/fleet"
+	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/journal/journaltest"
+	"github.com/policyd/policyd/internal/policy"
 )
 
 // sqlBlock matches a fenced ```sql block of a Markdown page.
@@ -28,7 +33,7 @@ func TestPostmortemDocQueries(t *testing.T) {
 	}
 
 	url := journaltest.DatabaseURL(t)
-	pc, jc, _ := startJournaled(t, url)
+	pc, jc, store := startJournaled(t, url)
 	ctx := testContext(t)
 	run := func(begin *policydv1.BeginContextRequest, outcome policydv1.Outcome, failures ...*policydv1.Failure) string {
 		t.Helper()
@@ -81,7 +86,30 @@ func TestPostmortemDocQueries(t *testing.T) {
 	run(&policydv1.BeginContextRequest{Agent: "cli", Provider: "acme", Model: "acme-1", Operation: "chat"},
 		policydv1.Outcome_OUTCOME_ABANDONED, weird, weird)
 
-	unrecognized := 0
+	// An outage of openai/gpt-4o seen by three agents, through a server with
+	// fleet memory journaling its events: twenty 503s open the breaker, and
+	// the next retries fall back.
+	events := store.FleetEventRecorder(journal.WithFleetBatch(1, 10*time.Millisecond))
+	f := fleet.New(policy.Builtin().Fleet, fleet.WithClock(func() time.Time { return testNow }),
+		fleet.WithSink(FleetEventSink(slog.New(slog.DiscardHandler), events, nil)))
+	fleetConn := startPolicyServer(t, NewPolicyServer(policy.Builtin(), WithClock(func() time.Time { return testNow }),
+		WithRand(fixedRand(0.5)), WithJournal(store, 2*time.Second), WithFleet(f)))
+	fleetPC := policydv1.NewPolicyServiceClient(fleetConn)
+	for i := range 24 {
+		agent := []string{"agent-a", "agent-b", "agent-c"}[i%3]
+		b, err := jc.BeginContext(ctx, &policydv1.BeginContextRequest{Agent: agent, Provider: "openai", Model: "gpt-4o", Operation: "chat"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := fleetPC.NextDelay(ctx, &policydv1.NextDelayRequest{ContextId: b.GetContext().GetContextId(), Attempt: 1, ClientId: agent,
+			Failure: openai(503, nil, `{"error":{"message":"The server is overloaded or not ready yet.","type":"server_error"}}`)})
+		if err != nil || !d.GetDecision().GetJournaled() {
+			t.Fatalf("outage NextDelay %d: %v", i, err)
+		}
+	}
+	events.Close() // flushed before the queries
+
+	unrecognized, fleetQueries := 0, 0
 	for _, q := range queries {
 		sql := q[1]
 		columns, rows := journaltest.Query(t, url, sql)
@@ -109,12 +137,23 @@ func TestPostmortemDocQueries(t *testing.T) {
 				}
 			}
 		}
+		if strings.Contains(sql, "journal_fleet_") {
+			fleetQueries++
+			if !slices.ContainsFunc(rows, func(r []string) bool {
+				return slices.ContainsFunc(r, func(c string) bool { return strings.Contains(c, "gpt-4o") })
+			}) {
+				t.Errorf("the gpt-4o outage is missing from:\n%s\ngot %v", sql, rows)
+			}
+		}
 		// The failed run is the one every question about failure must find.
 		if slices.Contains(columns, "context_id") && strings.Contains(sql, "journal_failed_contexts") && !slices.ContainsFunc(rows, func(r []string) bool {
 			return slices.Contains(r, failed) || slices.Contains(r, "AUTH_INVALID")
 		}) {
 			t.Errorf("the failed run %s is missing from:\n%s\ngot %v", failed, sql, rows)
 		}
+	}
+	if fleetQueries < 3 {
+		t.Errorf("docs/postmortem.md has %d queries of the fleet views, want 3 (breaker periods, saved attempts, first failures)", fleetQueries)
 	}
 	if unrecognized == 0 {
 		t.Error("docs/postmortem.md has no query of journal_unrecognized_failures")
