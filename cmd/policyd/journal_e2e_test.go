@@ -86,8 +86,8 @@ func TestMigrateAndPruneCommandsE2E(t *testing.T) {
 	runCommand(t, bin, "", []string{"migrate", "--database-url", url}, 0, "is up to date", "")
 	runCommand(t, bin, "", []string{"migrate", "--database-url", url}, 0, "is up to date", "")
 	_, rows := journaltest.Query(t, url, `SELECT count(*) FROM information_schema.views WHERE table_name LIKE 'journal_%'`)
-	if rows[0][0] != "7" {
-		t.Errorf("after migrate, %s journal views, want 7", rows[0][0])
+	if rows[0][0] != "10" {
+		t.Errorf("after migrate, %s journal views, want 10", rows[0][0])
 	}
 	if _, err := exec.Command(bin, "prune", "--database-url", url, "--older-than", "30d").CombinedOutput(); err != nil {
 		t.Fatalf("prune --older-than 30d: %v", err)

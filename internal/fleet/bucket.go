@@ -187,16 +187,13 @@ func (b *Bucket) setHold(now time.Time, hint time.Duration, client string, emit 
 
 // slot is the i-th waiter's release offset after a hold or an open period:
 // the i-th point of the van der Corput sequence (0, ½, ¼, ¾, ⅛, …) scaled to
-// the release window, plus up to one gap at random. However many waiters
-// come, and in whatever burst, the first n of them are spread evenly over
-// the window, so the fleet returns at about n/window per second, never as
-// one herd, without the daemon having to know n in advance.
-func slot(i int, window time.Duration, rnd float64) time.Duration {
-	n := 1
-	for n <= i {
-		n <<= 1
-	}
-	return time.Duration((vanDerCorput(i) + rnd/float64(n)) * float64(window))
+// the release window. However many waiters come, and in whatever burst, the
+// first n of them are spread evenly over the window, so the fleet returns
+// at about n/window per second, never as one herd, without the daemon
+// having to know n in advance. The first waiter leaves when the hold ends:
+// a lone agent waits no longer than the server asked.
+func slot(i int, window time.Duration) time.Duration {
+	return time.Duration(vanDerCorput(i) * float64(window))
 }
 
 // vanDerCorput is i with its binary digits mirrored after the point.

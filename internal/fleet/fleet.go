@@ -276,8 +276,8 @@ func (f *Fleet) decide(c *Config, a Ask, now time.Time, scope Scope, tracked boo
 			if a.CanFallBack {
 				return stopped(av, ReasonCircuitOpen, effectCircuit, why)
 			}
-			wait += f.spread(av)
-			if !fits(max(delay, wait)) {
+			wait += f.spread(c, av)
+			if wait > longestWait(c) || !fits(max(delay, wait)) {
 				return stopped(av, ReasonCircuitOpen, effectCircuit, why)
 			}
 			if wait > delay {
@@ -295,7 +295,7 @@ func (f *Fleet) decide(c *Config, a Ask, now time.Time, scope Scope, tracked boo
 			}
 			// Every retry under the hold takes the next slot, even one whose
 			// own delay is longer: the slots count the waiters.
-			wait := b.holdUntil.Sub(now) + slot(b.waiters, b.releaseWindow(&c.Hold), f.float())
+			wait := b.holdUntil.Sub(now) + slot(b.waiters, b.releaseWindow(&c.Hold))
 			b.waiters++
 			if wait <= delay {
 				continue
@@ -323,7 +323,7 @@ func (f *Fleet) decide(c *Config, a Ask, now time.Time, scope Scope, tracked boo
 				return stopped(av, ReasonBudget, effectBudget, why)
 			}
 			wait := time.Duration((1 - av.tokens) / c.Budget.Floor * float64(time.Second))
-			if !fits(max(delay, wait)) {
+			if wait > longestWait(c) || !fits(max(delay, wait)) {
 				return stopped(av, ReasonBudget, effectBudget, why)
 			}
 			if wait > delay {
@@ -344,11 +344,28 @@ func (f *Fleet) decide(c *Config, a Ask, now time.Time, scope Scope, tracked boo
 
 // spread is a waiter's slot behind an open breaker, over the open period,
 // so that agents waiting it out do not return in the same instant.
-func (f *Fleet) spread(b *Bucket) time.Duration {
-	d := slot(b.waiters, b.openPeriod, f.float())
+//
+// The window is the open period, but at most the first one (OpenFor): a
+// re-opened breaker's longer period would spread its waiters past the
+// longest wait (longestWait), and they would all stop instead.
+func (f *Fleet) spread(c *Config, b *Bucket) time.Duration {
+	d := slot(b.waiters, min(b.openPeriod, c.Breaker.OpenFor))
 	b.waiters++
 	return d
 }
+
+// longestWait is the longest the fleet makes an agent wait behind a breaker
+// or an empty budget: two first open periods (10 s by default). The daemon
+// cannot wake an agent it told to sleep, so an agent sent to sleep through a
+// 60-s open period, or to the end of a queue of paced retries, sleeps through
+// the provider's recovery too: in the simulation (docs/fleet.md, `make
+// simulate`) waits of up to the strategy's 120-s ceiling kept goodput below
+// 95 % for 80 s after a full outage ended, and every paced retry past the
+// budget's refill was one more attempt on a provider that was down
+// (amplification 1.13). Past this wait the agent stops (CIRCUIT_OPEN or
+// RETRY_BUDGET_EXHAUSTED) and its caller decides, as a breaker's callers
+// do elsewhere (Hystrix and Polly fail fast while open).
+func longestWait(c *Config) time.Duration { return 2 * c.Breaker.OpenFor }
 
 func (f *Fleet) float() float64 {
 	if f.rand == nil {
