@@ -18,9 +18,9 @@ type goBenchmark struct {
 }
 
 // runGoBenchmarks runs the in-process benchmarks of the classifier, the
-// strategy and NextDelay from the repository root (the working directory).
+// strategy and NextDelay (alone and with fleet memory) from the repository root (the working directory).
 func runGoBenchmarks(ctx context.Context) ([]goBenchmark, error) {
-	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^Benchmark(Classify|ClassifyNetworkError|Decide|NextDelay)$",
+	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^Benchmark(Classify|ClassifyNetworkError|Decide|NextDelay|NextDelayFleet)$",
 		"-benchmem", "-benchtime", "1s", "./internal/classifier", "./internal/strategy", "./internal/policy")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -86,7 +87,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.conns, "conns", 2, "gRPC connections to each server, shared round-robin by the workers")
 	fs.StringVar(&c.doc, "doc", "", "Markdown `file` whose generated section (between the make bench markers) gets the results")
 	fs.BoolVar(&c.goBench, "go-bench", true, "also run the in-process Go benchmarks (go test -bench) and report them")
-	only := fs.String("scenarios", "echo,classify,nextdelay,nextdelay_journaled,record_attempt", "comma-separated `names` of the scenarios to run")
+	only := fs.String("scenarios", "echo,classify,nextdelay,nextdelay_stateless,nextdelay_journaled,record_attempt", "comma-separated `names` of the scenarios to run")
 	serveArgs := fs.String("serve-args", "", "extra `flags` for policyd serve, space-separated (e.g. --journal-batch-window=1ms)")
 	fs.BoolVar(&c.soak, "soak", false, "instead of the benchmark, a soak: mixed RPCs for --seconds, failing on any error or RSS growth (make soak)")
 	growth := fs.String("growth", "", "comma-separated journal `sizes` in attempt rows (e.g. 0,1000000,10000000): measure the journal's cost as it grows, instead of the main run")
@@ -153,8 +154,12 @@ func startServers(c config) (*servers, error) {
 			return nil, err
 		}
 	}
+	policyFile := filepath.Join(os.TempDir(), fmt.Sprintf("policyd-bench-%d.yaml", os.Getpid()))
+	if err := os.WriteFile(policyFile, []byte(benchPolicy), 0o600); err != nil {
+		return nil, err
+	}
 	if s.policyd, err = startProcess("policyd", nil, c.policyd, append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json",
-		"--database-url", c.databaseURL}, c.serveArgs...)...); err != nil {
+		"--database-url", c.databaseURL, "--policy", policyFile}, c.serveArgs...)...); err != nil {
 		s.close()
 		return nil, err
 	}

@@ -27,6 +27,9 @@ type ratio struct {
 var ratios = []ratio{
 	{"classify/echo", "classify", "echo", 0.90},
 	{"nextdelay/echo", "nextdelay", "echo", 0},
+	// NextDelay with fleet memory (a shared cooldown on every decision)
+	// against the same daemon's profile with fleet memory off.
+	{"fleet/stateless", "nextdelay", "nextdelay_stateless", 0.90},
 	{"journaled/plain", "nextdelay_journaled", "nextdelay", 0.80},
 	{"record/echo", "record_attempt", "echo", 0},
 }

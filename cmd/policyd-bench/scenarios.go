@@ -33,6 +33,13 @@ func providerFailure() *policydv1.Failure {
 	}
 }
 
+// statelessProfile is the default profile with fleet memory off, from the
+// policy file the benchmark gives policyd (benchPolicy): nextdelay against
+// nextdelay_stateless is the cost of fleet memory in one daemon.
+const statelessProfile = "bench_stateless"
+
+const benchPolicy = "profiles:\n  " + statelessProfile + ":\n    extends: default\n    fleet: off\n"
+
 // scenario is one benchmarked call against one server.
 type scenario struct {
 	name   string
@@ -67,6 +74,10 @@ func scenarios(run uint32, echoConn, policydConn *grpc.ClientConn) []scenario {
 		}},
 		{"nextdelay", "policyd", func(ctx context.Context, _, seq int) error {
 			_, err := pc.NextDelay(ctx, &policydv1.NextDelayRequest{Failure: failure, Attempt: int32(seq%attemptsPerContext + 1)})
+			return err
+		}},
+		{"nextdelay_stateless", "policyd", func(ctx context.Context, _, seq int) error {
+			_, err := pc.NextDelay(ctx, &policydv1.NextDelayRequest{Failure: failure, Attempt: int32(seq%attemptsPerContext + 1), Profile: statelessProfile})
 			return err
 		}},
 		{"nextdelay_journaled", "policyd", func(ctx context.Context, w, seq int) error {

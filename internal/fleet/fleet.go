@@ -102,9 +102,9 @@ type Ask struct {
 	// CanFallBack: the caller has somewhere to go, which the fleet prefers to
 	// a long wait.
 	CanFallBack bool
-	// Fits says whether a wait is within the deadline, the time budget and
-	// the profile's ceiling (nil: any wait fits).
-	Fits     func(time.Duration) bool
+	// MaxWait is the longest wait within the deadline, the time budget and
+	// the profile's ceiling: 0 for no limit, negative when no wait fits.
+	MaxWait  time.Duration
 	Switches Switches
 }
 
@@ -171,14 +171,13 @@ func (f *Fleet) Decide(a Ask) Answer {
 	}
 	cfg := f.cfg.Load()
 	sc := cfg.Scopes
-	keys := []Key{sc.key(ScopeRateLimit, a.Target), sc.key(ScopeAvailability, a.Target), sc.key(ScopeAuth, a.Target)}
-	create := []bool{tracked && scope == ScopeRateLimit, tracked && scope == ScopeAvailability, tracked && scope == ScopeAuth && a.KeyID != ""}
+	keys := [3]Key{sc.key(ScopeRateLimit, a.Target), sc.key(ScopeAvailability, a.Target), sc.key(ScopeAuth, a.Target)}
+	create := [3]bool{tracked && scope == ScopeRateLimit, tracked && scope == ScopeAvailability, tracked && scope == ScopeAuth && a.KeyID != ""}
 	var events []Event
 	emit := func(e Event) { events = append(events, e) }
-	var ans Answer
-	f.store.With(keys, create, func(bs []*Bucket) {
-		ans = f.decide(cfg, a, now, scope, tracked, bs[0], bs[1], bs[2], emit)
-	})
+	bs := f.store.Acquire(keys, create)
+	ans := f.decide(cfg, &a, now, scope, tracked, bs[0], bs[1], bs[2], emit)
+	f.store.Release()
 	if len(events) > 0 && f.sink != nil {
 		for i := range events {
 			events[i].Key.Tenant = a.Tenant
@@ -189,7 +188,7 @@ func (f *Fleet) Decide(a Ask) Answer {
 	return ans
 }
 
-func (f *Fleet) decide(c *Config, a Ask, now time.Time, scope Scope, tracked bool, rl, av, au *Bucket, emit func(Event)) Answer {
+func (f *Fleet) decide(c *Config, a *Ask, now time.Time, scope Scope, tracked bool, rl, av, au *Bucket, emit func(Event)) Answer {
 	sw := a.Switches
 	if av != nil {
 		av.advance(now, &c.Breaker, emit)
@@ -235,10 +234,7 @@ func (f *Fleet) decide(c *Config, a Ask, now time.Time, scope Scope, tracked boo
 	if !a.Retry {
 		return Answer{Delay: a.Delay, State: f.stateIfActive(c, own, now, false)}
 	}
-	fits := a.Fits
-	if fits == nil {
-		fits = func(time.Duration) bool { return true }
-	}
+	fits := func(d time.Duration) bool { return a.MaxWait == 0 || d <= a.MaxWait }
 
 	// 1. A stopped key: nothing on it can succeed.
 	if sw.Stop {
@@ -426,22 +422,17 @@ func (f *Fleet) maybeSweep(c *Config, now time.Time) {
 func (f *Fleet) Available(t Target) (ok bool, why string) {
 	now := f.clock()
 	sc := f.cfg.Load().Scopes
-	keys := []Key{sc.key(ScopeAvailability, t), sc.key(ScopeAuth, t), sc.key(ScopeRateLimit, t)}
-	ok = true
-	f.store.With(keys, []bool{false, false, false}, func(bs []*Bucket) {
-		// Read only: the transitions happen (and are journaled) in Decide.
-		if av := bs[0]; av != nil {
-			if av.state == Open && now.Before(av.openUntil) {
-				ok, why = false, fmt.Sprintf("%s: breaker open", av.key)
-				return
-			}
+	keys := [3]Key{sc.key(ScopeAvailability, t), sc.key(ScopeAuth, t), sc.key(ScopeRateLimit, t)}
+	bs := f.store.Acquire(keys, [3]bool{})
+	defer f.store.Release()
+	// Read only: the transitions happen (and are journaled) in Decide.
+	if av := bs[0]; av != nil && av.state == Open && now.Before(av.openUntil) {
+		return false, fmt.Sprintf("%s: breaker open", av.key)
+	}
+	for _, b := range bs[1:] {
+		if b != nil && now.Before(b.stopUntil) {
+			return false, fmt.Sprintf("%s: stopped", b.key)
 		}
-		for _, b := range bs[1:] {
-			if b != nil && now.Before(b.stopUntil) {
-				ok, why = false, fmt.Sprintf("%s: stopped", b.key)
-				return
-			}
-		}
-	})
-	return ok, why
+	}
+	return true, ""
 }

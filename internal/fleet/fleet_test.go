@@ -232,7 +232,7 @@ func TestBreakerOpensHalfOpensAndCloses(t *testing.T) {
 		t.Fatalf("open breaker, no fallback, fits: %+v", got)
 	}
 	short := ask("e", overloaded, time.Second)
-	short.Fits = func(d time.Duration) bool { return d <= 2*time.Second }
+	short.MaxWait = 2 * time.Second
 	if got := f.Decide(short); got.Retry || got.Reason != ReasonCircuitOpen || !strings.Contains(got.Why, "open for") {
 		t.Fatalf("open breaker, wait does not fit: %+v", got)
 	}
@@ -241,7 +241,7 @@ func TestBreakerOpensHalfOpensAndCloses(t *testing.T) {
 	probes := 0
 	for _, c := range []string{"p", "q", "r", "s"} {
 		a := ask(c, rateLimit, 100*time.Millisecond) // not counted: keeps it half-open
-		a.Fits = func(d time.Duration) bool { return d <= 1500*time.Millisecond }
+		a.MaxWait = 1500 * time.Millisecond
 		if got := f.Decide(a); got.Retry {
 			probes++
 		}
@@ -295,7 +295,7 @@ func TestBudgetDrawsRefillsAndPaces(t *testing.T) {
 		t.Fatalf("empty budget, second paced retry: %+v", got)
 	}
 	tight := ask("a", overloaded, 100*time.Millisecond)
-	tight.Fits = func(d time.Duration) bool { return d < time.Second }
+	tight.MaxWait = 999 * time.Millisecond
 	if got := f.Decide(tight); got.Retry || got.Reason != ReasonBudget {
 		t.Fatalf("empty budget, wait does not fit: %+v", got)
 	}

@@ -6,9 +6,12 @@ import "sync"
 // shared by replicas keeps the same memory (decisions never wait on a
 // database) and exchanges verdicts in the background.
 type Store interface {
-	// With runs fn, under the store's lock, with the bucket of each key:
+	// Acquire takes the store's lock and returns the bucket of each key:
 	// created when create[i], else nil when the store has none (or is full).
-	With(keys []Key, create []bool, fn func([]*Bucket))
+	// Release gives the lock back. (Arrays, not a callback: a decision
+	// allocates nothing to find its buckets.)
+	Acquire(keys [3]Key, create [3]bool) [3]*Bucket
+	Release()
 	// Each runs fn on every bucket under the lock.
 	Each(fn func(*Bucket))
 	// Sweep forgets the buckets idle says can go.
@@ -28,22 +31,23 @@ func NewMemoryStore(max int) *MemoryStore {
 	return &MemoryStore{buckets: make(map[Key]*Bucket), max: max}
 }
 
-// With implements Store.
-func (m *MemoryStore) With(keys []Key, create []bool, fn func([]*Bucket)) {
-	var arr [3]*Bucket
-	bs := arr[:0]
+// Acquire implements Store.
+func (m *MemoryStore) Acquire(keys [3]Key, create [3]bool) [3]*Bucket {
+	var bs [3]*Bucket
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for i, k := range keys {
 		b := m.buckets[k]
 		if b == nil && create[i] && len(m.buckets) < m.max {
 			b = &Bucket{key: k}
 			m.buckets[k] = b
 		}
-		bs = append(bs, b)
+		bs[i] = b
 	}
-	fn(bs)
+	return bs
 }
+
+// Release implements Store.
+func (m *MemoryStore) Release() { m.mu.Unlock() }
 
 // Each implements Store.
 func (m *MemoryStore) Each(fn func(*Bucket)) {

@@ -35,7 +35,7 @@ func (p *Policy) applyFleet(d *policydv1.Decision, c Call, f *policydv1.Failure,
 		Retry:       d.Action == policydv1.Action_ACTION_RETRY,
 		Delay:       out.Delay,
 		CanFallBack: strat.Fallback != strategy.FallbackNone || hasChain,
-		Fits:        func(wait time.Duration) bool { return fits(in, strat, wait) },
+		MaxWait:     maxWait(in, strat),
 		Switches:    prof.Fleet,
 	}
 	if in.HasRetryAfter && in.RetryAfter > 0 {
@@ -65,21 +65,30 @@ func (p *Policy) applyFleet(d *policydv1.Decision, c Call, f *policydv1.Failure,
 	}
 }
 
-// fits says whether waiting wait is within the deadline, the time budget and
-// the longest wait the strategy accepts (its hint ceiling or backoff cap,
-// whichever is longer; the operator's cap over both).
-func fits(in strategy.Input, s strategy.Strategy, wait time.Duration) bool {
-	if !in.Deadline.IsZero() && in.Now.Add(wait).After(in.Deadline) {
-		return false
+// maxWait is the longest wait within the deadline, the time budget and the
+// longest wait the strategy accepts (its hint ceiling or backoff cap,
+// whichever is longer; the operator's cap over both), as fleet.Ask wants
+// it: 0 for no limit, negative when no wait fits.
+func maxWait(in strategy.Input, s strategy.Strategy) time.Duration {
+	limit := max(s.HintCeiling, s.Max)
+	if in.MaxDelayCap > 0 && (limit == 0 || in.MaxDelayCap < limit) {
+		limit = in.MaxDelayCap
 	}
-	if in.Budget > 0 && in.Elapsed+wait > in.Budget {
-		return false
+	tighten := func(d time.Duration) {
+		if d <= 0 {
+			d = -1
+		}
+		if limit == 0 || d < limit {
+			limit = d
+		}
 	}
-	ceiling := max(s.HintCeiling, s.Max)
-	if in.MaxDelayCap > 0 && (ceiling == 0 || in.MaxDelayCap < ceiling) {
-		ceiling = in.MaxDelayCap
+	if !in.Deadline.IsZero() {
+		tighten(in.Deadline.Sub(in.Now))
 	}
-	return ceiling == 0 || wait <= ceiling
+	if in.Budget > 0 {
+		tighten(in.Budget - in.Elapsed)
+	}
+	return limit
 }
 
 func fleetStateProto(s *fleet.State) *policydv1.FleetState {
