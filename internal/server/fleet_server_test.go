@@ -25,6 +25,8 @@ profiles:
       RATE_LIMIT: {retry: true, max_attempts: 5, backoff: constant, initial_delay: 1s, honor_retry_after: true,
                    retry_after_ceiling: 60s, fallback: none}
       TIMEOUT: {retry: true, max_attempts: 3, backoff: constant, initial_delay: 1s}
+fleet:
+  retry_budget: {burst: 50, floor: 1}   # the breaker cases below stay within it
 fallbacks:
   openai/gpt-4o: [anthropic/claude-sonnet-4-5, openai/gpt-4o-mini]
 context_window_fallbacks:
@@ -104,9 +106,8 @@ func TestFleetAnswersThroughTheServer(t *testing.T) {
 
 	// The budget: once spent, a retry with a fallback falls back.
 	h.now = h.now.Add(10 * time.Minute) // past the breaker and the stop
-	for i := range 12 {
+	for range 50 {
 		h.decide("a", "solo", "o3", &policydv1.Failure{HttpStatus: 500})
-		_ = i
 	}
 	d = h.decide("a", "default", "o3", &policydv1.Failure{HttpStatus: 500})
 	if d.GetAction() != fallBack || d.GetStopReason() != policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED {
