@@ -191,7 +191,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if ms != nil {
 			counter = ms
 		}
-		f := fleet.New(pol.Fleet, fleet.WithRand(server.SystemRand{}), fleet.WithSink(server.FleetEventSink(logger, rec, counter)))
+		f := fleet.New(pol.Fleet, fleet.WithSink(server.FleetEventSink(logger, rec, counter)))
 		psOpts = append(psOpts, server.WithFleet(f))
 		if ms != nil {
 			ms.ObserveFleet(f)

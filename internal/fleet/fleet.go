@@ -13,16 +13,11 @@ import (
 // a new incident (the journal's first-failures view cuts at the same gap).
 const incidentGap = time.Minute
 
-// Rand is the random source of release slots: a float in [0, 1). It is
-// called under the store's lock, so it need not be safe for concurrent use.
-type Rand interface{ Float64() float64 }
-
 // Fleet decides with every agent's failures in mind.
 type Fleet struct {
 	cfg   atomic.Pointer[Config]
 	store Store
 	clock func() time.Time
-	rand  Rand
 	sink  Sink
 
 	lastSweep atomic.Int64 // unix nanoseconds
@@ -34,10 +29,6 @@ type Option func(*Fleet)
 
 // WithClock sets the clock (default time.Now).
 func WithClock(now func() time.Time) Option { return func(f *Fleet) { f.clock = now } }
-
-// WithRand sets the random source (default: a fixed 0.5, i.e. no spread
-// beyond the slots themselves).
-func WithRand(r Rand) Option { return func(f *Fleet) { f.rand = r } }
 
 // WithSink sends every transition to s.
 func WithSink(s Sink) Option { return func(f *Fleet) { f.sink = s } }
@@ -362,13 +353,6 @@ func (f *Fleet) spread(c *Config, b *Bucket) time.Duration {
 // RETRY_BUDGET_EXHAUSTED) and its caller decides, as a breaker's callers
 // do elsewhere (Hystrix and Polly fail fast while open).
 func longestWait(c *Config) time.Duration { return 2 * c.Breaker.OpenFor }
-
-func (f *Fleet) float() float64 {
-	if f.rand == nil {
-		return 0.5
-	}
-	return f.rand.Float64()
-}
 
 func (f *Fleet) stateIfActive(c *Config, b *Bucket, now time.Time, changed bool) *State {
 	if b == nil || (!changed && !b.active(now)) {

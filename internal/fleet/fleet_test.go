@@ -94,14 +94,12 @@ func TestHoldOnlyMovesForward(t *testing.T) {
 func TestHoldStaggersRelease(t *testing.T) {
 	f, clk, _ := newTestFleet(t, func(c *Config) { c.Budget.Burst = 1000 })
 	// 20 first attempts per second for 5 s hit a 10 s window.
-	var delays []time.Duration
 	var release []time.Time
 	start := clk.t
 	for i := range 100 {
 		a := ask("agent-"+string(rune('a'+i%26)), rateLimit, 500*time.Millisecond)
 		a.Hint = start.Add(10 * time.Second).Sub(clk.t)
 		got := f.Decide(a)
-		delays = append(delays, got.Delay)
 		release = append(release, clk.t.Add(got.Delay))
 		clk.advance(50 * time.Millisecond)
 	}

@@ -48,7 +48,7 @@ func newFleetHarness(t *testing.T) *fleetHarness {
 	}
 	h := &fleetHarness{t: t, now: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
 	clock := func() time.Time { return h.now }
-	f := fleet.New(p.Fleet, fleet.WithClock(clock), fleet.WithRand(fixedRand(0.5)))
+	f := fleet.New(p.Fleet, fleet.WithClock(clock))
 	conn := startPolicyServer(t, NewPolicyServer(p, WithClock(clock), WithRand(fixedRand(0.5)), WithFleet(f)))
 	h.client, h.fleet = policydv1.NewPolicyServiceClient(conn), policydv1.NewFleetServiceClient(conn)
 	return h
