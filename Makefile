@@ -183,6 +183,11 @@ bench-growth: build ## The journal's cost as it grows: empty, 1 M, 10 M attempt 
 	rm -rf $(BENCH_PG_DIR); url=$$(scripts/pg.sh start $(BENCH_PG_DIR) $(BENCH_PG_PORT)); \
 	./bin/policyd-bench --policyd bin/policyd --database-url "$$url" --doc docs/benchmarks.md --growth $(BENCH_GROWTH_SIZES)
 
+.PHONY: simulate
+simulate: ## The fleet simulation: every scenario, lifetime and policy, one line each; redraws docs/fleet/*.svg and the table in docs/fleet.md.
+	go build -o bin/policyd-sim ./cmd/policyd-sim
+	./bin/policyd-sim -svg-dir docs/fleet -doc docs/fleet.md
+
 .PHONY: tools
 tools: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(STAMPS)/staticcheck-$(STATICCHECK_VERSION) $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Install the pinned tools into .bin.
 

@@ -104,6 +104,10 @@ type Result struct {
 	// Herd: the largest 1-s attempt count on the failing bucket in the 60 s
 	// after the incident ends ÷ the baseline attempt rate.
 	Herd float64
+	// HerdRef is the same statistic in the same run without the incident:
+	// the noise floor (with 200 agents, the busiest of 60 seconds is about
+	// 1.6 times the mean by chance alone).
+	HerdRef float64
 	// TTR: seconds from the provider's recovery to the start of the first
 	// 10-s window whose goodput on the failing bucket is at least 95 % of
 	// its baseline; +Inf when the run ends first.
@@ -220,6 +224,7 @@ func (r *Result) Fields() []Field {
 		{"amplification", num(r.Amplification, 2)},
 		{"load", num(r.Load, 2)},
 		{"herd", num(r.Herd, 2)},
+		{"herd_ref", num(r.HerdRef, 2)},
 		{"ttr_s", num(r.TTR, 0)},
 		{"goodput", num(r.Goodput, 2)},
 		{"loss", num(r.Loss, 3)},

@@ -20,14 +20,13 @@ import (
 // memory) or a model of an anchor's published defaults.
 type Policy interface {
 	Name() string
-	// Start begins a run: env is the run's clock and random source.
+	// Start begins a run on env's clock.
 	Start(env Env) Instance
 }
 
-// Env is what a run gives its policy.
+// Env is what a run gives its policy: the virtual clock.
 type Env struct {
-	Now  func() time.Time
-	Rand *rand.Rand
+	Now func() time.Time
 }
 
 // Instance is a policy in one run: the state every process shares (the
@@ -180,7 +179,7 @@ func (p *Policyd) Name() string { return p.name }
 func (p *Policyd) Start(env Env) Instance {
 	in := &policydInstance{p: p, now: env.Now}
 	if p.fleet {
-		in.fleet = fleet.New(p.pol.Fleet, fleet.WithClock(env.Now), fleet.WithRand(env.Rand))
+		in.fleet = fleet.New(p.pol.Fleet, fleet.WithClock(env.Now))
 	}
 	return in
 }

@@ -28,11 +28,9 @@ var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // Streams of the run's seed: each agent draws its think times, latencies and
 // jitter from three streams of its own, so that its draws do not depend on
 // what the other agents do (and a policy's jitter does not shift the think
-// times: every policy meets the same agents, the same latencies). The
-// fleet's release slots draw from one more stream.
+// times: every policy meets the same agents, the same latencies).
 const (
-	streamFleet = iota
-	streamThink
+	streamThink = iota
 	streamLatency
 	streamJitter
 	streamCount
@@ -110,7 +108,7 @@ func Run(cfg Config) (*Result, error) {
 		cfg.ThinkMean = 10 * time.Second
 	}
 	r := &run{cfg: cfg, prov: newProvider(cfg.Scenario), rec: newRecorder(cfg.Scenario)}
-	r.inst = cfg.Policy.Start(Env{Now: r.clock, Rand: stream(cfg.Seed, 0, streamFleet)})
+	r.inst = cfg.Policy.Start(Env{Now: r.clock})
 	for i := range cfg.Agents {
 		a := &agent{idx: i, model: cfg.Scenario.modelOf(i),
 			think: stream(cfg.Seed, i, streamThink), lat: stream(cfg.Seed, i, streamLatency), jit: stream(cfg.Seed, i, streamJitter)}
@@ -135,16 +133,21 @@ func Run(cfg Config) (*Result, error) {
 		}
 	}
 	res := r.rec.result(r)
-	if sc := cfg.Scenario; sc.Name == Partial && !sc.healthy {
-		// The unaffected model against the same agents without the incident:
-		// their draws are their own, so any difference is spillover.
+	if sc := cfg.Scenario; !sc.healthy {
+		// The same agents, with the same draws, without the incident: the
+		// unaffected model's goodput is measured against it (any difference
+		// is spillover), and its herd statistic is the noise floor (the
+		// busiest second a healthy fleet has anyway).
 		ref := cfg
 		ref.Scenario = sc.reference()
 		rr, err := Run(ref)
 		if err != nil {
 			return nil, err
 		}
-		res.Unaffected = float64(sum(res.otherGood, sc.Start, sc.End)) / float64(max(sum(rr.otherGood, sc.Start, sc.End), 1))
+		res.HerdRef = rr.Herd
+		if sc.Name == Partial {
+			res.Unaffected = float64(sum(res.otherGood, sc.Start, sc.End)) / float64(max(sum(rr.otherGood, sc.Start, sc.End), 1))
+		}
 	}
 	return res, nil
 }

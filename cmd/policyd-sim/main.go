@@ -1,0 +1,245 @@
+// Command policyd-sim runs the fleet simulation (internal/fleetsim): every
+// scenario, process lifetime and policy asked for, one line each on stdout,
+// e.g.
+//
+//	sim: scenario=outage policy=fleet agents=200 life=3 amplification=1.04 load=1.19 herd=1.57 ...
+//
+// With -svg-dir it draws, per scenario, the upstream attempts per second of
+// each policy (process lifetime inf) into <dir>/<scenario>.svg; with -doc it
+// rewrites the results table of that Markdown file between the markers
+// <!-- sim:table:begin --> and <!-- sim:table:end -->. `make simulate` runs
+// it with -svg-dir docs/fleet -doc docs/fleet.md.
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"image/color"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/policyd/policyd/internal/fleetsim"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "policyd-sim:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("policyd-sim", flag.ContinueOnError)
+	scenarios := fs.String("scenario", "all", "scenarios, comma-separated: "+strings.Join(fleetsim.ScenarioNames, ", ")+" (or all)")
+	policies := fs.String("policy", "all", "policies, comma-separated: "+strings.Join(fleetsim.PolicyNames, ", ")+" (or all)")
+	lives := fs.String("life", "inf,3", "process lifetimes, comma-separated: inf (one process per agent) or logical calls per process")
+	agents := fs.Int("agents", 200, "agents in the closed loop")
+	seed := fs.Uint64("seed", 1, "the run's seed")
+	svgDir := fs.String("svg-dir", "", "draw <dir>/<scenario>.svg (attempts per second, life inf, every policy asked for)")
+	doc := fs.String("doc", "", "rewrite this Markdown file's table between <!-- sim:table:begin --> and <!-- sim:table:end -->")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	scs, err := list(*scenarios, fleetsim.ScenarioNames)
+	if err != nil {
+		return fmt.Errorf("-scenario: %w", err)
+	}
+	pols, err := list(*policies, fleetsim.PolicyNames)
+	if err != nil {
+		return fmt.Errorf("-policy: %w", err)
+	}
+	var lifes []int
+	for _, l := range strings.Split(*lives, ",") {
+		switch l = strings.TrimSpace(l); l {
+		case "inf", "0":
+			lifes = append(lifes, 0)
+		default:
+			n, err := strconv.Atoi(l)
+			if err != nil || n < 1 {
+				return fmt.Errorf("-life: %q is not inf or a positive number of calls", l)
+			}
+			lifes = append(lifes, n)
+		}
+	}
+
+	var results []*fleetsim.Result
+	for _, name := range scs {
+		sc, err := fleetsim.NewScenario(name, fleetsim.DefaultTiming)
+		if err != nil {
+			return err
+		}
+		var chart []*fleetsim.Result
+		for _, life := range lifes {
+			for _, pn := range pols {
+				p, err := fleetsim.NewPolicy(pn)
+				if err != nil {
+					return err
+				}
+				res, err := fleetsim.Run(fleetsim.Config{Scenario: sc, Policy: p, Agents: *agents, Life: life, Seed: *seed})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(stdout, res.Line())
+				results = append(results, res)
+				if life == 0 {
+					chart = append(chart, res)
+				}
+			}
+		}
+		if *svgDir != "" && len(chart) > 0 {
+			if err := os.MkdirAll(*svgDir, 0o755); err != nil {
+				return err
+			}
+			if err := drawChart(filepath.Join(*svgDir, name+".svg"), sc, chart); err != nil {
+				return fmt.Errorf("chart %s: %w", name, err)
+			}
+		}
+	}
+	if *doc != "" {
+		if err := rewriteTable(*doc, results, *agents, *seed); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func list(s string, all []string) ([]string, error) {
+	if s == "all" {
+		return all, nil
+	}
+	var out []string
+	for _, n := range strings.Split(s, ",") {
+		n = strings.TrimSpace(n)
+		ok := false
+		for _, a := range all {
+			ok = ok || a == n
+		}
+		if !ok {
+			return nil, fmt.Errorf("%q is not one of %s", n, strings.Join(all, ", "))
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// The policies' colours (Okabe–Ito, readable by colour-blind readers) and
+// widths: fleet memory drawn thickest.
+var styles = map[string]struct {
+	c     color.RGBA
+	width vg.Length
+	dash  []vg.Length
+}{
+	fleetsim.PolicyFleet:       {color.RGBA{0, 114, 178, 255}, 2, nil},
+	fleetsim.PolicyStateless:   {color.RGBA{213, 94, 0, 255}, 1.2, nil},
+	fleetsim.PolicySDK:         {color.RGBA{0, 158, 115, 255}, 1, []vg.Length{vg.Points(4), vg.Points(2)}},
+	fleetsim.PolicyGeminiCLI:   {color.RGBA{204, 121, 167, 255}, 1, []vg.Length{vg.Points(1), vg.Points(2)}},
+	fleetsim.PolicyAWSStandard: {color.RGBA{230, 159, 0, 255}, 1, []vg.Length{vg.Points(6), vg.Points(2), vg.Points(1), vg.Points(2)}},
+	fleetsim.PolicyGRPCA6:      {color.RGBA{86, 180, 233, 255}, 1, []vg.Length{vg.Points(2), vg.Points(2)}},
+}
+
+var titles = map[string]string{
+	fleetsim.Outage:  "Full outage: 503 on every attempt to gpt-4o from 60 s to 180 s",
+	fleetsim.Quota:   "Shared quota: 600 requests/min on the key from 60 s to 180 s",
+	fleetsim.Herd:    "Synchronised hint: 429 with Retry-After to 70 s, from 60 s to 70 s",
+	fleetsim.Partial: "Partial: gpt-4o down from 60 s to 180 s, gpt-4o-mini fine",
+}
+
+// drawChart plots each result's attempts per second, with the incident's
+// start and end as grey lines.
+func drawChart(path string, sc fleetsim.Scenario, results []*fleetsim.Result) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s (%d agents, life inf)", titles[sc.Name], results[0].Agents)
+	p.X.Label.Text = "time (s)"
+	p.Y.Label.Text = "upstream attempts per second"
+	p.Legend.Top = true
+	p.Legend.Left = false
+	p.Add(plotter.NewGrid())
+	ymax := 0.0
+	for _, r := range results {
+		for _, v := range r.PerSecond {
+			ymax = max(ymax, float64(v))
+		}
+	}
+	for _, at := range []float64{sc.Start.Seconds(), sc.End.Seconds()} {
+		l, err := plotter.NewLine(plotter.XYs{{X: at, Y: 0}, {X: at, Y: ymax}})
+		if err != nil {
+			return err
+		}
+		l.Color = color.Gray{Y: 150}
+		l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
+		p.Add(l)
+	}
+	for _, r := range results {
+		xys := make(plotter.XYs, len(r.PerSecond))
+		for i, v := range r.PerSecond {
+			xys[i] = plotter.XY{X: float64(i), Y: float64(v)}
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return err
+		}
+		st := styles[r.Policy]
+		l.LineStyle = draw.LineStyle{Color: st.c, Width: vg.Points(float64(st.width)), Dashes: st.dash}
+		p.Add(l)
+		p.Legend.Add(r.Policy, l)
+	}
+	p.X.Min, p.X.Max = 0, sc.Duration.Seconds()
+	p.Y.Min = 0
+	return p.Save(10*vg.Inch, 4.5*vg.Inch, path)
+}
+
+const (
+	beginMarker = "<!-- sim:table:begin -->"
+	endMarker   = "<!-- sim:table:end -->"
+)
+
+// rewriteTable replaces the Markdown table between the markers.
+func rewriteTable(path string, results []*fleetsim.Result, agents int, seed uint64) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	i, j := bytes.Index(data, []byte(beginMarker)), bytes.Index(data, []byte(endMarker))
+	if i < 0 || j < i {
+		return errors.New(path + ": no " + beginMarker + " … " + endMarker + " markers")
+	}
+	var b bytes.Buffer
+	b.Write(data[:i+len(beginMarker)])
+	fmt.Fprintf(&b, "\n\n_Generated by `make simulate` (%d agents, seed %d); do not edit by hand._\n\n", agents, seed)
+	b.WriteString("| scenario | life | policy | amplification | load | herd (healthy) | ttr_s | goodput/s | loss | other |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, r := range results {
+		f := map[string]string{}
+		for _, x := range r.Fields() {
+			f[x.Name] = x.Value
+		}
+		var other []string
+		for _, k := range []string{"throttled", "quota_used", "unaffected"} {
+			if v, ok := f[k]; ok {
+				other = append(other, k+" "+v)
+			}
+		}
+		name := r.Policy
+		if name == fleetsim.PolicyFleet {
+			name = "**fleet**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s (%s) | %s | %s | %s | %s |\n", r.Scenario, fleetsim.LifeName(r.Life), name,
+			f["amplification"], f["load"], f["herd"], f["herd_ref"], f["ttr_s"], f["goodput"], f["loss"], strings.Join(other, ", "))
+	}
+	b.WriteString("\n")
+	b.Write(data[j:])
+	return os.WriteFile(path, b.Bytes(), 0o644)
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRunWritesLinesChartAndTable(t *testing.T) {
+	dir := t.TempDir()
+	doc := filepath.Join(dir, "fleet.md")
+	before, after := "# Title\n\ntext\n\n", "\n## Configuration\n"
+	if err := os.WriteFile(doc, []byte(before+beginMarker+"\nold table\n"+endMarker+after), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := run([]string{"-scenario", "herd", "-policy", "fleet,sdk", "-life", "inf,3", "-svg-dir", dir, "-doc", doc}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines, want 4 (2 policies × 2 lifetimes):\n%s", len(lines), out.String())
+	}
+	for i, want := range []string{"policy=fleet agents=200 life=inf", "policy=sdk agents=200 life=inf", "policy=fleet agents=200 life=3", "policy=sdk agents=200 life=3"} {
+		if !strings.HasPrefix(lines[i], "sim: scenario=herd "+want+" amplification=") {
+			t.Errorf("line %d = %q, want %q", i, lines[i], want)
+		}
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "herd.svg"))
+	if err != nil || !bytes.Contains(svg, []byte("<svg")) {
+		t.Fatalf("herd.svg: %v", err)
+	}
+	md, _ := os.ReadFile(doc)
+	s := string(md)
+	if !strings.HasPrefix(s, before+beginMarker) || !strings.HasSuffix(s, endMarker+after) || strings.Contains(s, "old table") {
+		t.Fatalf("the table was not replaced between the markers:\n%s", s)
+	}
+	if n := strings.Count(s, "\n| herd | "); n != 4 {
+		t.Errorf("%d table rows, want 4:\n%s", n, s)
+	}
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"-scenario", "nope"}, {"-policy", "nope"}, {"-life", "0.5"}, {"extra"}} {
+		if err := run(append(args, "-agents", "10"), &bytes.Buffer{}); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+	dir := t.TempDir()
+	doc := filepath.Join(dir, "x.md")
+	os.WriteFile(doc, []byte("no markers"), 0o644)
+	if err := run([]string{"-scenario", "herd", "-policy", "sdk", "-life", "3", "-agents", "10", "-doc", doc}, &bytes.Buffer{}); err == nil {
+		t.Error("a doc without markers accepted")
+	}
+}

@@ -1,0 +1,174 @@
+package fleetsim
+
+import (
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/policyd/policyd/internal/fleet"
+)
+
+const agents = 200 // the goals are stated for 200 agents
+
+func simulate(t *testing.T, scenario, pol string, life int, seed uint64) *Result {
+	t.Helper()
+	sc, err := NewScenario(scenario, DefaultTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPolicy(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(Config{Scenario: sc, Policy: p, Agents: agents, Life: life, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res.Line())
+	return res
+}
+
+// The goals, on fleet memory, for both process lifetimes; the
+// stateless policy (today's answers) runs alongside as the contrast.
+func TestFleetGoals(t *testing.T) {
+	openPeriods := 2 * fleet.Defaults().Breaker.OpenFor.Seconds()
+	for _, life := range []int{0, 3} {
+		t.Run("life="+LifeName(life), func(t *testing.T) {
+			byScenario := map[string]map[string]*Result{}
+			for _, sc := range ScenarioNames {
+				byScenario[sc] = map[string]*Result{}
+				for _, pol := range []string{PolicyFleet, PolicyStateless} {
+					res := simulate(t, sc, pol, life, 1)
+					byScenario[sc][pol] = res
+					// Zero RPCs on the success path.
+					if res.SuccessPathDecisions != 0 {
+						t.Errorf("%s: %d decisions for calls whose first attempt succeeded; want 0", res.Line(), res.SuccessPathDecisions)
+					}
+					if res.FirstOK == 0 || res.Decisions == 0 {
+						t.Errorf("%s: no first-attempt successes (%d) or no decisions (%d)", res.Line(), res.FirstOK, res.Decisions)
+					}
+				}
+			}
+			out, stateless := byScenario[Outage][PolicyFleet], byScenario[Outage][PolicyStateless]
+			// Full outage: amplification ≤ 1.1 (stateless: the attempt cap).
+			if out.Amplification > 1.1 {
+				t.Errorf("outage: amplification %.2f > 1.1", out.Amplification)
+			}
+			if stateless.Amplification < 2 {
+				t.Errorf("outage, stateless: amplification %.2f; the contrast is gone", stateless.Amplification)
+			}
+			// Recovery to 95 % goodput within 2 open periods.
+			for _, sc := range []string{Outage, Partial} {
+				if r := byScenario[sc][PolicyFleet]; r.TTR > openPeriods {
+					t.Errorf("%s: recovered to 95 %% goodput after %v s; want ≤ %v (2 open periods)", sc, r.TTR, openPeriods)
+				}
+			}
+			// The herd after a shared Retry-After: ≤ 1.5 × baseline above the
+			// busiest second the same fleet has without the hint (the 1-s
+			// counts of 200 agents are Poisson: their peak alone is ≈ 1.6 ×).
+			herd, herdStateless := byScenario[Herd][PolicyFleet], byScenario[Herd][PolicyStateless]
+			if herd.Herd-herd.HerdRef > 0.5 {
+				t.Errorf("herd: peak %.2f × baseline, %.2f above a healthy fleet's %.2f; want ≤ 0.5", herd.Herd, herd.Herd-herd.HerdRef, herd.HerdRef)
+			}
+			if herdStateless.Herd < 2*herd.Herd {
+				t.Errorf("herd, stateless: %.2f vs fleet %.2f; the contrast is gone", herdStateless.Herd, herd.Herd)
+			}
+			// The model that is not down keeps its goodput.
+			if u := byScenario[Partial][PolicyFleet].Unaffected; math.Abs(u-1) > 0.03 {
+				t.Errorf("partial: the unaffected model's goodput is %.3f of its baseline; want within 3 %%", u)
+			}
+		})
+	}
+}
+
+// Every anchor's model runs every scenario, for both lifetimes, and behaves
+// as its defaults say in a full outage.
+func TestBaselinesRun(t *testing.T) {
+	for _, pol := range []string{PolicySDK, PolicyGeminiCLI, PolicyAWSStandard, PolicyGRPCA6} {
+		for _, sc := range ScenarioNames {
+			for _, life := range []int{0, 3} {
+				res := simulate(t, sc, pol, life, 1)
+				if res.Calls == 0 || res.Goodput <= 0 || math.IsNaN(res.Amplification) {
+					t.Errorf("%s: no calls or no goodput", res.Line())
+				}
+				if pol != PolicyGeminiCLI && res.Decisions != 0 {
+					t.Errorf("%s: %d daemon decisions from an in-process model", res.Line(), res.Decisions)
+				}
+				if sc != Outage {
+					continue
+				}
+				// The attempt caps bound amplification: 3 attempts (SDK, AWS),
+				// 10 (gemini-cli), 5 with A6's throttle.
+				limit := map[string]float64{PolicySDK: 3, PolicyAWSStandard: 3, PolicyGeminiCLI: 10, PolicyGRPCA6: 5}[pol]
+				if res.Amplification > limit || res.Amplification < 1.2 {
+					t.Errorf("%s: amplification %.2f outside [1.2, %v]", res.Line(), res.Amplification, limit)
+				}
+			}
+		}
+	}
+}
+
+// The same seed gives the same run; another seed, another run.
+func TestDeterministic(t *testing.T) {
+	for _, pol := range []string{PolicyFleet, PolicyGRPCA6} {
+		a := simulate(t, Outage, pol, 3, 7)
+		b := simulate(t, Outage, pol, 3, 7)
+		if a.Line() != b.Line() || !reflect.DeepEqual(a.PerSecond, b.PerSecond) || !reflect.DeepEqual(a.Fleet, b.Fleet) {
+			t.Errorf("%s: two runs of seed 7 differ:\n%s\n%s", pol, a.Line(), b.Line())
+		}
+		c := simulate(t, Outage, pol, 3, 8)
+		if reflect.DeepEqual(a.PerSecond, c.PerSecond) {
+			t.Errorf("%s: seeds 7 and 8 gave the same run", pol)
+		}
+	}
+}
+
+func TestLineFormat(t *testing.T) {
+	r := simulate(t, Quota, PolicySDK, 3, 1)
+	line := r.Line()
+	for _, want := range []string{"sim: scenario=quota policy=sdk agents=200 life=3 amplification=", " load=", " herd=", " ttr_s=", " goodput=", " loss=", " throttled=", " quota_used=", " rpcs_per_call=- "} {
+		if !strings.Contains(line, want) {
+			t.Errorf("line %q lacks %q", line, want)
+		}
+	}
+	if r := simulate(t, Partial, PolicyFleet, 0, 1); !strings.Contains(r.Line(), " life=inf ") || !strings.Contains(r.Line(), " unaffected=") {
+		t.Errorf("line %q", r.Line())
+	}
+}
+
+func TestSimPolicyTurnsFallbacksOff(t *testing.T) {
+	p, err := SimPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := p.Profiles[SimProfile]
+	if prof == nil {
+		t.Fatal("no sim profile")
+	}
+	def := p.Profiles["default"]
+	for ft, s := range prof.Strategies {
+		if s.Fallback != 0 || s.FallbackAfter != 0 {
+			t.Errorf("%v: fallback %v after %d", ft, s.Fallback, s.FallbackAfter)
+		}
+		d := def.Strategies[ft]
+		d.Fallback, d.FallbackAfter, d.Name, s.Name = 0, 0, "", ""
+		if s != d {
+			t.Errorf("%v: %+v differs from default's %+v beyond the fallback", ft, s, d)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	if _, err := NewScenario("nope", DefaultTiming); err == nil {
+		t.Error("unknown scenario accepted")
+	}
+	if _, err := NewPolicy("nope"); err == nil {
+		t.Error("unknown policy accepted")
+	}
+	sc, _ := NewScenario(Outage, DefaultTiming)
+	p, _ := NewPolicy(PolicySDK)
+	if _, err := Run(Config{Scenario: sc, Policy: p}); err == nil {
+		t.Error("0 agents accepted")
+	}
+}
