@@ -4,6 +4,8 @@
 // error and the decision's reason, or hand the fallback hint to the
 // caller's fallback function. Journaled calls are recorded (journal.ts).
 
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
 import { basename } from "node:path";
 import { Code, ConnectError, createClient as createConnectClient, type Client as ConnectClient, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -23,7 +25,7 @@ import {
   values,
 } from "./decision.js";
 import { FailOpenPolicy, type FailOpenOptions } from "./fail_open.js";
-import { type Failure, emptyFailure, failureFromError, failureToProto } from "./failure.js";
+import { type Failure, clipLabel, emptyFailure, failureFromError, failureToProto } from "./failure.js";
 import { HttpError } from "./http_error.js";
 import { Journal } from "./journal.js";
 import { JOURNAL_OFF, REFUSED, type RpcOptions, type RpcResult } from "./rpc.js";
@@ -79,6 +81,10 @@ export interface FallbackHint {
   kind: Decision["fallback"]["kind"];
   /** Why, e.g. "2 attempts failed; fall back to OTHER_PROVIDER". */
   reason: string;
+  /** The target's provider from policyd's fallback chains (the policy file's fallbacks); "" when the policy names none. */
+  provider: string;
+  /** The target's model from policyd's fallback chains; "" when the policy names none. */
+  model: string;
   /** The failed attempt's error. */
   error: unknown;
   /** The failed attempt's number. */
@@ -95,6 +101,14 @@ export interface CallOptions<T> {
   provider?: string;
   /** The model, e.g. "gpt-4o". */
   model?: string;
+  /**
+   * A label of the credential or account the call uses (at most 128 bytes),
+   * e.g. "prod-key" or a hash of the key — never the key itself. policyd's
+   * fleet memory shares rate limits, quotas and auth failures per key: one
+   * agent's revoked key or exhausted quota stops the others on the same
+   * key, not everyone.
+   */
+  keyId?: string;
   /** What is being done: "chat", "chat.stream", "web_fetch", "task", "shell.exec", ...; it decides operation safety. */
   operation?: string;
   /** The HTTP method; when unset, the one an HttpError carries. GET, HEAD and OPTIONS may be repeated. */
@@ -150,6 +164,13 @@ export interface ClientOptions {
   logger?: Logger;
   /** The agent named in journaled contexts; default the script's file name. */
   agent?: string;
+  /**
+   * Names this client to policyd (at most 128 bytes); default the host
+   * name, the process id and 8 random hex digits, new for every client. The
+   * fleet's circuit breakers count distinct clients, so two clients must
+   * not share one.
+   */
+  clientId?: string;
   /** The policy used while policyd cannot be asked; default DEFAULT_FAIL_OPEN. */
   failOpen?: FailOpenPolicy | Partial<FailOpenOptions>;
   /** The time source (default the system clock); tests inject one that does not sleep. */
@@ -210,6 +231,8 @@ export interface ClientInternals {
 export class PolicydClient {
   /** The daemon's address, host:port. */
   readonly address: string;
+  /** The client id sent with every NextDelay (ClientOptions.clientId). */
+  readonly clientId: string;
   readonly #profile: string;
   readonly #journal: boolean;
   readonly #agent: string;
@@ -226,6 +249,7 @@ export class PolicydClient {
   constructor(options: ClientOptions = {}) {
     const address = (options.address || process.env["POLICYD_ADDR"] || DEFAULT_ADDRESS).trim();
     this.address = address.replace(/^https?:\/\//, "").replace(/\/+$/, "");
+    this.clientId = clipLabel(options.clientId || newClientId());
     const explicit = options.token || options.tls || options.tlsCaFile || options.tlsCertFile || options.tlsKeyFile;
     if (options.transport && explicit) {
       throw new Error("policyd: give token and TLS options or a transport, not both (the transport carries its own)");
@@ -375,6 +399,8 @@ export class PolicydClient {
               value = await options.fallback({
                 kind: decision.fallback.kind,
                 reason: decision.fallback.reason || decision.stopText,
+                provider: decision.fallback.provider,
+                model: decision.fallback.model,
                 error: err,
                 attempt,
                 decision,
@@ -433,6 +459,7 @@ export class PolicydClient {
     const f = failureFromError(err);
     f.provider = options.provider ?? "";
     f.model = options.model ?? "";
+    f.keyId = options.keyId ?? "";
     f.operation = options.operation ?? "";
     if (options.method) f.method = options.method.toUpperCase();
     return f;
@@ -467,6 +494,7 @@ export class PolicydClient {
       elapsed: durationOf(now - start),
       safety: values.safety(options.safety ?? ""),
       contextId: journal.id,
+      clientId: this.clientId,
       ...(classifyOptions ? { options: classifyOptions } : {}),
       ...(deadlineMs !== undefined ? { deadline: timestampFromMs(deadlineMs) } : {}),
     };
@@ -558,6 +586,11 @@ export class PolicydClient {
   }
 }
 
+/** A client id unique per client: host, pid and 8 random hex digits. */
+function newClientId(): string {
+  return `${hostname()}/${process.pid}/${randomBytes(4).toString("hex")}`;
+}
+
 function optionsOf(o: CallOptions<unknown>): ClassifyOptions | undefined {
   if (!o.retryFetchErrors && o.continueInvalidStream === undefined) return undefined;
   const opts = create(ClassifyOptionsSchema, { retryFetchErrors: o.retryFetchErrors ?? false });
@@ -588,7 +621,7 @@ function deadlineDecision(attempt: number): Decision {
     attemptsLeft: 0,
     stopReason: "DEADLINE",
     stopText: `the call's deadline passed during attempt ${attempt}`,
-    fallback: { kind: "", reason: "" },
+    fallback: { kind: "", reason: "", provider: "", model: "" },
     strategy: { name: "", summary: "" },
     journaled: false,
     failOpen: false,

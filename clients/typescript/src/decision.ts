@@ -14,6 +14,8 @@ import {
   DecisionSchema,
   FailureType as PbFailureType,
   FallbackSchema,
+  type FleetState as PbFleetState,
+  BreakerState as PbBreakerState,
   FallbackKind as PbFallbackKind,
   OperationSafety as PbOperationSafety,
   StopReason as PbStopReason,
@@ -54,7 +56,12 @@ export type StopReason =
   | "SERVER_DELAY_ABOVE_CEILING"
   | "IRREVERSIBLE_OPERATION"
   | "CONTINUATION_OFF"
-  | "STREAM_PHASE";
+  | "STREAM_PHASE"
+  // Fleet memory: the breaker for this provider and model is open, its retry
+  // budget is spent, or another agent's failure stopped every agent on this key.
+  | "CIRCUIT_OPEN"
+  | "RETRY_BUDGET_EXHAUSTED"
+  | "FLEET_STOP";
 
 /** What to fall back to. */
 export type FallbackKind = "" | "LARGER_CONTEXT_MODEL" | "OTHER_PROVIDER" | "OTHER_MODEL";
@@ -66,6 +73,34 @@ export type FallbackKind = "" | "LARGER_CONTEXT_MODEL" | "OTHER_PROVIDER" | "OTH
  * are conditional.
  */
 export type Safety = "" | "SAFE" | "CONDITIONAL" | "IRREVERSIBLE";
+
+/** The state of a fleet circuit breaker; "" when policyd did not say. */
+export type BreakerState = "" | "CLOSED" | "OPEN" | "HALF_OPEN";
+
+/**
+ * What policyd's fleet memory knows about a failure's bucket: the failures
+ * of every agent on the same provider, model and key.
+ */
+export interface FleetState {
+  /** The bucket's name, e.g. "availability:openai/gpt-4o" or "rate_limit:openai/gpt-4o@prod-key". */
+  bucket: string;
+  /** The bucket's circuit breaker. */
+  breaker: BreakerState;
+  /** The shared cooldown left, in milliseconds. */
+  holdRemainingMs: number;
+  /** How much longer the breaker stays open or the key stopped, in milliseconds. */
+  openRemainingMs: number;
+  /** The retry budget left (negative while retries are paced). */
+  budgetTokens: number;
+  /** Whether the retry budget is spent. */
+  budgetExhausted: boolean;
+  /** Another agent's failure stopped this key. */
+  stopped: boolean;
+  /** The fleet changed this decision (a longer wait, a stop or a fallback). */
+  changed: boolean;
+  /** Why, for a human, e.g. "24 failures in 10s from 6 clients (OVERLOADED); open for 5s". */
+  reason: string;
+}
 
 /** What policyd makes of a failure. */
 export interface Classification {
@@ -104,12 +139,18 @@ export interface Decision {
   stopReason: StopReason;
   /** The reason in a sentence. */
   stopText: string;
-  /** What to fall back to (FALL_BACK); kind "" when nothing. */
-  fallback: { kind: FallbackKind; reason: string };
+  /**
+   * What to fall back to (FALL_BACK); kind "" when nothing. provider and
+   * model name the target from policyd's fallback chains (the policy file's
+   * fallbacks), "" when the policy names none.
+   */
+  fallback: { kind: FallbackKind; reason: string; provider: string; model: string };
   /** The strategy applied: name "<profile>/<FAILURE_TYPE>" (e.g. "default/RATE_LIMIT") and a one-line summary. */
   strategy: { name: string; summary: string };
   /** Whether policyd recorded the attempt in its journal. */
   journaled: boolean;
+  /** What policyd's fleet memory knew and did; undefined when the failure's bucket had no state (or the fleet is off). */
+  fleet?: FleetState;
   /** True when the client decided with its fail-open policy because policyd was unreachable or too slow. */
   failOpen: boolean;
 }
@@ -131,6 +172,7 @@ export const names = {
   action: (v: PbAction) => nameOf<Action>(PbAction, v),
   stopReason: (v: PbStopReason) => nameOf<StopReason>(PbStopReason, v),
   fallbackKind: (v: PbFallbackKind) => nameOf<FallbackKind>(PbFallbackKind, v),
+  breaker: (v: PbBreakerState) => nameOf<BreakerState>(PbBreakerState, v),
 };
 
 /** @internal */
@@ -171,19 +213,41 @@ export function classificationFromProto(c: PbClassification | undefined): Classi
 }
 
 /** @internal */
-export function decisionFromProto(d: PbDecision | undefined): Decision {
+export function fleetFromProto(f: PbFleetState): FleetState {
   return {
+    bucket: f.bucket,
+    breaker: names.breaker(f.breaker),
+    holdRemainingMs: durationMs(f.holdRemaining),
+    openRemainingMs: durationMs(f.openRemaining),
+    budgetTokens: f.budgetTokens,
+    budgetExhausted: f.budgetExhausted,
+    stopped: f.stopped,
+    changed: f.changed,
+    reason: f.reason,
+  };
+}
+
+/** @internal */
+export function decisionFromProto(d: PbDecision | undefined): Decision {
+  const out: Decision = {
     action: names.action(d?.action ?? 0),
     delayMs: durationMs(d?.delay),
     classification: classificationFromProto(d?.classification),
     attemptsLeft: d?.attemptsLeft ?? 0,
     stopReason: names.stopReason(d?.stopReason ?? 0),
     stopText: d?.stopText ?? "",
-    fallback: { kind: names.fallbackKind(d?.fallback?.kind ?? 0), reason: d?.fallback?.reason ?? "" },
+    fallback: {
+      kind: names.fallbackKind(d?.fallback?.kind ?? 0),
+      reason: d?.fallback?.reason ?? "",
+      provider: d?.fallback?.provider ?? "",
+      model: d?.fallback?.model ?? "",
+    },
     strategy: { name: d?.strategy?.name ?? "", summary: d?.strategy?.summary ?? "" },
     journaled: d?.journaled ?? false,
     failOpen: false,
   };
+  if (d?.fleet) out.fleet = fleetFromProto(d.fleet);
+  return out;
 }
 
 /** @internal A client-side (fail-open) decision, for RecordAttempt. */
@@ -206,7 +270,8 @@ export function decisionToProto(d: Decision): PbDecision {
   if (c.retryAfterMs !== undefined && pb.classification) pb.classification.retryAfter = durationOf(c.retryAfterMs);
   if (d.action === "RETRY") pb.delay = durationOf(d.delayMs);
   if (d.fallback.kind !== "") {
-    pb.fallback = create(FallbackSchema, { kind: values.fallbackKind(d.fallback.kind), reason: d.fallback.reason });
+    const { reason, provider, model } = d.fallback;
+    pb.fallback = create(FallbackSchema, { kind: values.fallbackKind(d.fallback.kind), reason, provider, model });
   }
   return pb;
 }

@@ -74,7 +74,7 @@ export class FailOpenPolicy {
       attemptsLeft: 0,
       stopReason: "",
       stopText: "",
-      fallback: { kind: "", reason: "" },
+      fallback: { kind: "", reason: "", provider: "", model: "" },
       strategy: {
         name: `fail-open/${c.failureType}`,
         summary: `exponential ${fmt(p.initialDelayMs)}→${fmt(p.maxDelayMs)} ×${p.multiplier}, full jitter, ${p.maxAttempts} attempts (policyd unreachable)`,

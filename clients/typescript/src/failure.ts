@@ -36,6 +36,8 @@ export interface Failure {
   provider: string;
   /** The model, e.g. "gpt-4o". */
   model: string;
+  /** A label of the credential the call used (CallOptions.keyId); never the key itself. */
+  keyId: string;
   /** What was being done: "chat", "chat.stream", "web_fetch", "task", "shell.exec", ... */
   operation: string;
   /** The HTTP method, when there was one. */
@@ -66,12 +68,15 @@ const MAX_FIELD_CHARS = 8 << 10;
 const MAX_HEADERS = 100;
 const MAX_HEADER_NAME = 256;
 const MAX_CAUSES = 64;
+/** key_id and client_id are labels, not data: policyd refuses more than 128 UTF-8 bytes. */
+const MAX_LABEL_BYTES = 128;
 
 /** An empty Failure, every field at its zero value. */
 export function emptyFailure(): Failure {
   return {
     provider: "",
     model: "",
+    keyId: "",
     operation: "",
     method: "",
     httpStatus: 0,
@@ -98,6 +103,19 @@ function str(v: unknown): string {
 
 function clip(s: string, n: number): string {
   return s.length > n ? s.slice(0, n) : s;
+}
+
+/** @internal s cut to policyd's label limit in UTF-8 bytes, on a character boundary. */
+export function clipLabel(s: string): string {
+  let bytes = 0;
+  let end = 0;
+  for (const ch of s) {
+    const cp = ch.codePointAt(0)!;
+    bytes += cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; // a lone surrogate is sent as U+FFFD: 3
+    if (bytes > MAX_LABEL_BYTES) break;
+    end += ch.length;
+  }
+  return s.slice(0, end);
 }
 
 /** The class name of e: its own name unless that is the generic "Error", then its constructor's. */
@@ -257,6 +275,7 @@ export function failureToProto(f: Failure): PbFailure {
   return create(FailureSchema, {
     provider: f.provider,
     model: f.model,
+    keyId: clipLabel(f.keyId),
     operation: f.operation,
     method: f.method,
     httpStatus: f.httpStatus,

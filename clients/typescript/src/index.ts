@@ -20,10 +20,12 @@ export {
 export { type Clock, type Random, systemClock } from "./clock.js";
 export {
   type Action,
+  type BreakerState,
   type Classification,
   type Decision,
   type FailureType,
   type FallbackKind,
+  type FleetState,
   type Safety,
   type StopReason,
   explain,

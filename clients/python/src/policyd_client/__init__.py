@@ -17,7 +17,7 @@ from ._gen.policyd.v1 import journal_pb2, policy_pb2
 from ._gen.policyd.v1.policy_pb2 import Cause, Failure
 from .aio import AsyncClient
 from .client import Client
-from .decision import SOURCE_FAIL_OPEN, SOURCE_POLICYD, Action, Decision, FallbackHint, RetryEvent
+from .decision import SOURCE_FAIL_OPEN, SOURCE_POLICYD, Action, Decision, FallbackHint, FleetState, RetryEvent
 from .errors import PolicydAuthError, PolicydClientError, RetryCancelled, RetryStopped
 from .fail_open import FailOpenPolicy, retry_after
 from .failure import FailureMapper, failure_from_exception, failure_from_response
@@ -37,6 +37,7 @@ __all__ = [
     "Failure",
     "FailureMapper",
     "FallbackHint",
+    "FleetState",
     "PolicydAuthError",
     "PolicydClientError",
     "RetryCancelled",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
+import secrets
+import socket
 import threading
 import uuid
 from collections.abc import Mapping
@@ -16,7 +18,7 @@ import grpc
 from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from .decision import Action, Decision
-from .failure import FailureMapper, failure_from_exception
+from .failure import FailureMapper, clip_label, failure_from_exception
 
 #: The daemon address when neither ``addr`` nor ``POLICYD_ADDR`` is given
 #: (``make run`` serves there).
@@ -57,12 +59,22 @@ def resolve_addr(addr: str | None) -> str:
     return addr or os.environ.get("POLICYD_ADDR") or DEFAULT_ADDR
 
 
+def resolve_client_id(given: str | None) -> str:
+    """Return the client id a client sends: the given one, else host/pid/8 random hex digits.
+
+    Unique per client instance: the fleet's circuit breakers count distinct
+    clients, so two processes (or two clients) must not share one.
+    """
+    return clip_label(given or f"{socket.gethostname()}/{os.getpid()}/{secrets.randbits(32):08x}")
+
+
 @dataclass(frozen=True)
 class Spec:
     """One call's options, the client's defaults filled in."""
 
     provider: str
     model: str
+    key_id: str
     operation: str
     method: str
     profile: str
@@ -74,6 +86,7 @@ class Spec:
     retry_fetch_errors: bool
     continue_on_failed_api_call: bool | None
     mapper: FailureMapper
+    client_id: str
 
     def failure(self, exc: BaseException) -> pb.Failure:
         """Map exc with the call's mapper and fill in what the call knows."""
@@ -86,6 +99,9 @@ class Spec:
             f.operation = self.operation
         if self.method:
             f.method = self.method.upper()
+        if self.key_id:  # the caller knows which credential it used; a mapper cannot
+            f.key_id = self.key_id
+        f.key_id = clip_label(f.key_id)
         return f
 
     def options(self) -> pb.ClassifyOptions:
@@ -144,6 +160,7 @@ def next_delay_request(spec: Spec, st: State, failure: pb.Failure, now: float) -
         profile=spec.profile,
         options=spec.options(),
         context_id=st.journal_id(),
+        client_id=spec.client_id,
     )
     req.elapsed.FromNanoseconds(max(int((now - st.start) * 1e9), 0))
     if st.deadline is not None:

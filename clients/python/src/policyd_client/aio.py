@@ -64,6 +64,7 @@ class AsyncClient:
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        client_id: str | None = None,
     ) -> None:
         self.addr = _core.resolve_addr(addr)
         if channel is not None and (token or tls or tls_ca or tls_cert or tls_key):
@@ -72,6 +73,8 @@ class AsyncClient:
             self.addr, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key
         )
         self.timeout = timeout
+        #: Sent with every NextDelay: the fleet's circuit breakers count distinct clients.
+        self.client_id = _core.resolve_client_id(client_id)
         self.profile = profile
         self.agent = agent
         self.journal = journal
@@ -126,6 +129,7 @@ class AsyncClient:
         *,
         provider: str = "",
         model: str = "",
+        key_id: str = "",
         operation: str = "",
         method: str = "",
         profile: str | None = None,
@@ -146,6 +150,7 @@ class AsyncClient:
         spec = Spec(
             provider=provider,
             model=model,
+            key_id=key_id,
             operation=operation,
             method=method.upper(),
             profile=self.profile if profile is None else profile,
@@ -157,6 +162,7 @@ class AsyncClient:
             retry_fetch_errors=retry_fetch_errors,
             continue_on_failed_api_call=continue_on_failed_api_call,
             mapper=self.failure_mapper,
+            client_id=self.client_id,
         )
         st = _core.new_state(deadline, spec.journal, spec.context_id, self._clock(), time.time())
         try:
@@ -184,6 +190,7 @@ class AsyncClient:
                         hint = FallbackHint(
                             kind=decision.fallback, reason=decision.fallback_reason or decision.stop_text,
                             error=exc, decision=decision, attempts=st.attempt, context_id=st.context_id,
+                            provider=decision.fallback_provider, model=decision.fallback_model,
                         )  # fmt: skip
                         try:
                             result = await fallback(hint)
@@ -207,6 +214,7 @@ class AsyncClient:
         *,
         provider: str = "",
         model: str = "",
+        key_id: str = "",
         operation: str = "",
         method: str = "",
         profile: str | None = None,
@@ -223,8 +231,8 @@ class AsyncClient:
             async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
                 return await self.call(
                     lambda: f(*args, **kwargs),
-                    provider=provider, model=model, operation=operation, method=method, profile=profile,
-                    journal=journal, deadline=deadline, labels=labels, safety=safety,
+                    provider=provider, model=model, key_id=key_id, operation=operation, method=method,
+                    profile=profile, journal=journal, deadline=deadline, labels=labels, safety=safety,
                     retry_fetch_errors=retry_fetch_errors,
                 )  # fmt: skip
 

@@ -52,6 +52,11 @@ class Client:
     that answers UNAUTHENTICATED makes ``call`` raise
     :class:`PolicydAuthError` instead of failing open.
 
+    ``client_id`` names this client to policyd (at most 128 bytes; default:
+    the host name, the process id and 8 random hex digits, new for every
+    Client). The fleet's circuit breakers count distinct clients, so two
+    clients must not share one.
+
     A Client is thread-safe; close it (or use ``with``) to close its channel.
     """
 
@@ -76,6 +81,7 @@ class Client:
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        client_id: str | None = None,
     ) -> None:
         self.addr = _core.resolve_addr(addr)
         if channel is not None and (token or tls or tls_ca or tls_cert or tls_key):
@@ -84,6 +90,8 @@ class Client:
             self.addr, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key
         )
         self.timeout = timeout
+        #: Sent with every NextDelay: the fleet's circuit breakers count distinct clients.
+        self.client_id = _core.resolve_client_id(client_id)
         self.profile = profile
         self.agent = agent
         self.journal = journal
@@ -119,6 +127,7 @@ class Client:
         *,
         provider: str = "",
         model: str = "",
+        key_id: str = "",
         operation: str = "",
         method: str = "",
         profile: str | None = None,
@@ -145,6 +154,11 @@ class Client:
         ``provider``, ``model``, ``operation`` and ``method`` describe the call
         to policyd (``operation="chat"`` marks an LLM call as safe to repeat;
         ``method="POST"`` without such an operation is not repeated).
+        ``key_id`` labels the credential or account the call uses (at most 128
+        bytes), e.g. ``"prod-key"`` or a hash of the key — never the key
+        itself. policyd's fleet memory shares rate limits, quotas and auth
+        failures per key: one agent's revoked key or exhausted quota stops the
+        others on the same key, not everyone.
         ``deadline`` bounds the whole call: seconds from now, a timedelta or a
         datetime. Setting ``cancel`` stops a sleep at once and raises
         :class:`RetryCancelled`. With ``journal`` the attempts go into a
@@ -153,7 +167,7 @@ class Client:
         FAILED (an error report is written) or ABANDONED (cancelled).
         """
         spec = self._spec(
-            provider, model, operation, method, profile, journal, context_id, labels, safety,
+            provider, model, key_id, operation, method, profile, journal, context_id, labels, safety,
             retry_fetch_errors, continue_on_failed_api_call,
         )  # fmt: skip
         st = _core.new_state(deadline, spec.journal, spec.context_id, self._clock(), time.time())
@@ -184,6 +198,7 @@ class Client:
                         hint = FallbackHint(
                             kind=decision.fallback, reason=decision.fallback_reason or decision.stop_text,
                             error=exc, decision=decision, attempts=st.attempt, context_id=st.context_id,
+                            provider=decision.fallback_provider, model=decision.fallback_model,
                         )  # fmt: skip
                         try:
                             result = fallback(hint)
@@ -207,6 +222,7 @@ class Client:
         *,
         provider: str = "",
         model: str = "",
+        key_id: str = "",
         operation: str = "",
         method: str = "",
         profile: str | None = None,
@@ -223,8 +239,8 @@ class Client:
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
                 return self.call(
                     lambda: f(*args, **kwargs),
-                    provider=provider, model=model, operation=operation, method=method, profile=profile,
-                    journal=journal, deadline=deadline, labels=labels, safety=safety,
+                    provider=provider, model=model, key_id=key_id, operation=operation, method=method,
+                    profile=profile, journal=journal, deadline=deadline, labels=labels, safety=safety,
                     retry_fetch_errors=retry_fetch_errors,
                 )  # fmt: skip
 
@@ -238,6 +254,7 @@ class Client:
         self,
         provider: str,
         model: str,
+        key_id: str,
         operation: str,
         method: str,
         profile: str | None,
@@ -251,6 +268,7 @@ class Client:
         return Spec(
             provider=provider,
             model=model,
+            key_id=key_id,
             operation=operation,
             method=method.upper(),
             profile=self.profile if profile is None else profile,
@@ -262,6 +280,7 @@ class Client:
             retry_fetch_errors=retry_fetch_errors,
             continue_on_failed_api_call=continue_on_failed_api_call,
             mapper=self.failure_mapper,
+            client_id=self.client_id,
         )
 
     def _remaining(self, st: State) -> float | None:

@@ -14,12 +14,13 @@ from typing import cast
 
 from ._gen.policyd.v1 import policy_pb2 as pb
 
-__all__ = ["Action", "Decision", "FallbackHint", "RetryEvent", "SOURCE_POLICYD", "SOURCE_FAIL_OPEN"]
+__all__ = ["Action", "Decision", "FallbackHint", "FleetState", "RetryEvent", "SOURCE_POLICYD", "SOURCE_FAIL_OPEN"]
 
 #: Decision.source of an answer from the daemon.
 SOURCE_POLICYD = "policyd"
 #: Decision.source of an answer from the built-in fail-open policy.
 SOURCE_FAIL_OPEN = "fail-open"
+
 
 class Action(str, enum.Enum):
     """What the caller should do next."""
@@ -30,12 +31,56 @@ class Action(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class FleetState:
+    """What policyd's fleet memory knows about a failure's bucket: the
+    failures of every agent on the same provider, model and key.
+
+    ``bucket`` names it, e.g. ``"availability:openai/gpt-4o"``; ``breaker`` is
+    ``"CLOSED"``, ``"OPEN"`` or ``"HALF_OPEN"``. ``hold_remaining`` is the
+    shared cooldown left and ``open_remaining`` how much longer the breaker
+    stays open or the key stopped, both in seconds. ``budget_tokens`` is the
+    retry budget left, ``budget_exhausted`` says it is spent. ``stopped``:
+    another agent's failure stopped this key. ``changed``: the fleet changed
+    this decision (a longer wait, a stop or a fallback); ``reason`` says why.
+    """
+
+    bucket: str = ""
+    breaker: str = ""
+    hold_remaining: float = 0.0
+    open_remaining: float = 0.0
+    budget_tokens: float = 0.0
+    budget_exhausted: bool = False
+    stopped: bool = False
+    changed: bool = False
+    reason: str = ""
+
+    @classmethod
+    def from_proto(cls, fs: pb.FleetState) -> FleetState:
+        return cls(
+            bucket=fs.bucket,
+            breaker=_enum_name(pb.BreakerState.Name, fs.breaker, "BREAKER_STATE_"),
+            hold_remaining=fs.hold_remaining.ToTimedelta().total_seconds(),
+            open_remaining=fs.open_remaining.ToTimedelta().total_seconds(),
+            budget_tokens=fs.budget_tokens,
+            budget_exhausted=fs.budget_exhausted,
+            stopped=fs.stopped,
+            changed=fs.changed,
+            reason=fs.reason,
+        )
+
+
+@dataclass(frozen=True)
 class Decision:
     """What to do after a failed attempt, and why.
 
     ``delay`` is in seconds. ``failure_type``, ``stop_reason`` and
-    ``fallback`` are proto enum names without their prefix, "" when unset.
-    ``raw`` is the daemon's message (None for fail-open decisions).
+    ``fallback`` are proto enum names without their prefix, "" when unset;
+    the fleet's stop reasons are ``CIRCUIT_OPEN``, ``RETRY_BUDGET_EXHAUSTED``
+    and ``FLEET_STOP``. ``fallback_provider`` and ``fallback_model`` name the
+    FALL_BACK target from the policy's fallback chains ("" when it names
+    none). ``fleet`` is what the daemon's fleet memory knew and did, None when
+    the failure's bucket had no state (or the fleet is off). ``raw`` is the
+    daemon's message (None for fail-open decisions).
     """
 
     action: Action
@@ -55,6 +100,10 @@ class Decision:
     strategy: str = ""
     journaled: bool = False
     source: str = SOURCE_POLICYD
+    # Fleet memory's additions, last so that positional arguments keep their meaning.
+    fallback_provider: str = ""
+    fallback_model: str = ""
+    fleet: FleetState | None = None
     raw: pb.Decision | None = field(default=None, repr=False, compare=False)
 
     def explain(self) -> str:
@@ -97,6 +146,9 @@ class Decision:
             strategy=d.strategy.name,
             journaled=d.journaled,
             source=SOURCE_POLICYD,
+            fallback_provider=d.fallback.provider,
+            fallback_model=d.fallback.model,
+            fleet=FleetState.from_proto(d.fleet) if d.HasField("fleet") else None,
             raw=d,
         )
 
@@ -123,6 +175,8 @@ class Decision:
         if self.fallback:
             d.fallback.kind = cast(pb.FallbackKind, pb.FallbackKind.Value("FALLBACK_KIND_" + self.fallback))
             d.fallback.reason = self.fallback_reason
+            d.fallback.provider = self.fallback_provider
+            d.fallback.model = self.fallback_model
         d.strategy.name = self.strategy
         return d
 
@@ -142,7 +196,9 @@ class FallbackHint:
     """What the caller's fallback function is handed on ACTION_FALL_BACK.
 
     ``kind`` is ``"LARGER_CONTEXT_MODEL"``, ``"OTHER_PROVIDER"`` or
-    ``"OTHER_MODEL"``; ``error`` the last attempt's exception.
+    ``"OTHER_MODEL"``; ``error`` the last attempt's exception. ``provider``
+    and ``model`` name the target from policyd's fallback chains (the policy
+    file's fallbacks), "" when the policy names none.
     """
 
     kind: str
@@ -151,6 +207,8 @@ class FallbackHint:
     decision: Decision
     attempts: int
     context_id: str | None = None
+    provider: str = ""
+    model: str = ""
 
 
 @dataclass(frozen=True)

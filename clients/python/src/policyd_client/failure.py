@@ -34,6 +34,8 @@ _BODY_BYTES = 64 << 10
 _HEADER_NAME_BYTES = 256
 _MAX_HEADERS = 100
 _MAX_CAUSES = 64
+# key_id and client_id are labels, not data: the daemon refuses longer ones.
+_LABEL_BYTES = 128
 
 # getaddrinfo's negative EAI_* numbers, by value, for socket.gaierror.
 _EAI_NAMES = {
@@ -357,6 +359,11 @@ def _text(v: Any) -> str:
     if isinstance(v, bytes):
         return v.decode("latin-1")
     return str(v)
+
+
+def clip_label(s: str) -> str:
+    """Return a key id or client id cut to the daemon's 128-byte label limit."""
+    return _clip(s, _LABEL_BYTES)
 
 
 def _clip(s: str, limit: int) -> str:
