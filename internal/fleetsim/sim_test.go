@@ -64,12 +64,14 @@ func TestFleetGoals(t *testing.T) {
 					t.Errorf("%s: recovered to 95 %% goodput after %v s; want ≤ %v (2 open periods)", sc, r.TTR, openPeriods)
 				}
 			}
-			// The herd after a shared Retry-After: ≤ 1.5 × baseline above the
-			// busiest second the same fleet has without the hint (the 1-s
-			// counts of 200 agents are Poisson: their peak alone is ≈ 1.6 ×).
+			// The herd after a shared Retry-After: ≤ 1.5 × baseline, or no
+			// more than the busiest second the same fleet has without the
+			// hint (herd_ref): the 1-s counts of 200 agents are about
+			// Poisson(16.7), whose busiest of 60 seconds alone is ≈ 1.6–1.7 ×.
+			// TestHerdAtScale checks 1.5 where the noise is below it.
 			herd, herdStateless := byScenario[Herd][PolicyFleet], byScenario[Herd][PolicyStateless]
-			if herd.Herd-herd.HerdRef > 0.5 {
-				t.Errorf("herd: peak %.2f × baseline, %.2f above a healthy fleet's %.2f; want ≤ 0.5", herd.Herd, herd.Herd-herd.HerdRef, herd.HerdRef)
+			if herd.Herd > max(1.5, herd.HerdRef) {
+				t.Errorf("herd: peak %.2f × baseline; want ≤ 1.5 or the healthy fleet's %.2f", herd.Herd, herd.HerdRef)
 			}
 			if herdStateless.Herd < 2*herd.Herd {
 				t.Errorf("herd, stateless: %.2f vs fleet %.2f; the contrast is gone", herdStateless.Herd, herd.Herd)
@@ -79,6 +81,32 @@ func TestFleetGoals(t *testing.T) {
 				t.Errorf("partial: the unaffected model's goodput is %.3f of its baseline; want within 3 %%", u)
 			}
 		})
+	}
+}
+
+// With 2,000 agents the busiest second of a healthy fleet is ≈ 1.2 × its
+// mean, so the herd goal (≤ 1.5 × baseline) can be checked as stated.
+func TestHerdAtScale(t *testing.T) {
+	sc, err := NewScenario(Herd, DefaultTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pol := range []string{PolicyFleet, PolicyStateless} {
+		p, err := NewPolicy(pol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(Config{Scenario: sc, Policy: p, Agents: 2000, Life: 0, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(res.Line())
+		if pol == PolicyFleet && (res.Herd > 1.5 || res.HerdRef > 1.3) {
+			t.Errorf("2,000 agents: herd %.2f × baseline (healthy %.2f); want ≤ 1.5", res.Herd, res.HerdRef)
+		}
+		if pol == PolicyStateless && res.Herd < 3 {
+			t.Errorf("2,000 agents, stateless: herd %.2f; the contrast is gone", res.Herd)
+		}
 	}
 }
 
