@@ -4,13 +4,13 @@ import (
 	"errors"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/enums"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/server"
 )
@@ -41,15 +41,11 @@ func nextDelay(args []string, stdin io.Reader, stdout io.Writer) error {
 	int32Var(fs, &r.Attempt, "attempt", "how many attempts were made, the failed one included (`n`, default 1)")
 	fs.StringVar(&r.Profile, "profile", "", "the `profile`; empty means default")
 	fs.Func("failure-type", "an already known failure `type`, e.g. RATE_LIMIT, instead of failure flags", func(s string) error {
-		name := strings.ToUpper(s)
-		if !strings.HasPrefix(name, "FAILURE_TYPE_") {
-			name = "FAILURE_TYPE_" + name
-		}
-		v, ok := policydv1.FailureType_value[name]
-		if !ok || v == 0 {
+		v, ok := enums.Parse[policydv1.FailureType](s)
+		if !ok {
 			return errors.New("want a failure type, e.g. RATE_LIMIT or OVERLOADED")
 		}
-		r.FailureType = policydv1.FailureType(v)
+		r.FailureType = v
 		return nil
 	})
 	fs.Func("elapsed", "time since the first attempt (`duration`, e.g. 90s)", func(s string) error {
@@ -69,11 +65,11 @@ func nextDelay(args []string, stdin io.Reader, stdout io.Writer) error {
 		return nil
 	})
 	fs.Func("safety", "whether the operation may be repeated (`safety`): safe, conditional or irreversible; derived when not given", func(s string) error {
-		v, ok := policydv1.OperationSafety_value["OPERATION_SAFETY_"+strings.ToUpper(s)]
-		if !ok || v == 0 {
+		v, ok := enums.Parse[policydv1.OperationSafety](s)
+		if !ok {
 			return errors.New("want safe, conditional or irreversible")
 		}
-		r.Safety = policydv1.OperationSafety(v)
+		r.Safety = v
 		return nil
 	})
 	fs.BoolVar(&opts.RetryFetchErrors, "retry-fetch-errors", false,

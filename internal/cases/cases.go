@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/enums"
 )
 
 // DefaultNow is the clock of a case that names none.
@@ -273,11 +274,11 @@ func convert(r *rawCase, f *File) (*Case, error) {
 		c.Now = t
 	}
 	if r.Safety != "" {
-		v, ok := policydv1.OperationSafety_value["OPERATION_SAFETY_"+strings.ToUpper(r.Safety)]
-		if !ok || v == 0 {
+		v, ok := enums.Parse[policydv1.OperationSafety](r.Safety)
+		if !ok {
 			return nil, at("safety", fmt.Errorf("%q is not SAFE, CONDITIONAL or IRREVERSIBLE", r.Safety))
 		}
-		c.Safety = policydv1.OperationSafety(v)
+		c.Safety = v
 	}
 	if r.Failure == nil && r.FailureType == "" {
 		return nil, at("failure", errors.New("a case needs a failure (or a failure_type)"))

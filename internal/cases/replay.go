@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/enums"
 	"github.com/policyd/policyd/internal/policy"
 )
 
@@ -101,7 +102,7 @@ func (o *Outcome) compare(e Expect) []string {
 	if e.Type != "" {
 		want, _ := FailureType(e.Type)
 		if want != cls.GetFailureType() {
-			add("type", shortName(want.String(), "FAILURE_TYPE_", false), shortName(cls.GetFailureType().String(), "FAILURE_TYPE_", false))
+			add("type", enums.Short(want), enums.Short(cls.GetFailureType()))
 		}
 	}
 	if e.Rule != "" && e.Rule != cls.GetRule() {
@@ -130,18 +131,18 @@ func (o *Outcome) compare(e Expect) []string {
 		if i == 1 {
 			at = " (random source at its top)"
 		}
-		gotAction := shortName(d.GetAction().String(), "ACTION_", true)
+		gotAction := enums.Lower(d.GetAction())
 		if wantAction != "" {
 			want, _ := Action(wantAction)
 			if want != d.GetAction() {
-				add("action"+at, shortName(want.String(), "ACTION_", true), gotAction+describe(d))
+				add("action"+at, enums.Lower(want), gotAction+describe(d))
 				continue
 			}
 		}
 		if e.StopReason != "" {
 			want, _ := StopReason(e.StopReason)
 			if want != d.GetStopReason() {
-				add("stop_reason"+at, shortName(want.String(), "STOP_REASON_", true), shortName(d.GetStopReason().String(), "STOP_REASON_", true))
+				add("stop_reason"+at, enums.Lower(want), enums.Lower(d.GetStopReason()))
 			}
 		}
 		if d.GetAction() != policydv1.Action_ACTION_RETRY {
@@ -167,7 +168,7 @@ func describe(d *policydv1.Decision) string {
 		return " after " + d.GetDelay().AsDuration().String()
 	default:
 		if r := d.GetStopReason(); r != policydv1.StopReason_STOP_REASON_UNSPECIFIED {
-			return " (" + shortName(r.String(), "STOP_REASON_", true) + ")"
+			return " (" + enums.Lower(r) + ")"
 		}
 	}
 	return ""
@@ -193,8 +194,8 @@ func (o *Outcome) Explain() string {
 	}
 	cls := o.Classification()
 	d := o.Decisions[0]
-	s := fmt.Sprintf("%s retryable=%v rule=%s → %s%s", shortName(cls.GetFailureType().String(), "FAILURE_TYPE_", false),
-		cls.GetRetryable(), cls.GetRule(), shortName(d.GetAction().String(), "ACTION_", true), describe(d))
+	s := fmt.Sprintf("%s retryable=%v rule=%s → %s%s", enums.Short(cls.GetFailureType()),
+		cls.GetRetryable(), cls.GetRule(), enums.Lower(d.GetAction()), describe(d))
 	return s
 }
 

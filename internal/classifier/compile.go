@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/enums"
 )
 
 // compiledRule is a Rule ready to evaluate.
@@ -137,12 +138,8 @@ func compile(rs RuleSet) (rules []compiledRule, idx indexes, nblocks int, err er
 }
 
 func compileResult(r Rule) (result, error) {
-	name := strings.ToUpper(strings.TrimSpace(r.Type))
-	if !strings.HasPrefix(name, "FAILURE_TYPE_") {
-		name = "FAILURE_TYPE_" + name
-	}
-	v, ok := policydv1.FailureType_value[name]
-	if !ok || v == 0 {
+	v, ok := enums.Parse[policydv1.FailureType](r.Type)
+	if !ok {
 		return result{}, fmt.Errorf("type: %q is not a failure type (want e.g. RATE_LIMIT, SERVER_ERROR)", r.Type)
 	}
 	if strings.TrimSpace(r.Recovery) == "" {
@@ -238,15 +235,11 @@ func compileBlock(c Condition, lists map[string][]string, index int, idx *indexe
 		b.grpcCodes = append(b.grpcCodes, code)
 	}
 	for _, s := range c.Phase {
-		name := strings.ToUpper(s)
-		if !strings.HasPrefix(name, "PHASE_") {
-			name = "PHASE_" + name
-		}
-		v, ok := policydv1.Phase_value[name]
-		if !ok || v == 0 {
+		v, ok := enums.Parse[policydv1.Phase](s)
+		if !ok {
 			return b, fieldError("phase", "%q is not a phase (want CONNECT or MID_STREAM)", s)
 		}
-		b.phases = append(b.phases, policydv1.Phase(v))
+		b.phases = append(b.phases, v)
 	}
 	for _, s := range c.Option {
 		bit, ok := optionNames[strings.ToLower(s)]

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/enums"
 )
 
 // BreakerState is a circuit breaker's state.
@@ -229,11 +230,4 @@ func (b *Bucket) refill(now time.Time, c *BudgetConfig) {
 	}
 }
 
-func typeName(t policydv1.FailureType) string {
-	s := t.String()
-	const prefix = "FAILURE_TYPE_"
-	if len(s) > len(prefix) && s[:len(prefix)] == prefix {
-		return s[len(prefix):]
-	}
-	return s
-}
+func typeName(t policydv1.FailureType) string { return enums.Short(t) }

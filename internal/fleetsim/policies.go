@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/enums"
 	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/strategy"
@@ -119,7 +120,7 @@ func SimPolicy() (*policy.Policy, error) {
 	for _, t := range types {
 		s := def.Strategies[t]
 		s.Fallback, s.FallbackAfter = strategy.FallbackNone, 0
-		fmt.Fprintf(&b, "      %s: %s\n", strings.TrimPrefix(t.String(), "FAILURE_TYPE_"), strategyYAML(s))
+		fmt.Fprintf(&b, "      %s: %s\n", enums.Short(t), strategyYAML(s))
 	}
 	return policy.Parse([]byte(b.String()), "fleetsim", policy.Caps{})
 }

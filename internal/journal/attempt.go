@@ -73,7 +73,9 @@ type Attempt struct {
 }
 
 // normalizeFailureType turns "FAILURE_TYPE_RATE_LIMIT" and "rate_limit"
-// into "RATE_LIMIT".
+// into "RATE_LIMIT". The server already stores internal/enums' short names;
+// this keeps the journal, which knows nothing of the API's generated code,
+// tolerant of a caller that writes the full one.
 func normalizeFailureType(t string) string {
 	t = strings.ToUpper(strings.TrimSpace(t))
 	return strings.TrimPrefix(t, "FAILURE_TYPE_")

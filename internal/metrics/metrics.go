@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/enums"
 	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/server"
@@ -148,8 +148,7 @@ func (m *Metrics) Decided(profile string, d *policydv1.Decision, j server.Journa
 		c.c.Inc()
 		return
 	}
-	c := &counterCell{m.decisions.WithLabelValues(pc.name, enumLabel(policydv1.FailureType(ft).String(), "FAILURE_TYPE_"),
-		enumLabel(policydv1.Action(act).String(), "ACTION_"))}
+	c := &counterCell{m.decisions.WithLabelValues(pc.name, enums.Short(policydv1.FailureType(ft)), enums.Short(policydv1.Action(act)))}
 	cell.Store(c) // a racing first call stores an equal child: same labels, same counter
 	c.c.Inc()
 }
@@ -182,10 +181,6 @@ func (m *Metrics) profile(name string) *profileCounters {
 	m.profiles.Store(&next)
 	return pc
 }
-
-// enumLabel is an enum value's name without its prefix, as the journal
-// spells it: FAILURE_TYPE_RATE_LIMIT is RATE_LIMIT.
-func enumLabel(name, prefix string) string { return strings.TrimPrefix(name, prefix) }
 
 // BatchCommitted records a journal transaction: its size and duration in
 // policyd_journal_batch_size and policyd_journal_commit_seconds when it

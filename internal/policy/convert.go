@@ -1,31 +1,42 @@
 package policy
 
 import (
+	"fmt"
 	"sort"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/enums"
 	"github.com/policyd/policyd/internal/strategy"
 )
+
+// byName is the API value a strategy value stands for: the strategy's name
+// ("exponential", "at_least", "clamp") is the API value's short name in
+// lower case, one spelling for the policy file, the API and the docs.
+// TestStrategyEnumsMapByName fails when a value exists on one side only.
+func byName[E enums.Enum](v fmt.Stringer) E {
+	e, _ := enums.Parse[E](v.String())
+	return e
+}
 
 // StrategyProto renders a strategy for the API.
 func StrategyProto(s strategy.Strategy) *policydv1.Strategy {
 	out := &policydv1.Strategy{
 		Retry:                  s.Retry,
 		MaxAttempts:            int32(s.MaxAttempts),
-		Backoff:                policydv1.Backoff(s.Backoff + 1),
+		Backoff:                byName[policydv1.Backoff](s.Backoff),
 		InitialDelay:           durationpb.New(s.Initial),
 		Multiplier:             s.Multiplier,
-		Jitter:                 policydv1.Jitter(s.Jitter + 1),
+		Jitter:                 byName[policydv1.Jitter](s.Jitter),
 		JitterFraction:         s.JitterFraction,
 		HonorRetryAfter:        s.HonorRetryAfter,
-		RetryAfterMode:         policydv1.RetryAfterMode(s.HintMode + 1),
+		RetryAfterMode:         byName[policydv1.RetryAfterMode](s.HintMode),
 		RetryAfterPadding:      s.HintPadding,
 		Fallback:               fallbackProto(s.Fallback),
 		FallbackAfter:          int32(s.FallbackAfter),
 		RetryAfterJitter:       s.HintJitter,
-		RetryAfterAboveCeiling: policydv1.RetryAfterAboveCeiling(s.AboveCeiling + 1),
+		RetryAfterAboveCeiling: byName[policydv1.RetryAfterAboveCeiling](s.AboveCeiling),
 	}
 	if s.Max > 0 {
 		out.MaxDelay = durationpb.New(s.Max)
@@ -89,13 +100,9 @@ func stopReasonProto(r strategy.StopReason) policydv1.StopReason {
 }
 
 func fallbackProto(f strategy.FallbackKind) policydv1.FallbackKind {
-	switch f {
-	case strategy.FallbackLargerContextModel:
-		return policydv1.FallbackKind_FALLBACK_KIND_LARGER_CONTEXT_MODEL
-	case strategy.FallbackOtherProvider:
-		return policydv1.FallbackKind_FALLBACK_KIND_OTHER_PROVIDER
-	case strategy.FallbackOtherModel:
-		return policydv1.FallbackKind_FALLBACK_KIND_OTHER_MODEL
+	if f == strategy.FallbackNone {
+		return policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED
 	}
-	return policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED
+	return byName[policydv1.FallbackKind](f)
 }
+

@@ -17,6 +17,7 @@ import (
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/classifier"
+	"github.com/policyd/policyd/internal/enums"
 	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/strategy"
 )
@@ -77,7 +78,7 @@ func (p *Profile) StrategyFor(t policydv1.FailureType) strategy.Strategy {
 	if !ok {
 		s = p.Default
 	}
-	s.Name = p.Name + "/" + strings.TrimPrefix(t.String(), "FAILURE_TYPE_")
+	s.Name = p.Name + "/" + enums.Short(t)
 	return s
 }
 
@@ -445,12 +446,7 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 // ParseFailureType reads a failure type by its name, with or without the
 // FAILURE_TYPE_ prefix, in any case.
 func ParseFailureType(s string) (policydv1.FailureType, bool) {
-	name := strings.ToUpper(strings.TrimSpace(s))
-	if !strings.HasPrefix(name, "FAILURE_TYPE_") {
-		name = "FAILURE_TYPE_" + name
-	}
-	v, ok := policydv1.FailureType_value[name]
-	return policydv1.FailureType(v), ok && v != 0
+	return enums.Parse[policydv1.FailureType](s)
 }
 
 func parseBool(n *yaml.Node) (bool, error) {
@@ -492,14 +488,7 @@ func parseStrategy(node *yaml.Node, file, path string) (strategy.Strategy, error
 		case "honor_retry_after":
 			s.HonorRetryAfter, err = parseBool(val)
 		case "retry_after_mode":
-			switch strings.ToLower(val.Value) {
-			case "override":
-				s.HintMode = strategy.HintOverride
-			case "at_least":
-				s.HintMode = strategy.HintAtLeast
-			default:
-				err = fmt.Errorf("%q is not a mode (want override or at_least)", val.Value)
-			}
+			s.HintMode, err = strategy.ParseHintMode(val.Value)
 		case "retry_after_padding":
 			s.HintPadding, err = parseFloat(val)
 		case "retry_after_ceiling":

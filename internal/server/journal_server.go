@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,6 +11,7 @@ import (
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/auth"
+	"github.com/policyd/policyd/internal/enums"
 	"github.com/policyd/policyd/internal/journal"
 )
 
@@ -258,10 +258,10 @@ func attemptOf(contextID string, attempt int, f *policydv1.Failure, cls *policyd
 	a.Delay = d.GetDelay().AsDuration()
 	a.Strategy = d.GetStrategy().GetName()
 	if r := d.GetStopReason(); r != policydv1.StopReason_STOP_REASON_UNSPECIFIED {
-		a.StopReason = strings.TrimPrefix(r.String(), "STOP_REASON_")
+		a.StopReason = enums.Short(r)
 	}
 	if k := d.GetFallback().GetKind(); k != policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED {
-		a.Fallback = strings.TrimPrefix(k.String(), "FALLBACK_KIND_")
+		a.Fallback = enums.Short(k)
 	}
 	return a
 }
@@ -280,12 +280,11 @@ var outcomes = map[policydv1.Outcome]journal.Outcome{
 	policydv1.Outcome_OUTCOME_ABANDONED:   journal.OutcomeAbandoned,
 }
 
-func failureTypeName(t policydv1.FailureType) string {
-	return strings.TrimPrefix(t.String(), "FAILURE_TYPE_")
-}
+func failureTypeName(t policydv1.FailureType) string { return enums.Short(t) }
 
 func failureTypeOf(name string) policydv1.FailureType {
-	return policydv1.FailureType(policydv1.FailureType_value["FAILURE_TYPE_"+name])
+	t, _ := enums.Parse[policydv1.FailureType](name)
+	return t
 }
 
 func contextProto(c journal.Context) *policydv1.RetryContext {
@@ -324,10 +323,10 @@ func attemptProto(a journal.Attempt) *policydv1.Attempt {
 		out.Decision = policydv1.Action_ACTION_FALL_BACK
 	}
 	if a.StopReason != "" {
-		out.StopReason = policydv1.StopReason(policydv1.StopReason_value["STOP_REASON_"+a.StopReason])
+		out.StopReason, _ = enums.Parse[policydv1.StopReason](a.StopReason)
 	}
 	if a.Fallback != "" {
-		out.Fallback = policydv1.FallbackKind(policydv1.FallbackKind_value["FALLBACK_KIND_"+a.Fallback])
+		out.Fallback, _ = enums.Parse[policydv1.FallbackKind](a.Fallback)
 	}
 	return out
 }

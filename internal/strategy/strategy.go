@@ -84,6 +84,20 @@ const (
 	HintAtLeast
 )
 
+var hintModeNames = map[HintMode]string{HintOverride: "override", HintAtLeast: "at_least"}
+
+func (h HintMode) String() string { return hintModeNames[h] }
+
+// ParseHintMode reads "override" or "at_least".
+func ParseHintMode(s string) (HintMode, error) {
+	for h, name := range hintModeNames {
+		if strings.EqualFold(s, name) {
+			return h, nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not a mode (want override or at_least)", s)
+}
+
 // AboveCeiling is what a strategy does with a server delay hint above its ceiling.
 type AboveCeiling int
 
