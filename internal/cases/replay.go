@@ -62,10 +62,7 @@ func (o *Outcome) Classification() *policydv1.Classification {
 // Replay decides c with the policy p.
 func Replay(p *policy.Policy, c *Case) *Outcome {
 	o := &Outcome{Case: c}
-	profile := c.Profile
-	if profile == "" {
-		profile = policy.DefaultProfile
-	}
+	profile := policy.ProfileName(c.Profile)
 	if _, ok := p.Profiles[profile]; !ok {
 		o.Err = fmt.Errorf("profile %q is not in the policy (have %s)", profile, strings.Join(p.ProfileNames(), ", "))
 		return o

@@ -34,7 +34,7 @@ type Call struct {
 // caller's to reject first.
 func (p *Policy) Decide(req *policydv1.NextDelayRequest, c Call) *policydv1.Decision {
 	now, rnd := c.Now, c.Rand
-	prof := p.Profiles[profileName(req.GetProfile())]
+	prof := p.Profiles[ProfileName(req.GetProfile())]
 	opts := req.GetOptions()
 
 	var cls *policydv1.Classification
@@ -102,7 +102,9 @@ func (p *Policy) Decide(req *policydv1.NextDelayRequest, c Call) *policydv1.Deci
 	return d
 }
 
-func profileName(name string) string {
+// ProfileName is the profile a request names: an empty name means the
+// default profile, everywhere (decisions, validation, metrics, cases).
+func ProfileName(name string) string {
 	if name == "" {
 		return DefaultProfile
 	}

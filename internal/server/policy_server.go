@@ -160,11 +160,7 @@ func (s *PolicyServer) NextDelay(ctx context.Context, req *policydv1.NextDelayRe
 	j := s.journalDecision(ctx, req, d)
 	d.Journaled = j == JournalCommitted
 	if s.observer != nil {
-		profile := req.GetProfile()
-		if profile == "" {
-			profile = policy.DefaultProfile
-		}
-		s.observer.Decided(profile, d, j)
+		s.observer.Decided(policy.ProfileName(req.GetProfile()), d, j)
 	}
 	return &policydv1.NextDelayResponse{Decision: d}, nil
 }

@@ -88,9 +88,7 @@ func validateProfileIn(p *policy.Policy, name string) error {
 	if err := validateName("profile", name); err != nil {
 		return err
 	}
-	if name == "" {
-		name = policy.DefaultProfile
-	}
+	name = policy.ProfileName(name)
 	if _, ok := p.Profiles[name]; !ok {
 		return fieldErrorf("profile", "unknown profile %q; known: %s", name, strings.Join(p.ProfileNames(), ", "))
 	}
