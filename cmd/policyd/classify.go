@@ -12,7 +12,7 @@ import (
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/policy"
-	"github.com/policyd/policyd/internal/server"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 // maxStdinBytes bounds a JSON request on stdin; it matches gRPC's default
@@ -80,7 +80,7 @@ func classify(args []string, stdin io.Reader, stdout io.Writer) error {
 		}
 	}
 
-	if err := server.ValidateClassifyRequest(req); err != nil {
+	if err := validate.ClassifyRequest(req); err != nil {
 		return usageErrorf("classify: %s: %v", errorSource(err, source, set), err)
 	}
 	c := pol.Classifier.Classify(req.GetFailure(), req.GetOptions(), req.GetProfile())

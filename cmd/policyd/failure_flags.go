@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
-	"github.com/policyd/policyd/internal/server"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 // fieldFlags names the flag that sets each request field, to point
@@ -25,7 +25,7 @@ var fieldFlags = map[string]string{
 // errorSource is where a validation error's field came from: "--flag" when
 // the user set that field with a flag, else source ("flags" or "stdin").
 func errorSource(err error, source string, set map[string]bool) string {
-	if fe, ok := errors.AsType[*server.FieldError](err); ok {
+	if fe, ok := errors.AsType[*validate.FieldError](err); ok {
 		field, _, _ := strings.Cut(fe.Field, "[")
 		if name := fieldFlags[field]; set[name] {
 			return "--" + name

@@ -12,7 +12,8 @@ import (
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/enums"
 	"github.com/policyd/policyd/internal/policy"
-	"github.com/policyd/policyd/internal/server"
+	"github.com/policyd/policyd/internal/strategy"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 const nextDelayUsage = `Usage: policyd next-delay [flags]
@@ -108,10 +109,10 @@ func nextDelay(args []string, stdin io.Reader, stdout io.Writer) error {
 	}
 	overrideRequest(req, r, opts, set, *continueFlag)
 
-	if err := server.ValidateNextDelayRequest(req, p); err != nil {
+	if err := validate.NextDelayRequest(req, p); err != nil {
 		return usageErrorf("next-delay: %s: %v", errorSource(err, source, set), err)
 	}
-	d := p.NextDelay(req, time.Now(), server.SystemRand{})
+	d := p.NextDelay(req, time.Now(), strategy.SystemRand{})
 	return printJSON(stdout, &policydv1.NextDelayResponse{Decision: d})
 }
 

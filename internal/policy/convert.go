@@ -105,4 +105,3 @@ func fallbackProto(f strategy.FallbackKind) policydv1.FallbackKind {
 	}
 	return byName[policydv1.FallbackKind](f)
 }
-

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -344,18 +343,6 @@ func reportProto(r journal.Report) *policydv1.ErrorReport {
 }
 
 // validateContextID checks a context_id: a UUID, or empty when not required.
-func validateContextID(id string, required bool) error {
-	if id == "" {
-		if required {
-			return fieldErrorf("context_id", "required")
-		}
-		return nil
-	}
-	if _, err := uuid.Parse(id); err != nil {
-		return fieldErrorf("context_id", "must be a UUID, got %q", truncate(id, 64))
-	}
-	return nil
-}
 
 // validateDuration checks an optional duration: valid, non-negative, at most 30 days.
 func validateDuration(field string, d *durationpb.Duration) error {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -104,12 +103,8 @@ func WithRand(r strategy.Rand) Option {
 	return func(s *PolicyServer) { s.rand = r }
 }
 
-// SystemRand is a strategy.Rand over math/rand/v2's global source, which
-// is safe for concurrent use.
-type SystemRand struct{}
-
-// Float64 returns a pseudo-random number in [0, 1).
-func (SystemRand) Float64() float64 { return rand.Float64() }
+// SystemRand is strategy.SystemRand, the daemon's jitter source.
+type SystemRand = strategy.SystemRand
 
 // NewPolicyServer returns a PolicyServer that answers with p, which must
 // not be nil.

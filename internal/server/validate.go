@@ -1,137 +1,41 @@
 package server
 
 import (
-	"fmt"
-	"strconv"
-
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
-	"github.com/policyd/policyd/internal/classifier"
+	"github.com/policyd/policyd/internal/policy"
+	"github.com/policyd/policyd/internal/validate"
 )
 
-// Request limits. They bound what one request can make the server hold and
-// scan; each is far above what a real failure carries.
+// Request validation lives in internal/validate, which the offline CLI
+// shares; these are the server's names for it.
+
+// FieldError is a request field that failed validation; toStatus makes it
+// INVALID_ARGUMENT naming the field.
+type FieldError = validate.FieldError
+
 const (
-	// maxHeaders is how many response headers a failure may carry.
-	maxHeaders = 100
-	// maxHeaderNameBytes bounds a header name; real names are short.
-	maxHeaderNameBytes = 256
-	// maxFieldBytes bounds a header value, each cause field and the short
-	// failure fields (provider, model, error_name, ...). The classifier reads
-	// at most 8 KiB of any one message.
-	maxFieldBytes = 8 << 10
-	// maxMessageBytes bounds failure.message.
-	maxMessageBytes = 64 << 10
-	// maxProfileLen bounds a profile name.
-	maxProfileLen = 64
+	maxAttempt      = validate.MaxAttempt
+	maxElapsed      = validate.MaxElapsed
+	maxFieldBytes   = validate.MaxFieldBytes
+	maxMessageBytes = validate.MaxMessageBytes
 )
 
-// FieldError is a request field that failed validation. Field is the
-// field's proto path, e.g. "failure.causes[3].code" or "failure.http_status".
-type FieldError struct {
-	Field       string
-	Description string
+// ValidateClassifyRequest is validate.ClassifyRequest.
+func ValidateClassifyRequest(req *policydv1.ClassifyRequest) error {
+	return validate.ClassifyRequest(req)
 }
 
-// Error returns "field: description", e.g. "failure: required".
-func (e *FieldError) Error() string { return e.Field + ": " + e.Description }
+// ValidateNextDelayRequest is validate.NextDelayRequest.
+func ValidateNextDelayRequest(req *policydv1.NextDelayRequest, p *policy.Policy) error {
+	return validate.NextDelayRequest(req, p)
+}
 
 func fieldErrorf(field, format string, args ...any) *FieldError {
-	return &FieldError{Field: field, Description: fmt.Sprintf(format, args...)}
+	return validate.Fieldf(field, format, args...)
 }
 
-// ValidateClassifyRequest checks req against policyd's request limits and
-// returns the first violation as a *FieldError, or nil. The server and the
-// offline `policyd classify` both apply it, so they accept the same input.
-//
-//   - failure is required;
-//   - failure.http_status is 0 (no HTTP response) or 100..999;
-//   - failure.grpc_code is 0..16 (a google.golang.org/grpc/codes value);
-//   - failure.phase is a known Phase value;
-//   - failure.headers has at most 100 entries, names of at most 256 bytes
-//     and values of at most 8 KiB;
-//   - failure.causes has at most classifier.MaxCauses (64) links, each field
-//     at most 8 KiB;
-//   - failure.message is at most 64 KiB; provider, model, operation, method,
-//     error_name and error_code at most 8 KiB each;
-//   - failure.body is not limited here: a body longer than
-//     classifier.MaxBodyBytes (64 KiB) is accepted and truncated, only its
-//     first 64 KiB are read (the gRPC message size limit still applies);
-//   - profile is empty (meaning "default") or at most 64 characters of
-//     [a-z0-9_.-].
-func ValidateClassifyRequest(req *policydv1.ClassifyRequest) error {
-	if req.GetFailure() == nil {
-		return fieldErrorf("failure", "required")
-	}
-	if err := validateFailure(req.GetFailure()); err != nil {
-		return err
-	}
-	return validateName("profile", req.GetProfile())
-}
-
-// validateFailure checks a failure against the limits ValidateClassifyRequest
-// lists; field paths start with "failure.".
-func validateFailure(f *policydv1.Failure) error {
-	if s := f.GetHttpStatus(); s != 0 && (s < 100 || s > 999) {
-		return fieldErrorf("failure.http_status", "must be 0 or 100..999, got %d", s)
-	}
-	if c := f.GetGrpcCode(); c < 0 || c > 16 {
-		return fieldErrorf("failure.grpc_code", "must be 0..16, got %d", c)
-	}
-	if p := f.GetPhase(); policydv1.Phase_name[int32(p)] == "" {
-		return fieldErrorf("failure.phase", "unknown value %d", p)
-	}
-	if n := len(f.GetHeaders()); n > maxHeaders {
-		return fieldErrorf("failure.headers", "%d entries, at most %d allowed", n, maxHeaders)
-	}
-	for name, value := range f.GetHeaders() {
-		if len(name) > maxHeaderNameBytes {
-			return fieldErrorf("failure.headers", "a header name is %d bytes, at most %d allowed", len(name), maxHeaderNameBytes)
-		}
-		if len(value) > maxFieldBytes {
-			return fieldErrorf("failure.headers["+strconv.Quote(name)+"]", "value is %d bytes, at most %d allowed", len(value), maxFieldBytes)
-		}
-	}
-	if n := len(f.GetCauses()); n > classifier.MaxCauses {
-		return fieldErrorf("failure.causes", "%d links, at most %d allowed", n, classifier.MaxCauses)
-	}
-	for i, c := range f.GetCauses() {
-		for _, fv := range [...]struct{ name, value string }{
-			{"name", c.GetName()}, {"code", c.GetCode()}, {"message", c.GetMessage()},
-		} {
-			if len(fv.value) > maxFieldBytes {
-				return fieldErrorf(fmt.Sprintf("failure.causes[%d].%s", i, fv.name), "%d bytes, at most %d allowed", len(fv.value), maxFieldBytes)
-			}
-		}
-	}
-	if n := len(f.GetKeyId()); n > maxLabelBytes {
-		return fieldErrorf("failure.key_id", "%d bytes, at most %d allowed (a label or hash of the key, never the key)", n, maxLabelBytes)
-	}
-	if n := len(f.GetMessage()); n > maxMessageBytes {
-		return fieldErrorf("failure.message", "%d bytes, at most %d allowed", n, maxMessageBytes)
-	}
-	for _, fv := range [...]struct{ name, value string }{
-		{"provider", f.GetProvider()}, {"model", f.GetModel()}, {"operation", f.GetOperation()},
-		{"method", f.GetMethod()}, {"error_name", f.GetErrorName()}, {"error_code", f.GetErrorCode()},
-	} {
-		if len(fv.value) > maxFieldBytes {
-			return fieldErrorf("failure."+fv.name, "%d bytes, at most %d allowed", len(fv.value), maxFieldBytes)
-		}
-	}
-	// failure.body: deliberately unchecked; see ValidateClassifyRequest.
-	return nil
-}
-
-// validateName checks that the profile name p in field is at most 64
-// characters of [a-z0-9_.-]; empty passes.
-func validateName(field, p string) error {
-	if len(p) > maxProfileLen {
-		return fieldErrorf(field, "%d characters, at most %d allowed", len(p), maxProfileLen)
-	}
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return fieldErrorf(field, "must use only [a-z0-9_.-], got %q", p)
-		}
-	}
-	return nil
-}
+func validateName(field, name string) error                 { return validate.Name(field, name) }
+func validateContextID(id string, required bool) error      { return validate.ContextID(id, required) }
+func validateProfileIn(p *policy.Policy, name string) error { return validate.ProfileIn(p, name) }
+func truncate(s string, n int) string                       { return validate.Truncate(s, n) }
+func validateFailure(f *policydv1.Failure) error            { return validate.Failure(f) }

@@ -3,6 +3,7 @@ package strategy
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"time"
 )
 
@@ -51,6 +52,13 @@ const (
 // Rand is the random source of jitter: a float in [0, 1).
 // *math/rand/v2.Rand satisfies it.
 type Rand interface{ Float64() float64 }
+
+// SystemRand is a Rand over math/rand/v2's global source, which is safe for
+// concurrent use: the daemon's and the CLI's jitter.
+type SystemRand struct{}
+
+// Float64 returns a pseudo-random number in [0, 1).
+func (SystemRand) Float64() float64 { return rand.Float64() }
 
 // Input is what a decision depends on besides the strategy.
 type Input struct {

@@ -1,4 +1,4 @@
-package server
+package validate
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"github.com/policyd/policyd/internal/classifier"
 )
 
-func TestValidateClassifyRequest(t *testing.T) {
+func TestClassifyRequest(t *testing.T) {
 	t.Parallel()
 	long := func(n int) string { return strings.Repeat("a", n) }
 	headers := func(n int) map[string]string {
@@ -62,7 +62,7 @@ func TestValidateClassifyRequest(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := ValidateClassifyRequest(tt.req)
+			err := ClassifyRequest(tt.req)
 			var got string
 			if fe, ok := errors.AsType[*FieldError](err); ok {
 				got = fe.Field
@@ -75,3 +75,5 @@ func TestValidateClassifyRequest(t *testing.T) {
 		})
 	}
 }
+
+func req(f *policydv1.Failure) *policydv1.ClassifyRequest { return &policydv1.ClassifyRequest{Failure: f} }
