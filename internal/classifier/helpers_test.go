@@ -20,7 +20,7 @@ func newTestClassifier(t testing.TB) *Classifier {
 	return c
 }
 
-// classifyCase is one row of a seed's decision table.
+// classifyCase is one row of a seed's decision table (docs/seeds.md).
 type classifyCase struct {
 	name          string
 	failure       *policydv1.Failure

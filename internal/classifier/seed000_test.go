@@ -6,7 +6,7 @@ import (
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 )
 
-// Seed 000: the agent CLI's isRetryableError precedence table, row by row,
+// Seed 000 (docs/seeds.md): the agent CLI's isRetryableError precedence table, row by row,
 // under the agent_cli profile that reproduces it.
 func TestSeed000PrecedenceTable(t *testing.T) {
 	t.Parallel()

@@ -6,7 +6,7 @@ import (
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 )
 
-// Seed 001: a stream that ends with no finish reason or no text is an invalid
+// Seed 001 (docs/seeds.md): a stream that ends with no finish reason or no text is an invalid
 // stream, retried with the continuation prompt "Please continue.".
 func TestSeed001InvalidStream(t *testing.T) {
 	t.Parallel()

@@ -6,7 +6,7 @@ import (
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 )
 
-// Seed 002: every task runner error code in its table, and unknown codes,
+// Seed 002 (docs/seeds.md): every task runner error code in its table, and unknown codes,
 // which are transient.
 func TestSeed002TaskCodes(t *testing.T) {
 	t.Parallel()

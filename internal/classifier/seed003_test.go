@@ -7,7 +7,7 @@ import (
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 )
 
-// Seed 003: web_fetch's retryable and terminal status sets, in the default
+// Seed 003 (docs/seeds.md): web_fetch's retryable and terminal status sets, in the default
 // and web_fetch profiles.
 func TestSeed003StatusSets(t *testing.T) {
 	t.Parallel()

@@ -7,7 +7,7 @@ import (
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 )
 
-// Seed 004: every provider payload example in the document, each with the
+// Seed 004 (docs/seeds.md): every provider payload example in the document, each with the
 // status it came with, plus Bedrock's exception names.
 func TestSeed004ProviderPayloads(t *testing.T) {
 	t.Parallel()

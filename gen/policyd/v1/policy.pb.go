@@ -974,11 +974,12 @@ func (x *Failure) GetKeyId() string {
 type ClassifyOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Retry a generic "fetch failed" error that carries no network code
-	// (seed 000's retryFetchErrors), and, under profiles that ask for it,
+	// (seed 000's retryFetchErrors; docs/seeds.md describes the seed
+	// systems), and, under profiles that ask for it,
 	// network errors in the middle of a stream. Off by default.
 	RetryFetchErrors bool `protobuf:"varint,1,opt,name=retry_fetch_errors,json=retryFetchErrors,proto3" json:"retry_fetch_errors,omitempty"`
 	// Continue an invalid stream once with the continuation prompt
-	// (seed 001's continueOnFailedApiCall). On when not set.
+	// (seed 001's continueOnFailedApiCall, docs/seeds.md). On when not set.
 	ContinueOnFailedApiCall *bool `protobuf:"varint,2,opt,name=continue_on_failed_api_call,json=continueOnFailedApiCall,proto3,oneof" json:"continue_on_failed_api_call,omitempty"`
 	unknownFields           protoimpl.UnknownFields
 	sizeCache               protoimpl.SizeCache
@@ -1036,7 +1037,8 @@ type ClassifyRequest struct {
 	// Caller switches.
 	Options *ClassifyOptions `protobuf:"bytes,2,opt,name=options,proto3" json:"options,omitempty"`
 	// The profile whose rules apply; empty means "default". Profiles that
-	// reproduce a seed system (e.g. "agent_cli") read a few statuses differently.
+	// reproduce a seed system (e.g. "agent_cli"; docs/seeds.md) read a few
+	// statuses differently.
 	Profile       string `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2004,7 +2006,8 @@ type Profile struct {
 	RetryConnectPhase bool `protobuf:"varint,6,opt,name=retry_connect_phase,json=retryConnectPhase,proto3" json:"retry_connect_phase,omitempty"`
 	// Always false: coded network failures mid-stream are retried whatever
 	// retry_fetch_errors says, and a generic "fetch failed" needs it in every
-	// profile (seed 000's isRetryableError). Kept for wire compatibility.
+	// profile (seed 000's isRetryableError, docs/seeds.md). Kept for wire
+	// compatibility.
 	//
 	// Deprecated: Marked as deprecated in policyd/v1/policy.proto.
 	MidStreamNeedsRetryFetchErrors bool `protobuf:"varint,7,opt,name=mid_stream_needs_retry_fetch_errors,json=midStreamNeedsRetryFetchErrors,proto3" json:"mid_stream_needs_retry_fetch_errors,omitempty"`

@@ -386,7 +386,8 @@ func (x *Attempt) GetModel() string {
 	return ""
 }
 
-// ErrorReport explains a failed context (seed 004's ErrorReport).
+// ErrorReport explains a failed context (seed 004's ErrorReport,
+// docs/seeds.md).
 type ErrorReport struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ContextId string                 `protobuf:"bytes,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`

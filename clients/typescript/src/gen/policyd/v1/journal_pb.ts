@@ -195,7 +195,8 @@ export const AttemptSchema: GenMessage<Attempt> = /*@__PURE__*/
   messageDesc(file_policyd_v1_journal, 1);
 
 /**
- * ErrorReport explains a failed context (seed 004's ErrorReport).
+ * ErrorReport explains a failed context (seed 004's ErrorReport,
+ * docs/seeds.md).
  *
  * @generated from message policyd.v1.ErrorReport
  */

@@ -173,7 +173,8 @@ export const FailureSchema: GenMessage<Failure> = /*@__PURE__*/
 export type ClassifyOptions = Message<"policyd.v1.ClassifyOptions"> & {
   /**
    * Retry a generic "fetch failed" error that carries no network code
-   * (seed 000's retryFetchErrors), and, under profiles that ask for it,
+   * (seed 000's retryFetchErrors; docs/seeds.md describes the seed
+   * systems), and, under profiles that ask for it,
    * network errors in the middle of a stream. Off by default.
    *
    * @generated from field: bool retry_fetch_errors = 1;
@@ -182,7 +183,7 @@ export type ClassifyOptions = Message<"policyd.v1.ClassifyOptions"> & {
 
   /**
    * Continue an invalid stream once with the continuation prompt
-   * (seed 001's continueOnFailedApiCall). On when not set.
+   * (seed 001's continueOnFailedApiCall, docs/seeds.md). On when not set.
    *
    * @generated from field: optional bool continue_on_failed_api_call = 2;
    */
@@ -218,7 +219,8 @@ export type ClassifyRequest = Message<"policyd.v1.ClassifyRequest"> & {
 
   /**
    * The profile whose rules apply; empty means "default". Profiles that
-   * reproduce a seed system (e.g. "agent_cli") read a few statuses differently.
+   * reproduce a seed system (e.g. "agent_cli"; docs/seeds.md) read a few
+   * statuses differently.
    *
    * @generated from field: string profile = 3;
    */
@@ -821,7 +823,8 @@ export type Profile = Message<"policyd.v1.Profile"> & {
   /**
    * Always false: coded network failures mid-stream are retried whatever
    * retry_fetch_errors says, and a generic "fetch failed" needs it in every
-   * profile (seed 000's isRetryableError). Kept for wire compatibility.
+   * profile (seed 000's isRetryableError, docs/seeds.md). Kept for wire
+   * compatibility.
    *
    * @generated from field: bool mid_stream_needs_retry_fetch_errors = 7 [deprecated = true];
    * @deprecated
