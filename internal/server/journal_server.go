@@ -5,13 +5,12 @@ import (
 	"errors"
 	"time"
 
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/auth"
-	"github.com/policyd/policyd/internal/enums"
 	"github.com/policyd/policyd/internal/journal"
+	"github.com/policyd/policyd/internal/policy"
 )
 
 // ErrJournalOff is every journal RPC's answer when the daemon runs without a
@@ -23,18 +22,22 @@ var ErrJournalOff = errors.New("the journal is off: start policyd serve with --d
 // commit under load, short enough that a slow database never slows retries.
 const DefaultJournalTimeout = 250 * time.Millisecond
 
+// PolicySource gives the policy in force; *PolicyServer is one, and a
+// reload changes what it gives.
+type PolicySource interface{ Policy() *policy.Policy }
+
 // JournalServer implements policydv1.JournalServiceServer on a journal
-// store, classifying recorded failures with the PolicyServer's policy.
+// store, classifying recorded failures with the policy in force.
 type JournalServer struct {
 	policydv1.UnimplementedJournalServiceServer
 
 	store    *journal.Store // nil: the journal is off
-	policies *PolicyServer
+	policies PolicySource
 }
 
 // NewJournalServer returns a JournalServer; store nil means the journal is
 // off and every RPC answers ErrJournalOff.
-func NewJournalServer(store *journal.Store, policies *PolicyServer) *JournalServer {
+func NewJournalServer(store *journal.Store, policies PolicySource) *JournalServer {
 	return &JournalServer{store: store, policies: policies}
 }
 
@@ -59,7 +62,7 @@ func (s *JournalServer) BeginContext(ctx context.Context, req *policydv1.BeginCo
 		return nil, err
 	}
 	if req.GetProfile() != "" {
-		if err := validateProfileIn(s.policies.policy.Load(), req.GetProfile()); err != nil {
+		if err := validateProfileIn(s.policies.Policy(), req.GetProfile()); err != nil {
 			return nil, err
 		}
 	}
@@ -94,7 +97,7 @@ func (s *JournalServer) RecordAttempt(ctx context.Context, req *policydv1.Record
 	if err := validateDuration("duration", req.GetDuration()); err != nil {
 		return nil, err
 	}
-	p := s.policies.policy.Load()
+	p := s.policies.Policy()
 	profile := req.GetProfile()
 	if profile != "" {
 		if err := validateProfileIn(p, profile); err != nil {
@@ -211,149 +214,4 @@ func (s *JournalServer) ListContexts(ctx context.Context, req *policydv1.ListCon
 		resp.Contexts = append(resp.Contexts, contextProto(c))
 	}
 	return resp, nil
-}
-
-// journalDecision records the attempt NextDelay just decided, when the
-// request names a context and the journal is on and healthy, waiting at most
-// the journal timeout. It reports whether the attempt is committed; a
-// dropped one is not an error: the client can RecordAttempt again later
-// (idempotent).
-func (s *PolicyServer) journalDecision(ctx context.Context, req *policydv1.NextDelayRequest, d *policydv1.Decision) JournalResult {
-	if s.journal == nil || req.GetContextId() == "" {
-		return JournalNotAsked
-	}
-	if !s.journal.Healthy() {
-		return JournalDropped
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.journalTimeout)
-	defer cancel()
-	a := attemptOf(req.GetContextId(), int(req.GetAttempt()), req.GetFailure(), d.GetClassification(), d, 0)
-	if _, err := s.journal.Record(ctx, tenantOf(ctx), a, ensureOf(req.GetFailure(), req.GetProfile())); err != nil {
-		return JournalDropped
-	}
-	return JournalCommitted
-}
-
-// ensureOf is the context a first recorded attempt creates.
-func ensureOf(f *policydv1.Failure, profile string) journal.Context {
-	return journal.Context{Provider: f.GetProvider(), Model: f.GetModel(), Operation: f.GetOperation(), Profile: profile}
-}
-
-// attemptOf is the journal row of one attempt and its decision (d may be nil).
-func attemptOf(contextID string, attempt int, f *policydv1.Failure, cls *policydv1.Classification, d *policydv1.Decision, dur time.Duration) journal.Attempt {
-	a := journal.Attempt{
-		ContextID: contextID, Attempt: attempt, Duration: dur,
-		FailureType: failureTypeName(cls.GetFailureType()), Retryable: cls.GetRetryable(), Rule: cls.GetRule(),
-		HTTPStatus: int(f.GetHttpStatus()), ErrorName: f.GetErrorName(), ErrorCode: f.GetErrorCode(), Message: f.GetMessage(),
-		RecoveryAction: cls.GetRecoveryAction(), Provider: f.GetProvider(), Model: f.GetModel(),
-	}
-	if a.Message == "" {
-		a.Message = f.GetBody() // the journal keeps the first 1 KiB
-	}
-	if d == nil || d.GetAction() == policydv1.Action_ACTION_UNSPECIFIED {
-		return a
-	}
-	a.Decision = decisionNames[d.GetAction()]
-	a.Delay = d.GetDelay().AsDuration()
-	a.Strategy = d.GetStrategy().GetName()
-	if r := d.GetStopReason(); r != policydv1.StopReason_STOP_REASON_UNSPECIFIED {
-		a.StopReason = enums.Short(r)
-	}
-	if k := d.GetFallback().GetKind(); k != policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED {
-		a.Fallback = enums.Short(k)
-	}
-	return a
-}
-
-// decisionNames are the journal's names of the actions, built once: the
-// map is read on every journaled NextDelay.
-var decisionNames = map[policydv1.Action]string{
-	policydv1.Action_ACTION_RETRY: journal.DecisionRetry, policydv1.Action_ACTION_STOP: journal.DecisionStop,
-	policydv1.Action_ACTION_FALL_BACK: journal.DecisionFallBack,
-}
-
-var outcomes = map[policydv1.Outcome]journal.Outcome{
-	policydv1.Outcome_OUTCOME_IN_PROGRESS: journal.OutcomeInProgress,
-	policydv1.Outcome_OUTCOME_RESOLVED:    journal.OutcomeResolved,
-	policydv1.Outcome_OUTCOME_FAILED:      journal.OutcomeFailed,
-	policydv1.Outcome_OUTCOME_ABANDONED:   journal.OutcomeAbandoned,
-}
-
-func failureTypeName(t policydv1.FailureType) string { return enums.Short(t) }
-
-func failureTypeOf(name string) policydv1.FailureType {
-	t, _ := enums.Parse[policydv1.FailureType](name)
-	return t
-}
-
-func contextProto(c journal.Context) *policydv1.RetryContext {
-	out := &policydv1.RetryContext{
-		ContextId: c.ID, Agent: c.Agent, Provider: c.Provider, Model: c.Model, Operation: c.Operation,
-		Profile: c.Profile, Labels: c.Labels, StartedAt: timestamppb.New(c.StartedAt),
-		AttemptCount: int32(c.AttemptCount), TotalWait: durationpb.New(c.TotalWait),
-	}
-	for po, jo := range outcomes {
-		if jo == c.Outcome {
-			out.Outcome = po
-		}
-	}
-	if !c.FinishedAt.IsZero() {
-		out.FinishedAt = timestamppb.New(c.FinishedAt)
-	}
-	return out
-}
-
-func attemptProto(a journal.Attempt) *policydv1.Attempt {
-	out := &policydv1.Attempt{
-		Attempt: int32(a.Attempt), At: timestamppb.New(a.At), FailureType: failureTypeOf(a.FailureType),
-		Retryable: a.Retryable, Rule: a.Rule, HttpStatus: int32(a.HTTPStatus), ErrorCode: a.ErrorCode,
-		Message: a.Message, Strategy: a.Strategy, Provider: a.Provider, Model: a.Model,
-	}
-	if a.Duration > 0 {
-		out.Duration = durationpb.New(a.Duration)
-	}
-	switch a.Decision {
-	case journal.DecisionRetry:
-		out.Decision = policydv1.Action_ACTION_RETRY
-		out.Delay = durationpb.New(a.Delay)
-	case journal.DecisionStop:
-		out.Decision = policydv1.Action_ACTION_STOP
-	case journal.DecisionFallBack:
-		out.Decision = policydv1.Action_ACTION_FALL_BACK
-	}
-	if a.StopReason != "" {
-		out.StopReason, _ = enums.Parse[policydv1.StopReason](a.StopReason)
-	}
-	if a.Fallback != "" {
-		out.Fallback, _ = enums.Parse[policydv1.FallbackKind](a.Fallback)
-	}
-	return out
-}
-
-func reportProto(r journal.Report) *policydv1.ErrorReport {
-	out := &policydv1.ErrorReport{
-		ContextId: r.ContextID, RootCauseType: failureTypeOf(r.RootCauseType), RootCauseRule: r.RootCauseRule,
-		RootCauseMessage: r.RootCauseMessage, RecoveryAction: r.RecoveryAction, Unrecoverable: r.Unrecoverable,
-		ManualAction: r.ManualAction, Text: r.Text, CreatedAt: timestamppb.New(r.CreatedAt),
-	}
-	for _, a := range r.Attempts {
-		out.Attempts = append(out.Attempts, attemptProto(a))
-	}
-	return out
-}
-
-// validateContextID checks a context_id: a UUID, or empty when not required.
-
-// validateDuration checks an optional duration: valid, non-negative, at most 30 days.
-func validateDuration(field string, d *durationpb.Duration) error {
-	if d == nil {
-		return nil
-	}
-	if err := d.CheckValid(); err != nil {
-		return fieldErrorf(field, "invalid duration: %v", err)
-	}
-	if v := d.AsDuration(); v < 0 || v > maxElapsed {
-		return fieldErrorf(field, "must be within 0..30 days, got %v", v)
-	}
-	return nil
 }

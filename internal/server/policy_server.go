@@ -129,6 +129,9 @@ func (s *PolicyServer) SetPolicy(p *policy.Policy) {
 	}
 }
 
+// Policy is the policy in force (PolicySource).
+func (s *PolicyServer) Policy() *policy.Policy { return s.policy.Load() }
+
 // Classify validates req (see ValidateClassifyRequest) and classifies its
 // failure. A validation error is returned as is; NewGRPCServer's interceptor
 // turns it into codes.InvalidArgument.

@@ -1,0 +1,17 @@
+package server
+
+import "google.golang.org/protobuf/types/known/durationpb"
+
+// validateDuration checks an optional duration: valid, non-negative, at most 30 days.
+func validateDuration(field string, d *durationpb.Duration) error {
+	if d == nil {
+		return nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return fieldErrorf(field, "invalid duration: %v", err)
+	}
+	if v := d.AsDuration(); v < 0 || v > maxElapsed {
+		return fieldErrorf(field, "must be within 0..30 days, got %v", v)
+	}
+	return nil
+}
