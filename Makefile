@@ -125,8 +125,9 @@ fuzz: ## Run every fuzz target for FUZZTIME (e.g. make fuzz FUZZTIME=10m).
 	cd clients/go && go test -run '^$$' -fuzz '^FuzzRetryAfter$$' -fuzztime $(FUZZTIME) .
 
 .PHONY: lint
-lint: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/staticcheck-$(STATICCHECK_VERSION) ## buf lint, gofmt, go vet, staticcheck, go mod tidy.
+lint: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/staticcheck-$(STATICCHECK_VERSION) ## buf lint and format, gofmt, go vet, staticcheck, go mod tidy.
 	buf lint
+	buf format --diff --exit-code
 	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' | grep -v '^gen/')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...

@@ -76,4 +76,6 @@ func TestClassifyRequest(t *testing.T) {
 	}
 }
 
-func req(f *policydv1.Failure) *policydv1.ClassifyRequest { return &policydv1.ClassifyRequest{Failure: f} }
+func req(f *policydv1.Failure) *policydv1.ClassifyRequest {
+	return &policydv1.ClassifyRequest{Failure: f}
+}
