@@ -9,7 +9,7 @@ MAKEFLAGS += --warn-undefined-variables --no-builtin-rules
 BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
-STATICCHECK_VERSION        := v0.8.2
+GOLANGCI_LINT_VERSION      := v2.6.2
 GRPCURL_VERSION            := v1.9.4
 
 BIN     := $(CURDIR)/.bin
@@ -125,15 +125,15 @@ fuzz: ## Run every fuzz target for FUZZTIME (e.g. make fuzz FUZZTIME=10m).
 	cd clients/go && go test -run '^$$' -fuzz '^FuzzRetryAfter$$' -fuzztime $(FUZZTIME) .
 
 .PHONY: lint
-lint: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/staticcheck-$(STATICCHECK_VERSION) ## buf lint and format, gofmt, go vet, staticcheck, go mod tidy.
+lint: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/golangci-lint-$(GOLANGCI_LINT_VERSION) ## buf lint and format, gofmt, go vet, golangci-lint (.golangci.yml), go mod tidy.
 	buf lint
 	buf format --diff --exit-code
 	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' | grep -v '^gen/')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
-	staticcheck ./...
+	golangci-lint run ./...
 	go mod tidy -diff
-	cd clients/go && go vet ./... && staticcheck ./... && go mod tidy -diff
+	cd clients/go && go vet ./... && golangci-lint run -c ../../.golangci.yml ./... && go mod tidy -diff
 
 .PHONY: generate
 generate: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) ## Generate code from proto/: gen/ and each client's stubs.
@@ -190,7 +190,7 @@ simulate: ## The fleet simulation: every scenario, lifetime and policy, one line
 	./bin/policyd-sim -svg-dir docs/fleet -doc docs/fleet.md
 
 .PHONY: tools
-tools: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(STAMPS)/staticcheck-$(STATICCHECK_VERSION) $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Install the pinned tools into .bin.
+tools: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(STAMPS)/golangci-lint-$(GOLANGCI_LINT_VERSION) $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Install the pinned tools into .bin.
 
 .PHONY: clean
 clean: ## Remove build output (keeps .bin tools).
@@ -206,8 +206,8 @@ $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION):
 $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION):
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	@mkdir -p $(STAMPS) && touch $@
-$(STAMPS)/staticcheck-$(STATICCHECK_VERSION):
-	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+$(STAMPS)/golangci-lint-$(GOLANGCI_LINT_VERSION):
+	go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	@mkdir -p $(STAMPS) && touch $@
 $(STAMPS)/grpcurl-$(GRPCURL_VERSION):
 	go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)

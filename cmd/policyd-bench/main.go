@@ -184,7 +184,7 @@ func startServers(c config) (*servers, error) {
 
 func (s *servers) close() {
 	for _, cc := range append(s.echoConns, s.pdConns...) {
-		cc.Close()
+		_ = cc.Close()
 	}
 	for _, p := range []*process{s.policyd, s.echo} {
 		if p != nil {

@@ -51,7 +51,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	}
 	dir := t.TempDir()
 	doc := filepath.Join(dir, "x.md")
-	os.WriteFile(doc, []byte("no markers"), 0o644)
+	_ = os.WriteFile(doc, []byte("no markers"), 0o644)
 	if err := run([]string{"-scenario", "herd", "-policy", "sdk", "-life", "3", "-agents", "10", "-doc", doc}, &bytes.Buffer{}); err == nil {
 		t.Error("a doc without markers accepted")
 	}

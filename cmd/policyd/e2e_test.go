@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	code := journaltest.Run(m)
-	os.RemoveAll(dir)
+	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 

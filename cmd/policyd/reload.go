@@ -48,7 +48,7 @@ func newReloader(path string, env func(string) string, set func(*policy.Policy),
 			return nil, fmt.Errorf("watch policy file: %w", err)
 		}
 		if err := w.Add(filepath.Dir(path)); err != nil {
-			w.Close()
+			_ = w.Close()
 			return nil, fmt.Errorf("watch policy file %s: %w", path, err)
 		}
 		r.watcher = w
@@ -61,7 +61,7 @@ func newReloader(path string, env func(string) string, set func(*policy.Policy),
 func (r *reloader) close() {
 	signal.Stop(r.hup)
 	if r.watcher != nil {
-		r.watcher.Close()
+		_ = r.watcher.Close()
 	}
 }
 

@@ -230,7 +230,7 @@ func TestServeTokensTLSE2E(t *testing.T) {
 			if err != nil {
 				return false
 			}
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			return bytes.Equal(c.ConnectionState().PeerCertificates[0].Raw, next.TLS.Certificate[0])
 		})
 		if _, err := pc.Classify(bearer(ctx, "acme-rotated-token-0000000003"), okReq); err != nil {

@@ -66,7 +66,7 @@ func LoadTokens(path string) (*Tokens, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokens file: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	return ParseTokens(f, path)
 }
 

@@ -23,7 +23,7 @@ func BulkLoad(ctx context.Context, databaseURL string, contexts, attemptsPerCont
 	if err != nil {
 		return 0, fmt.Errorf("bulk load: connect: %w", err)
 	}
-	defer conn.Close(context.Background())
+	defer func() { _ = conn.Close(context.Background()) }()
 	ids := make([]uuid.UUID, contexts)
 	for i := range ids {
 		ids[i] = uuid.New()
@@ -90,7 +90,7 @@ func AttemptRows(ctx context.Context, databaseURL string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("count attempts: connect: %w", err)
 	}
-	defer conn.Close(context.Background())
+	defer func() { _ = conn.Close(context.Background()) }()
 	var n int64
 	err = conn.QueryRow(ctx, "SELECT count(*) FROM retry_attempts").Scan(&n)
 	return n, err

@@ -266,7 +266,7 @@ func (s *Store) GetContext(ctx context.Context, tenant, id string) (Context, []A
 		if err != nil {
 			return err
 		}
-		defer tx.Rollback(ctx) // read-only: nothing to undo, and an error changes nothing
+		defer func() { _ = tx.Rollback(ctx) }() // read-only: nothing to undo, and an error changes nothing
 		if c, err = s.getContext(ctx, tx, tenant, id); err != nil {
 			return err
 		}

@@ -33,7 +33,7 @@ func migrateTo(ctx context.Context, databaseURL string, target int32) error {
 	if err != nil {
 		return translate(ctx, "migrate journal: connect", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	m, err := migrate.NewMigrator(ctx, conn, versionTable)
 	if err != nil {
 		return translate(ctx, "migrate journal", err)

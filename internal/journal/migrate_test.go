@@ -21,7 +21,7 @@ func relations(t *testing.T, url string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	rows, err := conn.Query(ctx, `SELECT table_name FROM information_schema.tables
 		WHERE table_schema = 'public' AND table_name <> 'policyd_schema_version'`)
 	if err != nil {

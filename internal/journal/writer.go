@@ -418,7 +418,7 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 	br := s.writePool.SendBatch(ctx, b)
 	if n > 0 {
 		if _, err := br.Exec(); err != nil {
-			br.Close()
+			_ = br.Close()
 			return nil, fmt.Errorf("ensure contexts: %w", err)
 		}
 	}
@@ -429,7 +429,7 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 	if !again {
 		tag, err := br.Exec()
 		if err != nil {
-			br.Close()
+			_ = br.Close()
 			return nil, fmt.Errorf("insert attempts: %w", err)
 		}
 		allKnown = tag.RowsAffected() == int64(m)
@@ -437,21 +437,21 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 		inserted = make(map[insertedKey]bool, m)
 		qrows, err := br.Query()
 		if err != nil {
-			br.Close()
+			_ = br.Close()
 			return nil, fmt.Errorf("insert attempts: %w", err)
 		}
 		for qrows.Next() {
 			var k insertedKey
 			if err := qrows.Scan(&k.contextID, &k.attempt); err != nil {
 				qrows.Close()
-				br.Close()
+				_ = br.Close()
 				return nil, fmt.Errorf("insert attempts: %w", err)
 			}
 			inserted[k] = true
 		}
 		qrows.Close()
 		if err := qrows.Err(); err != nil {
-			br.Close()
+			_ = br.Close()
 			return nil, fmt.Errorf("insert attempts: %w", err)
 		}
 	}

@@ -65,7 +65,7 @@ func startDaemon(t *testing.T) *daemon {
 		t.Fatal(err)
 	}
 	go hsrv.Serve() //nolint:errcheck // nil after Shutdown
-	t.Cleanup(func() { hsrv.Shutdown(context.Background()) })
+	t.Cleanup(func() { _ = hsrv.Shutdown(context.Background()) })
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

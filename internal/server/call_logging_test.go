@@ -66,7 +66,7 @@ func TestCallLogging(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer conn.Close()
+			defer func() { _ = conn.Close() }()
 			req := &policydv1.ClassifyRequest{Failure: &policydv1.Failure{HttpStatus: 503}}
 			if !tt.ok {
 				req.Failure.HttpStatus = 1000

@@ -51,7 +51,7 @@ func startPolicyServer(t *testing.T, ps *PolicyServer, opts ...grpc.ServerOption
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { _ = conn.Close() })
 	return conn
 }
 

@@ -42,7 +42,7 @@ func TestReadinessFollowsJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { _ = conn.Close() })
 	hc := healthpb.NewHealthClient(conn)
 	pc := policydv1.NewPolicyServiceClient(conn)
 

@@ -21,7 +21,7 @@ func Query(t testing.TB, databaseURL, sql string, args ...any) (columns []string
 	if err != nil {
 		t.Fatalf("journaltest.Query: connect: %v", err)
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	rs, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		t.Fatalf("journaltest.Query: %v\n%s", err, sql)

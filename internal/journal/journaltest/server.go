@@ -203,7 +203,7 @@ func (s *Server) exec(ctx context.Context, sql string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	_, err = conn.Exec(ctx, sql)
 	return err
 }
@@ -225,7 +225,7 @@ func (s *Server) makeTemplate(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext('policyd_template'))"); err != nil {
 		return "", err
 	}
@@ -271,7 +271,7 @@ func migrationsHash() (string, error) {
 
 func randomHex(n int) string {
 	b := make([]byte, n)
-	rand.Read(b)
+	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
 
@@ -290,7 +290,7 @@ func startCluster() (*Server, error) {
 	}
 	s := &Server{dir: dir, dataDir: filepath.Join(dir, "data"), binDir: binDir, asPostgres: os.Geteuid() == 0}
 	fail := func(err error) (*Server, error) {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
@@ -357,8 +357,8 @@ func sweepStale(binDir string) {
 			continue
 		}
 		s := &Server{dir: dir, dataDir: filepath.Join(dir, "data"), binDir: binDir, asPostgres: os.Geteuid() == 0}
-		s.pgCtl("-m", "immediate", "-w", "stop") // may not run at all
-		os.RemoveAll(dir)
+		_, _ = s.pgCtl("-m", "immediate", "-w", "stop") // may not run at all
+		_ = os.RemoveAll(dir)
 	}
 }
 
@@ -456,6 +456,6 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -21,7 +21,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer client.Close()
+	defer func() { _ = client.Close() }()
 
 	url := cmp.Or(os.Getenv("OPENAI_BASE_URL"), "https://api.openai.com/v1") + "/chat/completions"
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hi"}]}`
