@@ -32,6 +32,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/policyd/policyd/internal/journal"
@@ -98,11 +100,22 @@ func Main(m *testing.M) { os.Exit(Run(m)) }
 
 // Run is Main for a TestMain with more to clean up: it runs the tests,
 // stops the private cluster and returns the exit code.
+//
+// After passing tests it fails the run if any goroutine the tests started
+// is still running (goleak): the journal's writers and health loop, the
+// gRPC servers and HTTP servers the tests start must all stop.
 func Run(m *testing.M) int {
+	before := goleak.IgnoreCurrent()
 	code := m.Run()
 	if shared.srv != nil && shared.srv.dir != "" {
 		if err := shared.srv.shutdown(); err != nil {
 			fmt.Fprintln(os.Stderr, "journaltest:", err)
+		}
+	}
+	if code == 0 {
+		if err := goleak.Find(before); err != nil {
+			fmt.Fprintln(os.Stderr, "journaltest: goroutines left running after the tests:", err)
+			code = 1
 		}
 	}
 	return code
