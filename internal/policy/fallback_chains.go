@@ -48,25 +48,25 @@ func parseTarget(s string) (ChainTarget, error) {
 // of targets.
 func parseChains(node *yaml.Node, file, section string) (map[string][]ChainTarget, error) {
 	if node.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("%s:%d: %s: must be a mapping of provider/model to a list of provider/model targets", file, node.Line, section)
+		return nil, errAt(file, node.Line, section, "must be a mapping of provider/model to a list of provider/model targets")
 	}
 	out := map[string][]ChainTarget{}
 	for i := 0; i+1 < len(node.Content); i += 2 {
 		key, val := node.Content[i], node.Content[i+1]
 		from, err := parseTarget(key.Value)
 		if err != nil || from.KeyID != "" {
-			return nil, fmt.Errorf("%s:%d: %s: %q is not provider/model", file, key.Line, section, key.Value)
+			return nil, errAt(file, key.Line, section, "%q is not provider/model", key.Value)
 		}
 		if val.Kind != yaml.SequenceNode || len(val.Content) == 0 {
-			return nil, fmt.Errorf("%s:%d: %s.%s: must be a non-empty list of provider/model targets", file, val.Line, section, key.Value)
+			return nil, errAt(file, val.Line, section+"."+key.Value, "must be a non-empty list of provider/model targets")
 		}
 		for _, n := range val.Content {
 			t, err := parseTarget(n.Value)
 			if err != nil {
-				return nil, fmt.Errorf("%s:%d: %s.%s: %w", file, n.Line, section, key.Value, err)
+				return nil, errAt(file, n.Line, section+"."+key.Value, "%w", err)
 			}
 			if t.Provider == from.Provider && t.Model == from.Model {
-				return nil, fmt.Errorf("%s:%d: %s.%s: a model cannot fall back to itself", file, n.Line, section, key.Value)
+				return nil, errAt(file, n.Line, section+"."+key.Value, "a model cannot fall back to itself")
 			}
 			out[chainKey(from.Provider, from.Model)] = append(out[chainKey(from.Provider, from.Model)], t)
 		}

@@ -15,10 +15,10 @@ import (
 // defaults: scopes, hold, stop, breaker and retry_budget settings.
 func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 	at := func(n *yaml.Node, path string, err error) error {
-		return fmt.Errorf("%s:%d: fleet.%s: %w", file, n.Line, path, err)
+		return errAt(file, n.Line, "fleet."+path, "%w", err)
 	}
 	if node.Kind != yaml.MappingNode {
-		return fmt.Errorf("%s:%d: fleet: must be a mapping (scopes, hold, stop, breaker, retry_budget)", file, node.Line)
+		return errAt(file, node.Line, "fleet", "must be a mapping (scopes, hold, stop, breaker, retry_budget)")
 	}
 	// Each section's fields, as pointers into cfg.
 	sections := map[string]map[string]any{
@@ -76,7 +76,7 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("%s:%d: fleet: %w", file, node.Line, err)
+		return errAt(file, node.Line, "fleet", "%w", err)
 	}
 	return nil
 }
@@ -84,16 +84,16 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 // parseScopes reads `scopes: {rate_limit: [provider, key, model], ...}`.
 func parseScopes(node *yaml.Node, file string, scopes fleet.Scopes) error {
 	if node.Kind != yaml.MappingNode {
-		return fmt.Errorf("%s:%d: fleet.scopes: must be a mapping of scope to fields", file, node.Line)
+		return errAt(file, node.Line, "fleet.scopes", "must be a mapping of scope to fields")
 	}
 	for i := 0; i+1 < len(node.Content); i += 2 {
 		key, val := node.Content[i], node.Content[i+1]
 		s, err := fleet.ParseScope(key.Value)
 		if err != nil {
-			return fmt.Errorf("%s:%d: fleet.scopes: %w", file, key.Line, err)
+			return errAt(file, key.Line, "fleet.scopes", "%w", err)
 		}
 		if val.Kind != yaml.SequenceNode {
-			return fmt.Errorf("%s:%d: fleet.scopes.%s: must be a list of provider, model and key", file, val.Line, key.Value)
+			return errAt(file, val.Line, "fleet.scopes."+key.Value, "must be a list of provider, model and key")
 		}
 		var f fleet.Fields
 		for _, n := range val.Content {
@@ -105,7 +105,7 @@ func parseScopes(node *yaml.Node, file string, scopes fleet.Scopes) error {
 			case "key":
 				f.Key = true
 			default:
-				return fmt.Errorf("%s:%d: fleet.scopes.%s: %q is not a field (want provider, model or key; the tenant always counts)", file, n.Line, key.Value, n.Value)
+				return errAt(file, n.Line, "fleet.scopes."+key.Value, "%q is not a field (want provider, model or key; the tenant always counts)", n.Value)
 			}
 		}
 		scopes[s] = f

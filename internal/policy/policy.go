@@ -9,11 +9,8 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/classifier"
@@ -163,7 +160,7 @@ func build(fileData []byte, file string, caps Caps) (*Policy, error) {
 		if len(strings.TrimSpace(string(fileData))) == 0 {
 			// Refused so that a reload reading a half-written file keeps the
 			// old policy instead of silently dropping the file's profiles.
-			return nil, fmt.Errorf("%s: the policy file is empty (write at least `profiles: {}`)", file)
+			return nil, errAt(file, 0, "", "the policy file is empty (write at least `profiles: {}`)")
 		}
 		doc, err := parseDocument(fileData, file)
 		if err != nil {
@@ -214,7 +211,7 @@ func overlayProfiles(profiles, fileProfiles map[string]*parsedProfile) error {
 		}
 		for _, c := range chain {
 			if c == name {
-				return fmt.Errorf("%s: profiles.%s.extends: a cycle (%s → %s)", fp.pos, name, strings.Join(chain, " → "), name)
+				return errAt(fp.file, fp.line, "profiles."+name+".extends", "a cycle (%s → %s)", strings.Join(chain, " → "), name)
 			}
 		}
 		base := builtin[name]
@@ -225,7 +222,7 @@ func overlayProfiles(profiles, fileProfiles map[string]*parsedProfile) error {
 				}
 				base = profiles[fp.extends]
 			} else if base = builtin[fp.extends]; base == nil {
-				return fmt.Errorf("%s: profiles.%s.extends: no profile %q", fp.pos, name, fp.extends)
+				return errAt(fp.file, fp.line, "profiles."+name+".extends", "no profile %q", fp.extends)
 			}
 		}
 		profiles[name] = fp.overlay(base)
@@ -249,7 +246,8 @@ func overlayProfiles(profiles, fileProfiles map[string]*parsedProfile) error {
 // sets, so that a file can change a built-in profile field by field.
 type parsedProfile struct {
 	profile *Profile
-	pos     string
+	file    string
+	line    int
 	extends string
 	set     map[string]bool // top-level keys present
 }
@@ -286,259 +284,5 @@ func (fp *parsedProfile) overlay(base *parsedProfile) *parsedProfile {
 	if fp.set["fleet"] {
 		p.Fleet = fp.profile.Fleet
 	}
-	return &parsedProfile{profile: &p, pos: fp.pos, set: fp.set}
-}
-
-// document is a policy document as parsed: the fleet section is read on
-// top of the defaults by build.
-type document struct {
-	profiles map[string]*parsedProfile
-	rules    classifier.RuleSet
-	fleet    *yaml.Node
-	chains   Chains
-}
-
-// parseDocument reads a policy document: profiles, classification lists and
-// rules, the fleet section and the fallback chains.
-func parseDocument(data []byte, file string) (document, error) {
-	var doc yaml.Node
-	out := document{profiles: map[string]*parsedProfile{}}
-	fail := func(err error) (document, error) { return document{}, err }
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return fail(fmt.Errorf("%s: %w", file, err))
-	}
-	profiles := out.profiles
-	if len(doc.Content) == 0 {
-		return out, nil
-	}
-	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
-		return fail(fmt.Errorf("%s:%d: the policy must be a mapping with profiles, lists and rules", file, root.Line))
-	}
-	rulesDoc := &yaml.Node{Kind: yaml.MappingNode, Line: root.Line}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		key, val := root.Content[i], root.Content[i+1]
-		switch key.Value {
-		case "profiles":
-			if val.Kind != yaml.MappingNode {
-				return fail(fmt.Errorf("%s:%d: profiles: must be a mapping of name to profile", file, val.Line))
-			}
-			for j := 0; j+1 < len(val.Content); j += 2 {
-				name := val.Content[j].Value
-				pp, err := parseProfile(name, val.Content[j+1], file)
-				if err != nil {
-					return fail(err)
-				}
-				profiles[name] = pp
-			}
-		case "lists", "rules":
-			rulesDoc.Content = append(rulesDoc.Content, key, val)
-		case "fleet":
-			out.fleet = val
-		case "fallbacks", "context_window_fallbacks", "content_policy_fallbacks":
-			chains, err := parseChains(val, file, key.Value)
-			if err != nil {
-				return fail(err)
-			}
-			switch key.Value {
-			case "fallbacks":
-				out.chains.Errors = chains
-			case "context_window_fallbacks":
-				out.chains.ContextWindow = chains
-			default:
-				out.chains.ContentPolicy = chains
-			}
-		default:
-			return fail(fmt.Errorf("%s:%d: unknown field %q (want profiles, lists, rules, fleet, fallbacks, context_window_fallbacks or content_policy_fallbacks)", file, key.Line, key.Value))
-		}
-	}
-	rs, err := classifier.ParseRuleSetNode(rulesDoc, file)
-	if err != nil {
-		return fail(err)
-	}
-	out.rules = rs
-	return out, nil
-}
-
-var profileNameOK = func(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
-func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, error) {
-	at := func(n *yaml.Node) string { return fmt.Sprintf("%s:%d", file, n.Line) }
-	path := "profiles." + name
-	if !profileNameOK(name) {
-		return nil, fmt.Errorf("%s: %s: a profile name is 1 to 64 of [a-z0-9_.-]", at(node), path)
-	}
-	if node.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("%s: %s: must be a mapping", at(node), path)
-	}
-	pp := &parsedProfile{
-		profile: &Profile{Name: name, Source: file, Strategies: map[policydv1.FailureType]strategy.Strategy{}, Fleet: fleet.AllOn},
-		pos:     at(node), set: map[string]bool{},
-	}
-	p := pp.profile
-	for i := 0; i+1 < len(node.Content); i += 2 {
-		key, val := node.Content[i], node.Content[i+1]
-		field := path + "." + key.Value
-		pp.set[key.Value] = true
-		var err error
-		switch key.Value {
-		case "description":
-			p.Description = strings.TrimSpace(val.Value)
-		case "extends":
-			pp.extends = val.Value
-		case "retry_connect_phase":
-			p.RetryConnectPhase, err = parseBool(val)
-		case "mid_stream_needs_retry_fetch_errors":
-			err = fmt.Errorf("removed: coded network failures mid-stream are always retried and a generic \"fetch failed\" needs retry_fetch_errors in every profile (seed 000's isRetryableError); delete the line")
-		case "idempotent_methods":
-			if val.Kind != yaml.SequenceNode {
-				err = fmt.Errorf("must be a list of HTTP methods")
-			}
-			for _, m := range val.Content {
-				p.IdempotentMethods = append(p.IdempotentMethods, strings.ToUpper(m.Value))
-			}
-		case "budget":
-			p.Budget, err = parseDuration(val)
-		case "fleet":
-			p.Fleet, err = parseSwitches(val)
-		case "default":
-			p.Default, err = parseStrategy(val, file, field)
-		case "strategies":
-			if val.Kind != yaml.MappingNode {
-				err = fmt.Errorf("must be a mapping of failure type to strategy")
-				break
-			}
-			for j := 0; j+1 < len(val.Content); j += 2 {
-				tkey := val.Content[j]
-				t, ok := ParseFailureType(tkey.Value)
-				if !ok {
-					return nil, fmt.Errorf("%s: %s.strategies: %q is not a failure type (want e.g. RATE_LIMIT)", at(tkey), path, tkey.Value)
-				}
-				s, err := parseStrategy(val.Content[j+1], file, field+"."+tkey.Value)
-				if err != nil {
-					return nil, err
-				}
-				p.Strategies[t] = s
-			}
-		default:
-			err = fmt.Errorf("unknown field (want description, extends, retry_connect_phase, idempotent_methods, budget, fleet, strategies or default)")
-		}
-		if err != nil {
-			if strings.HasPrefix(err.Error(), file+":") {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%s: %s: %w", at(key), field, err)
-		}
-	}
-	return pp, nil
-}
-
-// ParseFailureType reads a failure type by its name, with or without the
-// FAILURE_TYPE_ prefix, in any case.
-func ParseFailureType(s string) (policydv1.FailureType, bool) {
-	return enums.Parse[policydv1.FailureType](s)
-}
-
-func parseBool(n *yaml.Node) (bool, error) {
-	b, err := strconv.ParseBool(n.Value)
-	if err != nil || n.Kind != yaml.ScalarNode {
-		return false, fmt.Errorf("%q is not true or false", n.Value)
-	}
-	return b, nil
-}
-
-// parseStrategy reads a strategy mapping; errors name the line and field.
-func parseStrategy(node *yaml.Node, file, path string) (strategy.Strategy, error) {
-	var s strategy.Strategy
-	if node.Kind != yaml.MappingNode {
-		return s, fmt.Errorf("%s:%d: %s: must be a mapping", file, node.Line, path)
-	}
-	for i := 0; i+1 < len(node.Content); i += 2 {
-		key, val := node.Content[i], node.Content[i+1]
-		var err error
-		switch key.Value {
-		case "retry":
-			s.Retry, err = parseBool(val)
-		case "max_attempts":
-			s.MaxAttempts, err = parseInt(val)
-		case "backoff":
-			s.Backoff, err = strategy.ParseBackoff(val.Value)
-		case "initial_delay":
-			s.Initial, err = parseDuration(val)
-		case "max_delay":
-			s.Max, err = parseDuration(val)
-		case "multiplier":
-			s.Multiplier, err = parseFloat(val)
-		case "step":
-			s.Step, err = parseDuration(val)
-		case "jitter":
-			s.Jitter, err = strategy.ParseJitter(val.Value)
-		case "jitter_fraction":
-			s.JitterFraction, err = parseFloat(val)
-		case "honor_retry_after":
-			s.HonorRetryAfter, err = parseBool(val)
-		case "retry_after_mode":
-			s.HintMode, err = strategy.ParseHintMode(val.Value)
-		case "retry_after_padding":
-			s.HintPadding, err = parseFloat(val)
-		case "retry_after_ceiling":
-			s.HintCeiling, err = parseDuration(val)
-		case "retry_after_above_ceiling":
-			s.AboveCeiling, err = strategy.ParseAboveCeiling(val.Value)
-		case "retry_after_jitter":
-			s.HintJitter, err = parseFloat(val)
-		case "fallback":
-			s.Fallback, err = strategy.ParseFallback(val.Value)
-		case "fallback_after":
-			s.FallbackAfter, err = parseInt(val)
-		default:
-			err = fmt.Errorf("unknown field (want retry, max_attempts, backoff, initial_delay, max_delay, multiplier, step, " +
-				"jitter, jitter_fraction, honor_retry_after, retry_after_mode, retry_after_padding, retry_after_jitter, retry_after_ceiling, " +
-				"retry_after_above_ceiling, fallback, fallback_after)")
-		}
-		if err != nil {
-			return s, fmt.Errorf("%s:%d: %s.%s: %w", file, key.Line, path, key.Value, err)
-		}
-	}
-	if err := s.Validate(); err != nil {
-		return s, fmt.Errorf("%s:%d: %s.%w", file, node.Line, path, err)
-	}
-	return s, nil
-}
-
-func parseInt(n *yaml.Node) (int, error) {
-	v, err := strconv.Atoi(n.Value)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a whole number", n.Value)
-	}
-	return v, nil
-}
-
-func parseFloat(n *yaml.Node) (float64, error) {
-	v, err := strconv.ParseFloat(n.Value, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a number", n.Value)
-	}
-	return v, nil
-}
-
-func parseDuration(n *yaml.Node) (time.Duration, error) {
-	d, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration (want e.g. 500ms, 30s, 2m)", n.Value)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("%q is negative", n.Value)
-	}
-	return d, nil
+	return &parsedProfile{profile: &p, file: fp.file, line: fp.line, set: fp.set}
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"github.com/policyd/policyd/internal/fleet"
 	"os"
 	"path/filepath"
@@ -296,6 +297,13 @@ func TestBadPolicyFileNamesLineAndField(t *testing.T) {
 			_, err := Parse([]byte(tc.doc), "p.yaml", Caps{})
 			if err == nil {
 				t.Fatalf("accepted:\n%s", tc.doc)
+			}
+			// One error type for the file's own sections (the rules' come
+			// from the classifier, with the same file:line prefix).
+			if pe, ok := errors.AsType[*ParseError](err); !ok && tc.name != "bad rule" {
+				t.Errorf("%T is not a *ParseError: %v", err, err)
+			} else if ok && pe.File != "p.yaml" {
+				t.Errorf("ParseError.File = %q", pe.File)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
