@@ -83,8 +83,8 @@ type Ask struct {
 	ClientID    string
 	FailureType policydv1.FailureType
 	Attempt     int
-	// Hint is the server's delay hint (0: none).
-	Hint time.Duration
+	// RetryAfter is the server's delay hint (0: none).
+	RetryAfter time.Duration
 	// Recovery is the failure's recovery action, quoted by a fleet stop.
 	Recovery string
 	// Retry and Delay: the strategy's answer; the fleet acts only on retries.
@@ -195,8 +195,8 @@ func (f *Fleet) decide(c *Config, a *Ask, now time.Time, scope Scope, tracked bo
 			own.firstClient = a.ClientID // the first failure of a new run of them
 		}
 		own.lastFailure = now
-		if sw.Hold && a.Hint > 0 {
-			own.setHold(now, a.Hint, a.ClientID, emit)
+		if sw.Hold && a.RetryAfter > 0 {
+			own.setHold(now, a.RetryAfter, a.ClientID, emit)
 		}
 		if sw.Stop && stopsKey(a.FailureType) && a.KeyID != "" {
 			if !now.Before(own.stopUntil) {

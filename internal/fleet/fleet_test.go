@@ -63,11 +63,11 @@ func ask(client string, t policydv1.FailureType, delay time.Duration) Ask {
 func TestHoldOnlyMovesForward(t *testing.T) {
 	f, clk, rec := newTestFleet(t, nil)
 	a := ask("a", rateLimit, time.Second)
-	a.Hint = 30 * time.Second
+	a.RetryAfter = 30 * time.Second
 	f.Decide(a)
 	clk.advance(time.Second)
 	b := ask("b", rateLimit, time.Second)
-	b.Hint = 5 * time.Second // shorter: must not pull the hold back
+	b.RetryAfter = 5 * time.Second // shorter: must not pull the hold back
 	got := f.Decide(b)
 	if !got.Retry || got.Delay < 29*time.Second {
 		t.Fatalf("a shorter hint shortened the hold: %+v", got)
@@ -98,7 +98,7 @@ func TestHoldStaggersRelease(t *testing.T) {
 	start := clk.t
 	for i := range 100 {
 		a := ask("agent-"+string(rune('a'+i%26)), rateLimit, 500*time.Millisecond)
-		a.Hint = start.Add(10 * time.Second).Sub(clk.t)
+		a.RetryAfter = start.Add(10 * time.Second).Sub(clk.t)
 		got := f.Decide(a)
 		release = append(release, clk.t.Add(got.Delay))
 		clk.advance(50 * time.Millisecond)
@@ -140,7 +140,7 @@ func TestHoldSpreadsABurst(t *testing.T) {
 	perTenth := map[int64]int{}
 	for i := range 60 {
 		a := ask(fmt.Sprintf("agent-%d", i), rateLimit, 100*time.Millisecond)
-		a.Hint = 2 * time.Second
+		a.RetryAfter = 2 * time.Second
 		got := f.Decide(a)
 		perTenth[int64(got.Delay/(100*time.Millisecond))]++
 	}
@@ -310,7 +310,7 @@ func TestBudgetDrawsRefillsAndPaces(t *testing.T) {
 func TestSwitchesAndUntracked(t *testing.T) {
 	f, _, rec := newTestFleet(t, nil)
 	off := ask("a", rateLimit, time.Second)
-	off.Hint, off.Switches = time.Minute, Switches{}
+	off.RetryAfter, off.Switches = time.Minute, Switches{}
 	if got := f.Decide(off); got.Delay != time.Second {
 		t.Fatalf("hold off, yet held: %+v", got)
 	}
@@ -325,7 +325,7 @@ func TestSwitchesAndUntracked(t *testing.T) {
 	}
 	// No provider: nothing to share.
 	np := ask("a", rateLimit, time.Second)
-	np.Provider, np.Hint = "", time.Minute
+	np.Provider, np.RetryAfter = "", time.Minute
 	if got := f.Decide(np); got.Delay != time.Second || got.State != nil {
 		t.Fatalf("no provider: %+v", got)
 	}
@@ -353,7 +353,7 @@ func TestScopesNarrowAndWiden(t *testing.T) {
 		c.Scopes[ScopeRateLimit] = Fields{Provider: true, Key: true}
 	})
 	a := ask("a", rateLimit, time.Second)
-	a.Hint = time.Minute
+	a.RetryAfter = time.Minute
 	f.Decide(a)
 	b := ask("b", rateLimit, time.Second)
 	b.Model = "gpt-4o-mini"

@@ -133,9 +133,9 @@ func strategyYAML(s strategy.Strategy) string {
 		add("max_attempts: %d", s.MaxAttempts)
 	}
 	add("backoff: %s", s.Backoff)
-	add("initial_delay: %s", s.Initial)
-	if s.Max > 0 {
-		add("max_delay: %s", s.Max)
+	add("initial_delay: %s", s.InitialDelay)
+	if s.MaxDelay > 0 {
+		add("max_delay: %s", s.MaxDelay)
 	}
 	if s.Multiplier > 0 {
 		add("multiplier: %g", s.Multiplier)
@@ -149,15 +149,15 @@ func strategyYAML(s strategy.Strategy) string {
 	}
 	if s.HonorRetryAfter {
 		mode := "override"
-		if s.HintMode == strategy.HintAtLeast {
+		if s.RetryAfterMode == strategy.RetryAfterAtLeast {
 			mode = "at_least"
 		}
 		add("honor_retry_after: true")
 		add("retry_after_mode: %s", mode)
-		add("retry_after_padding: %g", s.HintPadding)
-		add("retry_after_jitter: %g", s.HintJitter)
-		if s.HintCeiling > 0 {
-			add("retry_after_ceiling: %s", s.HintCeiling)
+		add("retry_after_padding: %g", s.RetryAfterPadding)
+		add("retry_after_jitter: %g", s.RetryAfterJitter)
+		if s.RetryAfterCeiling > 0 {
+			add("retry_after_ceiling: %s", s.RetryAfterCeiling)
 		}
 		add("retry_after_above_ceiling: %s", s.AboveCeiling)
 	}

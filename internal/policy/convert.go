@@ -26,26 +26,26 @@ func StrategyProto(s strategy.Strategy) *policydv1.Strategy {
 		Retry:                  s.Retry,
 		MaxAttempts:            int32(s.MaxAttempts),
 		Backoff:                byName[policydv1.Backoff](s.Backoff),
-		InitialDelay:           durationpb.New(s.Initial),
+		InitialDelay:           durationpb.New(s.InitialDelay),
 		Multiplier:             s.Multiplier,
 		Jitter:                 byName[policydv1.Jitter](s.Jitter),
 		JitterFraction:         s.JitterFraction,
 		HonorRetryAfter:        s.HonorRetryAfter,
-		RetryAfterMode:         byName[policydv1.RetryAfterMode](s.HintMode),
-		RetryAfterPadding:      s.HintPadding,
+		RetryAfterMode:         byName[policydv1.RetryAfterMode](s.RetryAfterMode),
+		RetryAfterPadding:      s.RetryAfterPadding,
 		Fallback:               fallbackProto(s.Fallback),
 		FallbackAfter:          int32(s.FallbackAfter),
-		RetryAfterJitter:       s.HintJitter,
+		RetryAfterJitter:       s.RetryAfterJitter,
 		RetryAfterAboveCeiling: byName[policydv1.RetryAfterAboveCeiling](s.AboveCeiling),
 	}
-	if s.Max > 0 {
-		out.MaxDelay = durationpb.New(s.Max)
+	if s.MaxDelay > 0 {
+		out.MaxDelay = durationpb.New(s.MaxDelay)
 	}
 	if s.Step > 0 {
 		out.Step = durationpb.New(s.Step)
 	}
-	if s.HintCeiling > 0 {
-		out.RetryAfterCeiling = durationpb.New(s.HintCeiling)
+	if s.RetryAfterCeiling > 0 {
+		out.RetryAfterCeiling = durationpb.New(s.RetryAfterCeiling)
 	}
 	return out
 }

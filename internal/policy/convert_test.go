@@ -40,7 +40,7 @@ func TestStrategyEnumsMapByName(t *testing.T) {
 	mapsByName[policydv1.Backoff](t, strategy.ParseBackoff, strategy.BackoffExponential, strategy.BackoffLinear, strategy.BackoffConstant)
 	mapsByName[policydv1.Jitter](t, strategy.ParseJitter, strategy.JitterNone, strategy.JitterFull, strategy.JitterEqual,
 		strategy.JitterDecorrelated, strategy.JitterProportional, strategy.JitterDown)
-	mapsByName[policydv1.RetryAfterMode](t, strategy.ParseHintMode, strategy.HintOverride, strategy.HintAtLeast)
+	mapsByName[policydv1.RetryAfterMode](t, strategy.ParseRetryAfterMode, strategy.RetryAfterOverride, strategy.RetryAfterAtLeast)
 	mapsByName[policydv1.RetryAfterAboveCeiling](t, strategy.ParseAboveCeiling, strategy.AboveCeilingStop,
 		strategy.AboveCeilingBackoff, strategy.AboveCeilingClamp)
 	mapsByName[policydv1.FallbackKind](t, strategy.ParseFallback, strategy.FallbackLargerContextModel,

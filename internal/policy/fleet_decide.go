@@ -39,7 +39,7 @@ func (p *Policy) applyFleet(d *policydv1.Decision, c Call, f *policydv1.Failure,
 		Switches:    prof.Fleet,
 	}
 	if in.HasRetryAfter && in.RetryAfter > 0 {
-		ask.Hint = in.RetryAfter
+		ask.RetryAfter = in.RetryAfter
 	}
 	ans := c.Fleet.Decide(ask)
 	d.Fleet = fleetStateProto(ans.State)
@@ -70,7 +70,7 @@ func (p *Policy) applyFleet(d *policydv1.Decision, c Call, f *policydv1.Failure,
 // whichever is longer; the operator's cap over both), as fleet.Ask wants
 // it: 0 for no limit, negative when no wait fits.
 func maxWait(in strategy.Input, s strategy.Strategy) time.Duration {
-	limit := max(s.HintCeiling, s.Max)
+	limit := max(s.RetryAfterCeiling, s.MaxDelay)
 	if in.MaxDelayCap > 0 && (limit == 0 || in.MaxDelayCap < limit) {
 		limit = in.MaxDelayCap
 	}

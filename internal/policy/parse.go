@@ -203,9 +203,9 @@ func parseStrategy(node *yaml.Node, file, path string) (strategy.Strategy, error
 		case "backoff":
 			s.Backoff, err = strategy.ParseBackoff(val.Value)
 		case "initial_delay":
-			s.Initial, err = parseDuration(val)
+			s.InitialDelay, err = parseDuration(val)
 		case "max_delay":
-			s.Max, err = parseDuration(val)
+			s.MaxDelay, err = parseDuration(val)
 		case "multiplier":
 			s.Multiplier, err = parseFloat(val)
 		case "step":
@@ -217,15 +217,15 @@ func parseStrategy(node *yaml.Node, file, path string) (strategy.Strategy, error
 		case "honor_retry_after":
 			s.HonorRetryAfter, err = parseBool(val)
 		case "retry_after_mode":
-			s.HintMode, err = strategy.ParseHintMode(val.Value)
+			s.RetryAfterMode, err = strategy.ParseRetryAfterMode(val.Value)
 		case "retry_after_padding":
-			s.HintPadding, err = parseFloat(val)
+			s.RetryAfterPadding, err = parseFloat(val)
 		case "retry_after_ceiling":
-			s.HintCeiling, err = parseDuration(val)
+			s.RetryAfterCeiling, err = parseDuration(val)
 		case "retry_after_above_ceiling":
 			s.AboveCeiling, err = strategy.ParseAboveCeiling(val.Value)
 		case "retry_after_jitter":
-			s.HintJitter, err = parseFloat(val)
+			s.RetryAfterJitter, err = parseFloat(val)
 		case "fallback":
 			s.Fallback, err = strategy.ParseFallback(val.Value)
 		case "fallback_after":

@@ -92,8 +92,8 @@ func (p *Profile) prepare(caps Caps) {
 	for v := range policydv1.FailureType_name {
 		t := policydv1.FailureType(v)
 		s := p.StrategyFor(t)
-		if caps.MaxRetryAfter > 0 && s.HonorRetryAfter && (s.HintCeiling == 0 || caps.MaxRetryAfter < s.HintCeiling) {
-			s.HintCeiling = caps.MaxRetryAfter
+		if caps.MaxRetryAfter > 0 && s.HonorRetryAfter && (s.RetryAfterCeiling == 0 || caps.MaxRetryAfter < s.RetryAfterCeiling) {
+			s.RetryAfterCeiling = caps.MaxRetryAfter
 		}
 		p.applied[t] = appliedStrategy{strategy: s, proto: &policydv1.AppliedStrategy{
 			Name: s.Name, Summary: s.String(), Parameters: StrategyProto(s),

@@ -134,7 +134,7 @@ func (s Strategy) Decide(in Input, rnd Rand) Decision {
 
 	delay := s.jittered(in.Attempt, rnd)
 	if s.HonorRetryAfter && in.HasRetryAfter && in.RetryAfter > 0 {
-		ceiling := s.HintCeiling
+		ceiling := s.RetryAfterCeiling
 		if in.MaxDelayCap > 0 && (ceiling == 0 || in.MaxDelayCap < ceiling) {
 			ceiling = in.MaxDelayCap
 		}
@@ -153,7 +153,7 @@ func (s Strategy) Decide(in Input, rnd Rand) Decision {
 			if in.MaxDelayCap > 0 && hint > in.MaxDelayCap {
 				hint = in.MaxDelayCap // the operator's hard cap; the hint itself is within it
 			}
-			if s.HintMode == HintOverride || hint > delay {
+			if s.RetryAfterMode == RetryAfterOverride || hint > delay {
 				// The hint is the server's word: the backoff cap does not shorten it.
 				return s.bounded(in, hint, left, stop)
 			}
@@ -179,13 +179,13 @@ func (s Strategy) bounded(in Input, delay time.Duration, left int, stop func(Sto
 // hinted is the server's delay with the padding and the hint jitter, which
 // only ever lengthen it.
 func (s Strategy) hinted(hint time.Duration, rnd Rand) time.Duration {
-	f := 1 + s.HintPadding
-	if s.HintJitter > 0 {
+	f := 1 + s.RetryAfterPadding
+	if s.RetryAfterJitter > 0 {
 		r := 0.5
 		if rnd != nil {
 			r = rnd.Float64()
 		}
-		f += s.HintJitter * r
+		f += s.RetryAfterJitter * r
 	}
 	d := float64(hint) * f
 	if d > float64(math.MaxInt64) {
@@ -207,11 +207,11 @@ func (s Strategy) jittered(attempt int, rnd Rand) time.Duration {
 	case JitterEqual:
 		return s.capped(float64(d)/2 + float64(d)/2*r)
 	case JitterDecorrelated:
-		prev := s.Initial
+		prev := s.InitialDelay
 		if attempt > 1 {
 			prev = s.backoff(attempt - 1)
 		}
-		lo, hi := float64(s.Initial), 3*float64(prev)
+		lo, hi := float64(s.InitialDelay), 3*float64(prev)
 		if hi < lo {
 			hi = lo
 		}

@@ -24,15 +24,15 @@ func TestBackoffSequences(t *testing.T) {
 		s    Strategy
 		want []time.Duration // delays after attempts 1, 2, ...
 	}{
-		{"seed 002 rate limit", Strategy{Retry: true, MaxAttempts: 7, Backoff: BackoffExponential, Initial: 30 * time.Second, Max: 300 * time.Second, Multiplier: 2},
+		{"seed 002 rate limit", Strategy{Retry: true, MaxAttempts: 7, Backoff: BackoffExponential, InitialDelay: 30 * time.Second, MaxDelay: 300 * time.Second, Multiplier: 2},
 			[]time.Duration{30 * time.Second, 60 * time.Second, 120 * time.Second, 240 * time.Second, 300 * time.Second, 300 * time.Second}},
-		{"seed 002 linear", Strategy{Retry: true, MaxAttempts: 4, Backoff: BackoffLinear, Initial: 5 * time.Second, Step: 5 * time.Second},
+		{"seed 002 linear", Strategy{Retry: true, MaxAttempts: 4, Backoff: BackoffLinear, InitialDelay: 5 * time.Second, Step: 5 * time.Second},
 			[]time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}},
-		{"linear step defaults to initial", Strategy{Retry: true, MaxAttempts: 3, Backoff: BackoffLinear, Initial: 2 * time.Second},
+		{"linear step defaults to initial", Strategy{Retry: true, MaxAttempts: 3, Backoff: BackoffLinear, InitialDelay: 2 * time.Second},
 			[]time.Duration{2 * time.Second, 4 * time.Second}},
-		{"seed 004 rate limit, un-jittered", Strategy{Retry: true, MaxAttempts: 8, Backoff: BackoffExponential, Initial: time.Second, Max: 60 * time.Second, Multiplier: 2},
+		{"seed 004 rate limit, un-jittered", Strategy{Retry: true, MaxAttempts: 8, Backoff: BackoffExponential, InitialDelay: time.Second, MaxDelay: 60 * time.Second, Multiplier: 2},
 			[]time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, 60 * time.Second}},
-		{"multiplier defaults to 2", Strategy{Retry: true, MaxAttempts: 4, Backoff: BackoffExponential, Initial: time.Second},
+		{"multiplier defaults to 2", Strategy{Retry: true, MaxAttempts: 4, Backoff: BackoffExponential, InitialDelay: time.Second},
 			[]time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
 		{"immediate", Strategy{Retry: true, MaxAttempts: 2, Backoff: BackoffConstant},
 			[]time.Duration{0}},
@@ -59,7 +59,7 @@ func TestBackoffSequences(t *testing.T) {
 
 func TestJitter(t *testing.T) {
 	t.Parallel()
-	base := Strategy{Retry: true, MaxAttempts: 10, Backoff: BackoffExponential, Initial: 4 * time.Second, Max: 30 * time.Second, Multiplier: 2}
+	base := Strategy{Retry: true, MaxAttempts: 10, Backoff: BackoffExponential, InitialDelay: 4 * time.Second, MaxDelay: 30 * time.Second, Multiplier: 2}
 	with := func(j JitterKind, f float64) Strategy { s := base; s.Jitter, s.JitterFraction = j, f; return s }
 	tests := []struct {
 		name    string
@@ -93,14 +93,14 @@ func TestJitter(t *testing.T) {
 
 func TestServerDelayHint(t *testing.T) {
 	t.Parallel()
-	seed004 := Strategy{Retry: true, MaxAttempts: 5, Backoff: BackoffExponential, Initial: time.Second, Max: 60 * time.Second, Multiplier: 2,
-		Jitter: JitterFull, HonorRetryAfter: true, HintMode: HintOverride, HintPadding: 0.1, HintCeiling: 10 * time.Second, Fallback: FallbackOtherProvider}
-	seed003 := Strategy{Retry: true, MaxAttempts: 3, Backoff: BackoffExponential, Initial: time.Second, Max: 10 * time.Second, Multiplier: 2,
-		Jitter: JitterFull, HonorRetryAfter: true, HintMode: HintAtLeast, HintCeiling: 10 * time.Second, AboveCeiling: AboveCeilingClamp}
-	sdk := Strategy{Retry: true, MaxAttempts: 3, Backoff: BackoffExponential, Initial: 500 * time.Millisecond, Max: 8 * time.Second, Multiplier: 2,
-		Jitter: JitterDown, JitterFraction: 0.25, HonorRetryAfter: true, HintMode: HintOverride, HintCeiling: time.Minute, AboveCeiling: AboveCeilingBackoff}
+	seed004 := Strategy{Retry: true, MaxAttempts: 5, Backoff: BackoffExponential, InitialDelay: time.Second, MaxDelay: 60 * time.Second, Multiplier: 2,
+		Jitter: JitterFull, HonorRetryAfter: true, RetryAfterMode: RetryAfterOverride, RetryAfterPadding: 0.1, RetryAfterCeiling: 10 * time.Second, Fallback: FallbackOtherProvider}
+	seed003 := Strategy{Retry: true, MaxAttempts: 3, Backoff: BackoffExponential, InitialDelay: time.Second, MaxDelay: 10 * time.Second, Multiplier: 2,
+		Jitter: JitterFull, HonorRetryAfter: true, RetryAfterMode: RetryAfterAtLeast, RetryAfterCeiling: 10 * time.Second, AboveCeiling: AboveCeilingClamp}
+	sdk := Strategy{Retry: true, MaxAttempts: 3, Backoff: BackoffExponential, InitialDelay: 500 * time.Millisecond, MaxDelay: 8 * time.Second, Multiplier: 2,
+		Jitter: JitterDown, JitterFraction: 0.25, HonorRetryAfter: true, RetryAfterMode: RetryAfterOverride, RetryAfterCeiling: time.Minute, AboveCeiling: AboveCeilingBackoff}
 	spread := seed004
-	spread.HintCeiling, spread.HintJitter = time.Minute, 0.2
+	spread.RetryAfterCeiling, spread.RetryAfterJitter = time.Minute, 0.2
 	noFallback := seed004
 	noFallback.Fallback = FallbackNone
 	ignore := seed004
@@ -144,7 +144,7 @@ func TestServerDelayHint(t *testing.T) {
 
 func TestStops(t *testing.T) {
 	t.Parallel()
-	s := Strategy{Retry: true, MaxAttempts: 5, Backoff: BackoffConstant, Initial: 2 * time.Second}
+	s := Strategy{Retry: true, MaxAttempts: 5, Backoff: BackoffConstant, InitialDelay: 2 * time.Second}
 	fb := s
 	fb.Fallback, fb.FallbackAfter = FallbackOtherProvider, 2
 	never := Strategy{Retry: false, Fallback: FallbackLargerContextModel}
@@ -181,7 +181,7 @@ func TestStops(t *testing.T) {
 			}
 		})
 	}
-	capped := Strategy{Retry: true, MaxAttempts: 3, Backoff: BackoffConstant, Initial: time.Minute}
+	capped := Strategy{Retry: true, MaxAttempts: 3, Backoff: BackoffConstant, InitialDelay: time.Minute}
 	if d := capped.Decide(Input{Retryable: true, Attempt: 1, MaxDelayCap: 5 * time.Second}, nil); d.Delay != 5*time.Second {
 		t.Errorf("global delay cap: %v, want 5s", d.Delay)
 	}
@@ -195,15 +195,15 @@ func TestDecideProperties(t *testing.T) {
 	for i := 0; i < 20000; i++ {
 		s := Strategy{
 			Retry: gen.IntN(5) > 0, MaxAttempts: 1 + gen.IntN(12), Backoff: Backoff(gen.IntN(3)),
-			Initial: dur(10 * time.Second), Multiplier: 1 + 3*gen.Float64(), Step: dur(5 * time.Second),
+			InitialDelay: dur(10 * time.Second), Multiplier: 1 + 3*gen.Float64(), Step: dur(5 * time.Second),
 			Jitter: JitterKind(gen.IntN(6)), JitterFraction: 0.01 + 0.99*gen.Float64(),
-			HonorRetryAfter: gen.IntN(2) == 0, HintMode: HintMode(gen.IntN(2)), HintPadding: gen.Float64(),
-			HintJitter: gen.Float64() * 0.5, AboveCeiling: AboveCeiling(gen.IntN(3)),
+			HonorRetryAfter: gen.IntN(2) == 0, RetryAfterMode: RetryAfterMode(gen.IntN(2)), RetryAfterPadding: gen.Float64(),
+			RetryAfterJitter: gen.Float64() * 0.5, AboveCeiling: AboveCeiling(gen.IntN(3)),
 			Fallback: FallbackKind(gen.IntN(4)), FallbackAfter: gen.IntN(4),
 		}
-		s.Max = s.Initial + dur(2*time.Minute)
+		s.MaxDelay = s.InitialDelay + dur(2*time.Minute)
 		if gen.IntN(3) == 0 {
-			s.HintCeiling = dur(time.Minute) + 1
+			s.RetryAfterCeiling = dur(time.Minute) + 1
 		}
 		if err := s.Validate(); err != nil {
 			t.Fatalf("generated an invalid strategy: %v", err)
@@ -230,20 +230,20 @@ func TestDecideProperties(t *testing.T) {
 		}
 		// A hint within the ceiling is waited whatever the backoff cap; the
 		// padding and hint jitter only lengthen it.
-		upper, hinted := s.Max, s.HonorRetryAfter && in.HasRetryAfter && in.RetryAfter > 0
+		upper, hinted := s.MaxDelay, s.HonorRetryAfter && in.HasRetryAfter && in.RetryAfter > 0
 		if hinted {
 			h := in.RetryAfter
-			if s.HintCeiling > 0 && h > s.HintCeiling {
-				h = s.HintCeiling
+			if s.RetryAfterCeiling > 0 && h > s.RetryAfterCeiling {
+				h = s.RetryAfterCeiling
 			}
-			if hmax := time.Duration(float64(h) * (1 + s.HintPadding + s.HintJitter)); hmax > upper {
+			if hmax := time.Duration(float64(h) * (1 + s.RetryAfterPadding + s.RetryAfterJitter)); hmax > upper {
 				upper = hmax + 1
 			}
 		}
 		switch {
 		case d.Delay < 0 || d.Delay > upper:
 			t.Fatalf("delay %v outside [0, %v] for %+v", d.Delay, upper, s)
-		case hinted && s.HintMode == HintOverride && (s.HintCeiling == 0 || in.RetryAfter <= s.HintCeiling) &&
+		case hinted && s.RetryAfterMode == RetryAfterOverride && (s.RetryAfterCeiling == 0 || in.RetryAfter <= s.RetryAfterCeiling) &&
 			(in.MaxDelayCap == 0 || in.RetryAfter <= in.MaxDelayCap) && d.Delay < in.RetryAfter:
 			t.Fatalf("delay %v is shorter than the server's %v", d.Delay, in.RetryAfter)
 		case in.MaxDelayCap > 0 && d.Delay > in.MaxDelayCap:
@@ -256,8 +256,8 @@ func TestDecideProperties(t *testing.T) {
 			t.Fatalf("retried an irreversible operation")
 		case !in.Retryable || !s.Retry:
 			t.Fatalf("retried a non-retryable failure")
-		case s.HonorRetryAfter && in.HasRetryAfter && s.HintCeiling > 0 && in.RetryAfter > s.HintCeiling &&
-			s.AboveCeiling == AboveCeilingStop && (in.MaxDelayCap == 0 || in.MaxDelayCap >= s.HintCeiling):
+		case s.HonorRetryAfter && in.HasRetryAfter && s.RetryAfterCeiling > 0 && in.RetryAfter > s.RetryAfterCeiling &&
+			s.AboveCeiling == AboveCeilingStop && (in.MaxDelayCap == 0 || in.MaxDelayCap >= s.RetryAfterCeiling):
 			t.Fatalf("waited for a hint above the ceiling")
 		}
 	}
@@ -265,7 +265,7 @@ func TestDecideProperties(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	t.Parallel()
-	ok := Strategy{Retry: true, MaxAttempts: 3, Initial: time.Second, Max: time.Minute}
+	ok := Strategy{Retry: true, MaxAttempts: 3, InitialDelay: time.Second, MaxDelay: time.Minute}
 	tests := []struct {
 		name   string
 		mutate func(*Strategy)
@@ -273,11 +273,11 @@ func TestValidate(t *testing.T) {
 	}{
 		{"negative attempts", func(s *Strategy) { s.MaxAttempts = -1 }, "max_attempts"},
 		{"no attempts", func(s *Strategy) { s.MaxAttempts = 0 }, "max_attempts"},
-		{"initial above max", func(s *Strategy) { s.Initial = time.Hour }, "initial_delay"},
+		{"initial above max", func(s *Strategy) { s.InitialDelay = time.Hour }, "initial_delay"},
 		{"multiplier below 1", func(s *Strategy) { s.Multiplier = 0.5 }, "multiplier"},
 		{"fraction above 1", func(s *Strategy) { s.Jitter, s.JitterFraction = JitterProportional, 2 }, "jitter_fraction"},
 		{"proportional without fraction", func(s *Strategy) { s.Jitter = JitterProportional }, "jitter_fraction"},
-		{"negative ceiling", func(s *Strategy) { s.HintCeiling = -time.Second }, "retry_after_ceiling"},
+		{"negative ceiling", func(s *Strategy) { s.RetryAfterCeiling = -time.Second }, "retry_after_ceiling"},
 	}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid strategy refused: %v", err)
@@ -294,8 +294,8 @@ func TestValidate(t *testing.T) {
 
 func TestString(t *testing.T) {
 	t.Parallel()
-	s := Strategy{Retry: true, MaxAttempts: 5, Backoff: BackoffExponential, Initial: time.Second, Max: time.Minute, Multiplier: 2,
-		Jitter: JitterFull, HonorRetryAfter: true, HintPadding: 0.1, HintCeiling: 10 * time.Second, Fallback: FallbackOtherProvider}
+	s := Strategy{Retry: true, MaxAttempts: 5, Backoff: BackoffExponential, InitialDelay: time.Second, MaxDelay: time.Minute, Multiplier: 2,
+		Jitter: JitterFull, HonorRetryAfter: true, RetryAfterPadding: 0.1, RetryAfterCeiling: 10 * time.Second, Fallback: FallbackOtherProvider}
 	want := "exponential 1s→1m0s ×2, full jitter, 5 attempts, retry-after +10% ≤10s, fall back to other_provider"
 	if got := s.String(); got != want {
 		t.Errorf("String() = %q, want %q", got, want)
@@ -303,8 +303,8 @@ func TestString(t *testing.T) {
 }
 
 func BenchmarkDecide(b *testing.B) {
-	s := Strategy{Retry: true, MaxAttempts: 5, Backoff: BackoffExponential, Initial: time.Second, Max: time.Minute, Multiplier: 2,
-		Jitter: JitterFull, HonorRetryAfter: true, HintPadding: 0.1, HintCeiling: 10 * time.Second, Fallback: FallbackOtherProvider}
+	s := Strategy{Retry: true, MaxAttempts: 5, Backoff: BackoffExponential, InitialDelay: time.Second, MaxDelay: time.Minute, Multiplier: 2,
+		Jitter: JitterFull, HonorRetryAfter: true, RetryAfterPadding: 0.1, RetryAfterCeiling: 10 * time.Second, Fallback: FallbackOtherProvider}
 	r := rand.New(rand.NewPCG(1, 1))
 	in := Input{Retryable: true, Attempt: 3, Now: t0, Deadline: t0.Add(time.Hour), RetryAfter: 7 * time.Second, HasRetryAfter: true, Safety: SafetySafe}
 	b.ReportAllocs()

@@ -75,22 +75,22 @@ func ParseJitter(s string) (JitterKind, error) {
 }
 
 // HintMode is how the server's delay hint combines with the computed backoff.
-type HintMode int
+type RetryAfterMode int
 
 const (
 	// HintOverride waits the hint (plus padding) instead of the backoff (seed 004).
-	HintOverride HintMode = iota
+	RetryAfterOverride RetryAfterMode = iota
 	// HintAtLeast waits the larger of the hint and the backoff (seed 003).
-	HintAtLeast
+	RetryAfterAtLeast
 )
 
-var hintModeNames = map[HintMode]string{HintOverride: "override", HintAtLeast: "at_least"}
+var retryAfterModeNames = map[RetryAfterMode]string{RetryAfterOverride: "override", RetryAfterAtLeast: "at_least"}
 
-func (h HintMode) String() string { return hintModeNames[h] }
+func (h RetryAfterMode) String() string { return retryAfterModeNames[h] }
 
 // ParseHintMode reads "override" or "at_least".
-func ParseHintMode(s string) (HintMode, error) {
-	for h, name := range hintModeNames {
+func ParseRetryAfterMode(s string) (RetryAfterMode, error) {
+	for h, name := range retryAfterModeNames {
 		if strings.EqualFold(s, name) {
 			return h, nil
 		}
@@ -166,11 +166,11 @@ type Strategy struct {
 	// MaxAttempts is the total number of attempts allowed, the first included.
 	MaxAttempts int
 	// Backoff, Initial, Max, Multiplier and Step shape the delay.
-	Backoff    Backoff
-	Initial    time.Duration
-	Max        time.Duration // 0 means no cap
-	Multiplier float64       // exponential; 0 means 2
-	Step       time.Duration // linear; 0 means Initial
+	Backoff      Backoff
+	InitialDelay time.Duration
+	MaxDelay     time.Duration // 0 means no cap
+	Multiplier   float64       // exponential; 0 means 2
+	Step         time.Duration // linear; 0 means Initial
 	// Jitter spreads the delay; JitterFraction is the ± fraction for proportional.
 	Jitter         JitterKind
 	JitterFraction float64
@@ -181,16 +181,16 @@ type Strategy struct {
 	HonorRetryAfter bool
 	// HintMode combines hint and backoff; HintPadding is added to the hint
 	// (seed 004: 0.10, i.e. +10 %).
-	HintMode    HintMode
-	HintPadding float64
+	RetryAfterMode    RetryAfterMode
+	RetryAfterPadding float64
 	// HintJitter adds uniformly up to this fraction of the hint on top of
 	// it, so agents given the same Retry-After do not return in the same
 	// second; never less than the server asked. 0 means none.
-	HintJitter float64
+	RetryAfterJitter float64
 	// HintCeiling: a hint above it is not waited for; AboveCeiling says what
 	// happens instead. 0 means no ceiling.
-	HintCeiling  time.Duration
-	AboveCeiling AboveCeiling
+	RetryAfterCeiling time.Duration
+	AboveCeiling      AboveCeiling
 	// Fallback is what to fall back to; FallbackAfter is after how many
 	// failed attempts (0: only when retrying is not possible).
 	Fallback      FallbackKind
@@ -204,12 +204,12 @@ func (s Strategy) Validate() error {
 		return fmt.Errorf("max_attempts: %d is negative", s.MaxAttempts)
 	case s.Retry && s.MaxAttempts < 1:
 		return fmt.Errorf("max_attempts: must be at least 1 for a retried failure")
-	case s.Initial < 0:
-		return fmt.Errorf("initial_delay: %v is negative", s.Initial)
-	case s.Max < 0:
-		return fmt.Errorf("max_delay: %v is negative", s.Max)
-	case s.Max > 0 && s.Initial > s.Max:
-		return fmt.Errorf("initial_delay: %v is above max_delay %v", s.Initial, s.Max)
+	case s.InitialDelay < 0:
+		return fmt.Errorf("initial_delay: %v is negative", s.InitialDelay)
+	case s.MaxDelay < 0:
+		return fmt.Errorf("max_delay: %v is negative", s.MaxDelay)
+	case s.MaxDelay > 0 && s.InitialDelay > s.MaxDelay:
+		return fmt.Errorf("initial_delay: %v is above max_delay %v", s.InitialDelay, s.MaxDelay)
 	case s.Multiplier < 0 || math.IsNaN(s.Multiplier) || math.IsInf(s.Multiplier, 0) || (s.Multiplier != 0 && s.Multiplier < 1):
 		return fmt.Errorf("multiplier: %v must be at least 1", s.Multiplier)
 	case s.Step < 0:
@@ -218,14 +218,14 @@ func (s Strategy) Validate() error {
 		return fmt.Errorf("jitter_fraction: %v must be within [0, 1]", s.JitterFraction)
 	case s.Jitter == JitterProportional && s.JitterFraction == 0:
 		return fmt.Errorf("jitter_fraction: proportional jitter needs a fraction, e.g. 0.3")
-	case s.HintPadding < 0 || s.HintPadding > 10 || math.IsNaN(s.HintPadding):
-		return fmt.Errorf("retry_after_padding: %v must be within [0, 10]", s.HintPadding)
-	case s.HintJitter < 0 || s.HintJitter > 1 || math.IsNaN(s.HintJitter):
-		return fmt.Errorf("retry_after_jitter: %v must be within [0, 1]", s.HintJitter)
+	case s.RetryAfterPadding < 0 || s.RetryAfterPadding > 10 || math.IsNaN(s.RetryAfterPadding):
+		return fmt.Errorf("retry_after_padding: %v must be within [0, 10]", s.RetryAfterPadding)
+	case s.RetryAfterJitter < 0 || s.RetryAfterJitter > 1 || math.IsNaN(s.RetryAfterJitter):
+		return fmt.Errorf("retry_after_jitter: %v must be within [0, 1]", s.RetryAfterJitter)
 	case s.Jitter == JitterDown && s.JitterFraction == 0:
 		return fmt.Errorf("jitter_fraction: down jitter needs a fraction, e.g. 0.25")
-	case s.HintCeiling < 0:
-		return fmt.Errorf("retry_after_ceiling: %v is negative", s.HintCeiling)
+	case s.RetryAfterCeiling < 0:
+		return fmt.Errorf("retry_after_ceiling: %v is negative", s.RetryAfterCeiling)
 	case s.FallbackAfter < 0:
 		return fmt.Errorf("fallback_after: %d is negative", s.FallbackAfter)
 	}
@@ -245,15 +245,15 @@ func (s Strategy) backoff(attempt int) time.Duration {
 		if m == 0 {
 			m = 2
 		}
-		d = float64(s.Initial) * math.Pow(m, float64(attempt-1))
+		d = float64(s.InitialDelay) * math.Pow(m, float64(attempt-1))
 	case BackoffLinear:
 		step := s.Step
 		if step == 0 {
-			step = s.Initial
+			step = s.InitialDelay
 		}
-		d = float64(s.Initial) + float64(step)*float64(attempt-1)
+		d = float64(s.InitialDelay) + float64(step)*float64(attempt-1)
 	default:
-		d = float64(s.Initial)
+		d = float64(s.InitialDelay)
 	}
 	return s.capped(d)
 }
@@ -264,8 +264,8 @@ func (s Strategy) capped(d float64) time.Duration {
 	if math.IsNaN(d) || d < 0 {
 		return 0
 	}
-	if s.Max > 0 && d > float64(s.Max) {
-		return s.Max
+	if s.MaxDelay > 0 && d > float64(s.MaxDelay) {
+		return s.MaxDelay
 	}
 	if d > float64(math.MaxInt64) {
 		return time.Duration(math.MaxInt64)
@@ -286,15 +286,15 @@ func (s Strategy) String() string {
 		if m == 0 {
 			m = 2
 		}
-		fmt.Fprintf(&b, "exponential %v→%v ×%g", s.Initial, capText(s.Max), m)
+		fmt.Fprintf(&b, "exponential %v→%v ×%g", s.InitialDelay, capText(s.MaxDelay), m)
 	case BackoffLinear:
 		step := s.Step
 		if step == 0 {
-			step = s.Initial
+			step = s.InitialDelay
 		}
-		fmt.Fprintf(&b, "linear %v +%v →%v", s.Initial, step, capText(s.Max))
+		fmt.Fprintf(&b, "linear %v +%v →%v", s.InitialDelay, step, capText(s.MaxDelay))
 	default:
-		fmt.Fprintf(&b, "constant %v", s.Initial)
+		fmt.Fprintf(&b, "constant %v", s.InitialDelay)
 	}
 	switch s.Jitter {
 	case JitterNone:
@@ -308,17 +308,17 @@ func (s Strategy) String() string {
 	fmt.Fprintf(&b, ", %d attempts", s.MaxAttempts)
 	if s.HonorRetryAfter {
 		b.WriteString(", retry-after")
-		if s.HintMode == HintAtLeast {
+		if s.RetryAfterMode == RetryAfterAtLeast {
 			b.WriteString(" (at least)")
 		}
-		if s.HintPadding > 0 {
-			fmt.Fprintf(&b, " +%g%%", s.HintPadding*100)
+		if s.RetryAfterPadding > 0 {
+			fmt.Fprintf(&b, " +%g%%", s.RetryAfterPadding*100)
 		}
-		if s.HintJitter > 0 {
-			fmt.Fprintf(&b, " +0-%g%% jitter", s.HintJitter*100)
+		if s.RetryAfterJitter > 0 {
+			fmt.Fprintf(&b, " +0-%g%% jitter", s.RetryAfterJitter*100)
 		}
-		if s.HintCeiling > 0 {
-			fmt.Fprintf(&b, " ≤%v", s.HintCeiling)
+		if s.RetryAfterCeiling > 0 {
+			fmt.Fprintf(&b, " ≤%v", s.RetryAfterCeiling)
 			if s.AboveCeiling != AboveCeilingStop {
 				b.WriteString(" else " + s.AboveCeiling.String())
 			}
