@@ -377,7 +377,7 @@ func (c *Client) rpc(ctx context.Context, method string, call func(context.Conte
 	}
 	if c.degraded.CompareAndSwap(false, true) {
 		c.cfg.logger.WarnContext(ctx, "policyd: daemon unreachable or slow; deciding with the built-in fail-open policy "+
-			"(retries connection errors, 429 and 5xx) until it answers again",
+			"(retries connection errors, timeouts, 408, 429 and 5xx) until it answers again",
 			"addr", c.addr, "method", method, "timeout", c.cfg.daemonTimeout, "error", err)
 	}
 	return err

@@ -22,8 +22,9 @@
 // The success path makes no RPC at all (except finishing a journaled context
 // that saw failures). The client fails open: when policyd is unreachable or
 // slower than the daemon timeout (WithDaemonTimeout), it decides with a small
-// built-in policy ([FailOpenPolicy]: connection errors, 429 and 5xx, capped
-// exponential backoff with full jitter, Retry-After honoured) and warns once
+// built-in policy ([FailOpenPolicy]: connection errors, timeouts, 408, 429
+// and 5xx, capped exponential backoff with full jitter, Retry-After
+// honoured) and warns once
 // per outage, so a daemon outage never becomes an agent outage.
 //
 // Against a daemon with --auth-tokens or TLS, [WithToken], [WithTLS] and

@@ -12,11 +12,13 @@ import (
 
 // FailOpenPolicy is the small built-in policy the client decides with when
 // policyd cannot be asked (unreachable, or slower than the daemon timeout):
-// it retries only clearly transient failures — connection errors, 429 and
-// 5xx (except 501), gRPC UNAVAILABLE — with capped exponential backoff and
-// full jitter, waits at least a server's Retry-After, and never retries an
+// it retries only clearly transient failures — connection errors and
+// timeouts, HTTP 408, 429 and 5xx (except 501), gRPC UNAVAILABLE,
+// RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED — with capped exponential backoff
+// and full jitter, waits at least a server's delay hint, and never retries an
 // irreversible operation or past the caller's deadline. Everything else
-// stops at once.
+// stops at once. The Python and TypeScript clients implement the same
+// contract (docs/clients.md), checked by the vectors in clients/testdata.
 type FailOpenPolicy struct {
 	// MaxAttempts is the total attempts allowed, the first included.
 	MaxAttempts int
@@ -105,7 +107,23 @@ func (p FailOpenPolicy) Decide(f *Failure, attempt int, safety Safety, now, dead
 // error. ENOTFOUND (no such host) is left out: it is as often a typo as an
 // outage.
 var connectionCodes = []string{
-	"ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "EPIPE", "EHOSTUNREACH", "ENETUNREACH", "ENETDOWN", "EAI_AGAIN",
+	"ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "EPIPE", "EHOSTUNREACH", "EHOSTDOWN", "ENETUNREACH", "ENETDOWN",
+	"EAI_AGAIN", "UND_ERR_SOCKET", "UND_ERR_CLOSED", "ERR_STREAM_PREMATURE_CLOSE",
+}
+
+// timeoutCodes are the codes the fail-open policy reads as a timeout: a
+// request that got no answer in time is worth one more try, as policyd's
+// default rules say.
+var timeoutCodes = []string{
+	"ETIMEDOUT", "ESOCKETTIMEDOUT", "UND_ERR_CONNECT_TIMEOUT", "UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT",
+	"ERR_SOCKET_CONNECTION_TIMEOUT",
+}
+
+// hasCode says whether f's error code or any cause's code is in list.
+func hasCode(f *Failure, list []string) bool {
+	return slices.Contains(list, strings.ToUpper(f.ErrorCode)) || slices.ContainsFunc(f.Causes, func(c Cause) bool {
+		return slices.Contains(list, strings.ToUpper(c.Code))
+	})
 }
 
 // failOpenClassify is the fail-open policy's classification: the failure
@@ -134,6 +152,9 @@ func failOpenClassify(f *Failure) Decision {
 			"Retry with backoff.")
 	case s == 504:
 		return d(FailureTypeTimeout, true, "gateway_timeout", "HTTP 504: the gateway timed out", "Retry with backoff.")
+	case s == 408:
+		return d(FailureTypeTimeout, true, "request_timeout", "HTTP 408: the server timed out waiting for the request",
+			"Retry with backoff.")
 	case s == 501:
 		return d(FailureTypeUnsupported, false, "status", "HTTP 501: not implemented",
 			"Change approach; the service does not support the request.")
@@ -153,20 +174,29 @@ func failOpenClassify(f *Failure) Decision {
 			"Fix the request; the same request will fail again.")
 	case s != 0:
 		return d(FailureTypeUnknown, false, "status", fmt.Sprintf("HTTP %d is not retried while policyd is unreachable", s),
-			"Inspect the response; only connection errors, 429 and 5xx are retried without policyd.")
+			"Inspect the response; only connection errors, timeouts, 408, 429 and 5xx are retried without policyd.")
 	}
-	if f.GRPCCode == codes.Unavailable {
+	switch f.GRPCCode {
+	case codes.Unavailable:
 		return d(FailureTypeOverloaded, true, "grpc_unavailable", "gRPC UNAVAILABLE: the service is unavailable",
 			"Retry with backoff.")
+	case codes.ResourceExhausted:
+		return d(FailureTypeRateLimit, true, "grpc_resource_exhausted", "gRPC RESOURCE_EXHAUSTED: the service is throttling requests",
+			"Wait and retry with backoff, honouring the server's delay.")
+	case codes.DeadlineExceeded:
+		return d(FailureTypeTimeout, true, "grpc_deadline_exceeded", "gRPC DEADLINE_EXCEEDED: the call timed out",
+			"Retry; raise the timeout if it persists.")
 	}
-	if slices.Contains(connectionCodes, strings.ToUpper(f.ErrorCode)) || slices.ContainsFunc(f.Causes, func(c Cause) bool {
-		return slices.Contains(connectionCodes, strings.ToUpper(c.Code))
-	}) {
+	if hasCode(f, timeoutCodes) {
+		return d(FailureTypeTimeout, true, "timeout", "the request timed out",
+			"Retry; raise the timeout if it persists.")
+	}
+	if hasCode(f, connectionCodes) {
 		return d(FailureTypeConnectionError, true, "connection", "the connection failed or was reset",
 			"Retry after a short backoff; check the network if it persists.")
 	}
 	return d(FailureTypeUnknown, false, "unknown",
-		"not a connection error, 429 or 5xx: not retried while policyd is unreachable",
+		"not a connection error, timeout, 408, 429 or 5xx: not retried while policyd is unreachable",
 		"Inspect the error; only clearly transient failures are retried without policyd.")
 }
 

@@ -80,8 +80,40 @@ func ParseMillis(v string) (time.Duration, bool) {
 	return seconds(strings.TrimSpace(v), time.Millisecond)
 }
 
-// seconds parses a non-negative decimal number of units.
+// plainDecimal says v is a decimal number: digits with at most one '.',
+// and optionally an exponent ("1e2"), as the clients read it
+// (docs/clients.md). strconv.ParseFloat alone also takes Go's literal forms
+// ("1_000", "0x1p3", "inf"), which no server sends.
+func plainDecimal(v string) bool {
+	mantissa, exp, hasExp := v, "", false
+	if i := strings.IndexAny(v, "eE"); i >= 0 {
+		mantissa, exp, hasExp = v[:i], strings.TrimLeft(v[i+1:], "+-"), true
+		if len(v[i+1:])-len(exp) > 1 {
+			return false
+		}
+	}
+	digits, dots := 0, 0
+	for i := 0; i < len(mantissa); i++ {
+		switch c := mantissa[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.':
+			dots++
+		default:
+			return false
+		}
+	}
+	if hasExp && (exp == "" || strings.Trim(exp, "0123456789") != "") {
+		return false
+	}
+	return digits > 0 && dots <= 1
+}
+
+// seconds parses a non-negative plain decimal number of units.
 func seconds(v string, unit time.Duration) (time.Duration, bool) {
+	if !plainDecimal(v) {
+		return 0, false
+	}
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
 		return 0, false

@@ -36,6 +36,7 @@ def http(status: int, **headers: str) -> Failure:
         (http(503), "OVERLOADED"),
         (http(529), "OVERLOADED"),
         (http(504), "TIMEOUT"),
+        (http(408), "TIMEOUT"),
         (failure_from_exception(ConnectionResetError(104, "reset")), "CONNECTION_ERROR"),
         (failure_from_exception(ConnectionRefusedError(111, "refused")), "CONNECTION_ERROR"),
         (Failure(error_name="ConnectError", causes=[Cause(name="ConnectionRefusedError")]), "CONNECTION_ERROR"),
@@ -60,8 +61,7 @@ def test_transient_failures_are_retried(failure: Failure, failure_type: str) -> 
         (http(401), "AUTH_INVALID"),
         (http(403), "PERMISSION_DENIED"),
         (http(404), "NOT_FOUND"),
-        (http(408), "UNKNOWN"),  # not "clearly transient"
-        (http(501), "UNKNOWN"),
+        (http(501), "UNSUPPORTED"),
         (Failure(error_name="ValueError", message="bad"), "UNKNOWN"),
         (Failure(error_name="CancelledError"), "CANCELED"),
         (Failure(error_name="ConnectionError", causes=[Cause(name="AbortError")]), "CANCELED"),

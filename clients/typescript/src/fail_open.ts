@@ -1,6 +1,7 @@
 // FailOpenPolicy: the small built-in policy the client decides with when
 // policyd cannot be asked, so that a daemon outage never becomes an agent
-// outage. The same policy as the Go and Python clients'.
+// outage. The Go and Python clients implement the same contract
+// (docs/clients.md), checked by the vectors in clients/testdata.
 
 import type { Classification, Decision, FailureType, Safety } from "./decision.js";
 import type { Failure } from "./failure.js";
@@ -51,7 +52,8 @@ export interface FailOpenContext {
 
 /**
  * FailOpenPolicy retries only clearly transient failures — connection
- * errors, 429 and 5xx (except 501), gRPC UNAVAILABLE — with capped
+ * errors and timeouts, 408, 429 and 5xx (except 501), gRPC UNAVAILABLE,
+ * RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED — with capped
  * exponential backoff and full jitter, waits at least a server's
  * Retry-After, and never retries an irreversible operation or past the
  * caller's deadline. Everything else stops at once. The same inputs and
@@ -139,15 +141,25 @@ const CONNECTION_CODES = new Set([
   "EHOSTUNREACH",
   "ENETUNREACH",
   "ENETDOWN",
+  "EHOSTDOWN",
   "EAI_AGAIN",
-  "ETIMEDOUT",
   "UND_ERR_SOCKET",
   "UND_ERR_CLOSED",
+  "ERR_STREAM_PREMATURE_CLOSE",
+]);
+
+/** The codes read as a timeout: a request that got no answer in time is worth one more try. */
+const TIMEOUT_CODES = new Set([
+  "ETIMEDOUT",
+  "ESOCKETTIMEDOUT",
   "UND_ERR_CONNECT_TIMEOUT",
   "UND_ERR_HEADERS_TIMEOUT",
   "UND_ERR_BODY_TIMEOUT",
-  "ERR_STREAM_PREMATURE_CLOSE",
+  "ERR_SOCKET_CONNECTION_TIMEOUT",
 ]);
+
+/** Timeouts known by name: AbortSignal.timeout's TimeoutError, undici's and the SDKs' timeout errors. */
+const TIMEOUT_NAMES = new Set(["TimeoutError", "HeadersTimeoutError", "BodyTimeoutError", "ConnectTimeoutError", "APIConnectionTimeoutError"]);
 
 const ABORT_NAMES = new Set(["AbortError", "APIUserAbortError"]);
 
@@ -170,6 +182,7 @@ function classify(f: Failure): Classification {
   }
   if (s === 503 || s === 529) return c("OVERLOADED", true, "overloaded", `HTTP ${s}: the service is overloaded`, "Retry with backoff.");
   if (s === 504) return c("TIMEOUT", true, "gateway_timeout", "HTTP 504: the gateway timed out", "Retry with backoff.");
+  if (s === 408) return c("TIMEOUT", true, "request_timeout", "HTTP 408: the server timed out waiting for the request", "Retry with backoff.");
   if (s === 501) {
     return c("UNSUPPORTED", false, "status", "HTTP 501: not implemented", "Change approach; the service does not support the request.");
   }
@@ -183,14 +196,21 @@ function classify(f: Failure): Classification {
     return c("INVALID_REQUEST", false, "status", `HTTP ${s}: the request was refused as invalid`, "Fix the request; the same request will fail again.");
   }
   if (s !== 0) {
-    return c("UNKNOWN", false, "status", `HTTP ${s} is not retried while policyd is unreachable`, "Inspect the response; only connection errors, 429 and 5xx are retried without policyd.");
+    return c("UNKNOWN", false, "status", `HTTP ${s} is not retried while policyd is unreachable`, "Inspect the response; only connection errors, timeouts, 408, 429 and 5xx are retried without policyd.");
   }
   if (f.grpcCode === 14) return c("OVERLOADED", true, "grpc_unavailable", "gRPC UNAVAILABLE: the service is unavailable", "Retry with backoff.");
+  if (f.grpcCode === 8) {
+    return c("RATE_LIMIT", true, "grpc_resource_exhausted", "gRPC RESOURCE_EXHAUSTED: the service is throttling requests", "Wait and retry with backoff, honouring the server's delay.");
+  }
+  if (f.grpcCode === 4) return c("TIMEOUT", true, "grpc_deadline_exceeded", "gRPC DEADLINE_EXCEEDED: the call timed out", "Retry; raise the timeout if it persists.");
   const codes = [f.errorCode, ...f.causes.map((x) => x.code)].map((x) => x.toUpperCase());
+  if (codes.some((x) => TIMEOUT_CODES.has(x)) || [f.errorName, ...f.causes.map((x) => x.name)].some((x) => TIMEOUT_NAMES.has(x))) {
+    return c("TIMEOUT", true, "timeout", "the request timed out", "Retry; raise the timeout if it persists.");
+  }
   if (codes.some((x) => CONNECTION_CODES.has(x))) {
     return c("CONNECTION_ERROR", true, "connection", "the connection failed or was reset", "Retry after a short backoff; check the network if it persists.");
   }
-  return c("UNKNOWN", false, "unknown", "not a connection error, 429 or 5xx: not retried while policyd is unreachable", "Inspect the error; only clearly transient failures are retried without policyd.");
+  return c("UNKNOWN", false, "unknown", "not a connection error, timeout, 408, 429 or 5xx: not retried while policyd is unreachable", "Inspect the error; only clearly transient failures are retried without policyd.");
 }
 
 const MODEL_PREFIXES = ["chat", "completion", "complete", "embed", "messages", "responses", "generate", "model", "llm"];

@@ -1,21 +1,26 @@
 """The small retry policy the client falls back on when policyd is unreachable.
 
 It retries only clearly transient failures — connection errors and timeouts
-with no HTTP response, HTTP 429 and 5xx (but 501), gRPC UNAVAILABLE and
-RESOURCE_EXHAUSTED — with capped exponential backoff and full jitter,
-waiting at least a server's Retry-After (``retry-after-ms``, ``retry-after``
-in seconds or as an HTTP date) unless it is above a ceiling. Everything else
-stops at once. It never waits past the caller's deadline.
+with no HTTP response, HTTP 408, 429 and 5xx (but 501), gRPC UNAVAILABLE,
+RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED — with capped exponential backoff
+and full jitter, waiting at least a server's delay hint (``retry-after-ms``,
+``retry-after`` in seconds or as an HTTP date, ``x-amz-retry-after``,
+``grpc-retry-pushback-ms``) unless it is above a ceiling. Everything else
+stops at once. It never waits past the caller's deadline. The Go and
+TypeScript clients implement the same contract (docs/clients.md), checked by
+the vectors in clients/testdata.
 """
 
 from __future__ import annotations
 
-import email.utils
+import calendar
 import math
 import random as _random
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from ._gen.policyd.v1 import policy_pb2 as pb
 from .decision import Action, Decision, SOURCE_FAIL_OPEN
@@ -23,13 +28,15 @@ from .decision import Action, Decision, SOURCE_FAIL_OPEN
 __all__ = ["FailOpenPolicy"]
 
 # Python, Node and Go shapes of a broken or refused connection, and of timeouts.
+# socket.gaierror is left out: its code tells a temporary failure (EAI_AGAIN)
+# from no such host, which is as often a typo as an outage.
 _CONNECTION_NAMES = frozenset(
     n.lower()
     for n in (
         "ConnectionError ConnectionResetError ConnectionRefusedError ConnectionAbortedError BrokenPipeError "
         "RemoteDisconnected IncompleteRead ConnectError ReadError WriteError NetworkError RemoteProtocolError "
         "ProtocolError NewConnectionError ChunkedEncodingError ServerDisconnectedError ClientConnectorError "
-        "ClientOSError gaierror APIConnectionError SocketError"
+        "ClientOSError APIConnectionError SocketError"
     ).split()
 )
 _TIMEOUT_NAMES = frozenset(
@@ -40,11 +47,17 @@ _TIMEOUT_NAMES = frozenset(
     ).split()
 )
 _CONNECTION_CODES = frozenset(
-    "ECONNRESET ECONNREFUSED ECONNABORTED EPIPE ENETUNREACH EHOSTUNREACH ENETDOWN EHOSTDOWN EAI_AGAIN".split()
+    "ECONNRESET ECONNREFUSED ECONNABORTED EPIPE ENETUNREACH EHOSTUNREACH ENETDOWN EHOSTDOWN EAI_AGAIN "
+    "UND_ERR_SOCKET UND_ERR_CLOSED ERR_STREAM_PREMATURE_CLOSE".split()
 )
-_TIMEOUT_CODES = frozenset("ETIMEDOUT ESOCKETTIMEDOUT".split())
+_TIMEOUT_CODES = frozenset(
+    "ETIMEDOUT ESOCKETTIMEDOUT UND_ERR_CONNECT_TIMEOUT UND_ERR_HEADERS_TIMEOUT UND_ERR_BODY_TIMEOUT "
+    "ERR_SOCKET_CONNECTION_TIMEOUT".split()
+)
 _CANCEL_NAMES = frozenset(n.lower() for n in "CancelledError CanceledError AbortError".split())
 
+_GRPC_CANCELLED = 1
+_GRPC_DEADLINE_EXCEEDED = 4
 _GRPC_RESOURCE_EXHAUSTED = 8
 _GRPC_UNAVAILABLE = 14
 
@@ -54,6 +67,7 @@ _TERMINAL = {
     401: ("AUTH_INVALID", "Fix the credentials (key, token or endpoint), then run again."),
     403: ("PERMISSION_DENIED", "The credentials are not allowed to use this resource."),
     404: ("NOT_FOUND", "Use a valid URL, model or resource id."),
+    501: ("UNSUPPORTED", "Change approach; the service does not support the request."),
     422: ("INVALID_REQUEST", "Fix the request; the same request will fail again."),
 }
 
@@ -113,7 +127,7 @@ class FailOpenPolicy:
         if not transient:
             return decision(
                 Action.STOP,
-                "the fail-open policy retries only connection errors, 429 and 5xx",
+                "the fail-open policy retries only connection errors, timeouts, 408, 429 and 5xx",
                 "NOT_RETRYABLE",
                 f"{_describe(failure)} is not retried by the fail-open policy",
             )
@@ -163,14 +177,14 @@ class FailOpenPolicy:
         """Return (failure type, transient?, recovery action) for a failure."""
         names = {failure.error_name.lower()} | {c.name.lower() for c in failure.causes}
         codes = {failure.error_code.upper()} | {c.code.upper() for c in failure.causes}
-        if names & _CANCEL_NAMES:
+        if names & _CANCEL_NAMES or failure.grpc_code == _GRPC_CANCELLED:
             return "CANCELED", False, "Nothing to retry; the operation was cancelled by its caller."
         status = failure.http_status
         if status == 429:
             return "RATE_LIMIT", True, "Wait and retry with backoff, honouring the server's delay."
         if status in (503, 529):
             return "OVERLOADED", True, "Retry with backoff."
-        if status == 504:
+        if status in (408, 504):
             return "TIMEOUT", True, "Retry; raise the timeout if it persists."
         if 500 <= status <= 599 and status != 501:
             return "SERVER_ERROR", True, "Retry with backoff."
@@ -181,6 +195,8 @@ class FailOpenPolicy:
             return "OVERLOADED", True, "Retry with backoff."
         if failure.grpc_code == _GRPC_RESOURCE_EXHAUSTED:
             return "RATE_LIMIT", True, "Wait and retry with backoff."
+        if failure.grpc_code == _GRPC_DEADLINE_EXCEEDED:
+            return "TIMEOUT", True, "Retry; raise the timeout if it persists."
         if names & _TIMEOUT_NAMES or codes & _TIMEOUT_CODES:
             return "TIMEOUT", True, "Retry; raise the timeout if it persists."
         if names & _CONNECTION_NAMES or codes & _CONNECTION_CODES:
@@ -215,37 +231,85 @@ def derive_safety(operation: str, method: str) -> str:
     return "safe"
 
 
+# A hint longer than a week is garbage, as policyd reads it.
+_MAX_HINT = 7 * 24 * 3600.0
+_NUMBER = re.compile(r"[+]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
+_MONTHS = {m: i + 1 for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split())}
+_DAY = r"(?:mon|tue|wed|thu|fri|sat|sun)"
+# The HTTP-dates policyd reads: IMF-fixdate (and its one-digit-day, UTC
+# variant), RFC 850 and asctime. email.utils is laxer than policyd.
+_HTTP_DATES = [
+    re.compile(_DAY + r", (?P<d>\d{1,2}) (?P<m>[a-z]{3}) (?P<y>\d{4}) (?P<H>\d{1,2}):(?P<M>\d\d):(?P<S>\d\d) (?:gmt|utc)", re.I | re.A),
+    re.compile(r"(?:mon|tues|wednes|thurs|fri|satur|sun)day, (?P<d>\d\d)-(?P<m>[a-z]{3})-(?P<y>\d\d) (?P<H>\d{1,2}):(?P<M>\d\d):(?P<S>\d\d) gmt", re.I | re.A),
+    re.compile(_DAY + r" (?P<m>[a-z]{3})  ?(?P<d>\d{1,2}) (?P<H>\d{1,2}):(?P<M>\d\d):(?P<S>\d\d) (?P<y>\d{4})", re.I | re.A),
+]
+
+
 def retry_after(headers: Mapping[str, str], now: Callable[[], float] = time.time) -> float | None:
     """Return the server's delay hint in seconds from response headers, or None.
 
-    ``retry-after-ms`` (milliseconds) wins over ``retry-after`` (seconds or an
-    HTTP date, relative to ``now()``). Negative, unparsable and non-finite
-    values are ignored.
+    The most trusted source with a usable value wins: ``retry-after-ms``,
+    ``retry-after`` (seconds or an HTTP date, counted from the ``date``
+    header when it parses, else from ``now()``), ``x-amz-retry-after``,
+    ``grpc-retry-pushback-ms`` (milliseconds). Zero and a past date are a
+    hint of 0; negative, unparsable and longer-than-a-week values are no
+    hint. This is policyd's reading (docs/clients.md).
     """
-    lower = {k.lower(): v.strip() for k, v in headers.items()}
-    ms = lower.get("retry-after-ms")
-    if ms:
-        try:
-            v = float(ms) / 1000
-            if math.isfinite(v) and v >= 0:
+    lower = {k.lower(): v for k, v in headers.items()}
+    if "retry-after-ms" in lower:
+        v = _number(lower["retry-after-ms"], 0.001)
+        if v is not None:
+            return v
+    if "retry-after" in lower:
+        v = _retry_after_value(lower["retry-after"], lower.get("date"), now)
+        if v is not None:
+            return v
+    for name in ("x-amz-retry-after", "grpc-retry-pushback-ms"):
+        if name in lower:
+            v = _number(lower[name], 0.001)
+            if v is not None:
                 return v
-        except ValueError:
-            pass
-    ra = lower.get("retry-after")
-    if not ra:
+    return None
+
+
+def _number(v: str, unit: float) -> float | None:
+    """Return a plain non-negative decimal times unit (seconds), or None."""
+    v = v.strip()
+    if not _NUMBER.fullmatch(v):
         return None
-    try:
-        v = float(ra)
-        return v if math.isfinite(v) and v >= 0 else None
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(ra)
-    except (TypeError, ValueError, IndexError):
-        return None
+    s = float(v) * unit
+    return s if math.isfinite(s) and s <= _MAX_HINT else None
+
+
+def _retry_after_value(v: str, date: str | None, now: Callable[[], float]) -> float | None:
+    v = v.strip()
+    s = _number(v, 1.0)
+    if s is not None or not v or v[0] in "+-.0123456789":
+        return s
+    when = _http_date(v)
     if when is None:
         return None
-    return max(0.0, when.timestamp() - now())
+    # The server's clock, when it says, is immune to skew.
+    ref = _http_date(date.strip()) if date else None
+    d = max(0.0, when - (now() if ref is None else ref))
+    return d if d <= _MAX_HINT else None
+
+
+def _http_date(v: str) -> float | None:
+    """Return an HTTP-date as a Unix time, or None."""
+    for pattern in _HTTP_DATES:
+        m = pattern.fullmatch(v)
+        if m is None:
+            continue
+        month = _MONTHS.get(m["m"].lower())
+        year = int(m["y"])
+        if len(m["y"]) == 2:
+            year += 1900 if year >= 69 else 2000
+        try:
+            return float(calendar.timegm(datetime(year, month or 0, int(m["d"]), int(m["H"]), int(m["M"]), int(m["S"])).timetuple()))
+        except ValueError:
+            return None
+    return None
 
 
 def _describe(failure: pb.Failure) -> str:
