@@ -2,7 +2,7 @@
 # test.sh — the Python client's whole suite, from a fresh clone.
 #
 # Creates or updates .venv from requirements-dev.txt (exact pins), installs the
-# package into it (editable), runs mypy --strict on the package and the pytest
+# package into it (editable), runs ruff (lint and format check), mypy --strict on the package and the pytest
 # suite (which also runs the README's examples) against a real policyd and a real
 # PostgreSQL journal:
 #   POLICYD_BIN        a built policyd; unset: built from the repo root with go build
@@ -41,6 +41,9 @@ if [[ -z ${TEST_DATABASE_URL:-} ]]; then
 fi
 export POLICYD_REQUIRE_JOURNAL=1 # the journal tests fail rather than skip without a database
 
+echo "test.sh: ruff check, ruff format --check" >&2
+"$py" -m ruff check src tests
+"$py" -m ruff format --check src tests
 echo "test.sh: mypy --strict" >&2
 "$py" -m mypy
 echo "test.sh: pytest" >&2

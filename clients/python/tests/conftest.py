@@ -1,14 +1,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 
 import grpc
 import pytest
-
-import shutil
-
 from harness import Certs, CountingInterceptor, Daemon, FakeServer, make_certs, policyd_bin, tokens_file
+
 from policyd_client import Client
 
 

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
-
 from harness import Daemon, FakeServer, Reply, closed_port_addr
+
 from policyd_client import (
     SOURCE_FAIL_OPEN,
     SOURCE_POLICYD,

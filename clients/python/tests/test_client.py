@@ -13,9 +13,9 @@ import httpx
 import openai
 import pytest
 import requests
-
 from conftest import Counted
 from harness import BlackHole, Daemon, FakeServer, Reply, closed_port_addr
+
 from policyd_client import (
     SOURCE_FAIL_OPEN,
     SOURCE_POLICYD,

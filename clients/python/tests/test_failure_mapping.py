@@ -10,8 +10,8 @@ import urllib.request
 import grpc
 import httpx
 import requests
-
 from harness import FakeServer, Reply, closed_port_addr
+
 from policyd_client import Failure, failure_from_exception, failure_from_response, policy_pb2
 
 
@@ -31,7 +31,9 @@ def raised(fn: object) -> BaseException:
     raise AssertionError("no exception")
 
 
-RATE_LIMIT_BODY = json.dumps({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}})
+RATE_LIMIT_BODY = json.dumps(
+    {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}
+)
 
 
 def test_httpx_status_error(server: FakeServer) -> None:
@@ -147,7 +149,7 @@ def test_cause_and_context_chain_outermost_first() -> None:
         try:
             raise KeyError("k")
         except KeyError:
-            raise ValueError("while handling")
+            raise ValueError("while handling")  # noqa: B904 - the test needs implicit chaining (__context__)
 
     assert [c.name for c in failure_from_exception(raised(implicit)).causes] == ["KeyError"]
 

@@ -12,8 +12,8 @@ import grpc
 import httpx
 import pytest
 from google.protobuf import duration_pb2
-
 from harness import Daemon, FakeServer, Reply
+
 from policyd_client import Action, Client, Decision, FallbackHint, FleetState, RetryEvent, RetryStopped
 from policyd_client._gen.policyd.v1 import fleet_pb2, fleet_pb2_grpc
 from policyd_client._gen.policyd.v1 import policy_pb2 as pb
@@ -169,4 +169,3 @@ def test_fleet_state_from_proto() -> None:
         reason="24 failures in 10s from 6 clients",
     )  # fmt: skip
     assert (d.fallback, d.fallback_provider, d.fallback_model) == ("OTHER_PROVIDER", "anthropic", "claude-sonnet-4-5")
-

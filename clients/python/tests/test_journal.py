@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 import grpc
 import httpx
 import pytest
-
 from harness import CountingInterceptor, Daemon, FakeServer, Reply, closed_port_addr
+
 from policyd_client import (
     AsyncClient,
     Client,
@@ -77,7 +77,9 @@ def test_failed_run_has_an_error_report(jclient: Client, server: FakeServer) -> 
     got = context(jclient, cid)
     assert got.context.outcome == journal_pb2.OUTCOME_FAILED
     assert [a.failure_type for a in got.attempts] == [policy_pb2.FAILURE_TYPE_AUTH_INVALID]
-    report = jclient.journal_service.GetErrorReport(journal_pb2.GetErrorReportRequest(context_id=cid), timeout=10).report
+    report = jclient.journal_service.GetErrorReport(
+        journal_pb2.GetErrorReportRequest(context_id=cid), timeout=10
+    ).report
     assert report.root_cause_type == policy_pb2.FAILURE_TYPE_AUTH_INVALID
     assert report.recovery_action == info.value.recovery_action
     assert report.text

@@ -12,7 +12,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_wheel_carries_py_typed_and_the_generated_stubs(tmp_path: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
         check=True,
     )
     (wheel,) = tmp_path.glob("policyd_client-*.whl")

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from harness import TOKEN, Certs, Daemon, FakeServer, Reply
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -44,7 +43,9 @@ def test_readme_has_the_examples() -> None:
     assert len(blocks()) == 4
 
 
-@pytest.mark.parametrize("index, expect", [(0, "hi from the fake model"), (1, "<h1>Example"), (2, "hello from the fake claude")])
+@pytest.mark.parametrize(
+    "index, expect", [(0, "hi from the fake model"), (1, "<h1>Example"), (2, "hello from the fake claude")]
+)
 def test_readme_example_runs(index: int, expect: str, daemon: Daemon, server: FakeServer) -> None:
     server.script("/v1/chat/completions", Reply(429, headers={"retry-after": "1"}, body="{}"), Reply(200, body=CHAT))
     server.script("http://example.com/", Reply(503), Reply(200, body="<h1>Example Domain</h1>"))

@@ -51,11 +51,16 @@ def test_safety(case: dict[str, Any]) -> None:
 
 
 def check_fail_open(
-    f: Failure, want: dict[str, Any], now: float, attempt: int = 1, safety: str | None = None, deadline_ms: float | None = None
+    f: Failure,
+    want: dict[str, Any],
+    now: float,
+    attempt: int = 1,
+    safety: str | None = None,
+    deadline_ms: float | None = None,
 ) -> None:
     """Decide at jitter draws 0 and just under 1; check the outcome and the delay bounds."""
     for r, bound in ((0.0, "min"), (1 - 1e-9, "max")):
-        policy = FailOpenPolicy(random=lambda: r, now=lambda: now)
+        policy = FailOpenPolicy(random=lambda: r, now=lambda: now)  # noqa: B023 - used before r changes
         remaining = None if deadline_ms is None else deadline_ms / 1000
         d = policy.decide(f, attempt, remaining=remaining, safety=safety)
         assert (d.action.value.lower(), d.failure_type) == (want["action"], want["failure_type"]), d

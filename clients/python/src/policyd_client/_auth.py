@@ -148,7 +148,9 @@ class AsyncBearerInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
     ) -> Any:
         md = grpc.aio.Metadata(*(details.metadata or ()))
         md.add("authorization", self._value)
-        new = grpc.aio.ClientCallDetails(details.method, details.timeout, md, details.credentials, details.wait_for_ready)
+        new = grpc.aio.ClientCallDetails(
+            details.method, details.timeout, md, details.credentials, details.wait_for_ready
+        )
         return await continuation(new, request)
 
 

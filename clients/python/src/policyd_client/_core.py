@@ -218,9 +218,7 @@ def attempts_decision() -> Decision:
     )
 
 
-def new_state(
-    deadline: Deadline | None, journal: bool, context_id: str | None, now: float, wall_now: float
-) -> State:
+def new_state(deadline: Deadline | None, journal: bool, context_id: str | None, now: float, wall_now: float) -> State:
     if context_id is not None:
         context_id = str(uuid.UUID(context_id))  # a bad id fails here, not at the daemon
     return State(

@@ -14,9 +14,8 @@ import grpc
 import grpc.aio
 
 from ._gen.policyd.v1 import journal_pb2 as jpb
-from ._gen.policyd.v1 import journal_pb2_grpc
+from ._gen.policyd.v1 import journal_pb2_grpc, policy_pb2_grpc
 from ._gen.policyd.v1 import policy_pb2 as pb
-from ._gen.policyd.v1 import policy_pb2_grpc
 
 
 class PolicyStub(Protocol):

@@ -69,8 +69,10 @@ class AsyncClient:
         self.addr = _core.resolve_addr(addr)
         if channel is not None and (token or tls or tls_ca or tls_cert or tls_key):
             raise ValueError("policyd: give token and TLS options or a channel, not both (the channel carries its own)")
-        self._security = _auth.Security() if channel is not None else _auth.resolve(
-            self.addr, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key
+        self._security = (
+            _auth.Security()
+            if channel is not None
+            else _auth.resolve(self.addr, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
         )
         self.timeout = timeout
         #: Sent with every NextDelay: the fleet's circuit breakers count distinct clients.

@@ -169,7 +169,9 @@ class Decision:
         d.classification.reason = self.reason
         d.classification.recovery_action = self.recovery_action
         if self.failure_type:
-            d.classification.failure_type = cast(pb.FailureType, pb.FailureType.Value("FAILURE_TYPE_" + self.failure_type))
+            d.classification.failure_type = cast(
+                pb.FailureType, pb.FailureType.Value("FAILURE_TYPE_" + self.failure_type)
+            )
         if self.stop_reason:
             d.stop_reason = cast(pb.StopReason, pb.StopReason.Value("STOP_REASON_" + self.stop_reason))
         if self.fallback:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ._gen.policyd.v1 import policy_pb2 as pb
-from .decision import Action, Decision, SOURCE_FAIL_OPEN
+from .decision import SOURCE_FAIL_OPEN, Action, Decision
 
 __all__ = ["FailOpenPolicy"]
 
@@ -107,7 +107,9 @@ class FailOpenPolicy:
         failure_type, transient, recovery = self.classify(failure)
         hint = retry_after(failure.headers, self.now)
 
-        def decision(action: Action, reason: str, stop_reason: str = "", stop_text: str = "", delay: float = 0.0) -> Decision:
+        def decision(
+            action: Action, reason: str, stop_reason: str = "", stop_text: str = "", delay: float = 0.0
+        ) -> Decision:
             return Decision(
                 action,
                 delay=delay,
@@ -239,9 +241,17 @@ _DAY = r"(?:mon|tue|wed|thu|fri|sat|sun)"
 # The HTTP-dates policyd reads: IMF-fixdate (and its one-digit-day, UTC
 # variant), RFC 850 and asctime. email.utils is laxer than policyd.
 _HTTP_DATES = [
-    re.compile(_DAY + r", (?P<d>\d{1,2}) (?P<m>[a-z]{3}) (?P<y>\d{4}) (?P<H>\d{1,2}):(?P<M>\d\d):(?P<S>\d\d) (?:gmt|utc)", re.I | re.A),
-    re.compile(r"(?:mon|tues|wednes|thurs|fri|satur|sun)day, (?P<d>\d\d)-(?P<m>[a-z]{3})-(?P<y>\d\d) (?P<H>\d{1,2}):(?P<M>\d\d):(?P<S>\d\d) gmt", re.I | re.A),
-    re.compile(_DAY + r" (?P<m>[a-z]{3})  ?(?P<d>\d{1,2}) (?P<H>\d{1,2}):(?P<M>\d\d):(?P<S>\d\d) (?P<y>\d{4})", re.I | re.A),
+    re.compile(
+        _DAY + r", (?P<d>\d{1,2}) (?P<m>[a-z]{3}) (?P<y>\d{4}) (?P<H>\d{1,2}):(?P<M>\d\d):(?P<S>\d\d) (?:gmt|utc)",
+        re.I | re.A,
+    ),
+    re.compile(
+        r"(?:mon|tues|wednes|thurs|fri|satur|sun)day, (?P<d>\d\d)-(?P<m>[a-z]{3})-(?P<y>\d\d) (?P<H>\d{1,2}):(?P<M>\d\d):(?P<S>\d\d) gmt",
+        re.I | re.A,
+    ),
+    re.compile(
+        _DAY + r" (?P<m>[a-z]{3})  ?(?P<d>\d{1,2}) (?P<H>\d{1,2}):(?P<M>\d\d):(?P<S>\d\d) (?P<y>\d{4})", re.I | re.A
+    ),
 ]
 
 
@@ -306,7 +316,11 @@ def _http_date(v: str) -> float | None:
         if len(m["y"]) == 2:
             year += 1900 if year >= 69 else 2000
         try:
-            return float(calendar.timegm(datetime(year, month or 0, int(m["d"]), int(m["H"]), int(m["M"]), int(m["S"])).timetuple()))
+            return float(
+                calendar.timegm(
+                    datetime(year, month or 0, int(m["d"]), int(m["H"]), int(m["M"]), int(m["S"])).timetuple()
+                )
+            )
         except ValueError:
             return None
     return None
