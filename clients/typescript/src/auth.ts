@@ -2,8 +2,8 @@
 // --tls-cert, and the error a refused token is.
 
 import { readFileSync } from "node:fs";
-import { isIP } from "node:net";
 import type { SecureClientSessionOptions } from "node:http2";
+import { isIP } from "node:net";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 
 /** The environment variables read when the matching option is unset. */
@@ -75,7 +75,9 @@ export function resolveSecurity(address: string, o: SecurityOptions): Security {
     return { baseUrl: `http://${hostPort}`, token };
   }
   if (Boolean(cert) !== Boolean(key)) {
-    throw new Error(`policyd: a TLS client certificate needs both the certificate and the key (${ENV_TLS_CERT}, ${ENV_TLS_KEY})`);
+    throw new Error(
+      `policyd: a TLS client certificate needs both the certificate and the key (${ENV_TLS_CERT}, ${ENV_TLS_KEY})`,
+    );
   }
   const nodeOptions: SecureClientSessionOptions = { minVersion: "TLSv1.2" };
   if (ca) nodeOptions.ca = read(ca, "CA file");

@@ -7,30 +7,42 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { basename } from "node:path";
-import { Code, ConnectError, createClient as createConnectClient, type Client as ConnectClient, type Interceptor, type Transport } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { JournalService } from "./gen/policyd/v1/journal_pb.js";
-import { ClassifyOptionsSchema, PolicyService, type ClassifyOptions, type Decision as PbDecision } from "./gen/policyd/v1/policy_pb.js";
 import { create } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import {
+  Code,
+  type Client as ConnectClient,
+  ConnectError,
+  createClient as createConnectClient,
+  type Interceptor,
+  type Transport,
+} from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { bearerInterceptor, isUnauthenticated, PolicydAuthError, resolveSecurity } from "./auth.js";
 import { type Clock, type Random, systemClock } from "./clock.js";
 import {
   type Classification,
-  type Decision,
-  type Safety,
   classificationFromProto,
+  type Decision,
   decisionFromProto,
   durationOf,
   explain,
+  type Safety,
   values,
 } from "./decision.js";
-import { FailOpenPolicy, type FailOpenOptions } from "./fail_open.js";
-import { type Failure, clipLabel, emptyFailure, failureFromError, failureToProto } from "./failure.js";
+import { type FailOpenOptions, FailOpenPolicy } from "./fail_open.js";
+import { clipLabel, emptyFailure, type Failure, failureFromError, failureToProto } from "./failure.js";
+import { JournalService } from "./gen/policyd/v1/journal_pb.js";
+import {
+  type ClassifyOptions,
+  ClassifyOptionsSchema,
+  type Decision as PbDecision,
+  PolicyService,
+} from "./gen/policyd/v1/policy_pb.js";
 import { HttpError } from "./http_error.js";
 import { Journal } from "./journal.js";
-import { JOURNAL_OFF, REFUSED, type RpcOptions, type RpcResult } from "./rpc.js";
 import { PolicydError } from "./policyd_error.js";
-import { PolicydAuthError, bearerInterceptor, isUnauthenticated, resolveSecurity } from "./auth.js";
+import { JOURNAL_OFF, REFUSED, type RpcOptions, type RpcResult } from "./rpc.js";
 
 /** The daemon address used when none is given and POLICYD_ADDR is unset: `make run`'s listen address. */
 export const DEFAULT_ADDRESS = "127.0.0.1:7433";
@@ -219,7 +231,12 @@ export interface ClientInternals {
   readonly logger: Logger;
   readonly daemonTimeoutMs: number;
   readonly journalService: ConnectClient<typeof JournalService>;
-  rpc<R>(method: string, signal: AbortSignal | undefined, deadlineMs: number | undefined, call: (opts: RpcOptions) => Promise<R>): Promise<RpcResult<R>>;
+  rpc<R>(
+    method: string,
+    signal: AbortSignal | undefined,
+    deadlineMs: number | undefined,
+    call: (opts: RpcOptions) => Promise<R>,
+  ): Promise<RpcResult<R>>;
   warnOnce(key: string, message: string, ...fields: unknown[]): void;
   track(p: Promise<void>): void;
 }
@@ -267,11 +284,13 @@ export class PolicydClient {
     this.#profile = options.profile ?? "";
     this.#journal = options.journal ?? false;
     this.#agent = options.agent ?? (process.argv[1] ? basename(process.argv[1]) : "node");
-    this.#failOpen = options.failOpen instanceof FailOpenPolicy ? options.failOpen : new FailOpenPolicy(options.failOpen ?? {});
+    this.#failOpen =
+      options.failOpen instanceof FailOpenPolicy ? options.failOpen : new FailOpenPolicy(options.failOpen ?? {});
     this.#random = options.random ?? Math.random;
     this.#onDecision = options.onDecision;
     const logger = options.logger ?? DEFAULT_LOGGER;
-    const daemonTimeoutMs = options.daemonTimeoutMs && options.daemonTimeoutMs > 0 ? options.daemonTimeoutMs : DEFAULT_DAEMON_TIMEOUT_MS;
+    const daemonTimeoutMs =
+      options.daemonTimeoutMs && options.daemonTimeoutMs > 0 ? options.daemonTimeoutMs : DEFAULT_DAEMON_TIMEOUT_MS;
     this.#internals = {
       clock: options.clock ?? systemClock,
       logger,
@@ -360,12 +379,29 @@ export class PolicydClient {
           }
           if (budget.expired) {
             journal.giveUp(failure, attempt, took, classifyOptions, "FAILED", signal);
-            throw new PolicydError({ cause: err, attempts: attempt, decision: deadlineDecision(attempt), failure, contextId: journal.contextId });
+            throw new PolicydError({
+              cause: err,
+              attempts: attempt,
+              decision: deadlineDecision(attempt),
+              failure,
+              contextId: journal.contextId,
+            });
           }
 
           let decision: Decision | undefined;
           try {
-            decision = await this.#decide(failure, attempt, took, profile, options, classifyOptions, journal, start, deadlineMs, signal);
+            decision = await this.#decide(
+              failure,
+              attempt,
+              took,
+              profile,
+              options,
+              classifyOptions,
+              journal,
+              start,
+              deadlineMs,
+              signal,
+            );
           } catch (authErr) {
             // A refused token is a configuration error: failing open would hide it.
             if (authErr instanceof PolicydAuthError) authErr.error = err;
@@ -377,10 +413,18 @@ export class PolicydClient {
           }
           if (!decision || budget.expired) {
             journal.giveUp(failure, attempt, took, classifyOptions, "FAILED", signal);
-            throw new PolicydError({ cause: err, attempts: attempt, decision: deadlineDecision(attempt), failure, contextId: journal.contextId });
+            throw new PolicydError({
+              cause: err,
+              attempts: attempt,
+              decision: deadlineDecision(attempt),
+              failure,
+              contextId: journal.contextId,
+            });
           }
           lastDecision = decision;
-          it.logger.debug?.(`policyd: attempt ${attempt} failed: ${decision.action}${decision.action === "RETRY" ? ` after ${decision.delayMs}ms` : ""}: ${explain(decision)}`);
+          it.logger.debug?.(
+            `policyd: attempt ${attempt} failed: ${decision.action}${decision.action === "RETRY" ? ` after ${decision.delayMs}ms` : ""}: ${explain(decision)}`,
+          );
           this.#onDecision?.({ attempt, error: err, decision });
 
           if (decision.action === "RETRY") {
@@ -389,7 +433,13 @@ export class PolicydClient {
             } catch {
               void journal.finish(callerSignal?.aborted ? "ABANDONED" : "FAILED", signal);
               if (callerSignal?.aborted) throw callerSignal.reason;
-              throw new PolicydError({ cause: err, attempts: attempt, decision: deadlineDecision(attempt), failure, contextId: journal.contextId });
+              throw new PolicydError({
+                cause: err,
+                attempts: attempt,
+                decision: deadlineDecision(attempt),
+                failure,
+                contextId: journal.contextId,
+              });
             }
             continue;
           }
@@ -429,7 +479,10 @@ export class PolicydClient {
    * profile (unset: the client's), without deciding or journaling. Unlike
    * call it does not fail open: an unreachable policyd rejects.
    */
-  async classify(err: unknown, options: { profile?: string; signal?: AbortSignal; retryFetchErrors?: boolean } = {}): Promise<Classification> {
+  async classify(
+    err: unknown,
+    options: { profile?: string; signal?: AbortSignal; retryFetchErrors?: boolean } = {},
+  ): Promise<Classification> {
     const failure = isFailure(err) ? err : failureFromError(err);
     const req: { failure: ReturnType<typeof failureToProto>; profile: string; options?: ClassifyOptions } = {
       failure: failureToProto(failure),
@@ -561,7 +614,10 @@ export class PolicydClient {
         // NextDelay's refusal rejects the call (see decide), and BeginContext's
         // is followed by NextDelay's; the journal's others only warn.
         if (method !== "NextDelay" && method !== "BeginContext") {
-          this.#warnOnce(`${method}/${ce.code}`, new PolicydAuthError(this.address, method, ce, this.#tokenSet).message);
+          this.#warnOnce(
+            `${method}/${ce.code}`,
+            new PolicydAuthError(this.address, method, ce, this.#tokenSet).message,
+          );
         }
       } else if (REFUSED.has(ce.code)) {
         this.#warnOnce(
@@ -645,7 +701,10 @@ class AttemptSignal {
     this.#controller = new AbortController();
     parent.addEventListener("abort", this.#onAbort, { once: true });
     const controller = this.#controller;
-    this.#timer = setTimeout(() => controller.abort(new DOMException(`the attempt timed out after ${timeoutMs}ms`, "TimeoutError")), timeoutMs);
+    this.#timer = setTimeout(
+      () => controller.abort(new DOMException(`the attempt timed out after ${timeoutMs}ms`, "TimeoutError")),
+      timeoutMs,
+    );
   }
 
   get signal(): AbortSignal {

@@ -7,16 +7,16 @@ import { create } from "@bufbuild/protobuf";
 import type { Duration } from "@bufbuild/protobuf/wkt";
 import { DurationSchema } from "@bufbuild/protobuf/wkt";
 import {
-  Action as PbAction,
-  type Classification as PbClassification,
   ClassificationSchema,
-  type Decision as PbDecision,
   DecisionSchema,
-  FailureType as PbFailureType,
   FallbackSchema,
-  type FleetState as PbFleetState,
+  Action as PbAction,
   BreakerState as PbBreakerState,
+  type Classification as PbClassification,
+  type Decision as PbDecision,
+  FailureType as PbFailureType,
   FallbackKind as PbFallbackKind,
+  type FleetState as PbFleetState,
   OperationSafety as PbOperationSafety,
   StopReason as PbStopReason,
 } from "./gen/policyd/v1/policy_pb.js";
@@ -160,7 +160,7 @@ function nameOf<T extends string>(e: Record<number, string>, v: number): T {
   return (e[v] ?? `UNKNOWN_${v}`) as T;
 }
 
-function valueOf(e: Record<string, number | string>, name: string): number {
+function enumValue(e: Record<string, number | string>, name: string): number {
   if (name === "") return 0;
   const v = e[name];
   return typeof v === "number" ? v : 0;
@@ -177,11 +177,11 @@ export const names = {
 
 /** @internal */
 export const values = {
-  failureType: (n: FailureType) => valueOf(PbFailureType, n) as PbFailureType,
-  action: (n: Action) => valueOf(PbAction, n) as PbAction,
-  stopReason: (n: StopReason) => valueOf(PbStopReason, n) as PbStopReason,
-  fallbackKind: (n: FallbackKind) => valueOf(PbFallbackKind, n) as PbFallbackKind,
-  safety: (n: Safety) => valueOf(PbOperationSafety, n) as PbOperationSafety,
+  failureType: (n: FailureType) => enumValue(PbFailureType, n) as PbFailureType,
+  action: (n: Action) => enumValue(PbAction, n) as PbAction,
+  stopReason: (n: StopReason) => enumValue(PbStopReason, n) as PbStopReason,
+  fallbackKind: (n: FallbackKind) => enumValue(PbFallbackKind, n) as PbFallbackKind,
+  safety: (n: Safety) => enumValue(PbOperationSafety, n) as PbOperationSafety,
 };
 
 /** @internal Milliseconds in a protobuf Duration. */

@@ -3,9 +3,9 @@
 // outage. The Go and Python clients implement the same contract
 // (docs/clients.md), checked by the vectors in clients/testdata.
 
+import type { Random } from "./clock.js";
 import type { Classification, Decision, FailureType, Safety } from "./decision.js";
 import type { Failure } from "./failure.js";
-import type { Random } from "./clock.js";
 import { retryAfterMs } from "./retry_after.js";
 
 /** The knobs of the fail-open policy; every field has a default (see DEFAULT_FAIL_OPEN). */
@@ -99,7 +99,7 @@ export class FailOpenPolicy {
     if (ctx.attempt >= p.maxAttempts) return stop("ATTEMPTS_EXHAUSTED", `all ${p.maxAttempts} attempts were used`);
     d.attemptsLeft = p.maxAttempts - ctx.attempt;
 
-    let backoff = p.initialDelayMs * Math.pow(p.multiplier, ctx.attempt - 1);
+    let backoff = p.initialDelayMs * p.multiplier ** (ctx.attempt - 1);
     if (p.maxDelayMs > 0 && backoff > p.maxDelayMs) backoff = p.maxDelayMs;
     const r = ctx.random ? ctx.random() : 0.5;
     let delay = Math.floor(backoff * r);
@@ -159,12 +159,24 @@ const TIMEOUT_CODES = new Set([
 ]);
 
 /** Timeouts known by name: AbortSignal.timeout's TimeoutError, undici's and the SDKs' timeout errors. */
-const TIMEOUT_NAMES = new Set(["TimeoutError", "HeadersTimeoutError", "BodyTimeoutError", "ConnectTimeoutError", "APIConnectionTimeoutError"]);
+const TIMEOUT_NAMES = new Set([
+  "TimeoutError",
+  "HeadersTimeoutError",
+  "BodyTimeoutError",
+  "ConnectTimeoutError",
+  "APIConnectionTimeoutError",
+]);
 
 const ABORT_NAMES = new Set(["AbortError", "APIUserAbortError"]);
 
 function classify(f: Failure): Classification {
-  const c = (t: FailureType, retryable: boolean, rule: string, reason: string, recoveryAction: string): Classification => ({
+  const c = (
+    t: FailureType,
+    retryable: boolean,
+    rule: string,
+    reason: string,
+    recoveryAction: string,
+  ): Classification => ({
     failureType: t,
     retryable,
     rule: `fail_open.${rule}`,
@@ -174,43 +186,131 @@ function classify(f: Failure): Classification {
     continuationPrompt: "",
   });
   if (f.grpcCode === 1 || f.causes.some((x) => ABORT_NAMES.has(x.name) || x.code === "ABORT_ERR")) {
-    return c("CANCELED", false, "canceled", "the caller aborted the operation", "Nothing to retry; the operation was cancelled by its caller.");
+    return c(
+      "CANCELED",
+      false,
+      "canceled",
+      "the caller aborted the operation",
+      "Nothing to retry; the operation was cancelled by its caller.",
+    );
   }
   const s = f.httpStatus;
   if (s === 429) {
-    return c("RATE_LIMIT", true, "rate_limit", "HTTP 429: the service is throttling requests", "Wait and retry with backoff, honouring the server's delay.");
+    return c(
+      "RATE_LIMIT",
+      true,
+      "rate_limit",
+      "HTTP 429: the service is throttling requests",
+      "Wait and retry with backoff, honouring the server's delay.",
+    );
   }
-  if (s === 503 || s === 529) return c("OVERLOADED", true, "overloaded", `HTTP ${s}: the service is overloaded`, "Retry with backoff.");
+  if (s === 503 || s === 529)
+    return c("OVERLOADED", true, "overloaded", `HTTP ${s}: the service is overloaded`, "Retry with backoff.");
   if (s === 504) return c("TIMEOUT", true, "gateway_timeout", "HTTP 504: the gateway timed out", "Retry with backoff.");
-  if (s === 408) return c("TIMEOUT", true, "request_timeout", "HTTP 408: the server timed out waiting for the request", "Retry with backoff.");
+  if (s === 408)
+    return c(
+      "TIMEOUT",
+      true,
+      "request_timeout",
+      "HTTP 408: the server timed out waiting for the request",
+      "Retry with backoff.",
+    );
   if (s === 501) {
-    return c("UNSUPPORTED", false, "status", "HTTP 501: not implemented", "Change approach; the service does not support the request.");
+    return c(
+      "UNSUPPORTED",
+      false,
+      "status",
+      "HTTP 501: not implemented",
+      "Change approach; the service does not support the request.",
+    );
   }
-  if (s >= 500 && s <= 599) return c("SERVER_ERROR", true, "server_error", `HTTP ${s}: the service failed`, "Retry with backoff.");
+  if (s >= 500 && s <= 599)
+    return c("SERVER_ERROR", true, "server_error", `HTTP ${s}: the service failed`, "Retry with backoff.");
   if (s === 401) {
-    return c("AUTH_INVALID", false, "status", "HTTP 401: the credentials are invalid or missing", "Fix the API credentials (key, token or endpoint), then run again.");
+    return c(
+      "AUTH_INVALID",
+      false,
+      "status",
+      "HTTP 401: the credentials are invalid or missing",
+      "Fix the API credentials (key, token or endpoint), then run again.",
+    );
   }
-  if (s === 403) return c("PERMISSION_DENIED", false, "status", "HTTP 403: the credentials are not allowed", "Request access to the resource.");
-  if (s === 404) return c("NOT_FOUND", false, "status", "HTTP 404: not found", "Use a valid URL, model or resource id.");
+  if (s === 403)
+    return c(
+      "PERMISSION_DENIED",
+      false,
+      "status",
+      "HTTP 403: the credentials are not allowed",
+      "Request access to the resource.",
+    );
+  if (s === 404)
+    return c("NOT_FOUND", false, "status", "HTTP 404: not found", "Use a valid URL, model or resource id.");
   if (s === 400 || s === 422) {
-    return c("INVALID_REQUEST", false, "status", `HTTP ${s}: the request was refused as invalid`, "Fix the request; the same request will fail again.");
+    return c(
+      "INVALID_REQUEST",
+      false,
+      "status",
+      `HTTP ${s}: the request was refused as invalid`,
+      "Fix the request; the same request will fail again.",
+    );
   }
   if (s !== 0) {
-    return c("UNKNOWN", false, "status", `HTTP ${s} is not retried while policyd is unreachable`, "Inspect the response; only connection errors, timeouts, 408, 429 and 5xx are retried without policyd.");
+    return c(
+      "UNKNOWN",
+      false,
+      "status",
+      `HTTP ${s} is not retried while policyd is unreachable`,
+      "Inspect the response; only connection errors, timeouts, 408, 429 and 5xx are retried without policyd.",
+    );
   }
-  if (f.grpcCode === 14) return c("OVERLOADED", true, "grpc_unavailable", "gRPC UNAVAILABLE: the service is unavailable", "Retry with backoff.");
+  if (f.grpcCode === 14)
+    return c(
+      "OVERLOADED",
+      true,
+      "grpc_unavailable",
+      "gRPC UNAVAILABLE: the service is unavailable",
+      "Retry with backoff.",
+    );
   if (f.grpcCode === 8) {
-    return c("RATE_LIMIT", true, "grpc_resource_exhausted", "gRPC RESOURCE_EXHAUSTED: the service is throttling requests", "Wait and retry with backoff, honouring the server's delay.");
+    return c(
+      "RATE_LIMIT",
+      true,
+      "grpc_resource_exhausted",
+      "gRPC RESOURCE_EXHAUSTED: the service is throttling requests",
+      "Wait and retry with backoff, honouring the server's delay.",
+    );
   }
-  if (f.grpcCode === 4) return c("TIMEOUT", true, "grpc_deadline_exceeded", "gRPC DEADLINE_EXCEEDED: the call timed out", "Retry; raise the timeout if it persists.");
+  if (f.grpcCode === 4)
+    return c(
+      "TIMEOUT",
+      true,
+      "grpc_deadline_exceeded",
+      "gRPC DEADLINE_EXCEEDED: the call timed out",
+      "Retry; raise the timeout if it persists.",
+    );
   const codes = [f.errorCode, ...f.causes.map((x) => x.code)].map((x) => x.toUpperCase());
-  if (codes.some((x) => TIMEOUT_CODES.has(x)) || [f.errorName, ...f.causes.map((x) => x.name)].some((x) => TIMEOUT_NAMES.has(x))) {
+  if (
+    codes.some((x) => TIMEOUT_CODES.has(x)) ||
+    [f.errorName, ...f.causes.map((x) => x.name)].some((x) => TIMEOUT_NAMES.has(x))
+  ) {
     return c("TIMEOUT", true, "timeout", "the request timed out", "Retry; raise the timeout if it persists.");
   }
   if (codes.some((x) => CONNECTION_CODES.has(x))) {
-    return c("CONNECTION_ERROR", true, "connection", "the connection failed or was reset", "Retry after a short backoff; check the network if it persists.");
+    return c(
+      "CONNECTION_ERROR",
+      true,
+      "connection",
+      "the connection failed or was reset",
+      "Retry after a short backoff; check the network if it persists.",
+    );
   }
-  return c("UNKNOWN", false, "unknown", "not a connection error, timeout, 408, 429 or 5xx: not retried while policyd is unreachable", "Inspect the error; only clearly transient failures are retried without policyd.");
+  return c(
+    "UNKNOWN",
+    false,
+    "unknown",
+    "not a connection error, timeout, 408, 429 or 5xx: not retried while policyd is unreachable",
+    "Inspect the error; only clearly transient failures are retried without policyd.",
+  );
 }
 
 const MODEL_PREFIXES = ["chat", "completion", "complete", "embed", "messages", "responses", "generate", "model", "llm"];

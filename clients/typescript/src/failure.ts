@@ -5,12 +5,7 @@
 // classifies. Everything is duck typed: no SDK is a dependency.
 
 import { create } from "@bufbuild/protobuf";
-import {
-  type Failure as PbFailure,
-  FailureSchema,
-  CauseSchema,
-  Phase as PbPhase,
-} from "./gen/policyd/v1/policy_pb.js";
+import { CauseSchema, FailureSchema, type Failure as PbFailure, Phase as PbPhase } from "./gen/policyd/v1/policy_pb.js";
 import { HttpError } from "./http_error.js";
 
 /** Where in a streaming call a failure happened; "" when unknown or not streaming. */
@@ -177,7 +172,9 @@ export function headersOf(h: unknown): Record<string, string> {
   };
   if (!isObject(h)) return out;
   if (typeof Headers !== "undefined" && h instanceof Headers) {
-    h.forEach((v, k) => put(k, v));
+    h.forEach((v, k) => {
+      put(k, v);
+    });
   } else if (h instanceof Map) {
     for (const [k, v] of h) put(k, v);
   } else if (Array.isArray(h)) {
@@ -199,7 +196,9 @@ function grpcCodeOf(e: Obj): number {
 }
 
 function phaseOf(v: unknown): Phase {
-  const p = str(v).toUpperCase().replace(/^PHASE_/, "");
+  const p = str(v)
+    .toUpperCase()
+    .replace(/^PHASE_/, "");
   return p === "CONNECT" || p === "MID_STREAM" ? p : "";
 }
 
@@ -235,7 +234,8 @@ export function failureFromError(err: unknown): Failure {
   const walk = (e: unknown, depth: number) => {
     if (f.causes.length >= MAX_CAUSES || depth > 100) return;
     if (!isObject(e)) {
-      if (e !== undefined && e !== null) f.causes.push({ name: "", code: "", message: clip(String(e), MAX_FIELD_CHARS) });
+      if (e !== undefined && e !== null)
+        f.causes.push({ name: "", code: "", message: clip(String(e), MAX_FIELD_CHARS) });
       return;
     }
     if (seen.has(e)) return;
@@ -251,7 +251,11 @@ export function failureFromError(err: unknown): Failure {
     if (!f.grpcCode) f.grpcCode = grpcCodeOf(e);
     if (!f.phase) f.phase = phaseOf(e["phase"]);
     if (!f.errorCode && code) f.errorCode = clip(code, MAX_FIELD_CHARS);
-    f.causes.push({ name: clip(name, MAX_FIELD_CHARS), code: clip(code, MAX_FIELD_CHARS), message: clip(str(e["message"]), MAX_FIELD_CHARS) });
+    f.causes.push({
+      name: clip(name, MAX_FIELD_CHARS),
+      code: clip(code, MAX_FIELD_CHARS),
+      message: clip(str(e["message"]), MAX_FIELD_CHARS),
+    });
     if ("cause" in e) walk(e["cause"], depth + 1);
     const errors = e["errors"];
     if (Array.isArray(errors)) for (const inner of errors) walk(inner, depth + 1);
@@ -271,7 +275,8 @@ export function failureFromError(err: unknown): Failure {
 
 /** @internal The Failure as the generated message. */
 export function failureToProto(f: Failure): PbFailure {
-  const phase = f.phase === "CONNECT" ? PbPhase.CONNECT : f.phase === "MID_STREAM" ? PbPhase.MID_STREAM : PbPhase.UNSPECIFIED;
+  const phase =
+    f.phase === "CONNECT" ? PbPhase.CONNECT : f.phase === "MID_STREAM" ? PbPhase.MID_STREAM : PbPhase.UNSPECIFIED;
   return create(FailureSchema, {
     provider: f.provider,
     model: f.model,

@@ -46,7 +46,9 @@ export class HttpError extends Error {
     this.statusText = init.statusText ?? "";
     const headers: Record<string, string> = {};
     if (init.headers instanceof Headers) {
-      init.headers.forEach((v, k) => (headers[k.toLowerCase()] = v));
+      init.headers.forEach((v, k) => {
+        headers[k.toLowerCase()] = v;
+      });
     } else if (init.headers) {
       for (const [k, v] of Object.entries(init.headers)) headers[k.toLowerCase()] = v;
     }

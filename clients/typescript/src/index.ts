@@ -6,16 +6,17 @@
 //     { provider: "web", operation: "web_fetch", profile: "web_fetch" },
 //   );
 
+export { ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY, ENV_TOKEN, PolicydAuthError } from "./auth.js";
 export {
-  createClient,
-  PolicydClient,
-  DEFAULT_ADDRESS,
-  DEFAULT_DAEMON_TIMEOUT_MS,
   type Attempt,
   type CallOptions,
   type ClientOptions,
+  createClient,
+  DEFAULT_ADDRESS,
+  DEFAULT_DAEMON_TIMEOUT_MS,
   type FallbackHint,
   type Logger,
+  PolicydClient,
 } from "./client.js";
 export { type Clock, type Random, systemClock } from "./clock.js";
 export {
@@ -23,17 +24,22 @@ export {
   type BreakerState,
   type Classification,
   type Decision,
+  explain,
   type FailureType,
   type FallbackKind,
   type FleetState,
   type Safety,
   type StopReason,
-  explain,
 } from "./decision.js";
-export { DEFAULT_FAIL_OPEN, FailOpenPolicy, deriveSafety, type FailOpenContext, type FailOpenOptions } from "./fail_open.js";
-export { type Cause, type Failure, type Phase, emptyFailure, failureFromError, headersOf } from "./failure.js";
-export { HttpError, checkResponse, type HttpErrorInit } from "./http_error.js";
-export { type JournalOutcome } from "./journal.js";
+export {
+  DEFAULT_FAIL_OPEN,
+  deriveSafety,
+  type FailOpenContext,
+  type FailOpenOptions,
+  FailOpenPolicy,
+} from "./fail_open.js";
+export { type Cause, emptyFailure, type Failure, failureFromError, headersOf, type Phase } from "./failure.js";
+export { checkResponse, HttpError, type HttpErrorInit } from "./http_error.js";
+export type { JournalOutcome } from "./journal.js";
 export { PolicydError, type PolicydErrorInit } from "./policyd_error.js";
-export { PolicydAuthError, ENV_TOKEN, ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY } from "./auth.js";
 export { retryAfterMs } from "./retry_after.js";

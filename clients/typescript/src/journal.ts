@@ -8,11 +8,11 @@
 
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
-import { Outcome, type RecordAttemptRequest, RecordAttemptRequestSchema } from "./gen/policyd/v1/journal_pb.js";
-import type { ClassifyOptions } from "./gen/policyd/v1/policy_pb.js";
+import type { ClientInternals } from "./client.js";
 import { type Decision, decisionToProto, durationOf } from "./decision.js";
 import { type Failure, failureToProto } from "./failure.js";
-import type { ClientInternals } from "./client.js";
+import { Outcome, type RecordAttemptRequest, RecordAttemptRequestSchema } from "./gen/policyd/v1/journal_pb.js";
+import type { ClassifyOptions } from "./gen/policyd/v1/policy_pb.js";
 import { JOURNAL_OFF, REFUSED } from "./rpc.js";
 
 /** How a journaled call ended. */
@@ -105,7 +105,13 @@ export class Journal {
    * record keeps an attempt policyd has not journaled, to record when the
    * call ends; without a decision the attempt is recorded alone.
    */
-  record(failure: Failure, attempt: number, tookMs: number, options: ClassifyOptions | undefined, decision?: Decision): void {
+  record(
+    failure: Failure,
+    attempt: number,
+    tookMs: number,
+    options: ClassifyOptions | undefined,
+    decision?: Decision,
+  ): void {
     if (!this.#on) return;
     if (!this.#contextId) this.#contextId = randomUUID();
     const req = create(RecordAttemptRequestSchema, {
@@ -124,7 +130,14 @@ export class Journal {
    * giveUp ends a call its signal ended during an attempt: the attempt is
    * recorded and the context finished, in the background.
    */
-  giveUp(failure: Failure, attempt: number, tookMs: number, options: ClassifyOptions | undefined, outcome: JournalOutcome, signal: AbortSignal): void {
+  giveUp(
+    failure: Failure,
+    attempt: number,
+    tookMs: number,
+    options: ClassifyOptions | undefined,
+    outcome: JournalOutcome,
+    signal: AbortSignal,
+  ): void {
     this.record(failure, attempt, tookMs, options);
     void this.finish(outcome, signal);
   }

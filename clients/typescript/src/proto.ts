@@ -3,6 +3,6 @@
 // journal: createClient(JournalService, transport) from @connectrpc/connect;
 // or the fleet's buckets, with FleetService).
 
-export * from "./gen/policyd/v1/policy_pb.js";
-export * from "./gen/policyd/v1/journal_pb.js";
 export * from "./gen/policyd/v1/fleet_pb.js";
+export * from "./gen/policyd/v1/journal_pb.js";
+export * from "./gen/policyd/v1/policy_pb.js";

@@ -60,8 +60,11 @@ const DAY = "(?:mon|tue|wed|thu|fri|sat|sun)";
  * date to it).
  */
 const HTTP_DATES = [
-  new RegExp(`^${DAY}, (?<d>\\d{1,2}) (?<m>[a-z]{3}) (?<y>\\d{4}) (?<H>\\d{1,2}):(?<M>\\d\\d):(?<S>\\d\\d) (?:gmt|utc)$`, "i"),
-  new RegExp(`^(?:mon|tues|wednes|thurs|fri|satur|sun)day, (?<d>\\d\\d)-(?<m>[a-z]{3})-(?<y>\\d\\d) (?<H>\\d{1,2}):(?<M>\\d\\d):(?<S>\\d\\d) gmt$`, "i"),
+  new RegExp(
+    `^${DAY}, (?<d>\\d{1,2}) (?<m>[a-z]{3}) (?<y>\\d{4}) (?<H>\\d{1,2}):(?<M>\\d\\d):(?<S>\\d\\d) (?:gmt|utc)$`,
+    "i",
+  ),
+  /^(?:mon|tues|wednes|thurs|fri|satur|sun)day, (?<d>\d\d)-(?<m>[a-z]{3})-(?<y>\d\d) (?<H>\d{1,2}):(?<M>\d\d):(?<S>\d\d) gmt$/i,
   new RegExp(`^${DAY} (?<m>[a-z]{3})  ?(?<d>\\d{1,2}) (?<H>\\d{1,2}):(?<M>\\d\\d):(?<S>\\d\\d) (?<y>\\d{4})$`, "i"),
 ];
 

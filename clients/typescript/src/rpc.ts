@@ -25,4 +25,3 @@ export const REFUSED = new Set([
   Code.Unauthenticated,
   Code.Unimplemented,
 ]);
-

@@ -3,8 +3,19 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { HttpError, PolicydAuthError, checkResponse, createClient, emptyFailure } from "@policyd/client";
-import { FakeClock, TOKEN, WRONG_TOKEN, daemonWith, decisions, flaky, haveOpenssl, makeCerts, memoryLogger, tokensFile } from "./harness.js";
+import { checkResponse, createClient, emptyFailure, HttpError, PolicydAuthError } from "@policyd/client";
+import {
+  daemonWith,
+  decisions,
+  FakeClock,
+  flaky,
+  haveOpenssl,
+  makeCerts,
+  memoryLogger,
+  TOKEN,
+  tokensFile,
+  WRONG_TOKEN,
+} from "./harness.js";
 
 const web = { provider: "web", operation: "web_fetch", method: "GET", profile: "web_fetch" };
 
@@ -43,7 +54,13 @@ describe("bearer tokens", () => {
     const srv = await flaky({ status: 503 }, { status: 200, body: "fine" });
     const dec = decisions();
     const logger = memoryLogger();
-    const client = createClient({ address: d.addr, token: TOKEN, clock: new FakeClock(), onDecision: dec.onDecision, logger });
+    const client = createClient({
+      address: d.addr,
+      token: TOKEN,
+      clock: new FakeClock(),
+      onDecision: dec.onDecision,
+      logger,
+    });
     assert.equal(await client.call(get(srv.url), web), "fine");
     assert.equal(dec.all.length, 1);
     assert.equal(dec.all[0]!.failOpen, false);
@@ -53,7 +70,11 @@ describe("bearer tokens", () => {
 
   for (const [name, token, says] of [
     ["no token", "", /missing bearer token: .*; set POLICYD_TOKEN/],
-    ["a wrong token", WRONG_TOKEN, /invalid bearer token; the token sent \(POLICYD_TOKEN or the token option\) is not in/],
+    [
+      "a wrong token",
+      WRONG_TOKEN,
+      /invalid bearer token; the token sent \(POLICYD_TOKEN or the token option\) is not in/,
+    ],
   ] as const) {
     test(`${name}: a PolicydAuthError after one attempt, not a fail-open retry`, async () => {
       const d = await tokenDaemon();
@@ -78,7 +99,7 @@ describe("bearer tokens", () => {
     });
   }
 
-  test("POLICYD_TOKEN is read when the token option is unset; token: \"\" sends none", async () => {
+  test('POLICYD_TOKEN is read when the token option is unset; token: "" sends none', async () => {
     const d = await tokenDaemon();
     await withEnv({ POLICYD_TOKEN: TOKEN }, async () => {
       assert.ok((await createClient({ address: d.addr }).classify(new Error("socket hang up"))).rule);
@@ -87,10 +108,13 @@ describe("bearer tokens", () => {
   });
 
   test("no token in plaintext beyond loopback", () => {
-    assert.throws(() => createClient({ address: "10.20.30.40:7433", token: TOKEN }), (e: Error) => {
-      noToken(e.message);
-      return /not sending the bearer token \(POLICYD_TOKEN\) in plaintext to 10\.20\.30\.40:7433/.test(e.message);
-    });
+    assert.throws(
+      () => createClient({ address: "10.20.30.40:7433", token: TOKEN }),
+      (e: Error) => {
+        noToken(e.message);
+        return /not sending the bearer token \(POLICYD_TOKEN\) in plaintext to 10\.20\.30\.40:7433/.test(e.message);
+      },
+    );
     createClient({ address: "localhost:7433", token: TOKEN });
     createClient({ address: "[::1]:7433", token: TOKEN });
   });
@@ -99,7 +123,14 @@ describe("bearer tokens", () => {
 describe("TLS", { skip: haveOpenssl() ? false : "the openssl command is not installed" }, () => {
   test("server TLS with a CA file and a token", async () => {
     const c = makeCerts();
-    const d = await daemonWith("tls", ["--auth-tokens", tokensFile(), "--tls-cert", c.serverCert, "--tls-key", c.serverKey]);
+    const d = await daemonWith("tls", [
+      "--auth-tokens",
+      tokensFile(),
+      "--tls-cert",
+      c.serverCert,
+      "--tls-key",
+      c.serverKey,
+    ]);
     const srv = await flaky({ status: 503 }, { status: 200, body: "over tls" });
     const client = createClient({ address: d.addr, token: TOKEN, tlsCaFile: c.ca, clock: new FakeClock() });
     assert.equal(await client.call(get(srv.url), web), "over tls");
@@ -108,21 +139,43 @@ describe("TLS", { skip: haveOpenssl() ? false : "the openssl command is not inst
   test("mutual TLS, from options and from POLICYD_TLS_*; without a client certificate the handshake fails", async () => {
     const c = makeCerts();
     const d = await daemonWith("mtls", [
-      "--auth-tokens", tokensFile(), "--tls-cert", c.serverCert, "--tls-key", c.serverKey, "--tls-client-ca", c.ca,
+      "--auth-tokens",
+      tokensFile(),
+      "--tls-cert",
+      c.serverCert,
+      "--tls-key",
+      c.serverKey,
+      "--tls-client-ca",
+      c.ca,
     ]); // prettier-ignore
-    const client = createClient({ address: d.addr, token: TOKEN, tlsCaFile: c.ca, tlsCertFile: c.clientCert, tlsKeyFile: c.clientKey });
+    const client = createClient({
+      address: d.addr,
+      token: TOKEN,
+      tlsCaFile: c.ca,
+      tlsCertFile: c.clientCert,
+      tlsKeyFile: c.clientKey,
+    });
     assert.ok((await client.classify(new Error("socket hang up"))).rule);
-    await withEnv({ POLICYD_TOKEN: TOKEN, POLICYD_TLS_CA: c.ca, POLICYD_TLS_CERT: c.clientCert, POLICYD_TLS_KEY: c.clientKey }, async () => {
-      assert.ok((await createClient({ address: d.addr }).classify(new Error("socket hang up"))).rule);
-    });
-    await withEnv({ POLICYD_TOKEN: TOKEN, POLICYD_TLS_CA: c.ca, POLICYD_TLS_CERT: undefined, POLICYD_TLS_KEY: undefined }, async () => {
-      await assert.rejects(createClient({ address: d.addr }).classify(new Error("x")));
-    });
+    await withEnv(
+      { POLICYD_TOKEN: TOKEN, POLICYD_TLS_CA: c.ca, POLICYD_TLS_CERT: c.clientCert, POLICYD_TLS_KEY: c.clientKey },
+      async () => {
+        assert.ok((await createClient({ address: d.addr }).classify(new Error("socket hang up"))).rule);
+      },
+    );
+    await withEnv(
+      { POLICYD_TOKEN: TOKEN, POLICYD_TLS_CA: c.ca, POLICYD_TLS_CERT: undefined, POLICYD_TLS_KEY: undefined },
+      async () => {
+        await assert.rejects(createClient({ address: d.addr }).classify(new Error("x")));
+      },
+    );
   });
 
   test("configuration errors are createClient's", () => {
     const c = makeCerts();
-    assert.throws(() => createClient({ tlsCaFile: "/nonexistent/ca.pem" }), /cannot read the TLS CA file \/nonexistent\/ca\.pem/);
+    assert.throws(
+      () => createClient({ tlsCaFile: "/nonexistent/ca.pem" }),
+      /cannot read the TLS CA file \/nonexistent\/ca\.pem/,
+    );
     assert.throws(() => createClient({ tlsCertFile: c.clientCert }), /both the certificate and the key/);
   });
 });

@@ -3,8 +3,18 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { type CallOptions, HttpError, PolicydError, checkResponse, createClient } from "@policyd/client";
-import { AUTH_RECOVERY, FakeClock, bodies, closedAddr, daemonAddr, decisions, flaky, memoryLogger, rpcCounter } from "./harness.js";
+import { type CallOptions, checkResponse, createClient, HttpError, PolicydError } from "@policyd/client";
+import {
+  AUTH_RECOVERY,
+  bodies,
+  closedAddr,
+  daemonAddr,
+  decisions,
+  FakeClock,
+  flaky,
+  memoryLogger,
+  rpcCounter,
+} from "./harness.js";
 
 const openai = { provider: "openai", model: "gpt-4o", operation: "chat" } satisfies CallOptions<unknown>;
 
@@ -69,7 +79,10 @@ describe("client.call against policyd", { concurrency: true }, () => {
   });
 
   test("429 with retry-after: 1 waits at least 1 s", async () => {
-    const srv = await flaky({ status: 429, headers: { "retry-after": "1" }, body: bodies.rateLimit }, { status: 200, body: bodies.chatOk });
+    const srv = await flaky(
+      { status: 429, headers: { "retry-after": "1" }, body: bodies.rateLimit },
+      { status: 200, body: bodies.chatOk },
+    );
     const d = decisions();
     const client = createClient({ address: await daemonAddr(), onDecision: d.onDecision });
 
@@ -110,7 +123,12 @@ describe("client.call against policyd", { concurrency: true }, () => {
   test("a dropped connection is retried", async () => {
     const srv = await flaky({ drop: true }, { status: 200, body: "<html>ok</html>" });
     const d = decisions();
-    const client = createClient({ address: await daemonAddr(), profile: "web_fetch", onDecision: d.onDecision, clock: new FakeClock() });
+    const client = createClient({
+      address: await daemonAddr(),
+      profile: "web_fetch",
+      onDecision: d.onDecision,
+      clock: new FakeClock(),
+    });
 
     const text = await client.call(get(srv.url), { provider: "web", operation: "web_fetch" });
 
@@ -127,7 +145,12 @@ describe("client.call against policyd", { concurrency: true }, () => {
     const d = decisions();
     const client = createClient({ address: await daemonAddr(), onDecision: d.onDecision, clock: new FakeClock() });
 
-    const text = await client.call(get(srv.url), { provider: "web", operation: "web_fetch", profile: "web_fetch", attemptTimeoutMs: 200 });
+    const text = await client.call(get(srv.url), {
+      provider: "web",
+      operation: "web_fetch",
+      profile: "web_fetch",
+      attemptTimeoutMs: 200,
+    });
 
     assert.equal(text, "fast");
     assert.equal(d.all.length, 1);
@@ -256,10 +279,21 @@ describe("client.call against policyd", { concurrency: true }, () => {
   });
 
   test("a profile policyd does not know: the client warns once and fails open", async () => {
-    const srv = await flaky({ status: 503 }, { status: 200, body: bodies.chatOk }, { status: 503 }, { status: 200, body: bodies.chatOk });
+    const srv = await flaky(
+      { status: 503 },
+      { status: 200, body: bodies.chatOk },
+      { status: 503 },
+      { status: 200, body: bodies.chatOk },
+    );
     const logger = memoryLogger();
     const d = decisions();
-    const client = createClient({ address: await daemonAddr(), profile: "no_such_profile", clock: new FakeClock(), logger, onDecision: d.onDecision });
+    const client = createClient({
+      address: await daemonAddr(),
+      profile: "no_such_profile",
+      clock: new FakeClock(),
+      logger,
+      onDecision: d.onDecision,
+    });
     await client.call(chat(srv.url), openai);
     await client.call(chat(srv.url), openai);
     assert.deepEqual(
@@ -285,10 +319,34 @@ describe("client.call against policyd", { concurrency: true }, () => {
 
   describe("task_runner profile sequences (seed 002)", { concurrency: true }, () => {
     const cases = [
-      { name: "test failure: linear 5, 10, 15 s, 4 attempts", code: "TEST_FAILURE", waits: [5000, 10000, 15000], type: "TASK_TRANSIENT", stop: "ATTEMPTS_EXHAUSTED" },
-      { name: "rate limit: 30, 60, 120, 240 s capped at 300 s, 7 attempts", code: "RATE_LIMIT", waits: [30000, 60000, 120000, 240000, 300000, 300000], type: "RATE_LIMIT", stop: "ATTEMPTS_EXHAUSTED" },
-      { name: "unknown code: linear like a transient failure", code: "SOMETHING_ODD", waits: [5000, 10000, 15000], type: "TASK_TRANSIENT", stop: "ATTEMPTS_EXHAUSTED" },
-      { name: "hook failure: fatal, no retry", code: "HOOK_FAILURE", waits: [], type: "TASK_FATAL", stop: "NOT_RETRYABLE" },
+      {
+        name: "test failure: linear 5, 10, 15 s, 4 attempts",
+        code: "TEST_FAILURE",
+        waits: [5000, 10000, 15000],
+        type: "TASK_TRANSIENT",
+        stop: "ATTEMPTS_EXHAUSTED",
+      },
+      {
+        name: "rate limit: 30, 60, 120, 240 s capped at 300 s, 7 attempts",
+        code: "RATE_LIMIT",
+        waits: [30000, 60000, 120000, 240000, 300000, 300000],
+        type: "RATE_LIMIT",
+        stop: "ATTEMPTS_EXHAUSTED",
+      },
+      {
+        name: "unknown code: linear like a transient failure",
+        code: "SOMETHING_ODD",
+        waits: [5000, 10000, 15000],
+        type: "TASK_TRANSIENT",
+        stop: "ATTEMPTS_EXHAUSTED",
+      },
+      {
+        name: "hook failure: fatal, no retry",
+        code: "HOOK_FAILURE",
+        waits: [],
+        type: "TASK_FATAL",
+        stop: "NOT_RETRYABLE",
+      },
     ];
     for (const tc of cases) {
       test(tc.name, async () => {
@@ -324,7 +382,10 @@ describe("client.call against policyd", { concurrency: true }, () => {
       .call(
         ({ lastDecision }) => {
           prompts.push(lastDecision?.classification.continuationPrompt);
-          throw Object.assign(new Error("the stream ended without a finish reason"), { name: "InvalidStreamError", code: "NO_FINISH_REASON" });
+          throw Object.assign(new Error("the stream ended without a finish reason"), {
+            name: "InvalidStreamError",
+            code: "NO_FINISH_REASON",
+          });
         },
         { provider: "google", operation: "chat.stream" },
       )
@@ -428,13 +489,18 @@ describe("client.call against policyd", { concurrency: true }, () => {
       const client = createClient({ address: await daemonAddr(), clock: new FakeClock() });
       let runs = 0;
       const err = await client
-        .call(
-          () => {
-            runs++;
-            throw new RateLimitError(429, { message: "You exceeded your current quota, please check your plan and billing details.", type: "insufficient_quota", code: "insufficient_quota" }, { "x-request-id": "req_1" });
-          },
-          openai,
-        )
+        .call(() => {
+          runs++;
+          throw new RateLimitError(
+            429,
+            {
+              message: "You exceeded your current quota, please check your plan and billing details.",
+              type: "insufficient_quota",
+              code: "insufficient_quota",
+            },
+            { "x-request-id": "req_1" },
+          );
+        }, openai)
         .then(
           () => assert.fail("call succeeded"),
           (e: unknown) => e,
@@ -451,7 +517,11 @@ describe("client.call against policyd", { concurrency: true }, () => {
       const out = await client.call(
         () => {
           if (++runs === 1) {
-            throw new AnthropicAPIError(529, { type: "error", error: { type: "overloaded_error", message: "Overloaded" } }, new Headers({ "Retry-After": "2" }));
+            throw new AnthropicAPIError(
+              529,
+              { type: "error", error: { type: "overloaded_error", message: "Overloaded" } },
+              new Headers({ "Retry-After": "2" }),
+            );
           }
           return "ok";
         },

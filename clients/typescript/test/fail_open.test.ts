@@ -3,7 +3,7 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { type Failure, FailOpenPolicy, deriveSafety, emptyFailure, retryAfterMs, systemClock } from "@policyd/client";
+import { deriveSafety, emptyFailure, FailOpenPolicy, type Failure, retryAfterMs, systemClock } from "@policyd/client";
 
 const NOW = Date.parse("2026-01-01T00:00:00Z");
 
@@ -24,25 +24,130 @@ describe("FailOpenPolicy.decide", () => {
     type?: string;
     stop?: string;
   }[] = [
-    { name: "503, attempt 1, half the 1 s backoff", f: { httpStatus: 503 }, random: 0.5, action: "RETRY", delayMs: 500, type: "OVERLOADED" },
-    { name: "503, attempt 2, the whole 2 s backoff", f: { httpStatus: 503 }, attempt: 2, random: 0.9999, action: "RETRY", delayMs: 1999, type: "OVERLOADED" },
-    { name: "503, attempt 3: attempts exhausted", f: { httpStatus: 503 }, attempt: 3, action: "STOP", stop: "ATTEMPTS_EXHAUSTED" },
-    { name: "500: server error, retried", f: { httpStatus: 500 }, random: 0, action: "RETRY", delayMs: 0, type: "SERVER_ERROR" },
+    {
+      name: "503, attempt 1, half the 1 s backoff",
+      f: { httpStatus: 503 },
+      random: 0.5,
+      action: "RETRY",
+      delayMs: 500,
+      type: "OVERLOADED",
+    },
+    {
+      name: "503, attempt 2, the whole 2 s backoff",
+      f: { httpStatus: 503 },
+      attempt: 2,
+      random: 0.9999,
+      action: "RETRY",
+      delayMs: 1999,
+      type: "OVERLOADED",
+    },
+    {
+      name: "503, attempt 3: attempts exhausted",
+      f: { httpStatus: 503 },
+      attempt: 3,
+      action: "STOP",
+      stop: "ATTEMPTS_EXHAUSTED",
+    },
+    {
+      name: "500: server error, retried",
+      f: { httpStatus: 500 },
+      random: 0,
+      action: "RETRY",
+      delayMs: 0,
+      type: "SERVER_ERROR",
+    },
     { name: "501: not retried", f: { httpStatus: 501 }, action: "STOP", stop: "NOT_RETRYABLE", type: "UNSUPPORTED" },
-    { name: "429 with retry-after 2: at least 2 s", f: { httpStatus: 429, headers: { "retry-after": "2" } }, random: 0.1, action: "RETRY", delayMs: 2000, type: "RATE_LIMIT" },
-    { name: "429 with retry-after 120: above the ceiling", f: { httpStatus: 429, headers: { "retry-after": "120" } }, action: "STOP", stop: "SERVER_DELAY_ABOVE_CEILING" },
+    {
+      name: "429 with retry-after 2: at least 2 s",
+      f: { httpStatus: 429, headers: { "retry-after": "2" } },
+      random: 0.1,
+      action: "RETRY",
+      delayMs: 2000,
+      type: "RATE_LIMIT",
+    },
+    {
+      name: "429 with retry-after 120: above the ceiling",
+      f: { httpStatus: 429, headers: { "retry-after": "120" } },
+      action: "STOP",
+      stop: "SERVER_DELAY_ABOVE_CEILING",
+    },
     { name: "401: not retried", f: { httpStatus: 401 }, action: "STOP", stop: "NOT_RETRYABLE", type: "AUTH_INVALID" },
-    { name: "400: not retried", f: { httpStatus: 400 }, action: "STOP", stop: "NOT_RETRYABLE", type: "INVALID_REQUEST" },
-    { name: "418: not retried without policyd", f: { httpStatus: 418 }, action: "STOP", stop: "NOT_RETRYABLE", type: "UNKNOWN" },
-    { name: "ECONNRESET in the cause chain", f: { causes: [{ name: "TypeError", code: "", message: "fetch failed" }, { name: "Error", code: "ECONNRESET", message: "read ECONNRESET" }] }, random: 0.5, action: "RETRY", delayMs: 500, type: "CONNECTION_ERROR" },
-    { name: "UND_ERR_SOCKET: a dropped connection", f: { errorCode: "UND_ERR_SOCKET" }, random: 0.5, action: "RETRY", delayMs: 500, type: "CONNECTION_ERROR" },
-    { name: "ENOTFOUND: as often a typo as an outage", f: { errorCode: "ENOTFOUND" }, action: "STOP", stop: "NOT_RETRYABLE", type: "UNKNOWN" },
-    { name: "AbortError: canceled", f: { errorName: "AbortError", causes: [{ name: "AbortError", code: "", message: "aborted" }] }, action: "STOP", stop: "NOT_RETRYABLE", type: "CANCELED" },
+    {
+      name: "400: not retried",
+      f: { httpStatus: 400 },
+      action: "STOP",
+      stop: "NOT_RETRYABLE",
+      type: "INVALID_REQUEST",
+    },
+    {
+      name: "418: not retried without policyd",
+      f: { httpStatus: 418 },
+      action: "STOP",
+      stop: "NOT_RETRYABLE",
+      type: "UNKNOWN",
+    },
+    {
+      name: "ECONNRESET in the cause chain",
+      f: {
+        causes: [
+          { name: "TypeError", code: "", message: "fetch failed" },
+          { name: "Error", code: "ECONNRESET", message: "read ECONNRESET" },
+        ],
+      },
+      random: 0.5,
+      action: "RETRY",
+      delayMs: 500,
+      type: "CONNECTION_ERROR",
+    },
+    {
+      name: "UND_ERR_SOCKET: a dropped connection",
+      f: { errorCode: "UND_ERR_SOCKET" },
+      random: 0.5,
+      action: "RETRY",
+      delayMs: 500,
+      type: "CONNECTION_ERROR",
+    },
+    {
+      name: "ENOTFOUND: as often a typo as an outage",
+      f: { errorCode: "ENOTFOUND" },
+      action: "STOP",
+      stop: "NOT_RETRYABLE",
+      type: "UNKNOWN",
+    },
+    {
+      name: "AbortError: canceled",
+      f: { errorName: "AbortError", causes: [{ name: "AbortError", code: "", message: "aborted" }] },
+      action: "STOP",
+      stop: "NOT_RETRYABLE",
+      type: "CANCELED",
+    },
     { name: "gRPC UNAVAILABLE", f: { grpcCode: 14 }, random: 0.5, action: "RETRY", delayMs: 500, type: "OVERLOADED" },
-    { name: "a POST outside a model call is irreversible", f: { httpStatus: 503, method: "POST", operation: "web_fetch" }, action: "STOP", stop: "IRREVERSIBLE_OPERATION" },
-    { name: "a POST of a chat call is safe", f: { httpStatus: 503, method: "POST", operation: "chat" }, random: 0.5, action: "RETRY", delayMs: 500 },
-    { name: "shell.exec is irreversible", f: { httpStatus: 503, operation: "shell.exec" }, action: "STOP", stop: "IRREVERSIBLE_OPERATION" },
-    { name: "a wait past the deadline stops", f: { httpStatus: 429, headers: { "retry-after": "5" } }, deadlineMs: NOW + 3000, action: "STOP", stop: "DEADLINE" },
+    {
+      name: "a POST outside a model call is irreversible",
+      f: { httpStatus: 503, method: "POST", operation: "web_fetch" },
+      action: "STOP",
+      stop: "IRREVERSIBLE_OPERATION",
+    },
+    {
+      name: "a POST of a chat call is safe",
+      f: { httpStatus: 503, method: "POST", operation: "chat" },
+      random: 0.5,
+      action: "RETRY",
+      delayMs: 500,
+    },
+    {
+      name: "shell.exec is irreversible",
+      f: { httpStatus: 503, operation: "shell.exec" },
+      action: "STOP",
+      stop: "IRREVERSIBLE_OPERATION",
+    },
+    {
+      name: "a wait past the deadline stops",
+      f: { httpStatus: 429, headers: { "retry-after": "5" } },
+      deadlineMs: NOW + 3000,
+      action: "STOP",
+      stop: "DEADLINE",
+    },
   ];
   for (const tc of cases) {
     test(tc.name, () => {
@@ -64,7 +169,9 @@ describe("FailOpenPolicy.decide", () => {
 
   test("the backoff is capped at maxDelayMs", () => {
     const p = new FailOpenPolicy({ maxAttempts: 20, initialDelayMs: 1000, maxDelayMs: 4000 });
-    const delays = [1, 2, 3, 4, 5, 6].map((attempt) => p.decide(failure({ httpStatus: 502 }), { attempt, nowMs: NOW, random: () => 0.99999 }).delayMs);
+    const delays = [1, 2, 3, 4, 5, 6].map(
+      (attempt) => p.decide(failure({ httpStatus: 502 }), { attempt, nowMs: NOW, random: () => 0.99999 }).delayMs,
+    );
     assert.deepEqual(delays, [999, 1999, 3999, 3999, 3999, 3999]);
   });
 
@@ -72,7 +179,10 @@ describe("FailOpenPolicy.decide", () => {
     const draws = [0.1, 0.7, 0.3];
     const run = () => {
       let i = 0;
-      return [1, 2].map((attempt) => policy.decide(failure({ httpStatus: 503 }), { attempt, nowMs: NOW, random: () => draws[i++ % 3]! }).delayMs);
+      return [1, 2].map(
+        (attempt) =>
+          policy.decide(failure({ httpStatus: 503 }), { attempt, nowMs: NOW, random: () => draws[i++ % 3]! }).delayMs,
+      );
     };
     assert.deepEqual(run(), run());
     assert.deepEqual(run(), [100, 1400]);

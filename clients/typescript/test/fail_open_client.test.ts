@@ -4,8 +4,8 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { type CallOptions, PolicydError, checkResponse, createClient } from "@policyd/client";
-import { AUTH_RECOVERY, FakeClock, bodies, closedAddr, decisions, flaky, hungAddr, memoryLogger } from "./harness.js";
+import { type CallOptions, checkResponse, createClient, PolicydError } from "@policyd/client";
+import { AUTH_RECOVERY, bodies, closedAddr, decisions, FakeClock, flaky, hungAddr, memoryLogger } from "./harness.js";
 
 const openai = { provider: "openai", model: "gpt-4o", operation: "chat" } satisfies CallOptions<unknown>;
 
@@ -15,11 +15,22 @@ function get(url: string) {
 
 describe("fail open", { concurrency: true }, () => {
   test("daemon down: a 503 is still retried, and the client warns once", async () => {
-    const srv = await flaky({ status: 503, body: bodies.overloaded }, { status: 200, body: "ok" }, { status: 503 }, { status: 200, body: "ok again" });
+    const srv = await flaky(
+      { status: 503, body: bodies.overloaded },
+      { status: 200, body: "ok" },
+      { status: 503 },
+      { status: 200, body: "ok again" },
+    );
     const clock = new FakeClock();
     const logger = memoryLogger();
     const d = decisions();
-    const client = createClient({ address: await closedAddr(), clock, random: () => 0.5, logger, onDecision: d.onDecision });
+    const client = createClient({
+      address: await closedAddr(),
+      clock,
+      random: () => 0.5,
+      logger,
+      onDecision: d.onDecision,
+    });
 
     assert.equal(await client.call(get(srv.url), openai), "ok");
     assert.equal(await client.call(get(srv.url), openai), "ok again");
@@ -72,22 +83,27 @@ describe("fail open", { concurrency: true }, () => {
         journal,
         clock: new FakeClock(),
         logger: memoryLogger(),
-        onDecision: () => void (decidedAfter = performance.now() - failedAt),
-      });
-      const out = await client.call(
-        async (a) => {
-          try {
-            return await get(srv.url)(a);
-          } catch (e) {
-            failedAt = performance.now();
-            throw e;
-          }
+        onDecision: () => {
+          decidedAfter = performance.now() - failedAt;
         },
-        openai,
-      );
+      });
+      const out = await client.call(async (a) => {
+        try {
+          return await get(srv.url)(a);
+        } catch (e) {
+          failedAt = performance.now();
+          throw e;
+        }
+      }, openai);
       assert.equal(out, "ok");
-      assert.ok(decidedAfter >= 490, `journal ${journal}: decided after ${decidedAfter.toFixed(0)}ms, before the daemon timeout`);
-      assert.ok(decidedAfter < 900, `journal ${journal}: decided after ${decidedAfter.toFixed(0)}ms: more than one daemon timeout`);
+      assert.ok(
+        decidedAfter >= 490,
+        `journal ${journal}: decided after ${decidedAfter.toFixed(0)}ms, before the daemon timeout`,
+      );
+      assert.ok(
+        decidedAfter < 900,
+        `journal ${journal}: decided after ${decidedAfter.toFixed(0)}ms: more than one daemon timeout`,
+      );
     }
   });
 

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { connect } from "node:net";
 import { describe, test } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { HttpError, checkResponse, failureFromError, headersOf } from "@policyd/client";
+import { checkResponse, failureFromError, HttpError, headersOf } from "@policyd/client";
 import { closedAddr, flaky } from "./harness.js";
 
 async function rejection(p: Promise<unknown>): Promise<unknown> {
@@ -34,7 +34,10 @@ describe("failureFromError", { concurrency: true }, () => {
     const f = failureFromError(await rejection(fetch(srv.url)));
     assert.equal(f.errorName, "TypeError");
     assert.equal(f.errorCode, "UND_ERR_SOCKET");
-    assert.ok(f.causes.some((c) => c.name === "SocketError" && c.code === "UND_ERR_SOCKET"), JSON.stringify(f.causes));
+    assert.ok(
+      f.causes.some((c) => c.name === "SocketError" && c.code === "UND_ERR_SOCKET"),
+      JSON.stringify(f.causes),
+    );
   });
 
   test("an aborted fetch: AbortError, and no numeric DOMException code", async () => {
@@ -66,7 +69,11 @@ describe("failureFromError", { concurrency: true }, () => {
   });
 
   test("checkResponse: an HttpError with status, lower-case headers and the body", async () => {
-    const srv = await flaky({ status: 429, headers: { "Retry-After": "7", "X-RateLimit-Remaining-Requests": "0" }, body: '{"error":{"code":"rate_limit_exceeded"}}' });
+    const srv = await flaky({
+      status: 429,
+      headers: { "Retry-After": "7", "X-RateLimit-Remaining-Requests": "0" },
+      body: '{"error":{"code":"rate_limit_exceeded"}}',
+    });
     const err = await rejection(fetch(srv.url).then((r) => checkResponse(r, { method: "get" })));
     assert.ok(err instanceof HttpError);
     const f = failureFromError(err);
@@ -144,7 +151,9 @@ describe("failureFromError", { concurrency: true }, () => {
     assert.equal(f.httpStatus, 429);
     assert.equal(f.errorName, "RateLimitError");
     assert.equal(f.errorCode, "", "the API's error code travels in the body, not as a network code");
-    assert.deepEqual(JSON.parse(f.body), { error: { message: "Rate limit reached", type: "requests", code: "rate_limit_exceeded" } });
+    assert.deepEqual(JSON.parse(f.body), {
+      error: { message: "Rate limit reached", type: "requests", code: "rate_limit_exceeded" },
+    });
     assert.deepEqual(f.headers, { "retry-after-ms": "250", "x-request-id": "req_1" });
   });
 
@@ -195,7 +204,10 @@ describe("failureFromError", { concurrency: true }, () => {
     const task = failureFromError(Object.assign(new Error("3 tests failed"), { code: "TEST_FAILURE" }));
     assert.equal(task.errorCode, "TEST_FAILURE");
     const stream = failureFromError(
-      Object.assign(new Error("stream cut"), { phase: "MID_STREAM", cause: Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" }) }),
+      Object.assign(new Error("stream cut"), {
+        phase: "MID_STREAM",
+        cause: Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" }),
+      }),
     );
     assert.equal(stream.phase, "MID_STREAM");
     assert.equal(stream.errorCode, "ECONNRESET");

@@ -6,20 +6,20 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import { type MessageInitShape, create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { createClient as createConnectClient, createRouterTransport } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { type CallOptions, type StopReason, PolicydError, checkResponse, createClient } from "@policyd/client";
+import { type CallOptions, checkResponse, createClient, PolicydError, type StopReason } from "@policyd/client";
 import {
   Action,
   BreakerState,
   DecisionSchema,
   FleetService,
   type NextDelayRequest,
-  PolicyService,
   StopReason as PbStopReason,
+  PolicyService,
 } from "@policyd/client/proto";
-import { FakeClock, bodies, daemonAddr, daemonWith, decisions, flaky } from "./harness.js";
+import { bodies, daemonAddr, daemonWith, decisions, FakeClock, flaky } from "./harness.js";
 
 // A fallback chain, so that FALL_BACK names its target.
 const dir = mkdtempSync(join(tmpdir(), "policyd-ts-fleet-"));
@@ -32,11 +32,17 @@ async function fleetAddr(): Promise<string> {
   return (await daemonWith("fleet", ["--fleet", "on", "--policy", policyFile])).addr;
 }
 
-const openai = { provider: "openai", model: "gpt-4o", operation: "chat", method: "POST" } satisfies CallOptions<unknown>;
+const openai = {
+  provider: "openai",
+  model: "gpt-4o",
+  operation: "chat",
+  method: "POST",
+} satisfies CallOptions<unknown>;
 
 /** POSTs to url and throws an HttpError for a failed response. */
 function post(url: string) {
-  return async ({ signal }: { signal: AbortSignal }) => (await checkResponse(await fetch(url, { method: "POST", signal }))).text();
+  return async ({ signal }: { signal: AbortSignal }) =>
+    (await checkResponse(await fetch(url, { method: "POST", signal }))).text();
 }
 
 /** The call's rejection. */
@@ -52,7 +58,9 @@ describe("fleet memory", { concurrency: true }, () => {
     const addr = await fleetAddr();
     const revoked = await flaky({ status: 401, body: bodies.badKey });
     const first = createClient({ address: addr, clientId: "ts-agent-1" });
-    assert.ok((await rejection(first.call(post(revoked.url), { ...openai, keyId: "revoked" }))) instanceof PolicydError);
+    assert.ok(
+      (await rejection(first.call(post(revoked.url), { ...openai, keyId: "revoked" }))) instanceof PolicydError,
+    );
 
     const fleet = createConnectClient(FleetService, createGrpcTransport({ baseUrl: `http://${addr}` }));
     const { buckets } = await fleet.listBuckets({});
@@ -159,7 +167,9 @@ describe("decisions from policyd's fleet", () => {
     const proto = Object.values(PbStopReason).filter((v): v is string => typeof v === "string" && v !== "UNSPECIFIED");
     assert.deepEqual(Object.keys(names).sort(), [...proto].sort());
     for (const name of proto) {
-      const err = await rejection(answering({ action: Action.STOP, stopReason: PbStopReason[name as keyof typeof PbStopReason] }).call(fail));
+      const err = await rejection(
+        answering({ action: Action.STOP, stopReason: PbStopReason[name as keyof typeof PbStopReason] }).call(fail),
+      );
       assert.ok(err instanceof PolicydError);
       assert.equal(err.decision.stopReason, name);
     }

@@ -5,7 +5,7 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { createServer as createTcpServer, type Server as TcpServer, type Socket } from "node:net";
+import { createServer as createTcpServer, type Socket, type Server as TcpServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
@@ -38,10 +38,17 @@ let bin: string | undefined;
 /** POLICYD_BIN, or a binary built from the repository root. */
 export function policydBin(): string {
   if (bin) return bin;
-  if (process.env["POLICYD_BIN"]) return (bin = process.env["POLICYD_BIN"]);
+  if (process.env["POLICYD_BIN"]) {
+    bin = process.env["POLICYD_BIN"];
+    return bin;
+  }
   const out = join(tmpDir(), "policyd");
-  execFileSync("go", ["build", "-o", out, "./cmd/policyd"], { cwd: repoRoot(), stdio: ["ignore", "ignore", "inherit"] });
-  return (bin = out);
+  execFileSync("go", ["build", "-o", out, "./cmd/policyd"], {
+    cwd: repoRoot(),
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  bin = out;
+  return bin;
 }
 
 /** A running `policyd serve`. */
@@ -137,21 +144,59 @@ let certs: Certs | undefined;
 export function makeCerts(): Certs {
   if (certs) return certs;
   const dir = mkdtempSync(join(tmpDir(), "certs-"));
-  const openssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: ["ignore", "ignore", "pipe"] });
+  const openssl = (...args: string[]) =>
+    execFileSync("openssl", args, { cwd: dir, stdio: ["ignore", "ignore", "pipe"] });
   const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
-  openssl("req", "-x509", ...ec, "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "1", "-subj", "/CN=policyd ts test CA",
-    "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,digitalSignature");
+  openssl(
+    "req",
+    "-x509",
+    ...ec,
+    "-keyout",
+    "ca-key.pem",
+    "-out",
+    "ca.pem",
+    "-days",
+    "1",
+    "-subj",
+    "/CN=policyd ts test CA",
+    "-addext",
+    "basicConstraints=critical,CA:TRUE",
+    "-addext",
+    "keyUsage=critical,keyCertSign,digitalSignature",
+  );
   for (const [name, cn, ext] of [
     ["server", "localhost", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"],
     ["client", "agent", "extendedKeyUsage=clientAuth\n"],
   ] as const) {
     writeFileSync(join(dir, `${name}.ext`), `keyUsage=critical,digitalSignature\n${ext}`);
     openssl("req", ...ec, "-keyout", `${name}-key.pem`, "-out", `${name}.csr`, "-subj", `/CN=${cn}`);
-    openssl("x509", "-req", "-in", `${name}.csr`, "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial", "-days", "1",
-      "-out", `${name}.pem`, "-extfile", `${name}.ext`);
+    openssl(
+      "x509",
+      "-req",
+      "-in",
+      `${name}.csr`,
+      "-CA",
+      "ca.pem",
+      "-CAkey",
+      "ca-key.pem",
+      "-CAcreateserial",
+      "-days",
+      "1",
+      "-out",
+      `${name}.pem`,
+      "-extfile",
+      `${name}.ext`,
+    );
   }
   const f = (n: string) => join(dir, n);
-  return (certs = { ca: f("ca.pem"), serverCert: f("server.pem"), serverKey: f("server-key.pem"), clientCert: f("client.pem"), clientKey: f("client-key.pem") });
+  certs = {
+    ca: f("ca.pem"),
+    serverCert: f("server.pem"),
+    serverKey: f("server-key.pem"),
+    clientCert: f("client.pem"),
+    clientKey: f("client-key.pem"),
+  };
+  return certs;
 }
 
 /** Whether the openssl command is there to make certificates. */
@@ -178,7 +223,8 @@ export async function daemonAddr(): Promise<string> {
 export async function journalDaemonAddr(): Promise<string | undefined> {
   const url = process.env["TEST_DATABASE_URL"];
   if (!url) {
-    if (process.env["POLICYD_REQUIRE_JOURNAL"] === "1") throw new Error("TEST_DATABASE_URL is not set, and POLICYD_REQUIRE_JOURNAL=1");
+    if (process.env["POLICYD_REQUIRE_JOURNAL"] === "1")
+      throw new Error("TEST_DATABASE_URL is not set, and POLICYD_REQUIRE_JOURNAL=1");
     return undefined;
   }
   if (!daemons.has("journal")) daemons.set("journal", startDaemon(url));

@@ -5,9 +5,19 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { describe, test } from "node:test";
-import { type CallOptions, PolicydError, checkResponse, createClient } from "@policyd/client";
+import { type CallOptions, checkResponse, createClient, PolicydError } from "@policyd/client";
 import { Action, FailureType, Outcome, StopReason } from "@policyd/client/proto";
-import { AUTH_RECOVERY, FakeClock, bodies, daemonAddr, flaky, journalDaemonAddr, memoryLogger, rawClients, rpcCounter } from "./harness.js";
+import {
+  AUTH_RECOVERY,
+  bodies,
+  daemonAddr,
+  FakeClock,
+  flaky,
+  journalDaemonAddr,
+  memoryLogger,
+  rawClients,
+  rpcCounter,
+} from "./harness.js";
 
 const openai = { provider: "openai", model: "gpt-4o", operation: "chat" } satisfies CallOptions<unknown>;
 
@@ -19,7 +29,11 @@ describe("journal", { concurrency: true }, () => {
   test("a failed run: the context, its attempts and the error report", async (t) => {
     const addr = await journalDaemonAddr();
     if (!addr) return t.skip("TEST_DATABASE_URL is not set (scripts/test.sh starts a database)");
-    const srv = await flaky({ status: 503, body: bodies.overloaded }, { status: 503, body: bodies.overloaded }, { status: 401, body: bodies.badKey });
+    const srv = await flaky(
+      { status: 503, body: bodies.overloaded },
+      { status: 503, body: bodies.overloaded },
+      { status: 401, body: bodies.badKey },
+    );
     const client = createClient({ address: addr, journal: true, clock: new FakeClock(), agent: "ts-client-test" });
 
     const err = await client.call(get(srv.url), { ...openai, labels: { suite: "journal" } }).then(
@@ -78,7 +92,9 @@ describe("journal", { concurrency: true }, () => {
     const contextId = randomUUID();
     const client = createClient({ address: addr, onDecision: () => void setTimeout(() => ac.abort(), 100) });
 
-    await assert.rejects(client.call(get(srv.url), { ...openai, contextId, signal: ac.signal }), { name: "AbortError" });
+    await assert.rejects(client.call(get(srv.url), { ...openai, contextId, signal: ac.signal }), {
+      name: "AbortError",
+    });
     await client.close();
 
     const got = await rawClients(addr).journal.getContext({ contextId });

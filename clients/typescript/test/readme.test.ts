@@ -7,7 +7,17 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { before, describe, test } from "node:test";
 import { promisify } from "node:util";
-import { TOKEN, bodies, daemonAddr, daemonWith, flaky, haveOpenssl, makeCerts, packageDir, tokensFile } from "./harness.js";
+import {
+  bodies,
+  daemonAddr,
+  daemonWith,
+  flaky,
+  haveOpenssl,
+  makeCerts,
+  packageDir,
+  TOKEN,
+  tokensFile,
+} from "./harness.js";
 
 const run = promisify(execFile);
 
@@ -24,8 +34,13 @@ const dir = join(packageDir, "build", "readme");
 async function runExample(i: number, env: Record<string, string>, args: string[] = []) {
   const file = join(dir, `example-${i}.mjs`);
   try {
-    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("POLICYD_") || k === "POLICYD_BIN"));
-    const { stdout, stderr } = await run(process.execPath, [file, ...args], { env: { ...base, ...env }, timeout: 30_000 });
+    const base = Object.fromEntries(
+      Object.entries(process.env).filter(([k]) => !k.startsWith("POLICYD_") || k === "POLICYD_BIN"),
+    );
+    const { stdout, stderr } = await run(process.execPath, [file, ...args], {
+      env: { ...base, ...env },
+      timeout: 30_000,
+    });
     return { code: 0, stdout, stderr };
   } catch (e) {
     const err = e as { code?: number; stdout?: string; stderr?: string };
@@ -49,16 +64,29 @@ describe("README examples", { concurrency: true }, () => {
   test("they type-check as strict TypeScript", async () => {
     writeFileSync(
       join(dir, "tsconfig.json"),
-      JSON.stringify({ extends: "../../tsconfig.json", compilerOptions: { noEmit: true, rootDir: "." }, include: ["*.ts"] }),
+      JSON.stringify({
+        extends: "../../tsconfig.json",
+        compilerOptions: { noEmit: true, rootDir: "." },
+        include: ["*.ts"],
+      }),
     );
     const tsc = join(packageDir, "node_modules", "typescript", "bin", "tsc");
-    const r = await run(process.execPath, [tsc, "-p", join(dir, "tsconfig.json")]).catch((e: { stdout: string }) => assert.fail(e.stdout));
+    const r = await run(process.execPath, [tsc, "-p", join(dir, "tsconfig.json")]).catch((e: { stdout: string }) =>
+      assert.fail(e.stdout),
+    );
     assert.equal(r.stdout, "");
   });
 
   test("wrap an LLM call: a 429 is retried, the answer printed", async () => {
-    const srv = await flaky({ status: 429, headers: { "retry-after-ms": "100" }, body: bodies.rateLimit }, { status: 200, body: bodies.chatOk });
-    const r = await runExample(0, { POLICYD_ADDR: await daemonAddr(), OPENAI_BASE_URL: `${srv.url}/v1`, OPENAI_API_KEY: "sk-test" });
+    const srv = await flaky(
+      { status: 429, headers: { "retry-after-ms": "100" }, body: bodies.rateLimit },
+      { status: 200, body: bodies.chatOk },
+    );
+    const r = await runExample(0, {
+      POLICYD_ADDR: await daemonAddr(),
+      OPENAI_BASE_URL: `${srv.url}/v1`,
+      OPENAI_API_KEY: "sk-test",
+    });
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout, "Hello from the fake model.\n");
     assert.deepEqual(srv.requests, ["POST /v1/chat/completions", "POST /v1/chat/completions"]);
@@ -81,9 +109,18 @@ describe("README examples", { concurrency: true }, () => {
     assert.equal(srv.hits, 1);
   });
 
-  test("authentication and TLS: with POLICYD_TOKEN the page, without it the error naming it", { skip: haveOpenssl() ? false : "no openssl" }, async () => {
+  test("authentication and TLS: with POLICYD_TOKEN the page, without it the error naming it", {
+    skip: haveOpenssl() ? false : "no openssl",
+  }, async () => {
     const c = makeCerts();
-    const d = await daemonWith("tls", ["--auth-tokens", tokensFile(), "--tls-cert", c.serverCert, "--tls-key", c.serverKey]);
+    const d = await daemonWith("tls", [
+      "--auth-tokens",
+      tokensFile(),
+      "--tls-cert",
+      c.serverCert,
+      "--tls-key",
+      c.serverKey,
+    ]);
     const env = { POLICYD_ADDR: d.addr, POLICYD_TLS_CA: c.ca };
     let srv = await flaky({ status: 503 }, { status: 200, body: "<html>secure</html>" });
     let r = await runExample(3, { ...env, POLICYD_TOKEN: TOKEN }, [srv.url]);

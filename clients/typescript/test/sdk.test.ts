@@ -5,9 +5,9 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import Anthropic from "@anthropic-ai/sdk";
+import { createClient, failureFromError, PolicydError } from "@policyd/client";
 import OpenAI from "openai";
-import { PolicydError, createClient, failureFromError } from "@policyd/client";
-import { AUTH_RECOVERY, FakeClock, bodies, daemonAddr, decisions, flaky } from "./harness.js";
+import { AUTH_RECOVERY, bodies, daemonAddr, decisions, FakeClock, flaky } from "./harness.js";
 
 const messageOk = `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4","content":[{"type":"text","text":"Hello from the fake Claude."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":5}}`;
 const overloaded = `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`;
@@ -24,16 +24,25 @@ function anthropicOn(url: string): Anthropic {
 }
 
 const chat = (openai: OpenAI) => (a: { signal: AbortSignal }) =>
-  openai.chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "hi" }] }, { signal: a.signal });
+  openai.chat.completions.create(
+    { model: "gpt-4o", messages: [{ role: "user", content: "hi" }] },
+    { signal: a.signal },
+  );
 
 const message = (anthropic: Anthropic) => (a: { signal: AbortSignal }) =>
-  anthropic.messages.create({ model: "claude-sonnet-4", max_tokens: 64, messages: [{ role: "user", content: "hi" }] }, { signal: a.signal });
+  anthropic.messages.create(
+    { model: "claude-sonnet-4", max_tokens: 64, messages: [{ role: "user", content: "hi" }] },
+    { signal: a.signal },
+  );
 
 describe("the OpenAI SDK", { concurrency: true }, () => {
   const call = { provider: "openai", model: "gpt-4o", operation: "chat" };
 
   test("a 429 with retry-after-ms is retried after the server's delay", async () => {
-    const srv = await flaky({ status: 429, headers: { "retry-after-ms": "300" }, body: bodies.rateLimit }, { status: 200, body: bodies.chatOk });
+    const srv = await flaky(
+      { status: 429, headers: { "retry-after-ms": "300" }, body: bodies.rateLimit },
+      { status: 200, body: bodies.chatOk },
+    );
     const d = decisions();
     const client = createClient({ address: await daemonAddr(), onDecision: d.onDecision });
     const start = performance.now();

@@ -3,23 +3,24 @@
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import { describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { ConnectError } from "@connectrpc/connect";
 import {
-  type Failure,
-  type Safety,
-  FailOpenPolicy,
-  HttpError,
   deriveSafety,
   emptyFailure,
+  FailOpenPolicy,
+  type Failure,
   failureFromError,
+  HttpError,
   retryAfterMs,
+  type Safety,
 } from "@policyd/client";
 
 // This file runs from build/test/; the vectors sit in clients/testdata.
 const TESTDATA = fileURLToPath(new URL("../../../testdata/", import.meta.url));
 
+// biome-ignore lint/suspicious/noExplicitAny: the vectors are untyped JSON, checked field by field.
 type Json = any;
 
 function load(name: string): { now?: string; cases: Json[] } {
@@ -100,11 +101,16 @@ async function native(n: Json): Promise<unknown> {
     case "errno":
       return new TypeError("fetch failed", { cause: systemError(n.code) });
     case "timeout": {
-      const cause = Object.assign(new Error("Headers Timeout Error"), { name: "HeadersTimeoutError", code: "UND_ERR_HEADERS_TIMEOUT" });
+      const cause = Object.assign(new Error("Headers Timeout Error"), {
+        name: "HeadersTimeoutError",
+        code: "UND_ERR_HEADERS_TIMEOUT",
+      });
       return new TypeError("fetch failed", { cause });
     }
     case "dns_not_found":
-      return new TypeError("fetch failed", { cause: Object.assign(new Error("getaddrinfo ENOTFOUND x.invalid"), { code: "ENOTFOUND" }) });
+      return new TypeError("fetch failed", {
+        cause: Object.assign(new Error("getaddrinfo ENOTFOUND x.invalid"), { code: "ENOTFOUND" }),
+      });
     case "canceled":
       return new DOMException("This operation was aborted", "AbortError");
     case "grpc_status":
@@ -126,7 +132,8 @@ describe("vectors: error_mapping.json", () => {
       const f = failureFromError(await native(c.native));
       for (const [k, want] of Object.entries(c.want.failure)) {
         if (k === "headers") {
-          for (const [name, value] of Object.entries(want as Record<string, string>)) assert.equal(f.headers[name], value, name);
+          for (const [name, value] of Object.entries(want as Record<string, string>))
+            assert.equal(f.headers[name], value, name);
         } else {
           assert.equal(f[fields[k]!], want, k);
         }
