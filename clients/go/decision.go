@@ -124,7 +124,7 @@ func decisionFromProto(pd *policydv1.Decision) Decision {
 	}
 	if fs := pd.GetFleet(); fs != nil {
 		d.Fleet = &FleetState{
-			Bucket: fs.GetBucket(), Breaker: strings.TrimPrefix(fs.GetBreaker().String(), "BREAKER_STATE_"),
+			Bucket: fs.GetBucket(), Breaker: enumName(policydv1.BreakerState_name, int32(fs.GetBreaker()), "BREAKER_STATE_"),
 			HoldRemaining: fs.GetHoldRemaining().AsDuration(), OpenRemaining: fs.GetOpenRemaining().AsDuration(),
 			BudgetTokens: fs.GetBudgetTokens(), BudgetExhausted: fs.GetBudgetExhausted(),
 			Stopped: fs.GetStopped(), Changed: fs.GetChanged(), Reason: fs.GetReason(),

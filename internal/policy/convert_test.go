@@ -6,6 +6,7 @@ import (
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/enums"
+	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/strategy"
 )
 
@@ -45,6 +46,12 @@ func TestStrategyEnumsMapByName(t *testing.T) {
 		strategy.AboveCeilingBackoff, strategy.AboveCeilingClamp)
 	mapsByName[policydv1.FallbackKind](t, strategy.ParseFallback, strategy.FallbackLargerContextModel,
 		strategy.FallbackOtherProvider, strategy.FallbackOtherModel)
+	for s, want := range map[fleet.BreakerState]policydv1.BreakerState{fleet.Closed: policydv1.BreakerState_BREAKER_STATE_CLOSED,
+		fleet.Open: policydv1.BreakerState_BREAKER_STATE_OPEN, fleet.HalfOpen: policydv1.BreakerState_BREAKER_STATE_HALF_OPEN} {
+		if got := breakerStateProto(s); got != want {
+			t.Errorf("breaker state %v maps to %v, want %v", s, got, want)
+		}
+	}
 	if fallbackProto(strategy.FallbackNone) != policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED {
 		t.Error("no fallback is not UNSPECIFIED")
 	}

@@ -113,15 +113,10 @@ func fleetStateProto(s *fleet.State) *policydv1.FleetState {
 	return out
 }
 
-// BreakerStateProto is the API's name for a breaker state.
+// breakerStateProto is the API's value for a breaker state, by their
+// shared name ("half_open" is BREAKER_STATE_HALF_OPEN).
 func breakerStateProto(s fleet.BreakerState) policydv1.BreakerState {
-	switch s {
-	case fleet.Open:
-		return policydv1.BreakerState_BREAKER_STATE_OPEN
-	case fleet.HalfOpen:
-		return policydv1.BreakerState_BREAKER_STATE_HALF_OPEN
-	}
-	return policydv1.BreakerState_BREAKER_STATE_CLOSED
+	return byName[policydv1.BreakerState](s)
 }
 
 // FleetStateProto renders a bucket's state for the API.
