@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 )
@@ -31,12 +30,7 @@ func (e *ParseError) Error() string {
 
 func (e *ParseError) Unwrap() error { return e.Err }
 
-// errAt is a *ParseError at line of file for field, its message formatted;
-// an err that already is a *ParseError passes through unchanged.
+// errAt is a *ParseError at line of file for field, its message formatted.
 func errAt(file string, line int, field, format string, args ...any) error {
-	err := fmt.Errorf(format, args...)
-	if pe, ok := errors.AsType[*ParseError](err); ok && len(args) > 0 && args[len(args)-1] == error(pe) {
-		return pe
-	}
-	return &ParseError{File: file, Line: line, Field: field, Err: err}
+	return &ParseError{File: file, Line: line, Field: field, Err: fmt.Errorf(format, args...)}
 }
