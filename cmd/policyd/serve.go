@@ -38,7 +38,7 @@ const journalCloseTimeout = 5 * time.Second
 const serveUsage = `Usage: policyd serve [flags]
 
 Runs the gRPC daemon: policyd.v1.PolicyService, policyd.v1.JournalService,
-grpc.health.v1.Health and server reflection. With
+policyd.v1.FleetService, grpc.health.v1.Health and server reflection. With
 --database-url (or DATABASE_URL) it migrates that PostgreSQL database and
 journals attempts there; without it the journal RPCs answer
 FAILED_PRECONDITION. Logs go to stderr; once listening it logs
@@ -56,9 +56,17 @@ when there is no journal. All turn NOT_SERVING at shutdown.
 With --metrics-listen (or POLICYD_METRICS_LISTEN; off by default) it serves
 over HTTP on that address, without authentication: /metrics (Prometheus:
 policyd_decisions_total, policyd_nextdelay_journal_total, policyd_journal_*,
-grpc_server_*, go_*, process_*), /healthz (liveness) and
+policyd_fleet_*, grpc_server_*, go_*, process_*), /healthz (liveness) and
 /readyz[?service=NAME] (200 when that health service is SERVING, else 503).
 --pprof adds Go's profiles (/debug/pprof/) to that address.
+
+Fleet memory (--fleet on, the default; docs/fleet.md) shares each failure
+with every agent on the same provider, model and key: shared cooldowns,
+fleet-wide stops on a key, circuit breakers and retry budgets change
+NextDelay's retries (Decision.fleet says how), each transition is logged
+as "fleet ..." and, with a journal, recorded in fleet_events. Its settings
+are the policy file's fleet: section. --fleet off answers every caller as
+if alone (FleetService then answers FAILED_PRECONDITION).
 
 Every call gets a request id: the client's x-request-id when it is 1..128
 printable ASCII characters, else a generated one. It is logged as
