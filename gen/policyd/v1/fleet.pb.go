@@ -22,6 +22,421 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// CoordinateRequest is one message up the stream.
+type CoordinateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The client process's id, as NextDelayRequest.client_id: required in the
+	// first message, ignored after it. At most 128 bytes.
+	ClientId string `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// First message only: the profile whose fallback chains name the
+	// assignments' fallbacks; empty means "default".
+	Profile string `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Counts since the bucket's last report, for each bucket with activity; at most 256.
+	Usage         []*BucketUsage `protobuf:"bytes,3,rep,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoordinateRequest) Reset() {
+	*x = CoordinateRequest{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoordinateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoordinateRequest) ProtoMessage() {}
+
+func (x *CoordinateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoordinateRequest.ProtoReflect.Descriptor instead.
+func (*CoordinateRequest) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CoordinateRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *CoordinateRequest) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *CoordinateRequest) GetUsage() []*BucketUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// BucketTarget names what a client calls; the daemon maps it to its
+// buckets (availability, rate limit, auth). The tenant comes from auth.
+type BucketTarget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required, as Failure.provider.
+	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model    string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// As Failure.key_id: a label of the credential, never the secret; at most 128 bytes.
+	KeyId         string `protobuf:"bytes,3,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketTarget) Reset() {
+	*x = BucketTarget{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketTarget) ProtoMessage() {}
+
+func (x *BucketTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketTarget.ProtoReflect.Descriptor instead.
+func (*BucketTarget) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BucketTarget) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *BucketTarget) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *BucketTarget) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+// BucketUsage is one bucket's counts over one interval.
+type BucketUsage struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Target *BucketTarget          `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// Since this bucket's last report (or its first use): more than 0, at most 10 minutes.
+	Elapsed *durationpb.Duration `protobuf:"bytes,2,opt,name=elapsed,proto3" json:"elapsed,omitempty"`
+	// First attempts the gate admitted, and those it did not (stopped, fell back).
+	Admitted uint64 `protobuf:"varint,3,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	Shed     uint64 `protobuf:"varint,4,opt,name=shed,proto3" json:"shed,omitempty"`
+	// Attempts that succeeded.
+	Succeeded uint64 `protobuf:"varint,5,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	// Failures decided locally, without NextDelay (the daemon unreachable);
+	// the others reach the daemon through NextDelay.
+	Failed uint64 `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`
+	// Retries sent.
+	Retries uint64 `protobuf:"varint,7,opt,name=retries,proto3" json:"retries,omitempty"`
+	// The rate-limit headers of the last success, as received: only
+	// x-ratelimit-* and anthropic-ratelimit-* (at most 16, values at most 64 bytes).
+	RateLimitHeaders map[string]string `protobuf:"bytes,8,rep,name=rate_limit_headers,json=rateLimitHeaders,proto3" json:"rate_limit_headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *BucketUsage) Reset() {
+	*x = BucketUsage{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketUsage) ProtoMessage() {}
+
+func (x *BucketUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketUsage.ProtoReflect.Descriptor instead.
+func (*BucketUsage) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BucketUsage) GetTarget() *BucketTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *BucketUsage) GetElapsed() *durationpb.Duration {
+	if x != nil {
+		return x.Elapsed
+	}
+	return nil
+}
+
+func (x *BucketUsage) GetAdmitted() uint64 {
+	if x != nil {
+		return x.Admitted
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetShed() uint64 {
+	if x != nil {
+		return x.Shed
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetSucceeded() uint64 {
+	if x != nil {
+		return x.Succeeded
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetFailed() uint64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetRetries() uint64 {
+	if x != nil {
+		return x.Retries
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetRateLimitHeaders() map[string]string {
+	if x != nil {
+		return x.RateLimitHeaders
+	}
+	return nil
+}
+
+// CoordinateResponse is one message down the stream.
+type CoordinateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Assignments   []*Assignment          `protobuf:"bytes,1,rep,name=assignments,proto3" json:"assignments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoordinateResponse) Reset() {
+	*x = CoordinateResponse{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoordinateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoordinateResponse) ProtoMessage() {}
+
+func (x *CoordinateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoordinateResponse.ProtoReflect.Descriptor instead.
+func (*CoordinateResponse) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CoordinateResponse) GetAssignments() []*Assignment {
+	if x != nil {
+		return x.Assignments
+	}
+	return nil
+}
+
+// Assignment is what a client's gate does with first attempts to one
+// bucket. Durations count from receipt.
+type Assignment struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Target *BucketTarget          `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// The bucket went idle: forget it and stop reporting it until it is used
+	// again. The other fields are unset.
+	Abandon bool `protobuf:"varint,2,opt,name=abandon,proto3" json:"abandon,omitempty"`
+	// How long the assignment holds; the daemon refreshes it before then.
+	// Past it, the client keeps it a short while, then uses its own budget.
+	Ttl     *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Breaker BreakerState         `protobuf:"varint,4,opt,name=breaker,proto3,enum=policyd.v1.BreakerState" json:"breaker,omitempty"`
+	// No first attempt before receipt + hold: the shared cooldown plus this
+	// client's stagger slot.
+	Hold *durationpb.Duration `protobuf:"bytes,5,opt,name=hold,proto3" json:"hold,omitempty"`
+	// The key is stopped for the fleet this long (a revoked key, a quota).
+	Stop *durationpb.Duration `protobuf:"bytes,6,opt,name=stop,proto3" json:"stop,omitempty"`
+	// The share of first attempts to admit, in [0, 1]: 1 unless slow start
+	// or quota pacing limit them.
+	AdmitFraction float64 `protobuf:"fixed64,7,opt,name=admit_fraction,json=admitFraction,proto3" json:"admit_fraction,omitempty"`
+	// While the breaker is half-open: first attempts this client may send as
+	// the fleet's probes.
+	ProbePermits uint32 `protobuf:"varint,8,opt,name=probe_permits,json=probePermits,proto3" json:"probe_permits,omitempty"`
+	// Why, for a human: "breaker open: 24 failures in 10s from 6 clients".
+	Reason string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Where to go when the gate does not admit and the caller can fall back.
+	Fallback      *Fallback `protobuf:"bytes,10,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Assignment) Reset() {
+	*x = Assignment{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Assignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Assignment) ProtoMessage() {}
+
+func (x *Assignment) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
+func (*Assignment) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Assignment) GetTarget() *BucketTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *Assignment) GetAbandon() bool {
+	if x != nil {
+		return x.Abandon
+	}
+	return false
+}
+
+func (x *Assignment) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *Assignment) GetBreaker() BreakerState {
+	if x != nil {
+		return x.Breaker
+	}
+	return BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+func (x *Assignment) GetHold() *durationpb.Duration {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
+func (x *Assignment) GetStop() *durationpb.Duration {
+	if x != nil {
+		return x.Stop
+	}
+	return nil
+}
+
+func (x *Assignment) GetAdmitFraction() float64 {
+	if x != nil {
+		return x.AdmitFraction
+	}
+	return 0
+}
+
+func (x *Assignment) GetProbePermits() uint32 {
+	if x != nil {
+		return x.ProbePermits
+	}
+	return 0
+}
+
+func (x *Assignment) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Assignment) GetFallback() *Fallback {
+	if x != nil {
+		return x.Fallback
+	}
+	return nil
+}
+
 // Bucket is one bucket's state and the counts behind it.
 type Bucket struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -42,14 +457,26 @@ type Bucket struct {
 	// The client whose failure started the bucket's current incident.
 	FirstClientId string `protobuf:"bytes,10,opt,name=first_client_id,json=firstClientId,proto3" json:"first_client_id,omitempty"`
 	// Time since the last failure on the bucket.
-	Idle          *durationpb.Duration `protobuf:"bytes,11,opt,name=idle,proto3" json:"idle,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Idle *durationpb.Duration `protobuf:"bytes,11,opt,name=idle,proto3" json:"idle,omitempty"`
+	// Coordinate streams: the client processes reporting on the bucket in the
+	// breaker's window, and totals since the daemon started.
+	StreamingClients      int32 `protobuf:"varint,12,opt,name=streaming_clients,json=streamingClients,proto3" json:"streaming_clients,omitempty"`
+	Reports               int64 `protobuf:"varint,13,opt,name=reports,proto3" json:"reports,omitempty"`
+	AssignmentsSent       int64 `protobuf:"varint,14,opt,name=assignments_sent,json=assignmentsSent,proto3" json:"assignments_sent,omitempty"`
+	FirstAttemptsAdmitted int64 `protobuf:"varint,15,opt,name=first_attempts_admitted,json=firstAttemptsAdmitted,proto3" json:"first_attempts_admitted,omitempty"`
+	FirstAttemptsShed     int64 `protobuf:"varint,16,opt,name=first_attempts_shed,json=firstAttemptsShed,proto3" json:"first_attempts_shed,omitempty"`
+	Successes             int64 `protobuf:"varint,17,opt,name=successes,proto3" json:"successes,omitempty"`
+	// The share of first attempts the fleet admits now, and why (slow start, pacing).
+	AdmitFraction float64 `protobuf:"fixed64,18,opt,name=admit_fraction,json=admitFraction,proto3" json:"admit_fraction,omitempty"`
+	// The provider's request limit per minute, from the last rate-limit headers (0: unknown).
+	RequestsPerMinute int64 `protobuf:"varint,19,opt,name=requests_per_minute,json=requestsPerMinute,proto3" json:"requests_per_minute,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Bucket) Reset() {
 	*x = Bucket{}
-	mi := &file_policyd_v1_fleet_proto_msgTypes[0]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -61,7 +488,7 @@ func (x *Bucket) String() string {
 func (*Bucket) ProtoMessage() {}
 
 func (x *Bucket) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_fleet_proto_msgTypes[0]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -74,7 +501,7 @@ func (x *Bucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bucket.ProtoReflect.Descriptor instead.
 func (*Bucket) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{0}
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Bucket) GetState() *FleetState {
@@ -154,6 +581,62 @@ func (x *Bucket) GetIdle() *durationpb.Duration {
 	return nil
 }
 
+func (x *Bucket) GetStreamingClients() int32 {
+	if x != nil {
+		return x.StreamingClients
+	}
+	return 0
+}
+
+func (x *Bucket) GetReports() int64 {
+	if x != nil {
+		return x.Reports
+	}
+	return 0
+}
+
+func (x *Bucket) GetAssignmentsSent() int64 {
+	if x != nil {
+		return x.AssignmentsSent
+	}
+	return 0
+}
+
+func (x *Bucket) GetFirstAttemptsAdmitted() int64 {
+	if x != nil {
+		return x.FirstAttemptsAdmitted
+	}
+	return 0
+}
+
+func (x *Bucket) GetFirstAttemptsShed() int64 {
+	if x != nil {
+		return x.FirstAttemptsShed
+	}
+	return 0
+}
+
+func (x *Bucket) GetSuccesses() int64 {
+	if x != nil {
+		return x.Successes
+	}
+	return 0
+}
+
+func (x *Bucket) GetAdmitFraction() float64 {
+	if x != nil {
+		return x.AdmitFraction
+	}
+	return 0
+}
+
+func (x *Bucket) GetRequestsPerMinute() int64 {
+	if x != nil {
+		return x.RequestsPerMinute
+	}
+	return 0
+}
+
 // ListBucketsRequest filters the buckets; empty fields match all.
 type ListBucketsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -165,7 +648,7 @@ type ListBucketsRequest struct {
 
 func (x *ListBucketsRequest) Reset() {
 	*x = ListBucketsRequest{}
-	mi := &file_policyd_v1_fleet_proto_msgTypes[1]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -177,7 +660,7 @@ func (x *ListBucketsRequest) String() string {
 func (*ListBucketsRequest) ProtoMessage() {}
 
 func (x *ListBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_fleet_proto_msgTypes[1]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -190,7 +673,7 @@ func (x *ListBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBucketsRequest.ProtoReflect.Descriptor instead.
 func (*ListBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{1}
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListBucketsRequest) GetProvider() string {
@@ -217,7 +700,7 @@ type ListBucketsResponse struct {
 
 func (x *ListBucketsResponse) Reset() {
 	*x = ListBucketsResponse{}
-	mi := &file_policyd_v1_fleet_proto_msgTypes[2]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -229,7 +712,7 @@ func (x *ListBucketsResponse) String() string {
 func (*ListBucketsResponse) ProtoMessage() {}
 
 func (x *ListBucketsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_fleet_proto_msgTypes[2]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -242,7 +725,7 @@ func (x *ListBucketsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBucketsResponse.ProtoReflect.Descriptor instead.
 func (*ListBucketsResponse) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{2}
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListBucketsResponse) GetBuckets() []*Bucket {
@@ -262,7 +745,7 @@ type GetBucketRequest struct {
 
 func (x *GetBucketRequest) Reset() {
 	*x = GetBucketRequest{}
-	mi := &file_policyd_v1_fleet_proto_msgTypes[3]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -274,7 +757,7 @@ func (x *GetBucketRequest) String() string {
 func (*GetBucketRequest) ProtoMessage() {}
 
 func (x *GetBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_fleet_proto_msgTypes[3]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -287,7 +770,7 @@ func (x *GetBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBucketRequest.ProtoReflect.Descriptor instead.
 func (*GetBucketRequest) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{3}
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetBucketRequest) GetBucket() string {
@@ -307,7 +790,7 @@ type GetBucketResponse struct {
 
 func (x *GetBucketResponse) Reset() {
 	*x = GetBucketResponse{}
-	mi := &file_policyd_v1_fleet_proto_msgTypes[4]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +802,7 @@ func (x *GetBucketResponse) String() string {
 func (*GetBucketResponse) ProtoMessage() {}
 
 func (x *GetBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_fleet_proto_msgTypes[4]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +815,7 @@ func (x *GetBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBucketResponse.ProtoReflect.Descriptor instead.
 func (*GetBucketResponse) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{4}
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetBucketResponse) GetBucket() *Bucket {
@@ -347,7 +830,42 @@ var File_policyd_v1_fleet_proto protoreflect.FileDescriptor
 const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\n" +
 	"\x16policyd/v1/fleet.proto\x12\n" +
-	"policyd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x17policyd/v1/policy.proto\"\xa5\x03\n" +
+	"policyd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x17policyd/v1/policy.proto\"y\n" +
+	"\x11CoordinateRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x18\n" +
+	"\aprofile\x18\x02 \x01(\tR\aprofile\x12-\n" +
+	"\x05usage\x18\x03 \x03(\v2\x17.policyd.v1.BucketUsageR\x05usage\"W\n" +
+	"\fBucketTarget\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x15\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\x96\x03\n" +
+	"\vBucketUsage\x120\n" +
+	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x123\n" +
+	"\aelapsed\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12\x1a\n" +
+	"\badmitted\x18\x03 \x01(\x04R\badmitted\x12\x12\n" +
+	"\x04shed\x18\x04 \x01(\x04R\x04shed\x12\x1c\n" +
+	"\tsucceeded\x18\x05 \x01(\x04R\tsucceeded\x12\x16\n" +
+	"\x06failed\x18\x06 \x01(\x04R\x06failed\x12\x18\n" +
+	"\aretries\x18\a \x01(\x04R\aretries\x12[\n" +
+	"\x12rate_limit_headers\x18\b \x03(\v2-.policyd.v1.BucketUsage.RateLimitHeadersEntryR\x10rateLimitHeaders\x1aC\n" +
+	"\x15RateLimitHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
+	"\x12CoordinateResponse\x128\n" +
+	"\vassignments\x18\x01 \x03(\v2\x16.policyd.v1.AssignmentR\vassignments\"\xad\x03\n" +
+	"\n" +
+	"Assignment\x120\n" +
+	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x12\x18\n" +
+	"\aabandon\x18\x02 \x01(\bR\aabandon\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x122\n" +
+	"\abreaker\x18\x04 \x01(\x0e2\x18.policyd.v1.BreakerStateR\abreaker\x12-\n" +
+	"\x04hold\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04hold\x12-\n" +
+	"\x04stop\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04stop\x12%\n" +
+	"\x0eadmit_fraction\x18\a \x01(\x01R\radmitFraction\x12#\n" +
+	"\rprobe_permits\x18\b \x01(\rR\fprobePermits\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x120\n" +
+	"\bfallback\x18\n" +
+	" \x01(\v2\x14.policyd.v1.FallbackR\bfallback\"\xf4\x05\n" +
 	"\x06Bucket\x12,\n" +
 	"\x05state\x18\x01 \x01(\v2\x16.policyd.v1.FleetStateR\x05state\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1a\n" +
@@ -361,7 +879,15 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x11decisions_changed\x18\t \x01(\x03R\x10decisionsChanged\x12&\n" +
 	"\x0ffirst_client_id\x18\n" +
 	" \x01(\tR\rfirstClientId\x12-\n" +
-	"\x04idle\x18\v \x01(\v2\x19.google.protobuf.DurationR\x04idle\"F\n" +
+	"\x04idle\x18\v \x01(\v2\x19.google.protobuf.DurationR\x04idle\x12+\n" +
+	"\x11streaming_clients\x18\f \x01(\x05R\x10streamingClients\x12\x18\n" +
+	"\areports\x18\r \x01(\x03R\areports\x12)\n" +
+	"\x10assignments_sent\x18\x0e \x01(\x03R\x0fassignmentsSent\x126\n" +
+	"\x17first_attempts_admitted\x18\x0f \x01(\x03R\x15firstAttemptsAdmitted\x12.\n" +
+	"\x13first_attempts_shed\x18\x10 \x01(\x03R\x11firstAttemptsShed\x12\x1c\n" +
+	"\tsuccesses\x18\x11 \x01(\x03R\tsuccesses\x12%\n" +
+	"\x0eadmit_fraction\x18\x12 \x01(\x01R\radmitFraction\x12.\n" +
+	"\x13requests_per_minute\x18\x13 \x01(\x03R\x11requestsPerMinute\"F\n" +
 	"\x12ListBucketsRequest\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\"C\n" +
@@ -370,10 +896,12 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x10GetBucketRequest\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"?\n" +
 	"\x11GetBucketResponse\x12*\n" +
-	"\x06bucket\x18\x01 \x01(\v2\x12.policyd.v1.BucketR\x06bucket2\xa8\x01\n" +
+	"\x06bucket\x18\x01 \x01(\v2\x12.policyd.v1.BucketR\x06bucket2\xf9\x01\n" +
 	"\fFleetService\x12N\n" +
 	"\vListBuckets\x12\x1e.policyd.v1.ListBucketsRequest\x1a\x1f.policyd.v1.ListBucketsResponse\x12H\n" +
-	"\tGetBucket\x12\x1c.policyd.v1.GetBucketRequest\x1a\x1d.policyd.v1.GetBucketResponseB5Z3github.com/policyd/policyd/gen/policyd/v1;policydv1b\x06proto3"
+	"\tGetBucket\x12\x1c.policyd.v1.GetBucketRequest\x1a\x1d.policyd.v1.GetBucketResponse\x12O\n" +
+	"\n" +
+	"Coordinate\x12\x1d.policyd.v1.CoordinateRequest\x1a\x1e.policyd.v1.CoordinateResponse(\x010\x01B5Z3github.com/policyd/policyd/gen/policyd/v1;policydv1b\x06proto3"
 
 var (
 	file_policyd_v1_fleet_proto_rawDescOnce sync.Once
@@ -387,31 +915,52 @@ func file_policyd_v1_fleet_proto_rawDescGZIP() []byte {
 	return file_policyd_v1_fleet_proto_rawDescData
 }
 
-var file_policyd_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_policyd_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_policyd_v1_fleet_proto_goTypes = []any{
-	(*Bucket)(nil),              // 0: policyd.v1.Bucket
-	(*ListBucketsRequest)(nil),  // 1: policyd.v1.ListBucketsRequest
-	(*ListBucketsResponse)(nil), // 2: policyd.v1.ListBucketsResponse
-	(*GetBucketRequest)(nil),    // 3: policyd.v1.GetBucketRequest
-	(*GetBucketResponse)(nil),   // 4: policyd.v1.GetBucketResponse
-	(*FleetState)(nil),          // 5: policyd.v1.FleetState
-	(*durationpb.Duration)(nil), // 6: google.protobuf.Duration
+	(*CoordinateRequest)(nil),   // 0: policyd.v1.CoordinateRequest
+	(*BucketTarget)(nil),        // 1: policyd.v1.BucketTarget
+	(*BucketUsage)(nil),         // 2: policyd.v1.BucketUsage
+	(*CoordinateResponse)(nil),  // 3: policyd.v1.CoordinateResponse
+	(*Assignment)(nil),          // 4: policyd.v1.Assignment
+	(*Bucket)(nil),              // 5: policyd.v1.Bucket
+	(*ListBucketsRequest)(nil),  // 6: policyd.v1.ListBucketsRequest
+	(*ListBucketsResponse)(nil), // 7: policyd.v1.ListBucketsResponse
+	(*GetBucketRequest)(nil),    // 8: policyd.v1.GetBucketRequest
+	(*GetBucketResponse)(nil),   // 9: policyd.v1.GetBucketResponse
+	nil,                         // 10: policyd.v1.BucketUsage.RateLimitHeadersEntry
+	(*durationpb.Duration)(nil), // 11: google.protobuf.Duration
+	(BreakerState)(0),           // 12: policyd.v1.BreakerState
+	(*Fallback)(nil),            // 13: policyd.v1.Fallback
+	(*FleetState)(nil),          // 14: policyd.v1.FleetState
 }
 var file_policyd_v1_fleet_proto_depIdxs = []int32{
-	5, // 0: policyd.v1.Bucket.state:type_name -> policyd.v1.FleetState
-	6, // 1: policyd.v1.Bucket.open_period:type_name -> google.protobuf.Duration
-	6, // 2: policyd.v1.Bucket.idle:type_name -> google.protobuf.Duration
-	0, // 3: policyd.v1.ListBucketsResponse.buckets:type_name -> policyd.v1.Bucket
-	0, // 4: policyd.v1.GetBucketResponse.bucket:type_name -> policyd.v1.Bucket
-	1, // 5: policyd.v1.FleetService.ListBuckets:input_type -> policyd.v1.ListBucketsRequest
-	3, // 6: policyd.v1.FleetService.GetBucket:input_type -> policyd.v1.GetBucketRequest
-	2, // 7: policyd.v1.FleetService.ListBuckets:output_type -> policyd.v1.ListBucketsResponse
-	4, // 8: policyd.v1.FleetService.GetBucket:output_type -> policyd.v1.GetBucketResponse
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	2,  // 0: policyd.v1.CoordinateRequest.usage:type_name -> policyd.v1.BucketUsage
+	1,  // 1: policyd.v1.BucketUsage.target:type_name -> policyd.v1.BucketTarget
+	11, // 2: policyd.v1.BucketUsage.elapsed:type_name -> google.protobuf.Duration
+	10, // 3: policyd.v1.BucketUsage.rate_limit_headers:type_name -> policyd.v1.BucketUsage.RateLimitHeadersEntry
+	4,  // 4: policyd.v1.CoordinateResponse.assignments:type_name -> policyd.v1.Assignment
+	1,  // 5: policyd.v1.Assignment.target:type_name -> policyd.v1.BucketTarget
+	11, // 6: policyd.v1.Assignment.ttl:type_name -> google.protobuf.Duration
+	12, // 7: policyd.v1.Assignment.breaker:type_name -> policyd.v1.BreakerState
+	11, // 8: policyd.v1.Assignment.hold:type_name -> google.protobuf.Duration
+	11, // 9: policyd.v1.Assignment.stop:type_name -> google.protobuf.Duration
+	13, // 10: policyd.v1.Assignment.fallback:type_name -> policyd.v1.Fallback
+	14, // 11: policyd.v1.Bucket.state:type_name -> policyd.v1.FleetState
+	11, // 12: policyd.v1.Bucket.open_period:type_name -> google.protobuf.Duration
+	11, // 13: policyd.v1.Bucket.idle:type_name -> google.protobuf.Duration
+	5,  // 14: policyd.v1.ListBucketsResponse.buckets:type_name -> policyd.v1.Bucket
+	5,  // 15: policyd.v1.GetBucketResponse.bucket:type_name -> policyd.v1.Bucket
+	6,  // 16: policyd.v1.FleetService.ListBuckets:input_type -> policyd.v1.ListBucketsRequest
+	8,  // 17: policyd.v1.FleetService.GetBucket:input_type -> policyd.v1.GetBucketRequest
+	0,  // 18: policyd.v1.FleetService.Coordinate:input_type -> policyd.v1.CoordinateRequest
+	7,  // 19: policyd.v1.FleetService.ListBuckets:output_type -> policyd.v1.ListBucketsResponse
+	9,  // 20: policyd.v1.FleetService.GetBucket:output_type -> policyd.v1.GetBucketResponse
+	3,  // 21: policyd.v1.FleetService.Coordinate:output_type -> policyd.v1.CoordinateResponse
+	19, // [19:22] is the sub-list for method output_type
+	16, // [16:19] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_policyd_v1_fleet_proto_init() }
@@ -426,7 +975,7 @@ func file_policyd_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_policyd_v1_fleet_proto_rawDesc), len(file_policyd_v1_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	FleetService_ListBuckets_FullMethodName = "/policyd.v1.FleetService/ListBuckets"
 	FleetService_GetBucket_FullMethodName   = "/policyd.v1.FleetService/GetBucket"
+	FleetService_Coordinate_FullMethodName  = "/policyd.v1.FleetService/Coordinate"
 )
 
 // FleetServiceClient is the client API for FleetService service.
@@ -35,6 +36,13 @@ type FleetServiceClient interface {
 	ListBuckets(ctx context.Context, in *ListBucketsRequest, opts ...grpc.CallOption) (*ListBucketsResponse, error)
 	// GetBucket returns one bucket by name; NOT_FOUND when the fleet has no state for it.
 	GetBucket(ctx context.Context, in *GetBucketRequest, opts ...grpc.CallOption) (*GetBucketResponse, error)
+	// Coordinate is one stream per client process. The client sends its id,
+	// then about once a second its counts for each bucket it used; the daemon
+	// pushes each bucket's assignment when it changes and refreshes it before
+	// its time to live ends. The client's gate applies the assignment to
+	// first attempts without an RPC: admit, wait out a hold, fall back, or
+	// stop. The first report on a bucket subscribes to it.
+	Coordinate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CoordinateRequest, CoordinateResponse], error)
 }
 
 type fleetServiceClient struct {
@@ -65,6 +73,19 @@ func (c *fleetServiceClient) GetBucket(ctx context.Context, in *GetBucketRequest
 	return out, nil
 }
 
+func (c *fleetServiceClient) Coordinate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CoordinateRequest, CoordinateResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &FleetService_ServiceDesc.Streams[0], FleetService_Coordinate_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CoordinateRequest, CoordinateResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FleetService_CoordinateClient = grpc.BidiStreamingClient[CoordinateRequest, CoordinateResponse]
+
 // FleetServiceServer is the server API for FleetService service.
 // All implementations must embed UnimplementedFleetServiceServer
 // for forward compatibility.
@@ -77,6 +98,13 @@ type FleetServiceServer interface {
 	ListBuckets(context.Context, *ListBucketsRequest) (*ListBucketsResponse, error)
 	// GetBucket returns one bucket by name; NOT_FOUND when the fleet has no state for it.
 	GetBucket(context.Context, *GetBucketRequest) (*GetBucketResponse, error)
+	// Coordinate is one stream per client process. The client sends its id,
+	// then about once a second its counts for each bucket it used; the daemon
+	// pushes each bucket's assignment when it changes and refreshes it before
+	// its time to live ends. The client's gate applies the assignment to
+	// first attempts without an RPC: admit, wait out a hold, fall back, or
+	// stop. The first report on a bucket subscribes to it.
+	Coordinate(grpc.BidiStreamingServer[CoordinateRequest, CoordinateResponse]) error
 	mustEmbedUnimplementedFleetServiceServer()
 }
 
@@ -92,6 +120,9 @@ func (UnimplementedFleetServiceServer) ListBuckets(context.Context, *ListBuckets
 }
 func (UnimplementedFleetServiceServer) GetBucket(context.Context, *GetBucketRequest) (*GetBucketResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetBucket not implemented")
+}
+func (UnimplementedFleetServiceServer) Coordinate(grpc.BidiStreamingServer[CoordinateRequest, CoordinateResponse]) error {
+	return status.Error(codes.Unimplemented, "method Coordinate not implemented")
 }
 func (UnimplementedFleetServiceServer) mustEmbedUnimplementedFleetServiceServer() {}
 func (UnimplementedFleetServiceServer) testEmbeddedByValue()                      {}
@@ -150,6 +181,13 @@ func _FleetService_GetBucket_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FleetService_Coordinate_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(FleetServiceServer).Coordinate(&grpc.GenericServerStream[CoordinateRequest, CoordinateResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FleetService_CoordinateServer = grpc.BidiStreamingServer[CoordinateRequest, CoordinateResponse]
+
 // FleetService_ServiceDesc is the grpc.ServiceDesc for FleetService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -166,6 +204,13 @@ var FleetService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _FleetService_GetBucket_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Coordinate",
+			Handler:       _FleetService_Coordinate_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "policyd/v1/fleet.proto",
 }

@@ -336,6 +336,9 @@ const (
 	// Another agent's failure stopped every agent on this key (a revoked key,
 	// a permission, an exhausted quota).
 	StopReason_STOP_REASON_FLEET_STOP StopReason = 10
+	// A client's gate did not admit a first attempt: the fleet admits only a
+	// share of them (slow start after an outage, or a shared quota paced).
+	StopReason_STOP_REASON_FLEET_SHED StopReason = 11
 )
 
 // Enum value maps for StopReason.
@@ -352,6 +355,7 @@ var (
 		8:  "STOP_REASON_CIRCUIT_OPEN",
 		9:  "STOP_REASON_RETRY_BUDGET_EXHAUSTED",
 		10: "STOP_REASON_FLEET_STOP",
+		11: "STOP_REASON_FLEET_SHED",
 	}
 	StopReason_value = map[string]int32{
 		"STOP_REASON_UNSPECIFIED":                0,
@@ -365,6 +369,7 @@ var (
 		"STOP_REASON_CIRCUIT_OPEN":               8,
 		"STOP_REASON_RETRY_BUDGET_EXHAUSTED":     9,
 		"STOP_REASON_FLEET_STOP":                 10,
+		"STOP_REASON_FLEET_SHED":                 11,
 	}
 )
 
@@ -2530,7 +2535,7 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_RETRY\x10\x01\x12\x0f\n" +
 	"\vACTION_STOP\x10\x02\x12\x14\n" +
-	"\x10ACTION_FALL_BACK\x10\x03*\xfc\x02\n" +
+	"\x10ACTION_FALL_BACK\x10\x03*\x98\x03\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
@@ -2544,7 +2549,8 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x18STOP_REASON_CIRCUIT_OPEN\x10\b\x12&\n" +
 	"\"STOP_REASON_RETRY_BUDGET_EXHAUSTED\x10\t\x12\x1a\n" +
 	"\x16STOP_REASON_FLEET_STOP\x10\n" +
-	"*|\n" +
+	"\x12\x1a\n" +
+	"\x16STOP_REASON_FLEET_SHED\x10\v*|\n" +
 	"\fBreakerState\x12\x1d\n" +
 	"\x19BREAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14BREAKER_STATE_CLOSED\x10\x01\x12\x16\n" +

@@ -6,7 +6,7 @@ import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegen
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
-import type { FleetState } from "./policy_pb.js";
+import type { BreakerState, Fallback, FleetState } from "./policy_pb.js";
 import { file_policyd_v1_policy } from "./policy_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -14,7 +14,251 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file policyd/v1/fleet.proto.
  */
 export const file_policyd_v1_fleet: GenFile = /*@__PURE__*/
-  fileDesc("ChZwb2xpY3lkL3YxL2ZsZWV0LnByb3RvEgpwb2xpY3lkLnYxIq0CCgZCdWNrZXQSJQoFc3RhdGUYASABKAsyFi5wb2xpY3lkLnYxLkZsZWV0U3RhdGUSDQoFc2NvcGUYAiABKAkSEAoIcHJvdmlkZXIYAyABKAkSDQoFbW9kZWwYBCABKAkSDgoGa2V5X2lkGAUgASgJEhcKD3dpbmRvd19mYWlsdXJlcxgGIAEoBRIWCg53aW5kb3dfY2xpZW50cxgHIAEoBRIuCgtvcGVuX3BlcmlvZBgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIZChFkZWNpc2lvbnNfY2hhbmdlZBgJIAEoAxIXCg9maXJzdF9jbGllbnRfaWQYCiABKAkSJwoEaWRsZRgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI1ChJMaXN0QnVja2V0c1JlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkiOgoTTGlzdEJ1Y2tldHNSZXNwb25zZRIjCgdidWNrZXRzGAEgAygLMhIucG9saWN5ZC52MS5CdWNrZXQiIgoQR2V0QnVja2V0UmVxdWVzdBIOCgZidWNrZXQYASABKAkiNwoRR2V0QnVja2V0UmVzcG9uc2USIgoGYnVja2V0GAEgASgLMhIucG9saWN5ZC52MS5CdWNrZXQyqAEKDEZsZWV0U2VydmljZRJOCgtMaXN0QnVja2V0cxIeLnBvbGljeWQudjEuTGlzdEJ1Y2tldHNSZXF1ZXN0Gh8ucG9saWN5ZC52MS5MaXN0QnVja2V0c1Jlc3BvbnNlEkgKCUdldEJ1Y2tldBIcLnBvbGljeWQudjEuR2V0QnVja2V0UmVxdWVzdBodLnBvbGljeWQudjEuR2V0QnVja2V0UmVzcG9uc2VCNVozZ2l0aHViLmNvbS9wb2xpY3lkL3BvbGljeWQvZ2VuL3BvbGljeWQvdjE7cG9saWN5ZHYxYgZwcm90bzM", [file_google_protobuf_duration, file_policyd_v1_policy]);
+  fileDesc("ChZwb2xpY3lkL3YxL2ZsZWV0LnByb3RvEgpwb2xpY3lkLnYxIl8KEUNvb3JkaW5hdGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgdwcm9maWxlGAIgASgJEiYKBXVzYWdlGAMgAygLMhcucG9saWN5ZC52MS5CdWNrZXRVc2FnZSI/CgxCdWNrZXRUYXJnZXQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGa2V5X2lkGAMgASgJIrsCCgtCdWNrZXRVc2FnZRIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIqCgdlbGFwc2VkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGFkbWl0dGVkGAMgASgEEgwKBHNoZWQYBCABKAQSEQoJc3VjY2VlZGVkGAUgASgEEg4KBmZhaWxlZBgGIAEoBBIPCgdyZXRyaWVzGAcgASgEEkkKEnJhdGVfbGltaXRfaGVhZGVycxgIIAMoCzItLnBvbGljeWQudjEuQnVja2V0VXNhZ2UuUmF0ZUxpbWl0SGVhZGVyc0VudHJ5GjcKFVJhdGVMaW1pdEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKEkNvb3JkaW5hdGVSZXNwb25zZRIrCgthc3NpZ25tZW50cxgBIAMoCzIWLnBvbGljeWQudjEuQXNzaWdubWVudCLTAgoKQXNzaWdubWVudBIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIPCgdhYmFuZG9uGAIgASgIEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIpCgdicmVha2VyGAQgASgOMhgucG9saWN5ZC52MS5CcmVha2VyU3RhdGUSJwoEaG9sZBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgRzdG9wGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmFkbWl0X2ZyYWN0aW9uGAcgASgBEhUKDXByb2JlX3Blcm1pdHMYCCABKA0SDgoGcmVhc29uGAkgASgJEiYKCGZhbGxiYWNrGAogASgLMhQucG9saWN5ZC52MS5GYWxsYmFjayL5AwoGQnVja2V0EiUKBXN0YXRlGAEgASgLMhYucG9saWN5ZC52MS5GbGVldFN0YXRlEg0KBXNjb3BlGAIgASgJEhAKCHByb3ZpZGVyGAMgASgJEg0KBW1vZGVsGAQgASgJEg4KBmtleV9pZBgFIAEoCRIXCg93aW5kb3dfZmFpbHVyZXMYBiABKAUSFgoOd2luZG93X2NsaWVudHMYByABKAUSLgoLb3Blbl9wZXJpb2QYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGQoRZGVjaXNpb25zX2NoYW5nZWQYCSABKAMSFwoPZmlyc3RfY2xpZW50X2lkGAogASgJEicKBGlkbGUYCyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGQoRc3RyZWFtaW5nX2NsaWVudHMYDCABKAUSDwoHcmVwb3J0cxgNIAEoAxIYChBhc3NpZ25tZW50c19zZW50GA4gASgDEh8KF2ZpcnN0X2F0dGVtcHRzX2FkbWl0dGVkGA8gASgDEhsKE2ZpcnN0X2F0dGVtcHRzX3NoZWQYECABKAMSEQoJc3VjY2Vzc2VzGBEgASgDEhYKDmFkbWl0X2ZyYWN0aW9uGBIgASgBEhsKE3JlcXVlc3RzX3Blcl9taW51dGUYEyABKAMiNQoSTGlzdEJ1Y2tldHNSZXF1ZXN0EhAKCHByb3ZpZGVyGAEgASgJEg0KBW1vZGVsGAIgASgJIjoKE0xpc3RCdWNrZXRzUmVzcG9uc2USIwoHYnVja2V0cxgBIAMoCzISLnBvbGljeWQudjEuQnVja2V0IiIKEEdldEJ1Y2tldFJlcXVlc3QSDgoGYnVja2V0GAEgASgJIjcKEUdldEJ1Y2tldFJlc3BvbnNlEiIKBmJ1Y2tldBgBIAEoCzISLnBvbGljeWQudjEuQnVja2V0MvkBCgxGbGVldFNlcnZpY2USTgoLTGlzdEJ1Y2tldHMSHi5wb2xpY3lkLnYxLkxpc3RCdWNrZXRzUmVxdWVzdBofLnBvbGljeWQudjEuTGlzdEJ1Y2tldHNSZXNwb25zZRJICglHZXRCdWNrZXQSHC5wb2xpY3lkLnYxLkdldEJ1Y2tldFJlcXVlc3QaHS5wb2xpY3lkLnYxLkdldEJ1Y2tldFJlc3BvbnNlEk8KCkNvb3JkaW5hdGUSHS5wb2xpY3lkLnYxLkNvb3JkaW5hdGVSZXF1ZXN0Gh4ucG9saWN5ZC52MS5Db29yZGluYXRlUmVzcG9uc2UoATABQjVaM2dpdGh1Yi5jb20vcG9saWN5ZC9wb2xpY3lkL2dlbi9wb2xpY3lkL3YxO3BvbGljeWR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_policyd_v1_policy]);
+
+/**
+ * CoordinateRequest is one message up the stream.
+ *
+ * @generated from message policyd.v1.CoordinateRequest
+ */
+export type CoordinateRequest = Message<"policyd.v1.CoordinateRequest"> & {
+  /**
+   * The client process's id, as NextDelayRequest.client_id: required in the
+   * first message, ignored after it. At most 128 bytes.
+   *
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * First message only: the profile whose fallback chains name the
+   * assignments' fallbacks; empty means "default".
+   *
+   * @generated from field: string profile = 2;
+   */
+  profile: string;
+
+  /**
+   * Counts since the bucket's last report, for each bucket with activity; at most 256.
+   *
+   * @generated from field: repeated policyd.v1.BucketUsage usage = 3;
+   */
+  usage: BucketUsage[];
+};
+
+/**
+ * Describes the message policyd.v1.CoordinateRequest.
+ * Use `create(CoordinateRequestSchema)` to create a new message.
+ */
+export const CoordinateRequestSchema: GenMessage<CoordinateRequest> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 0);
+
+/**
+ * BucketTarget names what a client calls; the daemon maps it to its
+ * buckets (availability, rate limit, auth). The tenant comes from auth.
+ *
+ * @generated from message policyd.v1.BucketTarget
+ */
+export type BucketTarget = Message<"policyd.v1.BucketTarget"> & {
+  /**
+   * Required, as Failure.provider.
+   *
+   * @generated from field: string provider = 1;
+   */
+  provider: string;
+
+  /**
+   * @generated from field: string model = 2;
+   */
+  model: string;
+
+  /**
+   * As Failure.key_id: a label of the credential, never the secret; at most 128 bytes.
+   *
+   * @generated from field: string key_id = 3;
+   */
+  keyId: string;
+};
+
+/**
+ * Describes the message policyd.v1.BucketTarget.
+ * Use `create(BucketTargetSchema)` to create a new message.
+ */
+export const BucketTargetSchema: GenMessage<BucketTarget> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 1);
+
+/**
+ * BucketUsage is one bucket's counts over one interval.
+ *
+ * @generated from message policyd.v1.BucketUsage
+ */
+export type BucketUsage = Message<"policyd.v1.BucketUsage"> & {
+  /**
+   * @generated from field: policyd.v1.BucketTarget target = 1;
+   */
+  target?: BucketTarget | undefined;
+
+  /**
+   * Since this bucket's last report (or its first use): more than 0, at most 10 minutes.
+   *
+   * @generated from field: google.protobuf.Duration elapsed = 2;
+   */
+  elapsed?: Duration | undefined;
+
+  /**
+   * First attempts the gate admitted, and those it did not (stopped, fell back).
+   *
+   * @generated from field: uint64 admitted = 3;
+   */
+  admitted: bigint;
+
+  /**
+   * @generated from field: uint64 shed = 4;
+   */
+  shed: bigint;
+
+  /**
+   * Attempts that succeeded.
+   *
+   * @generated from field: uint64 succeeded = 5;
+   */
+  succeeded: bigint;
+
+  /**
+   * Failures decided locally, without NextDelay (the daemon unreachable);
+   * the others reach the daemon through NextDelay.
+   *
+   * @generated from field: uint64 failed = 6;
+   */
+  failed: bigint;
+
+  /**
+   * Retries sent.
+   *
+   * @generated from field: uint64 retries = 7;
+   */
+  retries: bigint;
+
+  /**
+   * The rate-limit headers of the last success, as received: only
+   * x-ratelimit-* and anthropic-ratelimit-* (at most 16, values at most 64 bytes).
+   *
+   * @generated from field: map<string, string> rate_limit_headers = 8;
+   */
+  rateLimitHeaders: { [key: string]: string };
+};
+
+/**
+ * Describes the message policyd.v1.BucketUsage.
+ * Use `create(BucketUsageSchema)` to create a new message.
+ */
+export const BucketUsageSchema: GenMessage<BucketUsage> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 2);
+
+/**
+ * CoordinateResponse is one message down the stream.
+ *
+ * @generated from message policyd.v1.CoordinateResponse
+ */
+export type CoordinateResponse = Message<"policyd.v1.CoordinateResponse"> & {
+  /**
+   * @generated from field: repeated policyd.v1.Assignment assignments = 1;
+   */
+  assignments: Assignment[];
+};
+
+/**
+ * Describes the message policyd.v1.CoordinateResponse.
+ * Use `create(CoordinateResponseSchema)` to create a new message.
+ */
+export const CoordinateResponseSchema: GenMessage<CoordinateResponse> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 3);
+
+/**
+ * Assignment is what a client's gate does with first attempts to one
+ * bucket. Durations count from receipt.
+ *
+ * @generated from message policyd.v1.Assignment
+ */
+export type Assignment = Message<"policyd.v1.Assignment"> & {
+  /**
+   * @generated from field: policyd.v1.BucketTarget target = 1;
+   */
+  target?: BucketTarget | undefined;
+
+  /**
+   * The bucket went idle: forget it and stop reporting it until it is used
+   * again. The other fields are unset.
+   *
+   * @generated from field: bool abandon = 2;
+   */
+  abandon: boolean;
+
+  /**
+   * How long the assignment holds; the daemon refreshes it before then.
+   * Past it, the client keeps it a short while, then uses its own budget.
+   *
+   * @generated from field: google.protobuf.Duration ttl = 3;
+   */
+  ttl?: Duration | undefined;
+
+  /**
+   * @generated from field: policyd.v1.BreakerState breaker = 4;
+   */
+  breaker: BreakerState;
+
+  /**
+   * No first attempt before receipt + hold: the shared cooldown plus this
+   * client's stagger slot.
+   *
+   * @generated from field: google.protobuf.Duration hold = 5;
+   */
+  hold?: Duration | undefined;
+
+  /**
+   * The key is stopped for the fleet this long (a revoked key, a quota).
+   *
+   * @generated from field: google.protobuf.Duration stop = 6;
+   */
+  stop?: Duration | undefined;
+
+  /**
+   * The share of first attempts to admit, in [0, 1]: 1 unless slow start
+   * or quota pacing limit them.
+   *
+   * @generated from field: double admit_fraction = 7;
+   */
+  admitFraction: number;
+
+  /**
+   * While the breaker is half-open: first attempts this client may send as
+   * the fleet's probes.
+   *
+   * @generated from field: uint32 probe_permits = 8;
+   */
+  probePermits: number;
+
+  /**
+   * Why, for a human: "breaker open: 24 failures in 10s from 6 clients".
+   *
+   * @generated from field: string reason = 9;
+   */
+  reason: string;
+
+  /**
+   * Where to go when the gate does not admit and the caller can fall back.
+   *
+   * @generated from field: policyd.v1.Fallback fallback = 10;
+   */
+  fallback?: Fallback | undefined;
+};
+
+/**
+ * Describes the message policyd.v1.Assignment.
+ * Use `create(AssignmentSchema)` to create a new message.
+ */
+export const AssignmentSchema: GenMessage<Assignment> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 4);
 
 /**
  * Bucket is one bucket's state and the counts behind it.
@@ -90,6 +334,53 @@ export type Bucket = Message<"policyd.v1.Bucket"> & {
    * @generated from field: google.protobuf.Duration idle = 11;
    */
   idle?: Duration | undefined;
+
+  /**
+   * Coordinate streams: the client processes reporting on the bucket in the
+   * breaker's window, and totals since the daemon started.
+   *
+   * @generated from field: int32 streaming_clients = 12;
+   */
+  streamingClients: number;
+
+  /**
+   * @generated from field: int64 reports = 13;
+   */
+  reports: bigint;
+
+  /**
+   * @generated from field: int64 assignments_sent = 14;
+   */
+  assignmentsSent: bigint;
+
+  /**
+   * @generated from field: int64 first_attempts_admitted = 15;
+   */
+  firstAttemptsAdmitted: bigint;
+
+  /**
+   * @generated from field: int64 first_attempts_shed = 16;
+   */
+  firstAttemptsShed: bigint;
+
+  /**
+   * @generated from field: int64 successes = 17;
+   */
+  successes: bigint;
+
+  /**
+   * The share of first attempts the fleet admits now, and why (slow start, pacing).
+   *
+   * @generated from field: double admit_fraction = 18;
+   */
+  admitFraction: number;
+
+  /**
+   * The provider's request limit per minute, from the last rate-limit headers (0: unknown).
+   *
+   * @generated from field: int64 requests_per_minute = 19;
+   */
+  requestsPerMinute: bigint;
 };
 
 /**
@@ -97,7 +388,7 @@ export type Bucket = Message<"policyd.v1.Bucket"> & {
  * Use `create(BucketSchema)` to create a new message.
  */
 export const BucketSchema: GenMessage<Bucket> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_fleet, 0);
+  messageDesc(file_policyd_v1_fleet, 5);
 
 /**
  * ListBucketsRequest filters the buckets; empty fields match all.
@@ -121,7 +412,7 @@ export type ListBucketsRequest = Message<"policyd.v1.ListBucketsRequest"> & {
  * Use `create(ListBucketsRequestSchema)` to create a new message.
  */
 export const ListBucketsRequestSchema: GenMessage<ListBucketsRequest> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_fleet, 1);
+  messageDesc(file_policyd_v1_fleet, 6);
 
 /**
  * ListBucketsResponse carries the buckets.
@@ -140,7 +431,7 @@ export type ListBucketsResponse = Message<"policyd.v1.ListBucketsResponse"> & {
  * Use `create(ListBucketsResponseSchema)` to create a new message.
  */
 export const ListBucketsResponseSchema: GenMessage<ListBucketsResponse> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_fleet, 2);
+  messageDesc(file_policyd_v1_fleet, 7);
 
 /**
  * GetBucketRequest names a bucket as FleetState.bucket shows it.
@@ -159,7 +450,7 @@ export type GetBucketRequest = Message<"policyd.v1.GetBucketRequest"> & {
  * Use `create(GetBucketRequestSchema)` to create a new message.
  */
 export const GetBucketRequestSchema: GenMessage<GetBucketRequest> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_fleet, 3);
+  messageDesc(file_policyd_v1_fleet, 8);
 
 /**
  * GetBucketResponse carries the bucket.
@@ -178,7 +469,7 @@ export type GetBucketResponse = Message<"policyd.v1.GetBucketResponse"> & {
  * Use `create(GetBucketResponseSchema)` to create a new message.
  */
 export const GetBucketResponseSchema: GenMessage<GetBucketResponse> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_fleet, 4);
+  messageDesc(file_policyd_v1_fleet, 9);
 
 /**
  * FleetService shows what fleet memory knows: per bucket (a provider, model
@@ -207,6 +498,21 @@ export const FleetService: GenService<{
     methodKind: "unary";
     input: typeof GetBucketRequestSchema;
     output: typeof GetBucketResponseSchema;
+  },
+  /**
+   * Coordinate is one stream per client process. The client sends its id,
+   * then about once a second its counts for each bucket it used; the daemon
+   * pushes each bucket's assignment when it changes and refreshes it before
+   * its time to live ends. The client's gate applies the assignment to
+   * first attempts without an RPC: admit, wait out a hold, fall back, or
+   * stop. The first report on a bucket subscribes to it.
+   *
+   * @generated from rpc policyd.v1.FleetService.Coordinate
+   */
+  coordinate: {
+    methodKind: "bidi_streaming";
+    input: typeof CoordinateRequestSchema;
+    output: typeof CoordinateResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_policyd_v1_fleet, 0);

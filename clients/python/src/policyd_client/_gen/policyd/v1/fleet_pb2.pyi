@@ -10,8 +10,85 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class CoordinateRequest(_message.Message):
+    __slots__ = ("client_id", "profile", "usage")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    profile: str
+    usage: _containers.RepeatedCompositeFieldContainer[BucketUsage]
+    def __init__(self, client_id: _Optional[str] = ..., profile: _Optional[str] = ..., usage: _Optional[_Iterable[_Union[BucketUsage, _Mapping]]] = ...) -> None: ...
+
+class BucketTarget(_message.Message):
+    __slots__ = ("provider", "model", "key_id")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    model: str
+    key_id: str
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ...) -> None: ...
+
+class BucketUsage(_message.Message):
+    __slots__ = ("target", "elapsed", "admitted", "shed", "succeeded", "failed", "retries", "rate_limit_headers")
+    class RateLimitHeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_FIELD_NUMBER: _ClassVar[int]
+    ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    SHED_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    target: BucketTarget
+    elapsed: _duration_pb2.Duration
+    admitted: int
+    shed: int
+    succeeded: int
+    failed: int
+    retries: int
+    rate_limit_headers: _containers.ScalarMap[str, str]
+    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admitted: _Optional[int] = ..., shed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., rate_limit_headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class CoordinateResponse(_message.Message):
+    __slots__ = ("assignments",)
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    assignments: _containers.RepeatedCompositeFieldContainer[Assignment]
+    def __init__(self, assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
+
+class Assignment(_message.Message):
+    __slots__ = ("target", "abandon", "ttl", "breaker", "hold", "stop", "admit_fraction", "probe_permits", "reason", "fallback")
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    ABANDON_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    BREAKER_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    ADMIT_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    PROBE_PERMITS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    target: BucketTarget
+    abandon: bool
+    ttl: _duration_pb2.Duration
+    breaker: _policy_pb2.BreakerState
+    hold: _duration_pb2.Duration
+    stop: _duration_pb2.Duration
+    admit_fraction: float
+    probe_permits: int
+    reason: str
+    fallback: _policy_pb2.Fallback
+    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., abandon: _Optional[bool] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ..., hold: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admit_fraction: _Optional[float] = ..., probe_permits: _Optional[int] = ..., reason: _Optional[str] = ..., fallback: _Optional[_Union[_policy_pb2.Fallback, _Mapping]] = ...) -> None: ...
+
 class Bucket(_message.Message):
-    __slots__ = ("state", "scope", "provider", "model", "key_id", "window_failures", "window_clients", "open_period", "decisions_changed", "first_client_id", "idle")
+    __slots__ = ("state", "scope", "provider", "model", "key_id", "window_failures", "window_clients", "open_period", "decisions_changed", "first_client_id", "idle", "streaming_clients", "reports", "assignments_sent", "first_attempts_admitted", "first_attempts_shed", "successes", "admit_fraction", "requests_per_minute")
     STATE_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +100,14 @@ class Bucket(_message.Message):
     DECISIONS_CHANGED_FIELD_NUMBER: _ClassVar[int]
     FIRST_CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     IDLE_FIELD_NUMBER: _ClassVar[int]
+    STREAMING_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_SENT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ATTEMPTS_ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ATTEMPTS_SHED_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSES_FIELD_NUMBER: _ClassVar[int]
+    ADMIT_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
     state: _policy_pb2.FleetState
     scope: str
     provider: str
@@ -34,7 +119,15 @@ class Bucket(_message.Message):
     decisions_changed: int
     first_client_id: str
     idle: _duration_pb2.Duration
-    def __init__(self, state: _Optional[_Union[_policy_pb2.FleetState, _Mapping]] = ..., scope: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ..., window_failures: _Optional[int] = ..., window_clients: _Optional[int] = ..., open_period: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., decisions_changed: _Optional[int] = ..., first_client_id: _Optional[str] = ..., idle: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    streaming_clients: int
+    reports: int
+    assignments_sent: int
+    first_attempts_admitted: int
+    first_attempts_shed: int
+    successes: int
+    admit_fraction: float
+    requests_per_minute: int
+    def __init__(self, state: _Optional[_Union[_policy_pb2.FleetState, _Mapping]] = ..., scope: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ..., window_failures: _Optional[int] = ..., window_clients: _Optional[int] = ..., open_period: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., decisions_changed: _Optional[int] = ..., first_client_id: _Optional[str] = ..., idle: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., streaming_clients: _Optional[int] = ..., reports: _Optional[int] = ..., assignments_sent: _Optional[int] = ..., first_attempts_admitted: _Optional[int] = ..., first_attempts_shed: _Optional[int] = ..., successes: _Optional[int] = ..., admit_fraction: _Optional[float] = ..., requests_per_minute: _Optional[int] = ...) -> None: ...
 
 class ListBucketsRequest(_message.Message):
     __slots__ = ("provider", "model")

@@ -47,6 +47,11 @@ class FleetServiceStub:
                 request_serializer=policyd_dot_v1_dot_fleet__pb2.GetBucketRequest.SerializeToString,
                 response_deserializer=policyd_dot_v1_dot_fleet__pb2.GetBucketResponse.FromString,
                 _registered_method=True)
+        self.Coordinate = channel.stream_stream(
+                '/policyd.v1.FleetService/Coordinate',
+                request_serializer=policyd_dot_v1_dot_fleet__pb2.CoordinateRequest.SerializeToString,
+                response_deserializer=policyd_dot_v1_dot_fleet__pb2.CoordinateResponse.FromString,
+                _registered_method=True)
 
 
 class FleetServiceServicer:
@@ -69,6 +74,18 @@ class FleetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Coordinate(self, request_iterator, context):
+        """Coordinate is one stream per client process. The client sends its id,
+        then about once a second its counts for each bucket it used; the daemon
+        pushes each bucket's assignment when it changes and refreshes it before
+        its time to live ends. The client's gate applies the assignment to
+        first attempts without an RPC: admit, wait out a hold, fall back, or
+        stop. The first report on a bucket subscribes to it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FleetServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -81,6 +98,11 @@ def add_FleetServiceServicer_to_server(servicer, server):
                     servicer.GetBucket,
                     request_deserializer=policyd_dot_v1_dot_fleet__pb2.GetBucketRequest.FromString,
                     response_serializer=policyd_dot_v1_dot_fleet__pb2.GetBucketResponse.SerializeToString,
+            ),
+            'Coordinate': grpc.stream_stream_rpc_method_handler(
+                    servicer.Coordinate,
+                    request_deserializer=policyd_dot_v1_dot_fleet__pb2.CoordinateRequest.FromString,
+                    response_serializer=policyd_dot_v1_dot_fleet__pb2.CoordinateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -140,6 +162,33 @@ class FleetService:
             '/policyd.v1.FleetService/GetBucket',
             policyd_dot_v1_dot_fleet__pb2.GetBucketRequest.SerializeToString,
             policyd_dot_v1_dot_fleet__pb2.GetBucketResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Coordinate(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/policyd.v1.FleetService/Coordinate',
+            policyd_dot_v1_dot_fleet__pb2.CoordinateRequest.SerializeToString,
+            policyd_dot_v1_dot_fleet__pb2.CoordinateResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -67,6 +67,7 @@ class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STOP_REASON_CIRCUIT_OPEN: _ClassVar[StopReason]
     STOP_REASON_RETRY_BUDGET_EXHAUSTED: _ClassVar[StopReason]
     STOP_REASON_FLEET_STOP: _ClassVar[StopReason]
+    STOP_REASON_FLEET_SHED: _ClassVar[StopReason]
 
 class BreakerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -153,6 +154,7 @@ STOP_REASON_STREAM_PHASE: StopReason
 STOP_REASON_CIRCUIT_OPEN: StopReason
 STOP_REASON_RETRY_BUDGET_EXHAUSTED: StopReason
 STOP_REASON_FLEET_STOP: StopReason
+STOP_REASON_FLEET_SHED: StopReason
 BREAKER_STATE_UNSPECIFIED: BreakerState
 BREAKER_STATE_CLOSED: BreakerState
 BREAKER_STATE_OPEN: BreakerState
