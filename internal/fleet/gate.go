@@ -1,0 +1,156 @@
+package fleet
+
+import (
+	"time"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+)
+
+// Gate is one client process's gate for one target, as docs/clients.md
+// ("The fleet gate") states it and clients/testdata/gate.json pins it: the
+// three clients implement it in their languages, and the simulation runs
+// this one. It is not safe for concurrent use.
+type Gate struct {
+	a          *GateAssignment
+	receivedAt time.Time
+	permits    uint32
+
+	tokens   float64
+	tokensAt time.Time
+
+	Admitted, Shed int64
+}
+
+// The gate's constants (docs/clients.md).
+const (
+	// GateGrace is how long an expired assignment is kept.
+	GateGrace = 10 * time.Second
+	// The process's own budget: gRPC A6's retry throttling, with a refill
+	// by time so that a process that sends nothing tries again.
+	ownMaxTokens   = 10.0
+	ownThreshold   = ownMaxTokens / 2
+	ownSuccessGain = 0.1
+	ownRefill      = 0.1 // tokens a second
+)
+
+// GateAssignment is an assignment as the gate keeps it.
+type GateAssignment struct {
+	TTL           time.Duration
+	Breaker       BreakerState
+	Hold, Stop    time.Duration
+	AdmitFraction float64
+	ProbePermits  uint32
+	Reason        string
+	Fallback      *policydv1.Fallback
+}
+
+// GateAction is what the gate does with a first attempt.
+type GateAction uint8
+
+const (
+	GateAdmit GateAction = iota
+	GateWait
+	GateFallBack
+	GateStop
+)
+
+// GateVerdict is the gate's answer.
+type GateVerdict struct {
+	Action GateAction
+	Wait   time.Duration
+	Probe  bool
+	// StopReason says why a first attempt was not admitted.
+	StopReason policydv1.StopReason
+	Fallback   *policydv1.Fallback
+	Reason     string
+}
+
+// NewGate returns a gate with a full budget.
+func NewGate() *Gate { return &Gate{tokens: ownMaxTokens} }
+
+// Assign receives a (nil: abandon).
+func (g *Gate) Assign(now time.Time, a *GateAssignment) {
+	g.a, g.receivedAt = a, now
+	if a != nil {
+		g.permits = a.ProbePermits
+	}
+}
+
+// Assigned says whether the gate holds an assignment.
+func (g *Gate) Assigned() bool { return g.a != nil }
+
+// Record counts an attempt's outcome in the process's own budget.
+func (g *Gate) Record(now time.Time, ok bool) {
+	g.refill(now)
+	if ok {
+		g.tokens = min(ownMaxTokens, g.tokens+ownSuccessGain)
+	} else {
+		g.tokens = max(0, g.tokens-1)
+	}
+}
+
+func (g *Gate) refill(now time.Time) {
+	if !g.tokensAt.IsZero() {
+		if dt := now.Sub(g.tokensAt); dt > 0 {
+			g.tokens = min(ownMaxTokens, g.tokens+ownRefill*dt.Seconds())
+		}
+	}
+	if now.After(g.tokensAt) {
+		g.tokensAt = now
+	}
+}
+
+// Check gates a first attempt: deadline is the time left before the
+// caller's deadline (negative: none), draw uniform in [0, 1).
+func (g *Gate) Check(now time.Time, deadline time.Duration, canFallBack bool, draw float64) GateVerdict {
+	v := g.check(now, deadline, draw)
+	if v.Action == GateStop {
+		g.Shed++
+		if canFallBack && g.a != nil && g.a.Fallback != nil {
+			v.Action, v.Fallback = GateFallBack, g.a.Fallback
+		}
+	} else {
+		g.Admitted++
+	}
+	return v
+}
+
+func (g *Gate) check(now time.Time, deadline time.Duration, draw float64) GateVerdict {
+	g.refill(now)
+	a := g.a
+	if a == nil {
+		return GateVerdict{}
+	}
+	stop := func(r policydv1.StopReason) GateVerdict {
+		return GateVerdict{Action: GateStop, StopReason: r, Reason: a.Reason}
+	}
+	age := now.Sub(g.receivedAt)
+	if age >= a.TTL+GateGrace {
+		if g.tokens > ownThreshold {
+			return GateVerdict{}
+		}
+		return GateVerdict{Action: GateStop, StopReason: policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED,
+			Reason: "policyd is unreachable and this process's own budget for the target is spent"}
+	}
+	switch {
+	case a.Stop > age:
+		return stop(policydv1.StopReason_STOP_REASON_FLEET_STOP)
+	case a.Breaker == Open:
+		return stop(policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN)
+	case a.Breaker == HalfOpen:
+		if g.permits == 0 {
+			return stop(policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN)
+		}
+		g.permits--
+		return GateVerdict{Probe: true}
+	case a.AdmitFraction < 1 && draw >= a.AdmitFraction:
+		return stop(policydv1.StopReason_STOP_REASON_FLEET_SHED)
+	case a.Hold > age:
+		left := a.Hold - age
+		if deadline >= 0 && left > deadline {
+			return stop(policydv1.StopReason_STOP_REASON_DEADLINE)
+		}
+		return GateVerdict{Action: GateWait, Wait: left}
+	}
+	return GateVerdict{}
+}

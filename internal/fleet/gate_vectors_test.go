@@ -1,0 +1,130 @@
+package fleet
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/enums"
+)
+
+// gateVectors is clients/testdata/gate.json, which the three clients' gates
+// read too (docs/clients.md, "The fleet gate").
+type gateVectors struct {
+	Cases []struct {
+		ID    string `json:"id"`
+		Steps []struct {
+			AtMs   int64 `json:"at_ms"`
+			Assign *struct {
+				TTLMs         int64           `json:"ttl_ms"`
+				Breaker       string          `json:"breaker"`
+				HoldMs        int64           `json:"hold_ms"`
+				StopMs        int64           `json:"stop_ms"`
+				AdmitFraction float64         `json:"admit_fraction"`
+				ProbePermits  uint32          `json:"probe_permits"`
+				Reason        string          `json:"reason"`
+				Fallback      *vectorFallback `json:"fallback"`
+			} `json:"assign"`
+			Abandon bool   `json:"abandon"`
+			Outcome string `json:"outcome"`
+			Gate    *struct {
+				DeadlineMs  *int64  `json:"deadline_ms"`
+				CanFallBack bool    `json:"can_fall_back"`
+				Draw        float64 `json:"draw"`
+			} `json:"gate"`
+			Want struct {
+				Action     string          `json:"action"`
+				WaitMs     int64           `json:"wait_ms"`
+				Probe      bool            `json:"probe"`
+				StopReason string          `json:"stop_reason"`
+				Fallback   *vectorFallback `json:"fallback"`
+			} `json:"want"`
+		} `json:"steps"`
+		Counts *struct{ Admitted, Shed int64 } `json:"counts"`
+	} `json:"cases"`
+}
+
+type vectorFallback struct {
+	Kind, Provider, Model, Reason string
+}
+
+func (f *vectorFallback) proto(t *testing.T) *policydv1.Fallback {
+	if f == nil {
+		return nil
+	}
+	k, ok := enums.Parse[policydv1.FallbackKind](f.Kind)
+	if !ok {
+		t.Fatalf("fallback kind %q", f.Kind)
+	}
+	return &policydv1.Fallback{Kind: k, Provider: f.Provider, Model: f.Model, Reason: f.Reason}
+}
+
+var gateActionNames = map[GateAction]string{GateAdmit: "admit", GateWait: "wait", GateFallBack: "fall_back", GateStop: "stop"}
+
+func TestGateVectors(t *testing.T) {
+	b, err := os.ReadFile("../../clients/testdata/gate.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v gateVectors
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Cases) == 0 {
+		t.Fatal("no cases")
+	}
+	breakers := map[string]BreakerState{"CLOSED": Closed, "OPEN": Open, "HALF_OPEN": HalfOpen}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range v.Cases {
+		t.Run(c.ID, func(t *testing.T) {
+			g := NewGate()
+			for i, s := range c.Steps {
+				now := t0.Add(time.Duration(s.AtMs) * time.Millisecond)
+				switch {
+				case s.Assign != nil:
+					a := s.Assign
+					br, ok := breakers[a.Breaker]
+					if !ok {
+						t.Fatalf("step %d: breaker %q", i, a.Breaker)
+					}
+					g.Assign(now, &GateAssignment{TTL: ms(a.TTLMs), Breaker: br, Hold: ms(a.HoldMs), Stop: ms(a.StopMs),
+						AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason, Fallback: a.Fallback.proto(t)})
+				case s.Abandon:
+					g.Assign(now, nil)
+				case s.Outcome != "":
+					g.Record(now, s.Outcome == "success")
+				case s.Gate != nil:
+					deadline := time.Duration(-1)
+					if s.Gate.DeadlineMs != nil {
+						deadline = ms(*s.Gate.DeadlineMs)
+					}
+					got := g.Check(now, deadline, s.Gate.CanFallBack, s.Gate.Draw)
+					w := s.Want
+					if gateActionNames[got.Action] != w.Action || got.Wait != ms(w.WaitMs) || got.Probe != w.Probe {
+						t.Fatalf("step %d at %dms: got %s wait %v probe %v, want %s wait %dms probe %v",
+							i, s.AtMs, gateActionNames[got.Action], got.Wait, got.Probe, w.Action, w.WaitMs, w.Probe)
+					}
+					if w.Action == "stop" && enums.Short(got.StopReason) != w.StopReason {
+						t.Fatalf("step %d: stop reason %s, want %s", i, enums.Short(got.StopReason), w.StopReason)
+					}
+					if w.Action == "fall_back" && !equalFallback(got.Fallback, w.Fallback.proto(t)) {
+						t.Fatalf("step %d: fallback %v, want %v", i, got.Fallback, w.Fallback)
+					}
+				default:
+					t.Fatalf("step %d does nothing", i)
+				}
+			}
+			if c.Counts != nil && (g.Admitted != c.Counts.Admitted || g.Shed != c.Counts.Shed) {
+				t.Fatalf("counts admitted %d shed %d, want %d %d", g.Admitted, g.Shed, c.Counts.Admitted, c.Counts.Shed)
+			}
+		})
+	}
+}
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+func equalFallback(a, b *policydv1.Fallback) bool {
+	return a.GetKind() == b.GetKind() && a.GetProvider() == b.GetProvider() && a.GetModel() == b.GetModel() && a.GetReason() == b.GetReason()
+}
