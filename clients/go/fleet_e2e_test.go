@@ -35,7 +35,7 @@ profiles:
                    retry_after_jitter: 0.1, retry_after_ceiling: 10s, fallback: none}
       TIMEOUT: {retry: true, max_attempts: 3, backoff: constant, initial_delay: 100ms}
 fleet:
-  breaker: {failures: 20, min_clients: 3, window: 5s, open_for: 2s, max_open_for: 4s, probe_interval: 200ms, close_after: 600ms}
+  breaker: {min_volume: 20, min_clients: 3, window: 5s, open_for: 2s, max_open_for: 4s, probe_interval: 200ms, close_after: 600ms}
   retry_budget: {burst: 10, floor: 2}
 `
 

@@ -59,6 +59,25 @@ type Bucket struct {
 	tokens    float64
 	tokensAt  time.Time
 	exhausted bool
+
+	// What Coordinate streams report (stream.go): outcomes and first
+	// attempts per second over the breaker's window, successes since the
+	// breaker went half-open, the end of the last close (slow start), the
+	// provider's request limit, and the stream clients' hold slots.
+	successes, admitted, firstAttempts, retries ring
+	probeOK                                     int
+	reportedAt, closedAt                        time.Time
+	rpm                                         int64
+	holdSlots                                   map[string]int
+	streamClients                               map[string]time.Time
+	shedPending                                 int64
+	shedEventAt                                 time.Time
+	totals                                      streamTotals
+}
+
+// streamTotals are a bucket's stream counts since the daemon started.
+type streamTotals struct {
+	reports, assignments, admitted, shed, successes int64
 }
 
 // Key is the bucket's name.
@@ -93,24 +112,48 @@ func stopsKey(t policydv1.FailureType) bool {
 // advance moves the breaker along its timers: open → half-open when the
 // open period ends, half-open → closed after CloseAfter with no counted
 // failure.
-func (b *Bucket) advance(now time.Time, c *BreakerConfig, emit func(Event)) {
+func (b *Bucket) advance(now time.Time, cfg *Config, emit func(Event)) {
+	c := &cfg.Breaker
 	if b.state == Open && !now.Before(b.openUntil) {
 		b.state, b.halfOpenAt, b.nextProbe = HalfOpen, b.openUntil, b.openUntil
 		emit(Event{At: b.openUntil, Key: b.key, Kind: EventBreakerHalfOpen,
 			Reason: fmt.Sprintf("open for %v; probing, 1 retry per %v for the fleet", b.openPeriod, c.ProbeInterval)})
 	}
-	if b.state == HalfOpen {
-		quietSince := b.halfOpenAt
-		if b.lastCounted.After(quietSince) {
-			quietSince = b.lastCounted
+	if b.state != HalfOpen {
+		return
+	}
+	if b.streamed(now, c) {
+		// Clients report their successes: close on the probes' successes.
+		if b.probeOK >= c.CloseSuccesses {
+			b.close(now, fmt.Sprintf("%d successes reported while half-open", b.probeOK), cfg, emit)
 		}
-		if at := quietSince.Add(c.CloseAfter); !now.Before(at) {
-			b.state, b.openPeriod = Closed, 0
-			b.window.reset()
-			clear(b.clients)
-			emit(Event{At: at, Key: b.key, Kind: EventBreakerClose,
-				Reason: fmt.Sprintf("no counted failure for %v while half-open", c.CloseAfter)})
-		}
+		return
+	}
+	quietSince := b.halfOpenAt
+	if b.lastCounted.After(quietSince) {
+		quietSince = b.lastCounted
+	}
+	if at := quietSince.Add(c.CloseAfter); !now.Before(at) {
+		b.close(at, fmt.Sprintf("no counted failure for %v while half-open", c.CloseAfter), cfg, emit)
+	}
+}
+
+// streamed says whether Coordinate streams report on the bucket (within
+// the breaker's window), so that its successes are known.
+func (b *Bucket) streamed(now time.Time, c *BreakerConfig) bool {
+	return !b.reportedAt.IsZero() && now.Sub(b.reportedAt) < c.Window
+}
+
+func (b *Bucket) close(at time.Time, why string, c *Config, emit func(Event)) {
+	b.state, b.openPeriod, b.probeOK, b.closedAt = Closed, 0, 0, at
+	b.window.reset()
+	b.successes.reset()
+	clear(b.clients)
+	emit(Event{At: at, Key: b.key, Kind: EventBreakerClose, Reason: why})
+	if c.SlowStart.Window > 0 {
+		emit(Event{At: at, Key: b.key, Kind: EventSlowStart,
+			Reason: fmt.Sprintf("first attempts admitted from %.0f %% to all over %v", 100*c.SlowStart.From, c.SlowStart.Window),
+			Counts: map[string]int64{"window_ms": c.SlowStart.Window.Milliseconds()}})
 	}
 }
 
@@ -127,26 +170,49 @@ func (b *Bucket) countFailure(now time.Time, client string, t policydv1.FailureT
 			fmt.Sprintf("a %s while half-open", typeName(t)), emit)
 		return
 	}
+	b.addFailures(now, client, 1, c)
+	b.maybeOpen(now, client, typeName(t), c, emit)
+}
+
+func (b *Bucket) ensureRings(c *BreakerConfig) {
 	if b.window.secs == nil {
-		b.window = newRing(c.Window)
+		b.window, b.successes = newRing(c.Window), newRing(c.Window)
+		b.admitted, b.firstAttempts, b.retries = newRing(c.Window), newRing(c.Window), newRing(c.Window)
 		b.clients = make(map[string]time.Time)
 	}
-	b.window.add(now, 1)
+}
+
+// addFailures counts n failures of client's in the breaker's window.
+func (b *Bucket) addFailures(now time.Time, client string, n int, c *BreakerConfig) {
+	b.ensureRings(c)
+	b.window.add(now, n)
 	if len(b.clients) < 1024 {
 		b.clients[client] = now
 	} else if _, ok := b.clients[client]; ok {
 		b.clients[client] = now
 	}
+}
+
+// maybeOpen opens a closed breaker whose window has enough outcomes, a
+// high enough share of failures, from enough clients.
+func (b *Bucket) maybeOpen(now time.Time, client, last string, c *BreakerConfig, emit func(Event)) {
+	if b.state != Closed || b.window.secs == nil {
+		return
+	}
 	failures := b.window.sum(now)
-	if failures < c.Failures {
+	volume := failures + b.successes.sum(now)
+	if volume < c.MinVolume || float64(failures) < c.FailureRate*float64(volume) {
 		return
 	}
 	clients := b.windowClients(now, c.Window)
 	if clients < c.MinClients {
 		return
 	}
-	b.open(now, c.OpenFor, client,
-		fmt.Sprintf("%d failures in %v from %d clients (last: %s)", failures, c.Window, clients, typeName(t)), emit)
+	why := fmt.Sprintf("%d failures in %v from %d clients (last: %s)", failures, c.Window, clients, last)
+	if volume > failures {
+		why = fmt.Sprintf("%d of %d attempts failed in %v, from %d clients (last: %s)", failures, volume, c.Window, clients, last)
+	}
+	b.open(now, c.OpenFor, client, why, emit)
 }
 
 func (b *Bucket) windowClients(now time.Time, window time.Duration) int {
@@ -165,7 +231,7 @@ func (b *Bucket) open(now time.Time, period time.Duration, client, why string, e
 	if period <= 0 {
 		period = time.Second
 	}
-	b.state, b.openPeriod, b.openUntil, b.openWhy = Open, period, now.Add(period), why
+	b.state, b.openPeriod, b.openUntil, b.openWhy, b.probeOK = Open, period, now.Add(period), why, 0
 	emit(Event{At: now, Key: b.key, Kind: EventBreakerOpen, ClientID: client,
 		Reason: fmt.Sprintf("%s; open for %v", why, period),
 		Counts: map[string]int64{"open_ms": period.Milliseconds()}})
@@ -179,6 +245,7 @@ func (b *Bucket) setHold(now time.Time, hint time.Duration, client string, emit 
 	}
 	if !now.Before(b.holdUntil) { // a new hold, not an extension
 		b.waiters, b.holdSpan = 0, hint
+		clear(b.holdSlots)
 		emit(Event{At: now, Key: b.key, Kind: EventHoldSet, ClientID: client,
 			Reason: fmt.Sprintf("a server asked to wait %v", hint.Round(time.Millisecond)),
 			Counts: map[string]int64{"hold_ms": hint.Milliseconds()}})
@@ -215,19 +282,68 @@ func (b *Bucket) releaseWindow(c *HoldConfig) time.Duration {
 	return min(max(w, c.MinSpread), c.MaxSpread)
 }
 
+// refillRate is the budget's refill per second: the floor plus the ratio
+// of the first attempts streams reported over the window.
+func (b *Bucket) refillRate(now time.Time, c *Config) float64 {
+	r := c.Budget.Floor
+	if b.admitted.secs != nil {
+		r += c.Budget.Ratio * float64(b.admitted.sum(now)) / c.Breaker.Window.Seconds()
+	}
+	return r
+}
+
+// burst is the most tokens the budget holds: Burst, or a second's refill
+// when the reported traffic makes that larger.
+func (b *Bucket) burst(now time.Time, c *Config) float64 {
+	return max(c.Budget.Burst, b.refillRate(now, c))
+}
+
 // refill brings the budget's tokens up to now.
-func (b *Bucket) refill(now time.Time, c *BudgetConfig) {
+func (b *Bucket) refill(now time.Time, c *Config) {
+	burst := b.burst(now, c)
 	if b.tokensAt.IsZero() {
-		b.tokens, b.tokensAt = c.Burst, now
+		b.tokens, b.tokensAt = burst, now
 		return
 	}
 	if dt := now.Sub(b.tokensAt); dt > 0 {
-		b.tokens = min(c.Burst, b.tokens+c.Floor*dt.Seconds())
+		b.tokens = min(burst, b.tokens+b.refillRate(now, c)*dt.Seconds())
 		b.tokensAt = now
 	}
-	if b.exhausted && b.tokens >= c.Burst/2 {
+	if b.exhausted && b.tokens >= burst/2 {
 		b.exhausted = false
 	}
+}
+
+// admitFraction is the share of first attempts the gates admit: the slow
+// start after a close (availability buckets) and the quota's pace (rate
+// limit buckets), whichever is lower.
+func (b *Bucket) admitFraction(now time.Time, c *Config) (float64, string) {
+	f, why := 1.0, ""
+	if !b.closedAt.IsZero() && c.SlowStart.Window > 0 && b.state == Closed {
+		if el := now.Sub(b.closedAt); el < c.SlowStart.Window {
+			f = c.SlowStart.From + (1-c.SlowStart.From)*float64(el)/float64(c.SlowStart.Window)
+			why = fmt.Sprintf("slow start after the breaker closed: %.0f %% of first attempts", 100*f)
+		}
+	}
+	if p := b.pace(now, c); p < f {
+		f, why = p, fmt.Sprintf("pacing a limit of %d requests a minute: %.0f %% of first attempts", b.rpm, 100*p)
+	}
+	return f, why
+}
+
+// pace is the share of first attempts that keeps the fleet at Share of the
+// provider's request limit, given the demand streams reported.
+func (b *Bucket) pace(now time.Time, c *Config) float64 {
+	if c.Pacing.Share == 0 || b.rpm <= 0 || b.firstAttempts.secs == nil {
+		return 1
+	}
+	secs := c.Breaker.Window.Seconds()
+	first := float64(b.firstAttempts.sum(now)) / secs
+	if first <= 0 {
+		return 1
+	}
+	room := c.Pacing.Share*float64(b.rpm)/60 - float64(b.retries.sum(now))/secs
+	return min(1, max(0, room/first))
 }
 
 func typeName(t policydv1.FailureType) string { return enums.Short(t) }

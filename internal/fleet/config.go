@@ -13,6 +13,12 @@ type Config struct {
 	Stop    StopConfig
 	Breaker BreakerConfig
 	Budget  BudgetConfig
+	// SlowStart ramps first attempts back after a breaker closes.
+	SlowStart SlowStartConfig
+	// Pacing shares a provider's request limit among the fleet's clients.
+	Pacing PacingConfig
+	// Stream sets the Coordinate stream's assignments.
+	Stream StreamConfig
 	// MaxBuckets bounds memory: past it, new buckets are not tracked (their
 	// decisions are answered as if the caller were alone) until idle ones go.
 	MaxBuckets int
@@ -44,11 +50,16 @@ type StopConfig struct {
 
 // BreakerConfig sets the circuit breakers (one per availability bucket).
 type BreakerConfig struct {
-	// Failures counted (overloaded, server error, timeout, connection) within
-	// Window from at least MinClients distinct clients open the breaker.
-	Failures   int
-	MinClients int
-	Window     time.Duration
+	// The breaker opens when, within Window, at least MinVolume outcomes
+	// were seen, at least FailureRate of them were counted failures
+	// (overloaded, server error, timeout, connection), and the failures came
+	// from at least MinClients distinct clients. Successes are known only
+	// from Coordinate reports: with no stream, the rate is 1 and the breaker
+	// opens at MinVolume failures.
+	MinVolume   int
+	FailureRate float64
+	MinClients  int
+	Window      time.Duration
 	// OpenFor is the first open period; it doubles, up to MaxOpenFor, each
 	// time a probe fails.
 	OpenFor    time.Duration
@@ -56,29 +67,62 @@ type BreakerConfig struct {
 	// ProbeInterval: while half-open, one retry per interval is let through
 	// for the whole fleet.
 	ProbeInterval time.Duration
-	// CloseAfter: a half-open breaker closes after this long without a
-	// counted failure (the daemon sees failures, not successes).
-	CloseAfter time.Duration
+	// A half-open breaker closes after CloseSuccesses reported successes,
+	// or, when no client reports on the bucket (the daemon sees failures,
+	// not successes), after CloseAfter without a counted failure.
+	CloseSuccesses int
+	CloseAfter     time.Duration
 }
 
 // BudgetConfig sets the retry budgets (one per availability bucket).
 type BudgetConfig struct {
 	// Burst is the most tokens a bucket holds; each retry takes one.
 	Burst float64
-	// Floor is the refill per second.
-	Floor float64
+	// The refill per second is Floor plus Ratio times the first attempts
+	// the fleet's clients reported per second over the breaker's window:
+	// retries stay a share of the traffic that succeeds, whatever its size.
+	Floor, Ratio float64
 }
 
-// Defaults are the values docs/fleet.md explains: Hystrix's and LiteLLM's
-// breaker numbers, Polly's 5 s break, the SRE book's and gRPC A6's 10 %
-// retry ratio (a floor of 1 retry/s is about 6 % of 200 agents' traffic).
+// SlowStartConfig: after a breaker closes, the share of first attempts the
+// gates admit rises linearly from From to 1 over Window, so that the fleet
+// does not come back as one herd (Envoy's slow start; its floor is 10 %).
+type SlowStartConfig struct {
+	Window time.Duration
+	From   float64
+}
+
+// PacingConfig: when the rate-limit headers a client reports give the
+// provider's request limit per minute, the gates admit first attempts at
+// Share of that limit, split evenly by demand; 0 turns pacing off.
+type PacingConfig struct {
+	Share float64
+}
+
+// StreamConfig sets the assignments sent on Coordinate streams.
+type StreamConfig struct {
+	// TTL is an assignment's life; the daemon refreshes it before then.
+	TTL time.Duration
+	// AbandonAfter: a stream's bucket with no report for this long is
+	// abandoned (the client forgets it).
+	AbandonAfter time.Duration
+}
+
+// Defaults are the values docs/fleet.md explains: Hystrix's breaker numbers
+// (20 requests, 50 %, 10 s) and LiteLLM's, Polly's 5 s break, the SRE
+// book's and gRPC A6's 10 % retry ratio plus a floor of 1 retry/s, Envoy's
+// slow start from 10 %.
 func Defaults() Config {
 	return Config{
-		Scopes:     DefaultScopes(),
-		Hold:       HoldConfig{Spread: 1.5, MinSpread: time.Second, MaxSpread: 30 * time.Second},
-		Stop:       StopConfig{For: 60 * time.Second},
-		Breaker:    BreakerConfig{Failures: 20, MinClients: 3, Window: 10 * time.Second, OpenFor: 5 * time.Second, MaxOpenFor: 60 * time.Second, ProbeInterval: time.Second, CloseAfter: 3 * time.Second},
-		Budget:     BudgetConfig{Burst: 10, Floor: 1},
+		Scopes: DefaultScopes(),
+		Hold:   HoldConfig{Spread: 1.5, MinSpread: time.Second, MaxSpread: 30 * time.Second},
+		Stop:   StopConfig{For: 60 * time.Second},
+		Breaker: BreakerConfig{MinVolume: 20, FailureRate: 0.5, MinClients: 3, Window: 10 * time.Second, OpenFor: 5 * time.Second,
+			MaxOpenFor: 60 * time.Second, ProbeInterval: time.Second, CloseSuccesses: 3, CloseAfter: 3 * time.Second},
+		Budget:     BudgetConfig{Burst: 10, Floor: 1, Ratio: 0.1},
+		SlowStart:  SlowStartConfig{Window: 10 * time.Second, From: 0.1},
+		Pacing:     PacingConfig{Share: 0.9},
+		Stream:     StreamConfig{TTL: 15 * time.Second, AbandonAfter: 5 * time.Minute},
 		MaxBuckets: 100_000,
 		IdleAfter:  10 * time.Minute,
 	}
@@ -96,7 +140,9 @@ func (c Config) Validate() error {
 	check(c.Hold.MinSpread >= 0, "hold.min_spread", "%v is negative", c.Hold.MinSpread)
 	check(c.Hold.MaxSpread >= c.Hold.MinSpread, "hold.max_spread", "%v is below min_spread %v", c.Hold.MaxSpread, c.Hold.MinSpread)
 	check(c.Stop.For > 0, "stop.for", "%v is not positive", c.Stop.For)
-	check(c.Breaker.Failures >= 1, "breaker.failures", "%d is under 1", c.Breaker.Failures)
+	check(c.Breaker.MinVolume >= 1, "breaker.min_volume", "%d is under 1", c.Breaker.MinVolume)
+	check(c.Breaker.FailureRate > 0 && c.Breaker.FailureRate <= 1, "breaker.failure_rate", "%v is not in (0, 1]", c.Breaker.FailureRate)
+	check(c.Breaker.CloseSuccesses >= 1, "breaker.close_successes", "%d is under 1", c.Breaker.CloseSuccesses)
 	check(c.Breaker.MinClients >= 1, "breaker.min_clients", "%d is under 1", c.Breaker.MinClients)
 	check(c.Breaker.Window >= time.Second && c.Breaker.Window <= 10*time.Minute, "breaker.window", "%v is not within 1s–10m", c.Breaker.Window)
 	check(c.Breaker.OpenFor > 0, "breaker.open_for", "%v is not positive", c.Breaker.OpenFor)
@@ -105,6 +151,12 @@ func (c Config) Validate() error {
 	check(c.Breaker.CloseAfter > 0, "breaker.close_after", "%v is not positive", c.Breaker.CloseAfter)
 	check(c.Budget.Burst >= 1, "retry_budget.burst", "%v is under 1", c.Budget.Burst)
 	check(c.Budget.Floor > 0, "retry_budget.floor", "%v is not positive", c.Budget.Floor)
+	check(c.Budget.Ratio >= 0 && c.Budget.Ratio <= 10, "retry_budget.ratio", "%v is not in [0, 10]", c.Budget.Ratio)
+	check(c.SlowStart.Window >= 0, "slow_start.window", "%v is negative", c.SlowStart.Window)
+	check(c.SlowStart.From > 0 && c.SlowStart.From <= 1, "slow_start.from", "%v is not in (0, 1]", c.SlowStart.From)
+	check(c.Pacing.Share >= 0 && c.Pacing.Share <= 1, "pacing.share", "%v is not in [0, 1]", c.Pacing.Share)
+	check(c.Stream.TTL >= time.Second && c.Stream.TTL <= time.Hour, "stream.ttl", "%v is not within 1s–1h", c.Stream.TTL)
+	check(c.Stream.AbandonAfter >= time.Second, "stream.abandon_after", "%v is under 1s", c.Stream.AbandonAfter)
 	check(c.MaxBuckets >= 1, "max_buckets", "%d is under 1", c.MaxBuckets)
 	check(c.IdleAfter >= c.Breaker.MaxOpenFor && c.IdleAfter >= c.Stop.For, "idle_after", "%v is shorter than a stop or an open period", c.IdleAfter)
 	for s, f := range c.Scopes {

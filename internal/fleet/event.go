@@ -12,6 +12,12 @@ const (
 	EventBreakerClose    EventKind = "breaker_close"
 	EventBudgetExhausted EventKind = "budget_exhausted"
 	EventFleetStop       EventKind = "fleet_stop"
+	// EventShed: clients' gates did not admit first attempts (counts: shed,
+	// clients), at most one a second per bucket.
+	EventShed EventKind = "shed"
+	// EventSlowStart: a breaker closed and the gates admit a rising share of
+	// first attempts.
+	EventSlowStart EventKind = "slow_start"
 )
 
 // Event is one transition of a bucket.

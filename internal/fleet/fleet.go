@@ -3,6 +3,7 @@ package fleet
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,7 +22,13 @@ type Fleet struct {
 	sink  Sink
 
 	lastSweep atomic.Int64 // unix nanoseconds
+	lastTick  atomic.Int64
 	effects   [effectCount]atomic.Int64
+
+	streams atomic.Int64 // Coordinate streams connected
+
+	changesMu sync.Mutex
+	changes   chan struct{} // closed at the next transition (Changes)
 }
 
 // Option configures a Fleet.
@@ -169,12 +176,7 @@ func (f *Fleet) Decide(a Ask) Answer {
 	bs := f.store.Acquire(keys, create)
 	ans := f.decide(cfg, &a, now, scope, tracked, bs[0], bs[1], bs[2], emit)
 	f.store.Release()
-	if len(events) > 0 && f.sink != nil {
-		for i := range events {
-			events[i].Key.Tenant = a.Tenant
-		}
-		f.sink(events)
-	}
+	f.publish(events, a.Tenant)
 	f.maybeSweep(cfg, now)
 	return ans
 }
@@ -182,7 +184,7 @@ func (f *Fleet) Decide(a Ask) Answer {
 func (f *Fleet) decide(c *Config, a *Ask, now time.Time, scope Scope, tracked bool, rl, av, au *Bucket, emit func(Event)) Answer {
 	sw := a.Switches
 	if av != nil {
-		av.advance(now, &c.Breaker, emit)
+		av.advance(now, c, emit)
 	}
 	var own *Bucket
 	if tracked {
@@ -298,18 +300,19 @@ func (f *Fleet) decide(c *Config, a *Ask, now time.Time, scope Scope, tracked bo
 
 	// 4. The retry budget (probes are already limited fleet-wide).
 	if sw.Budget && av != nil && !probe {
-		av.refill(now, &c.Budget)
+		av.refill(now, c)
 		if av.tokens < 1 {
 			if !av.exhausted {
 				av.exhausted = true
 				emit(Event{At: now, Key: av.key, Kind: EventBudgetExhausted, ClientID: a.ClientID,
-					Reason: fmt.Sprintf("retries outran the budget of %v per second (burst %v)", c.Budget.Floor, c.Budget.Burst)})
+					Reason: fmt.Sprintf("retries outran the budget of %.2g per second (burst %.2g)", av.refillRate(now, c), av.burst(now, c))})
 			}
-			why := fmt.Sprintf("the fleet's retry budget for %s is spent (%v retries per second)", av.key, c.Budget.Floor)
+			rate := av.refillRate(now, c)
+			why := fmt.Sprintf("the fleet's retry budget for %s is spent (%.2g retries per second)", av.key, rate)
 			if a.CanFallBack {
 				return stopped(av, ReasonBudget, effectBudget, why)
 			}
-			wait := time.Duration((1 - av.tokens) / c.Budget.Floor * float64(time.Second))
+			wait := time.Duration((1 - av.tokens) / rate * float64(time.Second))
 			if wait > longestWait(c) || !fits(max(delay, wait)) {
 				return stopped(av, ReasonBudget, effectBudget, why)
 			}
@@ -397,7 +400,7 @@ func (f *Fleet) maybeSweep(c *Config, now time.Time) {
 		return
 	}
 	f.store.Sweep(func(b *Bucket) bool {
-		return !b.active(now) && now.Sub(b.lastFailure) > c.IdleAfter
+		return !b.active(now) && now.Sub(b.lastFailure) > c.IdleAfter && now.Sub(b.reportedAt) > c.IdleAfter
 	})
 }
 

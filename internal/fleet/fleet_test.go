@@ -258,7 +258,7 @@ func TestBreakerOpensHalfOpensAndCloses(t *testing.T) {
 	if got.State != nil && got.State.Breaker != Closed {
 		t.Fatalf("not closed after a quiet half-open: %+v", got.State)
 	}
-	want := []EventKind{EventBreakerOpen, EventBreakerHalfOpen, EventBreakerOpen, EventBreakerHalfOpen, EventBreakerClose}
+	want := []EventKind{EventBreakerOpen, EventBreakerHalfOpen, EventBreakerOpen, EventBreakerHalfOpen, EventBreakerClose, EventSlowStart}
 	if k := rec.kinds(); strings.Join(kindsToStr(k), ",") != strings.Join(kindsToStr(want), ",") {
 		t.Fatalf("events = %v, want %v", k, want)
 	}
@@ -273,7 +273,7 @@ func kindsToStr(ks []EventKind) []string {
 }
 
 func TestBudgetDrawsRefillsAndPaces(t *testing.T) {
-	f, clk, rec := newTestFleet(t, func(c *Config) { c.Breaker.Failures = 1000 })
+	f, clk, rec := newTestFleet(t, func(c *Config) { c.Breaker.MinVolume = 1000 })
 	for i := range 10 {
 		if got := f.Decide(ask("a", overloaded, time.Second)); !got.Retry || got.Delay != time.Second {
 			t.Fatalf("retry %d within the burst: %+v", i, got)

@@ -15,6 +15,14 @@ type BucketView struct {
 	Changed        int64
 	FirstClient    string
 	Idle           time.Duration
+
+	// Coordinate streams: clients reporting in the window, totals since
+	// the daemon started, the share of first attempts admitted now and the
+	// provider's reported request limit.
+	StreamingClients                                int
+	Reports, Assignments, Admitted, Shed, Successes int64
+	AdmitFraction                                   float64
+	RequestsPerMinute                               int64
 }
 
 func (f *Fleet) view(c *Config, b *Bucket, now time.Time) BucketView {
@@ -23,6 +31,11 @@ func (f *Fleet) view(c *Config, b *Bucket, now time.Time) BucketView {
 		v.WindowFailures = b.window.sum(now)
 		v.WindowClients = b.windowClients(now, c.Breaker.Window)
 	}
+	v.StreamingClients = b.streamingClients(now, c)
+	t := b.totals
+	v.Reports, v.Assignments, v.Admitted, v.Shed, v.Successes = t.reports, t.assignments, t.admitted, t.shed, t.successes
+	v.AdmitFraction, _ = b.admitFraction(now, c)
+	v.RequestsPerMinute = b.rpm
 	v.OpenPeriod = c.Breaker.OpenFor
 	if b.state != Closed {
 		v.OpenPeriod = min(2*b.openPeriod, c.Breaker.MaxOpenFor)
@@ -96,7 +109,7 @@ func (f *Fleet) Stats() Stats {
 			s.BudgetExhausted++
 		}
 		if !b.tokensAt.IsZero() {
-			t := min(c.Budget.Burst, b.tokens+c.Budget.Floor*now.Sub(b.tokensAt).Seconds())
+			t := min(b.burst(now, c), b.tokens+b.refillRate(now, c)*now.Sub(b.tokensAt).Seconds())
 			s.MinTokens = min(s.MinTokens, t)
 		}
 	})

@@ -48,7 +48,7 @@ func TestStrategyEnumsMapByName(t *testing.T) {
 		strategy.FallbackOtherProvider, strategy.FallbackOtherModel)
 	for s, want := range map[fleet.BreakerState]policydv1.BreakerState{fleet.Closed: policydv1.BreakerState_BREAKER_STATE_CLOSED,
 		fleet.Open: policydv1.BreakerState_BREAKER_STATE_OPEN, fleet.HalfOpen: policydv1.BreakerState_BREAKER_STATE_HALF_OPEN} {
-		if got := breakerStateProto(s); got != want {
+		if got := BreakerStateProto(s); got != want {
 			t.Errorf("breaker state %v maps to %v, want %v", s, got, want)
 		}
 	}

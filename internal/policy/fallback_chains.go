@@ -5,6 +5,9 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/fleet"
 )
 
 // Chains are the policy file's fallback chains, in LiteLLM's convention:
@@ -72,4 +75,35 @@ func parseChains(node *yaml.Node, file, section string) (map[string][]ChainTarge
 		}
 	}
 	return out, nil
+}
+
+// GateFallback is where a client's gate sends first attempts to t that an
+// assignment does not admit (cause as fleet.Assignment.Cause): the first
+// target of t's error chain that the fleet says is available, else only the
+// kind — another model when the model's breaker is the obstacle, another
+// provider (or key) otherwise — for the caller's own fallback to choose.
+func (p *Policy) GateFallback(t fleet.Target, cause string, f *fleet.Fleet) *policydv1.Fallback {
+	var skipped []string
+	for _, target := range p.Chains.Errors[chainKey(t.Provider, t.Model)] {
+		if f != nil {
+			if ok, why := f.Available(fleet.Target{Tenant: t.Tenant, Provider: target.Provider, Model: target.Model, KeyID: target.KeyID}); !ok {
+				skipped = append(skipped, fmt.Sprintf("%s (%s)", target, why))
+				continue
+			}
+		}
+		kind := policydv1.FallbackKind_FALLBACK_KIND_OTHER_MODEL
+		if !strings.EqualFold(target.Provider, t.Provider) {
+			kind = policydv1.FallbackKind_FALLBACK_KIND_OTHER_PROVIDER
+		}
+		return &policydv1.Fallback{Kind: kind, Provider: target.Provider, Model: target.Model, Reason: "the fleet's gate does not admit this call; fall back to " + target.String()}
+	}
+	kind := policydv1.FallbackKind_FALLBACK_KIND_OTHER_PROVIDER
+	if cause == "breaker" {
+		kind = policydv1.FallbackKind_FALLBACK_KIND_OTHER_MODEL
+	}
+	reason := "the fleet's gate does not admit this call"
+	if len(skipped) > 0 {
+		reason += "; every target of the fallback chain is unavailable: " + strings.Join(skipped, ", ")
+	}
+	return &policydv1.Fallback{Kind: kind, Reason: reason}
 }

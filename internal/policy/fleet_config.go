@@ -18,7 +18,7 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 		return errAt(file, n.Line, "fleet."+path, "%w", err)
 	}
 	if node.Kind != yaml.MappingNode {
-		return errAt(file, node.Line, "fleet", "must be a mapping (scopes, hold, stop, breaker, retry_budget)")
+		return errAt(file, node.Line, "fleet", "must be a mapping (scopes, hold, stop, breaker, retry_budget, slow_start, pacing, stream)")
 	}
 	// Each section's fields, as pointers into cfg.
 	sections := map[string]map[string]any{
@@ -27,11 +27,16 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 		},
 		"stop": {"for": &cfg.Stop.For},
 		"breaker": {
-			"failures": &cfg.Breaker.Failures, "min_clients": &cfg.Breaker.MinClients, "window": &cfg.Breaker.Window,
+			"min_volume": &cfg.Breaker.MinVolume, "failure_rate": &cfg.Breaker.FailureRate,
+			"min_clients": &cfg.Breaker.MinClients, "window": &cfg.Breaker.Window,
 			"open_for": &cfg.Breaker.OpenFor, "max_open_for": &cfg.Breaker.MaxOpenFor,
-			"probe_interval": &cfg.Breaker.ProbeInterval, "close_after": &cfg.Breaker.CloseAfter,
+			"probe_interval": &cfg.Breaker.ProbeInterval, "close_successes": &cfg.Breaker.CloseSuccesses,
+			"close_after": &cfg.Breaker.CloseAfter,
 		},
-		"retry_budget": {"burst": &cfg.Budget.Burst, "floor": &cfg.Budget.Floor},
+		"retry_budget": {"burst": &cfg.Budget.Burst, "floor": &cfg.Budget.Floor, "ratio": &cfg.Budget.Ratio},
+		"slow_start":   {"window": &cfg.SlowStart.Window, "from": &cfg.SlowStart.From},
+		"pacing":       {"share": &cfg.Pacing.Share},
+		"stream":       {"ttl": &cfg.Stream.TTL, "abandon_after": &cfg.Stream.AbandonAfter},
 	}
 	for i := 0; i+1 < len(node.Content); i += 2 {
 		key, val := node.Content[i], node.Content[i+1]
@@ -51,7 +56,7 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 		}
 		fields, ok := sections[key.Value]
 		if !ok {
-			return at(key, key.Value, fmt.Errorf("unknown field (want scopes, hold, stop, breaker, retry_budget or max_buckets)"))
+			return at(key, key.Value, fmt.Errorf("unknown field (want scopes, hold, stop, breaker, retry_budget, slow_start, pacing, stream or max_buckets)"))
 		}
 		if val.Kind != yaml.MappingNode {
 			return at(val, key.Value, fmt.Errorf("must be a mapping"))

@@ -97,7 +97,7 @@ func fleetStateProto(s *fleet.State) *policydv1.FleetState {
 	}
 	out := &policydv1.FleetState{
 		Bucket:          s.Bucket,
-		Breaker:         breakerStateProto(s.Breaker),
+		Breaker:         BreakerStateProto(s.Breaker),
 		BudgetTokens:    s.Tokens,
 		BudgetExhausted: s.BudgetExhausted,
 		Changed:         s.Changed,
@@ -115,7 +115,8 @@ func fleetStateProto(s *fleet.State) *policydv1.FleetState {
 
 // breakerStateProto is the API's value for a breaker state, by their
 // shared name ("half_open" is BREAKER_STATE_HALF_OPEN).
-func breakerStateProto(s fleet.BreakerState) policydv1.BreakerState {
+// BreakerStateProto is s as the API names it.
+func BreakerStateProto(s fleet.BreakerState) policydv1.BreakerState {
 	return byName[policydv1.BreakerState](s)
 }
 

@@ -278,7 +278,7 @@ func TestBadPolicyFileNamesLineAndField(t *testing.T) {
 		{"unknown top-level", "profile:\n  x: {}\n", []string{"p.yaml:1", `"profile"`}},
 		{"bad rule", "rules:\n  - id: r\n    when: [{status: [\"5xx\"]}]\n    type: SERVER_ERROR\n    recovery: x\n", []string{"p.yaml:3", "when[0].status"}},
 		{"not yaml", "profiles: [", []string{"p.yaml"}},
-		{"bad fleet field", "fleet:\n  breaker:\n    failures: 20\n    colour: red\n", []string{"p.yaml:4", "fleet.breaker.colour"}},
+		{"bad fleet field", "fleet:\n  breaker:\n    min_volume: 20\n    colour: red\n", []string{"p.yaml:4", "fleet.breaker.colour"}},
 		{"bad fleet value", "fleet:\n  retry_budget: {floor: 0}\n", []string{"p.yaml:2", "fleet: retry_budget.floor"}},
 		{"bad fleet duration", "fleet:\n  stop: {for: forever}\n", []string{"p.yaml:2", "fleet.stop.for", `"forever"`}},
 		{"bad scope", "fleet:\n  scopes: {quota: [provider]}\n", []string{"p.yaml:2", `"quota"`}},
@@ -350,7 +350,7 @@ fleet:
   scopes: {rate_limit: [provider, key]}
   hold: {spread: 0.5, max_spread: 10s}
   stop: {for: 2m}
-  breaker: {failures: 50, min_clients: 5, open_for: 10s, max_open_for: 2m}
+  breaker: {min_volume: 50, min_clients: 5, open_for: 10s, max_open_for: 2m}
   retry_budget: {burst: 20, floor: 3}
 profiles:
   quiet:
@@ -366,7 +366,7 @@ fallbacks:
 		t.Fatal(err)
 	}
 	c := p.Fleet
-	if c.Stop.For != 2*time.Minute || c.Breaker.Failures != 50 || c.Breaker.MinClients != 5 || c.Breaker.Window != 10*time.Second ||
+	if c.Stop.For != 2*time.Minute || c.Breaker.MinVolume != 50 || c.Breaker.MinClients != 5 || c.Breaker.Window != 10*time.Second ||
 		c.Budget.Burst != 20 || c.Budget.Floor != 3 || c.Hold.Spread != 0.5 || c.Hold.MaxSpread != 10*time.Second {
 		t.Fatalf("fleet config = %+v", c)
 	}
@@ -385,7 +385,7 @@ fallbacks:
 		t.Fatalf("chain = %+v", chain)
 	}
 	// Without a fleet section: the defaults.
-	if Builtin().Fleet.Breaker.Failures != fleet.Defaults().Breaker.Failures {
+	if Builtin().Fleet.Breaker.MinVolume != fleet.Defaults().Breaker.MinVolume {
 		t.Fatal("built-in policy without the fleet defaults")
 	}
 }

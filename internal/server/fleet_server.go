@@ -16,12 +16,15 @@ import (
 // knows, per bucket of the caller's tenant.
 type FleetServer struct {
 	policydv1.UnimplementedFleetServiceServer
-	fleet *fleet.Fleet // nil: fleet memory is off
+	fleet    *fleet.Fleet // nil: fleet memory is off
+	policies PolicySource // the fallback chains and profiles Coordinate reads; may be nil
 }
 
 // NewFleetServer serves f, which may be nil (every RPC then says how to
-// turn fleet memory on).
-func NewFleetServer(f *fleet.Fleet) *FleetServer { return &FleetServer{fleet: f} }
+// turn fleet memory on), with the policy policies gives.
+func NewFleetServer(f *fleet.Fleet, policies PolicySource) *FleetServer {
+	return &FleetServer{fleet: f, policies: policies}
+}
 
 // ErrFleetOff answers FleetService calls when fleet memory is off;
 // toStatus turns it into codes.FailedPrecondition.
@@ -72,16 +75,24 @@ func (s *FleetServer) GetBucket(ctx context.Context, req *policydv1.GetBucketReq
 
 func bucketProto(v fleet.BucketView) *policydv1.Bucket {
 	return &policydv1.Bucket{
-		State:            policy.FleetStateProto(v.State),
-		Scope:            v.Key.Scope.String(),
-		Provider:         v.Key.Provider,
-		Model:            v.Key.Model,
-		KeyId:            v.Key.KeyID,
-		WindowFailures:   int32(v.WindowFailures),
-		WindowClients:    int32(v.WindowClients),
-		OpenPeriod:       durationpb.New(v.OpenPeriod),
-		DecisionsChanged: v.Changed,
-		FirstClientId:    v.FirstClient,
-		Idle:             durationpb.New(v.Idle),
+		State:                 policy.FleetStateProto(v.State),
+		Scope:                 v.Key.Scope.String(),
+		Provider:              v.Key.Provider,
+		Model:                 v.Key.Model,
+		KeyId:                 v.Key.KeyID,
+		WindowFailures:        int32(v.WindowFailures),
+		WindowClients:         int32(v.WindowClients),
+		OpenPeriod:            durationpb.New(v.OpenPeriod),
+		DecisionsChanged:      v.Changed,
+		FirstClientId:         v.FirstClient,
+		StreamingClients:      int32(v.StreamingClients),
+		Reports:               v.Reports,
+		AssignmentsSent:       v.Assignments,
+		FirstAttemptsAdmitted: v.Admitted,
+		FirstAttemptsShed:     v.Shed,
+		Successes:             v.Successes,
+		AdmitFraction:         v.AdmitFraction,
+		RequestsPerMinute:     v.RequestsPerMinute,
+		Idle:                  durationpb.New(v.Idle),
 	}
 }

@@ -97,7 +97,7 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*
 	unary = append(unary, statusInterceptor(logger), recovery.UnaryServerInterceptor(recOpts...))
 	stream := []grpc.StreamServerInterceptor{requestIDStreamInterceptor, logging.StreamServerInterceptor(l, logOpts...)}
 	stream = append(stream, cfg.monitorStream...)
-	stream = append(stream, utf8StreamInterceptor(logger), recovery.StreamServerInterceptor(recOpts...))
+	stream = append(stream, statusStreamInterceptor(logger), utf8StreamInterceptor(logger), recovery.StreamServerInterceptor(recOpts...))
 	gs := grpc.NewServer(append([]grpc.ServerOption{
 		// Serve calls on a fixed set of goroutines whose stacks have
 		// already grown, instead of a new goroutine per call that grows its
@@ -116,7 +116,7 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*
 	// its RPCs say how to turn it on (FAILED_PRECONDITION) instead of
 	// UNIMPLEMENTED.
 	policydv1.RegisterJournalServiceServer(gs, NewJournalServer(ps.journal, ps))
-	policydv1.RegisterFleetServiceServer(gs, NewFleetServer(ps.fleet))
+	policydv1.RegisterFleetServiceServer(gs, NewFleetServer(ps.fleet, ps))
 	hs := newHealth()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(policydv1.PolicyService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -106,3 +106,11 @@ func statusInterceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
 		return resp, nil
 	}
 }
+
+// statusStreamInterceptor applies toStatus to every streaming handler's
+// error, as statusInterceptor does for unary calls.
+func statusStreamInterceptor(logger *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return toStatus(ss.Context(), logger, info.FullMethod, handler(srv, ss))
+	}
+}

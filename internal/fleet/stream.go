@@ -1,0 +1,325 @@
+package fleet
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// What the Coordinate streams bring: reports of each client's counts, and
+// assignments of each bucket's state to the clients' gates.
+
+// Usage is one client's counts on one target over one interval.
+type Usage struct {
+	Target
+	ClientID string
+	// First attempts admitted and shed by the client's gate, successes,
+	// failures decided without NextDelay, retries sent.
+	Admitted, Shed, Succeeded, Failed, Retries int64
+	// RequestsPerMinute is the provider's request limit from the last
+	// success's rate-limit headers (0: none reported).
+	RequestsPerMinute int64
+}
+
+// Assignment is a target's state for one client's gate, durations from now.
+type Assignment struct {
+	Breaker       BreakerState
+	Hold, Stop    time.Duration
+	AdmitFraction float64
+	ProbePermits  uint32
+	Reason        string
+	TTL           time.Duration
+	// Cause names what keeps the gate from admitting everything, for the
+	// fallback's kind: "" (nothing), "breaker", "stop", "hold" or "pacing".
+	Cause string
+}
+
+// Admits says whether the assignment lets every first attempt through now.
+func (a Assignment) Admits() bool { return a.Cause == "" }
+
+// tickMin is the least time between two Ticks' walks over the buckets.
+const tickMin = 200 * time.Millisecond
+
+// maxHoldSlots bounds a bucket's memory of which client has which slot.
+const maxHoldSlots = 10_000
+
+// Report records u. It creates the availability bucket of u's target (the
+// breaker counts its outcomes and the budget its first attempts) and,
+// when u carries a request limit, its rate-limit bucket (pacing).
+func (f *Fleet) Report(u Usage) {
+	if u.Provider == "" {
+		return
+	}
+	now, c := f.clock(), f.cfg.Load()
+	sc := c.Scopes
+	keys := [3]Key{sc.key(ScopeAvailability, u.Target), sc.key(ScopeRateLimit, u.Target), {}}
+	var events []Event
+	emit := func(e Event) { events = append(events, e) }
+	bs := f.store.Acquire(keys, [3]bool{true, u.RequestsPerMinute > 0, false})
+	for _, b := range bs[:2] {
+		if b == nil {
+			continue
+		}
+		b.ensureRings(&c.Breaker)
+		b.reportedAt = now
+		b.totals.reports++
+		b.totals.admitted += u.Admitted
+		b.totals.shed += u.Shed
+		b.totals.successes += u.Succeeded
+		if b.streamClients == nil {
+			b.streamClients = make(map[string]time.Time)
+		}
+		if _, ok := b.streamClients[u.ClientID]; ok || len(b.streamClients) < maxHoldSlots {
+			b.streamClients[u.ClientID] = now
+		}
+		b.firstAttempts.add(now, int(u.Admitted+u.Shed))
+		b.retries.add(now, int(u.Retries))
+		b.admitted.add(now, int(u.Admitted))
+		if u.Shed > 0 {
+			b.shedPending += u.Shed
+			if now.Sub(b.shedEventAt) >= time.Second {
+				emit(Event{At: now, Key: b.key, Kind: EventShed, ClientID: u.ClientID,
+					Reason: "clients' gates did not admit first attempts", Counts: map[string]int64{"shed": b.shedPending}})
+				b.shedPending, b.shedEventAt = 0, now
+			}
+		}
+	}
+	if av := bs[0]; av != nil {
+		av.successes.add(now, int(u.Succeeded))
+		if av.state == HalfOpen {
+			av.probeOK += int(u.Succeeded)
+		}
+		if u.Failed > 0 {
+			av.lastFailure = now
+			av.lastCounted = now
+			av.addFailures(now, u.ClientID, int(u.Failed), &c.Breaker)
+		}
+		av.advance(now, c, emit)
+		if u.Failed > 0 && av.state == HalfOpen {
+			av.open(now, min(2*av.openPeriod, c.Breaker.MaxOpenFor), u.ClientID, "failures reported while half-open", emit)
+		}
+		av.maybeOpen(now, u.ClientID, "reported failures", &c.Breaker, emit)
+	}
+	if rl := bs[1]; rl != nil && u.RequestsPerMinute > 0 {
+		rl.rpm = u.RequestsPerMinute
+	}
+	f.store.Release()
+	f.publish(events, u.Tenant)
+}
+
+// Assign is target t's assignment for client's gate now. probe says the
+// client has first attempts to send: while the breaker is half-open, it may
+// get the fleet's next probe permit.
+func (f *Fleet) Assign(t Target, client string, probe bool) Assignment {
+	now, c := f.clock(), f.cfg.Load()
+	a := Assignment{AdmitFraction: 1, TTL: c.Stream.TTL}
+	if t.Provider == "" {
+		return a
+	}
+	sc := c.Scopes
+	keys := [3]Key{sc.key(ScopeRateLimit, t), sc.key(ScopeAvailability, t), sc.key(ScopeAuth, t)}
+	var events []Event
+	emit := func(e Event) { events = append(events, e) }
+	bs := f.store.Acquire(keys, [3]bool{})
+	rl, av, au := bs[0], bs[1], bs[2]
+	var why []string
+	for _, b := range []*Bucket{au, rl} {
+		if b != nil && now.Before(b.stopUntil) && b.stopUntil.Sub(now) > a.Stop {
+			a.Stop = b.stopUntil.Sub(now)
+			a.Cause = "stop"
+			why = append(why, "stopped: "+b.stopWhy)
+		}
+	}
+	if av != nil {
+		av.advance(now, c, emit)
+		a.Breaker = av.state
+		switch av.state {
+		case Open:
+			why = append(why, fmt.Sprintf("breaker open for %v more: %s", av.openUntil.Sub(now).Round(100*time.Millisecond), av.openWhy))
+		case HalfOpen:
+			if probe && !av.nextProbe.After(now) {
+				a.ProbePermits = 1
+				av.nextProbe = now.Add(c.Breaker.ProbeInterval)
+			}
+			why = append(why, "breaker half-open: probing")
+		}
+		if av.state != Closed && a.Cause == "" {
+			a.Cause = "breaker"
+		}
+	}
+	for _, b := range []*Bucket{rl, av} {
+		if b == nil || !now.Before(b.holdUntil) {
+			continue
+		}
+		i, ok := b.holdSlots[client]
+		if !ok {
+			i = b.waiters
+			b.waiters++
+			if b.holdSlots == nil {
+				b.holdSlots = make(map[string]int)
+			}
+			if len(b.holdSlots) < maxHoldSlots {
+				b.holdSlots[client] = i
+			}
+		}
+		if h := b.holdUntil.Sub(now) + slot(i, b.releaseWindow(&c.Hold)); h > a.Hold {
+			a.Hold = h
+		}
+	}
+	if a.Hold > 0 {
+		why = append(why, fmt.Sprintf("shared cooldown: first attempts wait %v (this client's slot included)", a.Hold.Round(100*time.Millisecond)))
+		if a.Cause == "" {
+			a.Cause = "hold"
+		}
+	}
+	for _, b := range []*Bucket{av, rl} {
+		if b == nil {
+			continue
+		}
+		if fr, w := b.admitFraction(now, c); fr < a.AdmitFraction {
+			a.AdmitFraction = fr
+			why = append(why, w)
+			if a.Cause == "" {
+				a.Cause = "pacing"
+			}
+		}
+	}
+	f.store.Release()
+	a.Reason = strings.Join(why, "; ")
+	f.publish(events, t.Tenant)
+	return a
+}
+
+// CountAssignments adds n assignments sent for t's availability bucket (for
+// FleetService), when the fleet has it.
+func (f *Fleet) CountAssignments(t Target, n int64) {
+	k := f.cfg.Load().Scopes.key(ScopeAvailability, t)
+	bs := f.store.Acquire([3]Key{k}, [3]bool{})
+	if bs[0] != nil {
+		bs[0].totals.assignments += n
+	}
+	f.store.Release()
+}
+
+// Tick moves every breaker along its timers (open → half-open, a quiet
+// half-open → closed), so that the streams hear of it when it happens, not
+// at the next decision. The server calls it a few times a second.
+func (f *Fleet) Tick() {
+	now, c := f.clock(), f.cfg.Load()
+	last := f.lastTick.Load()
+	if now.UnixNano()-last < int64(tickMin) || !f.lastTick.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	var events []Event
+	emit := func(e Event) { events = append(events, e) }
+	f.store.Each(func(b *Bucket) {
+		if b.state != Closed {
+			b.advance(now, c, emit)
+		}
+	})
+	// Events carry their bucket's tenant already (Each sees whole keys).
+	f.publish(events, "")
+	f.maybeSweep(c, now)
+}
+
+// Changes returns a channel that is closed at the fleet's next transition
+// (a hold set, a key stopped, a breaker opened, half-opened or closed):
+// the streams push assignments then.
+func (f *Fleet) Changes() <-chan struct{} {
+	f.changesMu.Lock()
+	defer f.changesMu.Unlock()
+	if f.changes == nil {
+		f.changes = make(chan struct{})
+	}
+	return f.changes
+}
+
+// publish sends events to the sink (with tenant, when the events lack it)
+// and wakes the streams.
+func (f *Fleet) publish(events []Event, tenant string) {
+	if len(events) == 0 {
+		return
+	}
+	for i := range events {
+		if events[i].Key.Tenant == "" {
+			events[i].Key.Tenant = tenant
+		}
+	}
+	if f.sink != nil {
+		f.sink(events)
+	}
+	wake := false
+	for _, e := range events {
+		if e.Kind != EventShed && e.Kind != EventBudgetExhausted {
+			wake = true
+		}
+	}
+	if !wake {
+		return
+	}
+	f.changesMu.Lock()
+	if f.changes != nil {
+		close(f.changes)
+		f.changes = nil
+	}
+	f.changesMu.Unlock()
+}
+
+// StreamOpened and StreamClosed count the Coordinate streams connected.
+func (f *Fleet) StreamOpened() { f.streams.Add(1) }
+func (f *Fleet) StreamClosed() { f.streams.Add(-1) }
+
+// StreamTotals are one provider and model's stream counts (its
+// availability buckets, all tenants), for metrics.
+type StreamTotals struct {
+	Provider, Model                                 string
+	Reports, Assignments, Admitted, Shed, Successes int64
+	Clients                                         int
+	AdmitFraction                                   float64
+}
+
+// StreamStats returns the streams connected and, per provider and model
+// with reports, the totals.
+func (f *Fleet) StreamStats() (streams int64, perModel []StreamTotals) {
+	now, c := f.clock(), f.cfg.Load()
+	idx := map[[2]string]int{}
+	f.store.Each(func(b *Bucket) {
+		if b.key.Scope != ScopeAvailability || b.totals.reports == 0 {
+			return
+		}
+		k := [2]string{b.key.Provider, b.key.Model}
+		i, ok := idx[k]
+		if !ok {
+			i = len(perModel)
+			idx[k] = i
+			perModel = append(perModel, StreamTotals{Provider: k[0], Model: k[1], AdmitFraction: 1})
+		}
+		t := &perModel[i]
+		t.Reports += b.totals.reports
+		t.Assignments += b.totals.assignments
+		t.Admitted += b.totals.admitted
+		t.Shed += b.totals.shed
+		t.Successes += b.totals.successes
+		t.Clients += b.streamingClients(now, c)
+		fr, _ := b.admitFraction(now, c)
+		t.AdmitFraction = min(t.AdmitFraction, fr)
+	})
+	return f.streams.Load(), perModel
+}
+
+// streamingClients counts the clients that reported on b within the
+// breaker's window.
+func (b *Bucket) streamingClients(now time.Time, c *Config) int {
+	n := 0
+	for id, at := range b.streamClients {
+		if now.Sub(at) < c.Breaker.Window {
+			n++
+		} else if now.Sub(at) > c.Stream.AbandonAfter {
+			delete(b.streamClients, id)
+		}
+	}
+	return n
+}
+
+// Now is the fleet's clock.
+func (f *Fleet) Now() time.Time { return f.clock() }

@@ -1,0 +1,276 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"math"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/auth"
+	"github.com/policyd/policyd/internal/fleet"
+	"github.com/policyd/policyd/internal/policy"
+	"github.com/policyd/policyd/internal/validate"
+)
+
+// maxStreamTargets bounds the targets one stream subscribes to: a client
+// process calls a handful of models with a handful of keys.
+const maxStreamTargets = 1024
+
+// tickEvery is how often a stream checks its assignments' refreshes and
+// idle targets, and runs the fleet's timers (Tick), so that a breaker's
+// open period ending reaches the streams when it ends.
+const tickEvery = 250 * time.Millisecond
+
+// Coordinate implements FleetService.Coordinate: reports up, assignments
+// down, for one client process (docs/fleet.md, "The Coordinate stream").
+func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.CoordinateRequest, policydv1.CoordinateResponse]) error {
+	if err := s.on(); err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if err != nil {
+		return recvEnd(err)
+	}
+	if err := validate.CoordinateRequest(first, true); err != nil {
+		return err
+	}
+	profile := policy.ProfileName(first.GetProfile())
+	if s.policies != nil {
+		if _, ok := s.policies.Policy().Profiles[profile]; !ok {
+			return fieldErrorf("profile", "unknown profile %q", profile)
+		}
+	}
+	c := &coordination{s: s, stream: stream, tenant: auth.TenantFrom(ctx), client: first.GetClientId(), profile: profile,
+		subs: make(map[fleet.Target]*subscription)}
+	s.fleet.StreamOpened()
+	defer s.fleet.StreamClosed()
+
+	// Recv blocks, so it runs on its own goroutine; Send stays on this one.
+	msgs := make(chan *policydv1.CoordinateRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	if err := c.report(first); err != nil {
+		return err
+	}
+	tick := time.NewTicker(tickEvery)
+	defer tick.Stop()
+	for {
+		changes := s.fleet.Changes()
+		select {
+		case m := <-msgs:
+			if err := validate.CoordinateRequest(m, false); err != nil {
+				return err
+			}
+			if err := c.report(m); err != nil {
+				return err
+			}
+		case err := <-recvErr:
+			return recvEnd(err)
+		case <-changes:
+			if err := c.push(nil, false); err != nil {
+				return err
+			}
+		case <-tick.C:
+			s.fleet.Tick() // at most a few times a second, whatever the streams
+			if err := c.push(nil, true); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// recvEnd is the stream's end when Recv fails: the client closing its side
+// ends it cleanly.
+func recvEnd(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// coordination is one stream's state.
+type coordination struct {
+	s       *FleetServer
+	stream  grpc.BidiStreamingServer[policydv1.CoordinateRequest, policydv1.CoordinateResponse]
+	tenant  string
+	client  string
+	profile string
+	subs    map[fleet.Target]*subscription
+}
+
+// subscription is a target the client reported, and what it was last sent.
+type subscription struct {
+	sent       fleet.Assignment
+	sentAt     time.Time
+	holdEnd    time.Time // sentAt + sent.Hold, to tell a new hold from the same one
+	stopEnd    time.Time
+	reportedAt time.Time
+}
+
+// report applies m's usage and answers with the assignments of its targets
+// that are new, changed or due a refresh.
+func (c *coordination) report(m *policydv1.CoordinateRequest) error {
+	now := c.s.fleet.Now()
+	var probe map[fleet.Target]bool
+	for i, u := range m.GetUsage() {
+		if err := validate.Usage(i, u); err != nil {
+			// The usages before it stay applied; the client learns which
+			// field is wrong.
+			return err
+		}
+		t := c.target(u.GetTarget())
+		sub := c.subs[t]
+		if sub == nil {
+			if len(c.subs) >= maxStreamTargets {
+				return fieldErrorf("usage", "more than %d targets on one stream", maxStreamTargets)
+			}
+			sub = &subscription{}
+			c.subs[t] = sub
+		}
+		sub.reportedAt = now
+		c.s.fleet.Report(fleet.Usage{Target: t, ClientID: c.client,
+			Admitted: int64(u.GetAdmitted()), Shed: int64(u.GetShed()), Succeeded: int64(u.GetSucceeded()),
+			Failed: int64(u.GetFailed()), Retries: int64(u.GetRetries()),
+			RequestsPerMinute: fleet.RequestsPerMinute(t.Provider, u.GetRateLimitHeaders())})
+		if u.GetShed() > 0 {
+			if probe == nil {
+				probe = make(map[fleet.Target]bool)
+			}
+			probe[t] = true
+		}
+	}
+	if len(m.GetUsage()) == 0 {
+		return nil
+	}
+	return c.push(probe, false)
+}
+
+// push sends, in one message, the assignments that changed (or, with
+// refresh, are due a refresh or an abandon). probe names the targets whose
+// client has first attempts waiting: they may get a half-open probe permit.
+func (c *coordination) push(probe map[fleet.Target]bool, refresh bool) error {
+	now := c.s.fleet.Now()
+	cfg := c.s.fleet.Config()
+	sw := c.switches()
+	var out []*policydv1.Assignment
+	for t, sub := range c.subs {
+		if refresh && now.Sub(sub.reportedAt) >= cfg.Stream.AbandonAfter {
+			out = append(out, &policydv1.Assignment{Target: targetProto(t), Abandon: true})
+			delete(c.subs, t)
+			continue
+		}
+		a := mask(c.s.fleet.Assign(t, c.client, probe[t]), sw)
+		due := sub.sentAt.IsZero() || (refresh && now.Sub(sub.sentAt) >= cfg.Stream.TTL*2/3)
+		if !due && !sub.changed(a, now) {
+			continue
+		}
+		sub.sent, sub.sentAt = a, now
+		sub.holdEnd, sub.stopEnd = now.Add(a.Hold), now.Add(a.Stop)
+		out = append(out, c.assignmentProto(t, a))
+		c.s.fleet.CountAssignments(t, 1)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return c.stream.Send(&policydv1.CoordinateResponse{Assignments: out})
+}
+
+// changed says whether a differs from what the client holds: a new hold
+// or stop (not the same one, counting down), another breaker state, a
+// probe permit, or an admit fraction 5 points away (or back to all).
+func (sub *subscription) changed(a fleet.Assignment, now time.Time) bool {
+	const slack = 100 * time.Millisecond
+	differs := func(end time.Time, d time.Duration) bool {
+		if d <= 0 {
+			return now.Before(end.Add(-slack)) // the client thinks one is still on
+		}
+		e := now.Add(d)
+		return e.Sub(end) > slack || end.Sub(e) > slack
+	}
+	s := sub.sent
+	return a.Breaker != s.Breaker || a.ProbePermits != s.ProbePermits ||
+		differs(sub.holdEnd, a.Hold) || differs(sub.stopEnd, a.Stop) ||
+		math.Abs(a.AdmitFraction-s.AdmitFraction) >= 0.05 || (a.AdmitFraction == 1) != (s.AdmitFraction == 1)
+}
+
+// switches are the client's profile's fleet mechanisms: a profile with the
+// breaker off is never gated by it, and so on.
+func (c *coordination) switches() fleet.Switches {
+	if c.s.policies == nil {
+		return fleet.AllOn
+	}
+	if p, ok := c.s.policies.Policy().Profiles[c.profile]; ok {
+		return p.Fleet
+	}
+	return fleet.AllOn
+}
+
+// mask drops what the profile's switches turn off.
+func mask(a fleet.Assignment, sw fleet.Switches) fleet.Assignment {
+	if !sw.Stop {
+		a.Stop = 0
+	}
+	if !sw.Breaker {
+		a.Breaker, a.ProbePermits = fleet.Closed, 0
+	}
+	if !sw.Hold {
+		a.Hold = 0
+	}
+	if a.Cause == "stop" && !sw.Stop || a.Cause == "breaker" && !sw.Breaker || a.Cause == "hold" && !sw.Hold {
+		a.Cause = ""
+		if a.AdmitFraction < 1 {
+			a.Cause = "pacing"
+		}
+	}
+	return a
+}
+
+func (c *coordination) target(t *policydv1.BucketTarget) fleet.Target {
+	return fleet.Target{Tenant: c.tenant, Provider: t.GetProvider(), Model: t.GetModel(), KeyID: t.GetKeyId()}
+}
+
+func targetProto(t fleet.Target) *policydv1.BucketTarget {
+	return &policydv1.BucketTarget{Provider: t.Provider, Model: t.Model, KeyId: t.KeyID}
+}
+
+func (c *coordination) assignmentProto(t fleet.Target, a fleet.Assignment) *policydv1.Assignment {
+	out := &policydv1.Assignment{
+		Target:        targetProto(t),
+		Ttl:           durationpb.New(a.TTL),
+		Breaker:       policy.BreakerStateProto(a.Breaker),
+		AdmitFraction: a.AdmitFraction,
+		ProbePermits:  a.ProbePermits,
+		Reason:        a.Reason,
+	}
+	if a.Hold > 0 {
+		out.Hold = durationpb.New(a.Hold)
+	}
+	if a.Stop > 0 {
+		out.Stop = durationpb.New(a.Stop)
+	}
+	if !a.Admits() && c.s.policies != nil {
+		out.Fallback = c.s.policies.Policy().GateFallback(t, a.Cause, c.s.fleet)
+	}
+	return out
+}

@@ -1,0 +1,120 @@
+package validate
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+)
+
+// Coordinate stream limits: a report is counts, not data.
+const (
+	// MaxUsages bounds the buckets in one report.
+	MaxUsages = 256
+	// MaxUsageCount bounds each count in one report: far above a client
+	// process's calls in one interval.
+	MaxUsageCount = 1 << 30
+	// MaxReportInterval bounds usage.elapsed.
+	MaxReportInterval = 10 * time.Minute
+	// MaxRateLimitHeaders bounds usage.rate_limit_headers, and
+	// MaxRateLimitValueBytes each value.
+	MaxRateLimitHeaders    = 16
+	MaxRateLimitValueBytes = 64
+)
+
+// RateLimitHeaderPrefixes are the header names a report may carry.
+var RateLimitHeaderPrefixes = []string{"x-ratelimit-", "anthropic-ratelimit-"}
+
+// CoordinateRequest checks one message of a Coordinate stream but its
+// usages (Usage checks each, so that the server applies those before a bad
+// one); first says whether it opens the stream (which must name the client).
+//
+//   - client_id is required in the first message, at most 128 bytes;
+//   - profile is a profile name (the caller checks that it exists);
+//   - usage has at most 256 entries.
+func CoordinateRequest(req *policydv1.CoordinateRequest, first bool) error {
+	if first {
+		if req.GetClientId() == "" {
+			return Fieldf("client_id", "required in the stream's first message")
+		}
+		if n := len(req.GetClientId()); n > MaxLabelBytes {
+			return Fieldf("client_id", "%d bytes, at most %d allowed", n, MaxLabelBytes)
+		}
+		if err := Name("profile", req.GetProfile()); err != nil {
+			return err
+		}
+	}
+	if n := len(req.GetUsage()); n > MaxUsages {
+		return Fieldf("usage", "%d entries, at most %d allowed in one report", n, MaxUsages)
+	}
+	return nil
+}
+
+// Usage checks usage[i] of a report: a target whose provider is required
+// (at most 8 KiB, as model; key_id at most 128 bytes), an elapsed time in
+// (0, 10m], counts of at most 2^30, and at most 16 rate-limit headers
+// (x-ratelimit-* or anthropic-ratelimit-*, values of at most 64 bytes).
+func Usage(i int, u *policydv1.BucketUsage) error {
+	if err := usage(u); err != nil {
+		fe := err.(*FieldError)
+		fe.Field = "usage[" + strconv.Itoa(i) + "]." + fe.Field
+		return fe
+	}
+	return nil
+}
+
+func usage(u *policydv1.BucketUsage) error {
+	t := u.GetTarget()
+	switch {
+	case t.GetProvider() == "":
+		return Fieldf("target.provider", "required")
+	case len(t.GetProvider()) > MaxFieldBytes:
+		return Fieldf("target.provider", "%d bytes, at most %d allowed", len(t.GetProvider()), MaxFieldBytes)
+	case len(t.GetModel()) > MaxFieldBytes:
+		return Fieldf("target.model", "%d bytes, at most %d allowed", len(t.GetModel()), MaxFieldBytes)
+	case len(t.GetKeyId()) > MaxLabelBytes:
+		return Fieldf("target.key_id", "%d bytes, at most %d allowed", len(t.GetKeyId()), MaxLabelBytes)
+	}
+	if u.GetElapsed() == nil {
+		return Fieldf("elapsed", "required (the time since the bucket's last report)")
+	}
+	if err := u.GetElapsed().CheckValid(); err != nil {
+		return Fieldf("elapsed", "%v", err)
+	}
+	if d := u.GetElapsed().AsDuration(); d <= 0 || d > MaxReportInterval {
+		return Fieldf("elapsed", "%v is not in (0, %v]", d, MaxReportInterval)
+	}
+	for _, c := range [...]struct {
+		name string
+		n    uint64
+	}{{"admitted", u.GetAdmitted()}, {"shed", u.GetShed()}, {"succeeded", u.GetSucceeded()}, {"failed", u.GetFailed()}, {"retries", u.GetRetries()}} {
+		if c.n > MaxUsageCount {
+			return Fieldf(c.name, "%d is above %d", c.n, MaxUsageCount)
+		}
+	}
+	h := u.GetRateLimitHeaders()
+	if len(h) > MaxRateLimitHeaders {
+		return Fieldf("rate_limit_headers", "%d entries, at most %d allowed", len(h), MaxRateLimitHeaders)
+	}
+	for name, v := range h {
+		field := "rate_limit_headers[" + strconv.Quote(name) + "]"
+		if !hasRateLimitPrefix(name) {
+			return Fieldf(field, "not a rate-limit header (want x-ratelimit-* or anthropic-ratelimit-*)")
+		}
+		if len(v) > MaxRateLimitValueBytes {
+			return Fieldf(field, "%d bytes, at most %d allowed", len(v), MaxRateLimitValueBytes)
+		}
+	}
+	return nil
+}
+
+func hasRateLimitPrefix(name string) bool {
+	n := strings.ToLower(name)
+	for _, p := range RateLimitHeaderPrefixes {
+		if strings.HasPrefix(n, p) && len(n) > len(p) {
+			return true
+		}
+	}
+	return false
+}
