@@ -92,6 +92,9 @@ type Ask struct {
 	Attempt     int
 	// RetryAfter is the server's delay hint (0: none).
 	RetryAfter time.Duration
+	// RequestsPerMinute is the provider's request limit from the failure's
+	// rate-limit headers (0: none), for pacing.
+	RequestsPerMinute int64
 	// Recovery is the failure's recovery action, quoted by a fleet stop.
 	Recovery string
 	// Retry and Delay: the strategy's answer; the fleet acts only on retries.
@@ -192,6 +195,12 @@ func (f *Fleet) decide(c *Config, a *Ask, now time.Time, scope Scope, tracked bo
 	}
 
 	// Record what this failure says.
+	if rl != nil && a.RequestsPerMinute > 0 {
+		rl.rpm = a.RequestsPerMinute
+	}
+	if rl != nil && a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT {
+		rl.throttled(now)
+	}
 	if own != nil {
 		if own.lastFailure.IsZero() || now.Sub(own.lastFailure) >= incidentGap {
 			own.firstClient = a.ClientID // the first failure of a new run of them

@@ -18,7 +18,9 @@ type Gate struct {
 	tokens   float64
 	tokensAt time.Time
 
-	Admitted, Shed int64
+	// Admitted and Shed count first attempts; OwnAdmitted those the
+	// process's own budget admitted (policyd unreachable).
+	Admitted, Shed, OwnAdmitted int64
 }
 
 // The gate's constants (docs/clients.md).
@@ -79,6 +81,12 @@ func (g *Gate) Assign(now time.Time, a *GateAssignment) {
 // Assigned says whether the gate holds an assignment.
 func (g *Gate) Assigned() bool { return g.a != nil }
 
+// Age is the time since the assignment was received.
+func (g *Gate) Age(now time.Time) time.Duration { return now.Sub(g.receivedAt) }
+
+// Current is the assignment the gate holds (nil: none).
+func (g *Gate) Current() *GateAssignment { return g.a }
+
 // Record counts an attempt's outcome in the process's own budget.
 func (g *Gate) Record(now time.Time, ok bool) {
 	g.refill(now)
@@ -127,6 +135,7 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64) GateVe
 	age := now.Sub(g.receivedAt)
 	if age >= a.TTL+GateGrace {
 		if g.tokens > ownThreshold {
+			g.OwnAdmitted++
 			return GateVerdict{}
 		}
 		return GateVerdict{Action: GateStop, StopReason: policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED,
@@ -138,11 +147,14 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64) GateVe
 	case a.Breaker == Open:
 		return stop(policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN)
 	case a.Breaker == HalfOpen:
-		if g.permits == 0 {
-			return stop(policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN)
+		if g.permits > 0 {
+			g.permits--
+			return GateVerdict{Probe: true}
 		}
-		g.permits--
-		return GateVerdict{Probe: true}
+		if draw < a.AdmitFraction {
+			return GateVerdict{Probe: true}
+		}
+		return stop(policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN)
 	case a.AdmitFraction < 1 && draw >= a.AdmitFraction:
 		return stop(policydv1.StopReason_STOP_REASON_FLEET_SHED)
 	case a.Hold > age:

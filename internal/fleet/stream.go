@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -44,8 +45,8 @@ const tickMin = 200 * time.Millisecond
 const maxHoldSlots = 10_000
 
 // Report records u. It creates the availability bucket of u's target (the
-// breaker counts its outcomes and the budget its first attempts) and,
-// when u carries a request limit, its rate-limit bucket (pacing).
+// breaker counts its outcomes and the budget its first attempts) and its
+// rate-limit bucket (pacing divides the provider's limit by its demand).
 func (f *Fleet) Report(u Usage) {
 	if u.Provider == "" {
 		return
@@ -55,7 +56,7 @@ func (f *Fleet) Report(u Usage) {
 	keys := [3]Key{sc.key(ScopeAvailability, u.Target), sc.key(ScopeRateLimit, u.Target), {}}
 	var events []Event
 	emit := func(e Event) { events = append(events, e) }
-	bs := f.store.Acquire(keys, [3]bool{true, u.RequestsPerMinute > 0, false})
+	bs := f.store.Acquire(keys, [3]bool{true, true, false})
 	for _, b := range bs[:2] {
 		if b == nil {
 			continue
@@ -96,7 +97,7 @@ func (f *Fleet) Report(u Usage) {
 		}
 		av.advance(now, c, emit)
 		if u.Failed > 0 && av.state == HalfOpen {
-			av.open(now, min(2*av.openPeriod, c.Breaker.MaxOpenFor), u.ClientID, "failures reported while half-open", emit)
+			av.open(now, av.reopenPeriod(now, &c.Breaker), u.ClientID, "failures reported while half-open", emit)
 		}
 		av.maybeOpen(now, u.ClientID, "reported failures", &c.Breaker, emit)
 	}
@@ -107,10 +108,9 @@ func (f *Fleet) Report(u Usage) {
 	f.publish(events, u.Tenant)
 }
 
-// Assign is target t's assignment for client's gate now. probe says the
-// client has first attempts to send: while the breaker is half-open, it may
-// get the fleet's next probe permit.
-func (f *Fleet) Assign(t Target, client string, probe bool) Assignment {
+// Assign is target t's assignment for client's gate now. While the breaker
+// is half-open, it may carry one of the fleet's probe permits.
+func (f *Fleet) Assign(t Target, client string) Assignment {
 	now, c := f.clock(), f.cfg.Load()
 	a := Assignment{AdmitFraction: 1, TTL: c.Stream.TTL}
 	if t.Provider == "" {
@@ -137,10 +137,6 @@ func (f *Fleet) Assign(t Target, client string, probe bool) Assignment {
 		case Open:
 			why = append(why, fmt.Sprintf("breaker open for %v more: %s", av.openUntil.Sub(now).Round(100*time.Millisecond), av.openWhy))
 		case HalfOpen:
-			if probe && !av.nextProbe.After(now) {
-				a.ProbePermits = 1
-				av.nextProbe = now.Add(c.Breaker.ProbeInterval)
-			}
 			why = append(why, "breaker half-open: probing")
 		}
 		if av.state != Closed && a.Cause == "" {
@@ -172,8 +168,12 @@ func (f *Fleet) Assign(t Target, client string, probe bool) Assignment {
 			a.Cause = "hold"
 		}
 	}
+	if av != nil && av.state == HalfOpen {
+		a.AdmitFraction = av.probeFraction(now, c)
+		why = append(why, fmt.Sprintf("%.1f %% of first attempts go as probes", 100*a.AdmitFraction))
+	}
 	for _, b := range []*Bucket{av, rl} {
-		if b == nil {
+		if b == nil || (av != nil && av.state == HalfOpen) {
 			continue
 		}
 		if fr, w := b.admitFraction(now, c); fr < a.AdmitFraction {
@@ -188,6 +188,22 @@ func (f *Fleet) Assign(t Target, client string, probe bool) Assignment {
 	a.Reason = strings.Join(why, "; ")
 	f.publish(events, t.Tenant)
 	return a
+}
+
+// probeFraction is the share of first attempts a half-open breaker lets
+// through as probes: about one per ProbeInterval for the whole fleet, given
+// the first attempts the streams reported (all of them while none did).
+// A share, not permits handed to chosen clients: a permit waits for its
+// holder's next call, which may be many seconds away or never come.
+func (b *Bucket) probeFraction(now time.Time, c *Config) float64 {
+	if b.firstAttempts.secs == nil {
+		return 1
+	}
+	perInterval := float64(b.firstAttempts.sum(now)) / c.Breaker.Window.Seconds() * c.Breaker.ProbeInterval.Seconds()
+	if perInterval <= 1 {
+		return 1
+	}
+	return 1 / perInterval
 }
 
 // CountAssignments adds n assignments sent for t's availability bucket (for
@@ -323,3 +339,22 @@ func (b *Bucket) streamingClients(now time.Time, c *Config) int {
 
 // Now is the fleet's clock.
 func (f *Fleet) Now() time.Time { return f.clock() }
+
+// Differs says whether a, computed at now, tells a gate something other
+// than prev, sent at prevAt: another breaker state or probe permit, a new
+// hold or stop (not the same one counting down), or an admit fraction 5
+// points away (or back to all). The streams send only assignments that
+// differ, and refreshes.
+func (a Assignment) Differs(prev Assignment, prevAt, now time.Time) bool {
+	const slack = 100 * time.Millisecond
+	ends := func(d, pd time.Duration) bool {
+		pend := prevAt.Add(pd)
+		if d <= 0 {
+			return now.Before(pend.Add(-slack)) // the gate thinks one is still on
+		}
+		end := now.Add(d)
+		return end.Sub(pend) > slack || pend.Sub(end) > slack
+	}
+	return a.Breaker != prev.Breaker || a.ProbePermits != prev.ProbePermits || ends(a.Hold, prev.Hold) || ends(a.Stop, prev.Stop) ||
+		math.Abs(a.AdmitFraction-prev.AdmitFraction) >= 0.05 || (a.AdmitFraction == 1) != (prev.AdmitFraction == 1)
+}

@@ -38,7 +38,7 @@ func (f *Fleet) view(c *Config, b *Bucket, now time.Time) BucketView {
 	v.RequestsPerMinute = b.rpm
 	v.OpenPeriod = c.Breaker.OpenFor
 	if b.state != Closed {
-		v.OpenPeriod = min(2*b.openPeriod, c.Breaker.MaxOpenFor)
+		v.OpenPeriod = b.reopenPeriod(now, &c.Breaker)
 	}
 	if now.Sub(b.lastFailure) >= incidentGap {
 		v.FirstClient = "" // that incident is over

@@ -17,6 +17,10 @@ const baselineSkip = 10 * time.Second
 // HerdWindow is how long after the incident the herd is looked for.
 const HerdWindow = 60 * time.Second
 
+// DetectionAllowance is how long after an outage starts the fleet may take
+// to see it before amplification_after_detection counts.
+const DetectionAllowance = 5 * time.Second
+
 // TTRWindow is the goodput window recovery is measured on, and TTRShare the
 // share of the baseline goodput it must reach.
 const (
@@ -35,12 +39,20 @@ type recorder struct {
 	attemptsTotal                                                                  int
 	decisions, successPathDecisions                                                int64
 	firstOK                                                                        int
+	shedCalls                                                                      []int
 }
 
 func newRecorder(sc Scenario) *recorder {
 	n := int(sc.Duration/time.Second) + 1
 	mk := func() []int { return make([]int, n) }
-	return &recorder{sc: sc, attempts: mk(), failAttempts: mk(), failStarts: mk(), failGood: mk(), otherGood: mk(), throttled: mk(), okAttempts: mk()}
+	return &recorder{sc: sc, attempts: mk(), failAttempts: mk(), failStarts: mk(), failGood: mk(), otherGood: mk(), throttled: mk(), okAttempts: mk(), shedCalls: mk()}
+}
+
+// shed counts a call a gate did not send.
+func (r *recorder) shed(now time.Duration, model string) {
+	if model == Model {
+		r.shedCalls[sec(now)]++
+	}
 }
 
 func sec(t time.Duration) int { return int(t / time.Second) }
@@ -98,6 +110,20 @@ type Result struct {
 	// Amplification: attempts to the failing bucket during the incident ÷
 	// logical calls to it started during the incident.
 	Amplification float64
+	// AfterDetection: the same from DetectionAllowance after the incident
+	// starts (outage, partial and restart): what the fleet sends once it
+	// has had the time to see the outage.
+	AfterDetection float64
+	// DaemonDown (restart): the amplification while policyd is down, and
+	// OwnAdmitted the first attempts the clients' own budgets admitted
+	// then, against OwnBound, what those budgets allow.
+	DaemonDown            float64
+	OwnAdmitted, OwnBound int64
+	// Shed: calls the gates did not send ÷ calls started, during the incident.
+	Shed float64
+	// StreamMessages per client process per second (fleet-stream): reports
+	// up and assignment messages down.
+	StreamRate float64
 	// Load: the failing bucket's attempt rate during the incident ÷ its
 	// baseline attempt rate (the mean from 10 s to the incident's start).
 	Load float64
@@ -159,7 +185,7 @@ func (r *recorder) result(rn *run) *Result {
 		Decisions: r.decisions, SuccessPathDecisions: r.successPathDecisions,
 		PerSecond: r.attempts[:sec(sc.Duration)], otherGood: r.otherGood}
 	if f, ok := rn.inst.(interface{ Fleet() *fleet.Fleet }); ok && f.Fleet() != nil {
-		res.Fleet = f.Fleet().Effects()
+		res.Fleet = rn.inst.(interface{ Effects() map[string]int64 }).Effects()
 	}
 	baseFrom := baselineSkip
 	if baseFrom >= sc.Start {
@@ -171,6 +197,24 @@ func (r *recorder) result(rn *run) *Result {
 	window := (sc.End - sc.Start).Seconds()
 	inWindow := sum(r.failAttempts, sc.Start, sc.End)
 	res.Amplification = float64(inWindow) / float64(max(sum(r.failStarts, sc.Start, sc.End), 1))
+	res.AfterDetection, res.DaemonDown, res.Shed, res.StreamRate = math.NaN(), math.NaN(), math.NaN(), math.NaN()
+	if sc.Name == Outage || sc.Name == Partial || sc.Name == Restart {
+		from := sc.Start + DetectionAllowance
+		res.AfterDetection = float64(sum(r.failAttempts, from, sc.End)) / float64(max(sum(r.failStarts, from, sc.End), 1))
+	}
+	if sc.Name == Restart {
+		res.DaemonDown = float64(sum(r.failAttempts, sc.DownFrom, sc.DownTo)) / float64(max(sum(r.failStarts, sc.DownFrom, sc.DownTo), 1))
+	}
+	if rn.cfg.Policy.Name() == PolicyFleetStream {
+		res.Shed = float64(sum(r.shedCalls, sc.Start, sc.End)) / float64(max(sum(r.failStarts, sc.Start, sc.End), 1))
+	}
+	if s, ok := rn.inst.(interface {
+		streamStats() (msgs, procSeconds float64, own, bound int64)
+	}); ok {
+		msgs, ps, own, bound := s.streamStats()
+		res.StreamRate = msgs / max(ps, 1)
+		res.OwnAdmitted, res.OwnBound = own, bound
+	}
 	res.Load = float64(inWindow) / window / res.BaselineRate
 	peak := 0
 	for s := sc.End; s < sc.End+HerdWindow && s < sc.Duration; s += time.Second {
@@ -222,6 +266,7 @@ type Field struct{ Name, Value string }
 func (r *Result) Fields() []Field {
 	fs := []Field{
 		{"amplification", num(r.Amplification, 2)},
+		{"amplification_after_detection", num(r.AfterDetection, 2)},
 		{"load", num(r.Load, 2)},
 		{"herd", num(r.Herd, 2)},
 		{"herd_ref", num(r.HerdRef, 2)},
@@ -235,8 +280,17 @@ func (r *Result) Fields() []Field {
 	if r.Scenario == Partial {
 		fs = append(fs, Field{"unaffected", num(r.Unaffected, 3)})
 	}
+	if r.Scenario == Restart {
+		fs = append(fs, Field{"amplification_daemon_down", num(r.DaemonDown, 2)})
+		if r.Policy == PolicyFleetStream {
+			fs = append(fs, Field{"own_budget_admitted", strconv.FormatInt(r.OwnAdmitted, 10)}, Field{"own_budget_bound", strconv.FormatInt(r.OwnBound, 10)})
+		}
+	}
+	if r.Policy == PolicyFleetStream {
+		fs = append(fs, Field{"shed", num(r.Shed, 3)}, Field{"stream_msgs_per_s", num(r.StreamRate, 3)})
+	}
 	rpcs := math.NaN()
-	if r.Policy == PolicyFleet || r.Policy == PolicyStateless || r.Policy == PolicyGeminiCLI {
+	if r.Policy == PolicyFleet || r.Policy == PolicyFleetStream || r.Policy == PolicyStateless || r.Policy == PolicyGeminiCLI {
 		rpcs = float64(r.Decisions) / float64(max(r.Calls, 1))
 	}
 	fs = append(fs, Field{"rpcs_per_call", num(rpcs, 2)}, Field{"rpcs_on_success", num(nanIf(float64(r.SuccessPathDecisions), math.IsNaN(rpcs)), 0)})

@@ -25,9 +25,23 @@ type Policy interface {
 	Start(env Env) Instance
 }
 
-// Env is what a run gives its policy: the virtual clock.
+// Env is what a run gives its policy: the virtual clock, and whether
+// policyd is running (the restart scenario stops it).
 type Env struct {
-	Now func() time.Time
+	Now      func() time.Time
+	DaemonUp func() bool
+}
+
+// Advancer is an Instance with work of its own in time (policyd's timers,
+// its streams' reports and pushes): the run calls Advance before each event.
+type Advancer interface {
+	Advance(now time.Time)
+}
+
+// Gater is a Process whose first attempts pass a gate: send after wait, or
+// (admit false) give the call up.
+type Gater interface {
+	Admit(now time.Time, model string, r *rand.Rand) (admit bool, wait time.Duration)
 }
 
 // Instance is a policy in one run: the state every process shares (the
@@ -64,6 +78,7 @@ type Attempt struct {
 // The policies' names.
 const (
 	PolicyFleet       = "fleet"
+	PolicyFleetStream = "fleet-stream"
 	PolicyStateless   = "stateless"
 	PolicySDK         = "sdk"
 	PolicyGeminiCLI   = "gemini-cli"
@@ -72,17 +87,17 @@ const (
 )
 
 // PolicyNames are the policies in the order the reports list them.
-var PolicyNames = []string{PolicyFleet, PolicyStateless, PolicySDK, PolicyGeminiCLI, PolicyAWSStandard, PolicyGRPCA6}
+var PolicyNames = []string{PolicyFleetStream, PolicyFleet, PolicyStateless, PolicySDK, PolicyGeminiCLI, PolicyAWSStandard, PolicyGRPCA6}
 
 // NewPolicy returns the named policy.
 func NewPolicy(name string) (Policy, error) {
 	switch name {
-	case PolicyFleet, PolicyStateless:
+	case PolicyFleet, PolicyStateless, PolicyFleetStream:
 		p, err := SimPolicy()
 		if err != nil {
 			return nil, err
 		}
-		return &Policyd{name: name, pol: p, profile: SimProfile, fleet: name == PolicyFleet}, nil
+		return &Policyd{name: name, pol: p, profile: SimProfile, fleet: name != PolicyStateless, stream: name == PolicyFleetStream}, nil
 	case PolicyGeminiCLI:
 		// policyd's agent_cli profile is its reproduction of gemini-cli's
 		// retry loop (10 attempts, 5 s doubling to 30 s ±30 %, a server's
@@ -170,7 +185,7 @@ func strategyYAML(s strategy.Strategy) string {
 type Policyd struct {
 	name, profile string
 	pol           *policy.Policy
-	fleet         bool
+	fleet, stream bool
 }
 
 // Name implements Policy.
@@ -178,9 +193,15 @@ func (p *Policyd) Name() string { return p.name }
 
 // Start implements Policy.
 func (p *Policyd) Start(env Env) Instance {
-	in := &policydInstance{p: p, now: env.Now}
+	in := &policydInstance{p: p, now: env.Now, up: env.DaemonUp, wasUp: true}
+	if in.up == nil {
+		in.up = func() bool { return true }
+	}
 	if p.fleet {
 		in.fleet = fleet.New(p.pol.Fleet, fleet.WithClock(env.Now))
+	}
+	if p.stream {
+		return &streamInstance{policydInstance: in}
 	}
 	return in
 }
@@ -189,10 +210,46 @@ type policydInstance struct {
 	p     *Policyd
 	now   func() time.Time
 	fleet *fleet.Fleet
+	up    func() bool
+	wasUp bool
+	// effects the fleets before a restart changed
+	effects map[string]int64
 }
 
 // Fleet is the run's fleet memory (nil without it).
 func (in *policydInstance) Fleet() *fleet.Fleet { return in.fleet }
+
+// Effects counts what the fleet changed, by effect, over every daemon the
+// run started.
+func (in *policydInstance) Effects() map[string]int64 {
+	m := map[string]int64{}
+	for k, v := range in.effects {
+		m[k] += v
+	}
+	if in.fleet != nil {
+		for k, v := range in.fleet.Effects() {
+			m[k] += v
+		}
+	}
+	return m
+}
+
+// checkRestart starts a fresh daemon (no state) when policyd comes back.
+func (in *policydInstance) checkRestart() bool {
+	up := in.up()
+	restarted := up && !in.wasUp
+	in.wasUp = up
+	if restarted && in.fleet != nil {
+		if in.effects == nil {
+			in.effects = map[string]int64{}
+		}
+		for k, v := range in.fleet.Effects() {
+			in.effects[k] += v
+		}
+		in.fleet = fleet.New(in.p.pol.Fleet, fleet.WithClock(in.now))
+	}
+	return restarted
+}
 
 func (in *policydInstance) NewProcess(id string) Process {
 	return &policydProcess{in: in, id: id}
@@ -205,6 +262,10 @@ type policydProcess struct {
 }
 
 func (pp *policydProcess) Failed(a *Attempt) (bool, time.Duration) {
+	pp.in.checkRestart()
+	if !pp.in.up() {
+		return failOpen(a) // the client cannot reach policyd
+	}
 	p := pp.in.p
 	req := &policydv1.NextDelayRequest{
 		Failure:  a.Outcome.Failure,
@@ -223,6 +284,19 @@ func (pp *policydProcess) Failed(a *Attempt) (bool, time.Duration) {
 
 func (pp *policydProcess) Succeeded(*Attempt) {}
 func (pp *policydProcess) Decisions() int64   { return pp.decisions }
+
+// failOpen is the clients' fail-open policy (docs/clients.md): 3 attempts,
+// 1 s doubling up to 30 s with full jitter, at least the server's hint, a
+// hint above 60 s stops. The scenarios' failures (503, 429) are all
+// retried by it.
+func failOpen(a *Attempt) (bool, time.Duration) {
+	const attempts, ceiling = 3, 60 * time.Second
+	if a.N >= attempts || a.Outcome.Hint > ceiling {
+		return false, 0
+	}
+	d := time.Duration(a.Rand.Float64() * float64(min(30*time.Second, time.Second<<(a.N-1))))
+	return true, max(d, a.Outcome.Hint)
+}
 
 // noRPC is the anchors' Decisions: they decide in process.
 type noRPC struct{}

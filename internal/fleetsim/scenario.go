@@ -28,10 +28,17 @@ const (
 	Quota   = "quota"
 	Herd    = "herd"
 	Partial = "partial"
+	// Restart is the outage with policyd killed RestartDown after the
+	// outage starts and started again RestartDown later, with no state.
+	Restart = "restart"
 )
 
+// RestartDown: the restart scenario kills policyd this long into the
+// outage, and restarts it this long after.
+const RestartDown = 30 * time.Second
+
 // ScenarioNames are the scenarios in the order the reports list them.
-var ScenarioNames = []string{Outage, Quota, Herd, Partial}
+var ScenarioNames = []string{Outage, Quota, Herd, Partial, Restart}
 
 // Timing is a run's length and its incident's place in it.
 type Timing struct {
@@ -63,6 +70,8 @@ type Scenario struct {
 	// Start and End bound the incident; the provider recovers at End.
 	Start, End time.Duration
 	Duration   time.Duration
+	// DownFrom and DownTo bound policyd's absence (restart scenario only).
+	DownFrom, DownTo time.Duration
 	// healthy: the same run with no incident, the reference the unaffected
 	// model's goodput is measured against.
 	healthy bool
@@ -79,12 +88,14 @@ func NewScenario(name string, t Timing) (Scenario, error) {
 	s := Scenario{Name: name, Start: t.Start, End: t.End, Duration: t.Duration}
 	switch name {
 	case Outage, Quota, Partial:
+	case Restart:
+		s.DownFrom, s.DownTo = s.Start+RestartDown, s.Start+2*RestartDown
 	case Herd:
 		s.End = s.Start + HerdFor
 	default:
-		return s, fmt.Errorf("unknown scenario %q (want outage, quota, herd or partial)", name)
+		return s, fmt.Errorf("unknown scenario %q (want outage, quota, herd, partial or restart)", name)
 	}
-	if !(0 < s.Start && s.Start < s.End && s.End < s.Duration) {
+	if !(0 < s.Start && s.Start < s.End && s.End < s.Duration && s.DownTo < s.End) {
 		return s, fmt.Errorf("scenario %s: the incident %v–%v does not fit in %v", name, s.Start, s.End, s.Duration)
 	}
 	return s, nil
@@ -111,6 +122,9 @@ type Outcome struct {
 	Hint time.Duration
 	// Throttled: a 429.
 	Throttled bool
+	// Headers of a success: the rate-limit headers a client hands to its
+	// gate's reports (nil when the provider sends none).
+	Headers map[string]string
 }
 
 // Failure bodies, as OpenAI sends them.
@@ -165,7 +179,7 @@ func (p *provider) attempt(now time.Duration, model string, r *rand.Rand) Outcom
 		return ok
 	}
 	switch p.sc.Name {
-	case Outage, Partial:
+	case Outage, Partial, Restart:
 		return Outcome{Latency: failureLatency(r), Failure: failure(model, 503, overloadedBody, nil)}
 	case Herd:
 		// A window that resets at Start+HerdFor: everyone is told the same end.
@@ -182,6 +196,11 @@ func (p *provider) attempt(now time.Duration, model string, r *rand.Rand) Outcom
 		p.at = now
 		if p.tokens >= 1 {
 			p.tokens--
+			// OpenAI sends its rate-limit headers on every response.
+			ok.Headers = map[string]string{
+				"x-ratelimit-limit-requests":     strconv.Itoa(QuotaPerMinute),
+				"x-ratelimit-remaining-requests": strconv.Itoa(int(p.tokens)),
+			}
 			return ok
 		}
 		next := time.Duration((1 - p.tokens) / rate * float64(time.Second))

@@ -108,7 +108,7 @@ func Run(cfg Config) (*Result, error) {
 		cfg.ThinkMean = 10 * time.Second
 	}
 	r := &run{cfg: cfg, prov: newProvider(cfg.Scenario), rec: newRecorder(cfg.Scenario)}
-	r.inst = cfg.Policy.Start(Env{Now: r.clock})
+	r.inst = cfg.Policy.Start(Env{Now: r.clock, DaemonUp: r.daemonUp})
 	for i := range cfg.Agents {
 		a := &agent{idx: i, model: cfg.Scenario.modelOf(i),
 			think: stream(cfg.Seed, i, streamThink), lat: stream(cfg.Seed, i, streamLatency), jit: stream(cfg.Seed, i, streamJitter)}
@@ -122,6 +122,9 @@ func Run(cfg Config) (*Result, error) {
 			break
 		}
 		r.now = e.at
+		if adv, ok := r.inst.(Advancer); ok {
+			adv.Advance(r.clock())
+		}
 		a := r.agents[e.agent]
 		switch e.kind {
 		case evCall:
@@ -154,6 +157,12 @@ func Run(cfg Config) (*Result, error) {
 
 func (r *run) clock() time.Time { return Epoch.Add(r.now) }
 
+// daemonUp says whether policyd is running (the restart scenario stops it).
+func (r *run) daemonUp() bool {
+	sc := r.cfg.Scenario
+	return sc.healthy || !(sc.DownFrom <= r.now && r.now < sc.DownTo)
+}
+
 func (r *run) schedule(after time.Duration, a *agent, k eventKind) {
 	r.seq++
 	heap.Push(&r.events, event{at: r.now + after, seq: r.seq, agent: int32(a.idx), kind: k})
@@ -179,6 +188,20 @@ func (r *run) call(a *agent) {
 	a.callStart, a.attempts = r.now, 0
 	a.decisionsAtCall = a.proc.Decisions()
 	r.rec.callStarted(r.now, a.model)
+	if g, ok := a.proc.(Gater); ok {
+		admit, wait := g.Admit(r.clock(), a.model, a.jit)
+		if !admit {
+			// Shed: the call ends at once, without an attempt.
+			r.rec.shed(r.now, a.model)
+			r.rec.callDone(r.now, a.model, false, 0, a.proc.Decisions()-a.decisionsAtCall)
+			r.schedule(r.thinkTime(a), a, evCall)
+			return
+		}
+		if wait > 0 {
+			r.schedule(wait, a, evAttempt)
+			return
+		}
+	}
 	r.send(a)
 }
 

@@ -37,6 +37,8 @@ func (p *Policy) applyFleet(d *policydv1.Decision, c Call, f *policydv1.Failure,
 		CanFallBack: strat.Fallback != strategy.FallbackNone || hasChain,
 		MaxWait:     maxWait(in, strat),
 		Switches:    prof.Fleet,
+		// A 429 carries the provider's limit too: pacing starts at once.
+		RequestsPerMinute: fleet.RequestsPerMinute(f.GetProvider(), f.GetHeaders()),
 	}
 	if in.HasRetryAfter && in.RetryAfter > 0 {
 		ask.RetryAfter = in.RetryAfter

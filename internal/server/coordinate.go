@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"io"
-	"math"
 	"time"
 
 	"google.golang.org/grpc"
@@ -86,12 +85,12 @@ func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.Coord
 		case err := <-recvErr:
 			return recvEnd(err)
 		case <-changes:
-			if err := c.push(nil, false); err != nil {
+			if err := c.push(false); err != nil {
 				return err
 			}
 		case <-tick.C:
 			s.fleet.Tick() // at most a few times a second, whatever the streams
-			if err := c.push(nil, true); err != nil {
+			if err := c.push(true); err != nil {
 				return err
 			}
 		case <-ctx.Done():
@@ -123,8 +122,6 @@ type coordination struct {
 type subscription struct {
 	sent       fleet.Assignment
 	sentAt     time.Time
-	holdEnd    time.Time // sentAt + sent.Hold, to tell a new hold from the same one
-	stopEnd    time.Time
 	reportedAt time.Time
 }
 
@@ -132,7 +129,6 @@ type subscription struct {
 // that are new, changed or due a refresh.
 func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 	now := c.s.fleet.Now()
-	var probe map[fleet.Target]bool
 	for i, u := range m.GetUsage() {
 		if err := validate.Usage(i, u); err != nil {
 			// The usages before it stay applied; the client learns which
@@ -153,23 +149,16 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 			Admitted: int64(u.GetAdmitted()), Shed: int64(u.GetShed()), Succeeded: int64(u.GetSucceeded()),
 			Failed: int64(u.GetFailed()), Retries: int64(u.GetRetries()),
 			RequestsPerMinute: fleet.RequestsPerMinute(t.Provider, u.GetRateLimitHeaders())})
-		if u.GetShed() > 0 {
-			if probe == nil {
-				probe = make(map[fleet.Target]bool)
-			}
-			probe[t] = true
-		}
 	}
 	if len(m.GetUsage()) == 0 {
 		return nil
 	}
-	return c.push(probe, false)
+	return c.push(false)
 }
 
 // push sends, in one message, the assignments that changed (or, with
-// refresh, are due a refresh or an abandon). probe names the targets whose
-// client has first attempts waiting: they may get a half-open probe permit.
-func (c *coordination) push(probe map[fleet.Target]bool, refresh bool) error {
+// refresh, are due a refresh or an abandon).
+func (c *coordination) push(refresh bool) error {
 	now := c.s.fleet.Now()
 	cfg := c.s.fleet.Config()
 	sw := c.switches()
@@ -180,13 +169,12 @@ func (c *coordination) push(probe map[fleet.Target]bool, refresh bool) error {
 			delete(c.subs, t)
 			continue
 		}
-		a := mask(c.s.fleet.Assign(t, c.client, probe[t]), sw)
+		a := mask(c.s.fleet.Assign(t, c.client), sw)
 		due := sub.sentAt.IsZero() || (refresh && now.Sub(sub.sentAt) >= cfg.Stream.TTL*2/3)
-		if !due && !sub.changed(a, now) {
+		if !due && !a.Differs(sub.sent, sub.sentAt, now) {
 			continue
 		}
 		sub.sent, sub.sentAt = a, now
-		sub.holdEnd, sub.stopEnd = now.Add(a.Hold), now.Add(a.Stop)
 		out = append(out, c.assignmentProto(t, a))
 		c.s.fleet.CountAssignments(t, 1)
 	}
@@ -194,24 +182,6 @@ func (c *coordination) push(probe map[fleet.Target]bool, refresh bool) error {
 		return nil
 	}
 	return c.stream.Send(&policydv1.CoordinateResponse{Assignments: out})
-}
-
-// changed says whether a differs from what the client holds: a new hold
-// or stop (not the same one, counting down), another breaker state, a
-// probe permit, or an admit fraction 5 points away (or back to all).
-func (sub *subscription) changed(a fleet.Assignment, now time.Time) bool {
-	const slack = 100 * time.Millisecond
-	differs := func(end time.Time, d time.Duration) bool {
-		if d <= 0 {
-			return now.Before(end.Add(-slack)) // the client thinks one is still on
-		}
-		e := now.Add(d)
-		return e.Sub(end) > slack || end.Sub(e) > slack
-	}
-	s := sub.sent
-	return a.Breaker != s.Breaker || a.ProbePermits != s.ProbePermits ||
-		differs(sub.holdEnd, a.Hold) || differs(sub.stopEnd, a.Stop) ||
-		math.Abs(a.AdmitFraction-s.AdmitFraction) >= 0.05 || (a.AdmitFraction == 1) != (s.AdmitFraction == 1)
 }
 
 // switches are the client's profile's fleet mechanisms: a profile with the

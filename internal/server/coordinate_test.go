@@ -136,14 +136,14 @@ func TestCoordinateBreakerLifecycle(t *testing.T) {
 		t.Fatalf("reason %q", a.GetReason())
 	}
 
-	// The open period ends: pushed as half-open, no permit yet; a report of
-	// shed first attempts earns the fleet's probe permit.
+	// The open period ends: pushed as half-open, letting about one first
+	// attempt a second through as a probe (this client alone sends fewer:
+	// all of them).
 	h.clock.advance(5 * time.Second)
-	s.next("half-open", func(a *policydv1.Assignment) bool {
-		return a.GetBreaker() == policydv1.BreakerState_BREAKER_STATE_HALF_OPEN && a.GetProbePermits() == 0
+	s.next("half-open with probes", func(a *policydv1.Assignment) bool {
+		return a.GetBreaker() == policydv1.BreakerState_BREAKER_STATE_HALF_OPEN && a.GetAdmitFraction() == 1
 	})
 	s.report(&policydv1.BucketUsage{Shed: 3})
-	s.next("a probe permit", func(a *policydv1.Assignment) bool { return a.GetProbePermits() == 1 })
 
 	// Two probe successes close it; slow start admits 10 %, then more.
 	s.report(&policydv1.BucketUsage{Admitted: 1, Succeeded: 2})

@@ -1,0 +1,278 @@
+package fleetsim
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/policyd/policyd/internal/fleet"
+)
+
+// The fleet-stream policy: fleet memory with each process's Coordinate
+// stream and gate, as the clients implement them (docs/clients.md, "The
+// fleet gate"; the gate is fleet.Gate, which the clients' shared vectors
+// pin). The stream is modelled without latency: a report or a push is
+// applied when it is sent, which on a local daemon is within a
+// millisecond. What the model keeps from the wire is its timing: reports
+// about once a second after activity, pushes on the fleet's transitions,
+// refreshes before the TTL, and nothing at all while policyd is down
+// (then reconnects with the clients' backoff, 1 s doubling to 30 s, full
+// jitter).
+
+// reportEvery is the clients' report interval.
+const reportEvery = time.Second
+
+// tickEvery is how often the daemon's streams re-evaluate their
+// assignments (internal/server).
+const tickEvery = 250 * time.Millisecond
+
+// reconnectMax is the clients' longest reconnect backoff.
+const reconnectMax = 30 * time.Second
+
+type streamInstance struct {
+	*policydInstance
+	procs   []*streamProcess
+	changes <-chan struct{}
+	// msgs counts stream messages, up and down.
+	msgs int64
+	// what the processes that ended counted
+	deadSeconds        float64
+	deadOwn, deadBound int64
+}
+
+func (in *streamInstance) NewProcess(id string) Process {
+	now := in.now()
+	p := &streamProcess{policydProcess: policydProcess{in: in.policydInstance, id: id}, sin: in, gate: fleet.NewGate(), born: now,
+		jit: rand.New(rand.NewPCG(uint64(len(in.procs)), 0x57ea)), connected: in.up()}
+	// The process it replaces (a CLI invocation's end) closes its stream.
+	for i, q := range in.procs {
+		if q.agent == id[:len(id)-len(suffix(id))] {
+			in.deadSeconds += now.Sub(q.born).Seconds()
+			in.deadOwn += q.gate.OwnAdmitted
+			in.deadBound += q.ownBound
+			in.procs[i] = p
+			p.agent = q.agent
+			return p
+		}
+	}
+	p.agent = id[:len(id)-len(suffix(id))]
+	in.procs = append(in.procs, p)
+	return p
+}
+
+// suffix is the ".N" of a process id "agent-007.N".
+func suffix(id string) string {
+	for i := len(id) - 1; i >= 0; i-- {
+		if id[i] == '.' {
+			return id[i:]
+		}
+	}
+	return ""
+}
+
+// Advance runs what happens between the agents' events: the daemon's
+// restart, its timers, reconnects, due reports, pushes and refreshes.
+func (in *streamInstance) Advance(now time.Time) {
+	if in.checkRestart() {
+		in.changes = nil
+	}
+	if !in.up() {
+		for _, p := range in.procs {
+			p.disconnect(now)
+		}
+		return
+	}
+	in.fleet.Tick()
+	pushed := false
+	if in.changes != nil {
+		select {
+		case <-in.changes:
+			pushed = true
+		default:
+		}
+	}
+	if in.changes == nil || pushed {
+		in.changes = in.fleet.Changes()
+	}
+	ttl := in.fleet.Config().Stream.TTL
+	for _, p := range in.procs {
+		if !p.connected {
+			if now.Before(p.nextTry) {
+				continue
+			}
+			p.connected = true // and subscribes again at its next report
+			if p.pending() {
+				p.report(now)
+			}
+			continue
+		}
+		if p.pending() && !now.Before(p.reportAt) {
+			p.report(now)
+			continue
+		}
+		// The daemon's stream re-evaluates each assignment on every change
+		// and every tickEvery (a slow start's rising share, a freed probe
+		// permit), and sends the ones that differ or are due a refresh.
+		if p.subscribed && (pushed || now.Sub(p.evalAt) >= tickEvery) {
+			p.evalAt = now
+			p.deliver(now, now.Sub(p.sentAt) >= ttl*2/3)
+		}
+	}
+}
+
+// streamStats: stream messages, process-seconds alive, and the first
+// attempts the processes' own budgets admitted against what they allow.
+func (in *streamInstance) streamStats() (msgs, procSeconds float64, own, bound int64) {
+	now := in.now()
+	for _, p := range in.procs {
+		own += p.gate.OwnAdmitted
+		bound += p.ownBound
+	}
+	for _, p := range in.procs {
+		procSeconds += now.Sub(p.born).Seconds()
+	}
+	return float64(in.msgs), procSeconds + in.deadSeconds, own + in.deadOwn, bound + in.deadBound
+}
+
+type streamProcess struct {
+	policydProcess
+	sin       *streamInstance
+	agent     string
+	gate      *fleet.Gate
+	jit       *rand.Rand
+	born      time.Time
+	modelName string
+
+	// The counts of the current report interval.
+	admitted, shed, succeeded, failed, retries int64
+	headers                                    map[string]string
+	reportAt                                   time.Time
+
+	connected, subscribed bool
+	nextTry               time.Time
+	backoff               time.Duration
+	sent                  fleet.Assignment
+	sentAt, evalAt        time.Time
+	// ownBound is what the process's own budget allows while policyd is
+	// away: 5 first attempts above its threshold, then 0.1 a second.
+	ownBound   int64
+	localSince time.Time
+}
+
+func (p *streamProcess) target() fleet.Target {
+	return fleet.Target{Provider: Provider, Model: p.model(), KeyID: KeyID}
+}
+
+func (p *streamProcess) model() string {
+	// The agents' models are fixed per agent; the process learns its own at
+	// its first call (Admit).
+	return p.modelName
+}
+
+func (p *streamProcess) pending() bool {
+	return p.admitted+p.shed+p.succeeded+p.failed+p.retries > 0
+}
+
+func (p *streamProcess) activity(now time.Time) {
+	if p.reportAt.IsZero() {
+		p.reportAt = now.Add(time.Duration(float64(reportEvery) * (0.9 + 0.2*p.jit.Float64())))
+	}
+}
+
+// disconnect: policyd is gone; the stream retries with backoff.
+func (p *streamProcess) disconnect(now time.Time) {
+	if p.connected || p.nextTry.IsZero() {
+		p.connected, p.subscribed, p.backoff = false, false, time.Second
+		p.nextTry = now.Add(time.Duration(p.jit.Float64() * float64(p.backoff)))
+		return
+	}
+	for !now.Before(p.nextTry) {
+		p.backoff = min(2*p.backoff, reconnectMax)
+		p.nextTry = p.nextTry.Add(time.Duration(p.jit.Float64() * float64(p.backoff)))
+	}
+}
+
+// report sends the interval's counts and takes the answer.
+func (p *streamProcess) report(now time.Time) {
+	in := p.sin
+	in.msgs++
+	in.fleet.Report(fleet.Usage{Target: p.target(), ClientID: p.id, Admitted: p.admitted, Shed: p.shed,
+		Succeeded: p.succeeded, Failed: p.failed, Retries: p.retries,
+		RequestsPerMinute: fleet.RequestsPerMinute(Provider, p.headers)})
+	p.admitted, p.shed, p.succeeded, p.failed, p.retries, p.headers = 0, 0, 0, 0, 0, nil
+	p.reportAt = time.Time{}
+	first := !p.subscribed
+	p.subscribed = true
+	p.deliver(now, first)
+}
+
+// deliver computes the process's assignment and, when it differs from
+// what the gate holds (or force), sends it.
+func (p *streamProcess) deliver(now time.Time, force bool) {
+	a := p.sin.fleet.Assign(p.target(), p.id)
+	if !force && !a.Differs(p.sent, p.sentAt, now) {
+		return
+	}
+	p.sin.msgs++
+	p.sent, p.sentAt = a, now
+	p.gate.Assign(now, &fleet.GateAssignment{TTL: a.TTL, Breaker: a.Breaker, Hold: a.Hold, Stop: a.Stop,
+		AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason})
+}
+
+// Admit implements Gater.
+func (p *streamProcess) Admit(now time.Time, model string, r *rand.Rand) (bool, time.Duration) {
+	p.modelName = model
+	if p.sin.up() && p.connected && !p.subscribed {
+		// The first call on a target waits for its first assignment (a
+		// local daemon answers in well under the clients' 100-ms limit).
+		p.report(now)
+	}
+	if !p.sin.up() && p.gate.Assigned() && p.gate.Age(now) >= p.sent.TTL+fleet.GateGrace && p.localSince.IsZero() {
+		p.localSince = now
+		p.ownBound += 5 + int64(0.1*(RestartDown+reconnectMax).Seconds())
+	}
+	if p.sin.up() {
+		p.localSince = time.Time{}
+	}
+	v := p.gate.Check(now, -1, false, r.Float64())
+	p.activity(now)
+	switch v.Action {
+	case fleet.GateAdmit, fleet.GateWait:
+		p.admitted++
+		return true, v.Wait
+	}
+	p.shed++
+	return false, 0
+}
+
+// Failed implements Process: the gate's budget counts the failure, and
+// policyd (or, while it is down, the fail-open policy) decides.
+func (p *streamProcess) Failed(a *Attempt) (bool, time.Duration) {
+	now := a.Now
+	p.gate.Record(now, false)
+	p.activity(now)
+	var retry bool
+	var d time.Duration
+	if !p.sin.up() {
+		p.failed++
+		retry, d = failOpen(a)
+	} else {
+		retry, d = p.policydProcess.Failed(a)
+	}
+	if retry {
+		p.retries++
+	}
+	return retry, d
+}
+
+// Succeeded implements Process.
+func (p *streamProcess) Succeeded(a *Attempt) {
+	p.gate.Record(a.Now, true)
+	p.succeeded++
+	if a.Outcome.Headers != nil {
+		p.headers = a.Outcome.Headers
+	}
+	p.activity(a.Now)
+	if cur := p.gate.Current(); cur != nil && cur.Breaker == fleet.HalfOpen {
+		p.reportAt = a.Now // a probe's success is reported at once
+	}
+}
