@@ -19,6 +19,8 @@ const (
 	FleetBreakerClose    = "breaker_close"
 	FleetBudgetExhausted = "budget_exhausted"
 	FleetStop            = "fleet_stop"
+	FleetShed            = "shed"
+	FleetSlowStart       = "slow_start"
 )
 
 // The scopes of fleet state, as stored in fleet_events.scope.
@@ -87,10 +89,10 @@ func (s *Store) normalizeFleetEvent(e FleetEvent) (FleetEvent, error) {
 			FleetScopeRateLimit, FleetScopeAvailability, FleetScopeAuth, clip(e.Scope, 64))
 	}
 	switch e.Event {
-	case FleetHoldSet, FleetBreakerOpen, FleetBreakerHalfOpen, FleetBreakerClose, FleetBudgetExhausted, FleetStop:
+	case FleetHoldSet, FleetBreakerOpen, FleetBreakerHalfOpen, FleetBreakerClose, FleetBudgetExhausted, FleetStop, FleetShed, FleetSlowStart:
 	default:
-		return FleetEvent{}, invalid("event", "must be one of %s, %s, %s, %s, %s, %s; got %q",
-			FleetHoldSet, FleetBreakerOpen, FleetBreakerHalfOpen, FleetBreakerClose, FleetBudgetExhausted, FleetStop,
+		return FleetEvent{}, invalid("event", "must be one of %s, %s, %s, %s, %s, %s, %s, %s; got %q",
+			FleetHoldSet, FleetBreakerOpen, FleetBreakerHalfOpen, FleetBreakerClose, FleetBudgetExhausted, FleetStop, FleetShed, FleetSlowStart,
 			clip(e.Event, 64))
 	}
 	if len(e.Counts) > maxFleetCounts {

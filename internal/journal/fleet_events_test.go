@@ -228,3 +228,22 @@ func TestFleetEventRecorderDatabaseDown(t *testing.T) {
 	}
 	srv.Start(t) // so that the test's database can be dropped
 }
+
+// The Coordinate streams' events (migration 005) are stored like the others.
+func TestFleetStreamEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t)
+	shed := fleetEvent(journal.FleetShed, t0)
+	shed.Bucket, shed.Scope, shed.KeyID = "availability:openai/gpt-4o", journal.FleetScopeAvailability, ""
+	shed.Counts = map[string]int64{"shed": 42}
+	slow := fleetEvent(journal.FleetSlowStart, t0.Add(time.Second))
+	slow.Bucket, slow.Scope, slow.KeyID = shed.Bucket, shed.Scope, ""
+	slow.Counts = map[string]int64{"window_ms": 5000}
+	wantErr(t, s.RecordFleetEvents(ctx, []journal.FleetEvent{shed, slow}), nil)
+	got, err := s.ListFleetEvents(ctx, "acme", shed.Bucket, time.Time{}, 0)
+	wantErr(t, err, nil)
+	if !reflect.DeepEqual(got, []journal.FleetEvent{slow, shed}) {
+		t.Errorf("got %+v", got)
+	}
+}

@@ -89,7 +89,7 @@ func New() *Metrics {
 		}),
 		fleetEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyd_fleet_events_total",
-			Help: "Fleet transitions by event: hold_set, breaker_open, breaker_half_open, breaker_close, budget_exhausted, fleet_stop.",
+			Help: "Fleet transitions by event: hold_set, breaker_open, breaker_half_open, breaker_close, budget_exhausted, fleet_stop, shed, slow_start.",
 		}, []string{"event"}),
 	}
 	journalTotal := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -245,12 +245,27 @@ var (
 		[]string{"effect"}, nil)
 )
 
+// The Coordinate streams' metrics, per provider and model (the
+// availability bucket, summed over tenants: bounded by the models in use,
+// where a key or tenant label would grow with every credential).
+var (
+	streamLabels           = []string{"provider", "model"}
+	fleetStreamsDesc       = prometheus.NewDesc("policyd_fleet_streams", "Coordinate streams connected (one per client process).", nil, nil)
+	fleetReportsDesc       = prometheus.NewDesc("policyd_fleet_stream_reports_total", "Usage reports received on Coordinate streams.", streamLabels, nil)
+	fleetAssignmentsDesc   = prometheus.NewDesc("policyd_fleet_stream_assignments_total", "Assignments sent on Coordinate streams (pushes, answers and refreshes).", streamLabels, nil)
+	fleetFirstAttemptsDesc = prometheus.NewDesc("policyd_fleet_first_attempts_total",
+		"First attempts the clients' gates reported, by outcome: admitted (sent, after any hold) or shed (stopped or fallen back).", append(streamLabels, "outcome"), nil)
+	fleetStreamClientsDesc = prometheus.NewDesc("policyd_fleet_streaming_clients", "Client processes that reported in the breaker's window.", streamLabels, nil)
+	fleetAdmitDesc         = prometheus.NewDesc("policyd_fleet_admit_fraction", "The share of first attempts the gates admit now (slow start, quota pacing).", streamLabels, nil)
+)
+
 // fleetCollector reads the fleet at scrape time, so a decision pays nothing
 // for the gauges.
 type fleetCollector struct{ f *fleet.Fleet }
 
 func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{fleetBucketsDesc, fleetBreakersDesc, fleetHoldsDesc, fleetStopsDesc, fleetExhaustDesc, fleetTokensDesc, fleetChangedDesc} {
+	for _, d := range []*prometheus.Desc{fleetBucketsDesc, fleetBreakersDesc, fleetHoldsDesc, fleetStopsDesc, fleetExhaustDesc, fleetTokensDesc, fleetChangedDesc,
+		fleetStreamsDesc, fleetReportsDesc, fleetAssignmentsDesc, fleetFirstAttemptsDesc, fleetStreamClientsDesc, fleetAdmitDesc} {
 		ch <- d
 	}
 }
@@ -267,5 +282,15 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(fleetTokensDesc, prometheus.GaugeValue, s.MinTokens)
 	for effect, n := range c.f.Effects() {
 		ch <- prometheus.MustNewConstMetric(fleetChangedDesc, prometheus.CounterValue, float64(n), effect)
+	}
+	streams, perModel := c.f.StreamStats()
+	ch <- prometheus.MustNewConstMetric(fleetStreamsDesc, prometheus.GaugeValue, float64(streams))
+	for _, m := range perModel {
+		ch <- prometheus.MustNewConstMetric(fleetReportsDesc, prometheus.CounterValue, float64(m.Reports), m.Provider, m.Model)
+		ch <- prometheus.MustNewConstMetric(fleetAssignmentsDesc, prometheus.CounterValue, float64(m.Assignments), m.Provider, m.Model)
+		ch <- prometheus.MustNewConstMetric(fleetFirstAttemptsDesc, prometheus.CounterValue, float64(m.Admitted), m.Provider, m.Model, "admitted")
+		ch <- prometheus.MustNewConstMetric(fleetFirstAttemptsDesc, prometheus.CounterValue, float64(m.Shed), m.Provider, m.Model, "shed")
+		ch <- prometheus.MustNewConstMetric(fleetStreamClientsDesc, prometheus.GaugeValue, float64(m.Clients), m.Provider, m.Model)
+		ch <- prometheus.MustNewConstMetric(fleetAdmitDesc, prometheus.GaugeValue, m.AdmitFraction, m.Provider, m.Model)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/journal/journaltest"
 	"github.com/policyd/policyd/internal/metrics"
@@ -364,5 +365,42 @@ func TestProfilingEndpoint(t *testing.T) {
 			t.Errorf("profiling=%v: /debug/pprof/cmdline answered %d, want %d", profiling, resp.StatusCode, want)
 		}
 		hsrv.Shutdown(context.Background()) //nolint:errcheck // a test server
+	}
+}
+
+// The fleet's stream metrics, read from a fleet that got a report.
+func TestFleetStreamMetrics(t *testing.T) {
+	ms := metrics.New()
+	f := fleet.New(fleet.Defaults())
+	ms.ObserveFleet(f)
+	f.StreamOpened()
+	target := fleet.Target{Provider: "openai", Model: "gpt-4o", KeyID: "k"}
+	f.Report(fleet.Usage{Target: target, ClientID: "a", Admitted: 7, Shed: 3, Succeeded: 6})
+	f.CountAssignments(target, 2)
+	mfs, err := ms.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	families := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		families[mf.GetName()] = mf
+	}
+	model := map[string]string{"provider": "openai", "model": "gpt-4o"}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"policyd_fleet_streams", nil, 1},
+		{"policyd_fleet_stream_reports_total", model, 1},
+		{"policyd_fleet_stream_assignments_total", model, 2},
+		{"policyd_fleet_first_attempts_total", map[string]string{"provider": "openai", "model": "gpt-4o", "outcome": "admitted"}, 7},
+		{"policyd_fleet_first_attempts_total", map[string]string{"provider": "openai", "model": "gpt-4o", "outcome": "shed"}, 3},
+		{"policyd_fleet_streaming_clients", model, 1},
+		{"policyd_fleet_admit_fraction", model, 1},
+	} {
+		if got, ok := value(families, c.name, c.labels); !ok || got != c.want {
+			t.Errorf("%s%v = %v (found %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/policyd/policyd/internal/fleet"
@@ -20,7 +21,11 @@ type FleetEventCounter interface{ FleetEvent(kind string) }
 func FleetEventSink(logger *slog.Logger, rec FleetEventRecorder, counter FleetEventCounter) fleet.Sink {
 	return func(events []fleet.Event) {
 		for _, e := range events {
-			logger.Info("fleet "+string(e.Kind), "tenant", e.Key.Tenant, "bucket", e.Key.String(), "client", e.ClientID, "reason", e.Reason)
+			level := slog.LevelInfo
+			if e.Kind == fleet.EventShed {
+				level = slog.LevelDebug // up to one a second per bucket while gates shed
+			}
+			logger.Log(context.Background(), level, "fleet "+string(e.Kind), "tenant", e.Key.Tenant, "bucket", e.Key.String(), "client", e.ClientID, "reason", e.Reason)
 			if counter != nil {
 				counter.FleetEvent(string(e.Kind))
 			}
