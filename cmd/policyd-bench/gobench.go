@@ -18,10 +18,11 @@ type goBenchmark struct {
 }
 
 // runGoBenchmarks runs the in-process benchmarks of the classifier, the
-// strategy and NextDelay (alone and with fleet memory) from the repository root (the working directory).
+// strategy, NextDelay (alone and with fleet memory) and a Coordinate
+// stream's report, from the repository root (the working directory).
 func runGoBenchmarks(ctx context.Context) ([]goBenchmark, error) {
-	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^Benchmark(Classify|ClassifyNetworkError|Decide|NextDelay|NextDelayFleet)$",
-		"-benchmem", "-benchtime", "1s", "./internal/classifier", "./internal/strategy", "./internal/policy")
+	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^Benchmark(Classify|ClassifyNetworkError|Decide|NextDelay|NextDelayFleet|CoordinateReport)$",
+		"-benchmem", "-benchtime", "1s", "./internal/classifier", "./internal/strategy", "./internal/policy", "./internal/server")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("go test -bench: %w\n%s", err, out)
