@@ -51,7 +51,9 @@ FUZZ_TARGETS := \
 	./internal/cases:FuzzParse \
 	./internal/server:FuzzValidateClassifyRequest \
 	./internal/server:FuzzValidateNextDelayRequest \
-	./internal/server:FuzzUTF8Codec
+	./internal/server:FuzzUTF8Codec \
+	./internal/server:FuzzCoordinateReport \
+	./internal/fleet:FuzzRequestsPerMinute
 
 ##@ Everyday
 

@@ -11,7 +11,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/policy"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 // Request fuzzing: arbitrary wire bytes decoded as a request, then
@@ -120,6 +122,44 @@ func FuzzUTF8Codec(f *testing.F) {
 		fe, ok := errors.AsType[*FieldError](invalidUTF8(&got))
 		if !ok || fe.Field == "" {
 			t.Fatalf("decoded a bad request (%v) without a mark: %v", wantErr, invalidUTF8(&got))
+		}
+	})
+}
+
+// FuzzCoordinateReport fuzzes a Coordinate message's validation and what
+// the stream does with a valid one: the fleet applies its usages and
+// answers each target's assignment.
+func FuzzCoordinateReport(f *testing.F) {
+	addSeeds(f,
+		&policydv1.CoordinateRequest{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: &policydv1.BucketTarget{Provider: "openai", Model: "gpt-4o", KeyId: "k"},
+			Elapsed: durationpb.New(1e9), Admitted: 3, Shed: 1, Succeeded: 2, Failed: 1, Retries: 1,
+			RateLimitHeaders: map[string]string{"x-ratelimit-limit-requests": "600"}}}},
+		&policydv1.CoordinateRequest{Usage: []*policydv1.BucketUsage{{Target: &policydv1.BucketTarget{}, Elapsed: &durationpb.Duration{Seconds: -1}}}},
+	)
+	fl := fleet.New(fleet.Defaults())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req policydv1.CoordinateRequest
+		if proto.Unmarshal(b, &req) != nil {
+			return
+		}
+		for _, first := range []bool{true, false} {
+			if err := validate.CoordinateRequest(&req, first); err != nil {
+				checkHandlerError(t, err)
+				continue
+			}
+			for i, u := range req.GetUsage() {
+				if err := validate.Usage(i, u); err != nil {
+					checkHandlerError(t, err)
+					break
+				}
+				tg := fleet.Target{Provider: u.GetTarget().GetProvider(), Model: u.GetTarget().GetModel(), KeyID: u.GetTarget().GetKeyId()}
+				fl.Report(fleet.Usage{Target: tg, ClientID: req.GetClientId(), Admitted: int64(u.GetAdmitted()), Shed: int64(u.GetShed()),
+					Succeeded: int64(u.GetSucceeded()), Failed: int64(u.GetFailed()), Retries: int64(u.GetRetries()),
+					RequestsPerMinute: fleet.RequestsPerMinute(tg.Provider, u.GetRateLimitHeaders())})
+				if a := fl.Assign(tg, req.GetClientId()); a.AdmitFraction < 0 || a.AdmitFraction > 1 || a.Hold < 0 {
+					t.Fatalf("assignment %+v", a)
+				}
+			}
 		}
 	})
 }
