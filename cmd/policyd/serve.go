@@ -65,8 +65,12 @@ with every agent on the same provider, model and key: shared cooldowns,
 fleet-wide stops on a key, circuit breakers and retry budgets change
 NextDelay's retries (Decision.fleet says how), each transition is logged
 as "fleet ..." and, with a journal, recorded in fleet_events. Its settings
-are the policy file's fleet: section. --fleet off answers every caller as
-if alone (FleetService then answers FAILED_PRECONDITION).
+are the policy file's fleet: section. Clients keep one FleetService.Coordinate
+stream per process: they report their counts about once a second and get
+each bucket's assignment, which their gate applies to first attempts with
+no RPC (docs/clients.md, "The fleet gate"). --fleet off answers every caller
+as if alone (FleetService, Coordinate included, then answers
+FAILED_PRECONDITION, and the clients' gates admit everything).
 
 Every call gets a request id: the client's x-request-id when it is 1..128
 printable ASCII characters, else a generated one. It is logged as
