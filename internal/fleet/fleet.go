@@ -307,8 +307,10 @@ func (f *Fleet) decide(c *Config, a *Ask, now time.Time, scope Scope, tracked bo
 		}
 	}
 
-	// 4. The retry budget (probes are already limited fleet-wide).
-	if sw.Budget && av != nil && !probe {
+	// 4. The retry budget (probes are already limited fleet-wide), for the
+	// retries of a failing model: a rate limit's retries are paced by its
+	// hold, the server's own word, and a key's by its stop.
+	if sw.Budget && av != nil && !probe && (!tracked || scope == ScopeAvailability) {
 		av.refill(now, c)
 		if av.tokens < 1 {
 			if !av.exhausted {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
@@ -93,6 +95,10 @@ func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.Coord
 			if err := c.push(true); err != nil {
 				return err
 			}
+		case <-s.drain:
+			// The client reconnects, to this replica's successor or another;
+			// a graceful stop does not wait for the stream.
+			return status.Error(codes.Unavailable, "policyd is shutting down; reconnect")
 		case <-ctx.Done():
 			return ctx.Err()
 		}

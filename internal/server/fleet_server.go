@@ -18,6 +18,7 @@ type FleetServer struct {
 	policydv1.UnimplementedFleetServiceServer
 	fleet    *fleet.Fleet // nil: fleet memory is off
 	policies PolicySource // the fallback chains and profiles Coordinate reads; may be nil
+	drain    <-chan struct{} // closed at shutdown: Coordinate streams end (nil: never)
 }
 
 // NewFleetServer serves f, which may be nil (every RPC then says how to

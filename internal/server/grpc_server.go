@@ -116,8 +116,10 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*
 	// its RPCs say how to turn it on (FAILED_PRECONDITION) instead of
 	// UNIMPLEMENTED.
 	policydv1.RegisterJournalServiceServer(gs, NewJournalServer(ps.journal, ps))
-	policydv1.RegisterFleetServiceServer(gs, NewFleetServer(ps.fleet, ps))
 	hs := newHealth()
+	fs := NewFleetServer(ps.fleet, ps)
+	fs.drain = hs.drain // Coordinate streams end at Shutdown, as health watches do
+	policydv1.RegisterFleetServiceServer(gs, fs)
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(policydv1.PolicyService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	watchJournal(hs, ps.journal)

@@ -7,9 +7,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/policy"
 )
 
@@ -87,5 +92,50 @@ func TestShutdownEndsHealthWatches(t *testing.T) {
 		if last := <-lasts; last != healthpb.HealthCheckResponse_NOT_SERVING {
 			t.Errorf("last status before a watch ended = %v, want NOT_SERVING", last)
 		}
+	}
+}
+
+// TestShutdownEndsCoordinateStreams: a client's Coordinate stream ends
+// UNAVAILABLE at Shutdown (the client reconnects), so that GracefulStop does
+// not wait for it until the shutdown timeout.
+func TestShutdownEndsCoordinateStreams(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := policy.Builtin()
+	gs, hs := NewGRPCServer(NewPolicyServer(p, WithFleet(fleet.New(p.Fleet))), slog.New(slog.DiscardHandler))
+	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	s, err := policydv1.NewFleetServiceClient(conn).Coordinate(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&policydv1.CoordinateRequest{ClientId: "a", Usage: []*policydv1.BucketUsage{{
+		Target: &policydv1.BucketTarget{Provider: "openai"}, Elapsed: durationpb.New(time.Second)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	hs.Shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	if _, err := s.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("the stream after Shutdown: %v, want UNAVAILABLE", err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(3 * time.Second):
+		t.Fatal("GracefulStop still waiting 3s after Shutdown: a Coordinate stream holds it")
 	}
 }

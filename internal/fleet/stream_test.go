@@ -1,0 +1,109 @@
+package fleet
+
+import (
+	"testing"
+	"time"
+)
+
+var streamTarget = Target{Tenant: "team", Provider: "openai", Model: "gpt-4o", KeyID: "prod"}
+
+// Streams' reports make the availability bucket exist from a target's first
+// call; a rate limit's retries still do not draw on its budget (the hold
+// paces them), while an overload's do.
+func TestRateLimitRetriesSpendNoBudget(t *testing.T) {
+	f, _, _ := newTestFleet(t, func(c *Config) { c.Budget.Burst, c.Budget.Floor, c.Budget.Ratio = 2, 0.001, 0 })
+	f.Report(Usage{Target: streamTarget, ClientID: "a", Admitted: 1})
+	for i := range 5 {
+		if a := f.Decide(ask("a", rateLimit, time.Second)); !a.Retry {
+			t.Fatalf("429 retry %d stopped: %+v", i, a)
+		}
+	}
+	var stopped bool
+	for range 3 {
+		if a := f.Decide(ask("a", overloaded, time.Second)); !a.Retry {
+			stopped = a.Reason == ReasonBudget
+		}
+	}
+	if !stopped {
+		t.Fatal("overload retries past the budget were not stopped by it")
+	}
+}
+
+// The breaker opens on a failure rate: successes the streams report keep
+// it closed through failures that would open it without them.
+func TestBreakerOpensOnFailureRate(t *testing.T) {
+	f, _, _ := newTestFleet(t, func(c *Config) { c.Breaker.MinVolume, c.Breaker.MinClients = 10, 1 })
+	f.Report(Usage{Target: streamTarget, ClientID: "a", Admitted: 30, Succeeded: 30})
+	for range 20 { // 20 of 50 outcomes: 40 %
+		f.Decide(ask("b", overloaded, time.Second))
+	}
+	if a := f.Assign(streamTarget, "a"); a.Breaker != Closed {
+		t.Fatalf("at 40 %% failures: %+v", a)
+	}
+	for range 11 { // 31 of 61: 51 %
+		f.Decide(ask("b", overloaded, time.Second))
+	}
+	if a := f.Assign(streamTarget, "a"); a.Breaker != Open {
+		t.Fatalf("at 51 %% failures: %+v, want open", a)
+	}
+}
+
+// Half-open, the assignment lets about one first attempt per probe
+// interval through, whatever the fleet's size; reported successes close
+// the breaker, and slow start follows, rising to all.
+func TestHalfOpenProbesAndSlowStart(t *testing.T) {
+	f, clk, rec := newTestFleet(t, func(c *Config) { c.Breaker.MinVolume, c.Breaker.MinClients = 5, 1 })
+	f.Report(Usage{Target: streamTarget, ClientID: "a", Admitted: 200}) // 20 first attempts a second over 10 s
+	for range 5 {
+		f.Decide(ask("b", overloaded, time.Second))
+	}
+	if a := f.Assign(streamTarget, "a"); a.Breaker != Open || a.Admits() {
+		t.Fatalf("after 5 failures: %+v", a)
+	}
+	clk.advance(f.Config().Breaker.OpenFor)
+	a := f.Assign(streamTarget, "a")
+	if a.Breaker != HalfOpen || a.AdmitFraction < 0.04 || a.AdmitFraction > 0.06 {
+		t.Fatalf("half-open: %+v, want about 1/20 of first attempts as probes", a)
+	}
+	f.Report(Usage{Target: streamTarget, ClientID: "a", Admitted: 1, Succeeded: 2})
+	a = f.Assign(streamTarget, "a")
+	if a.Breaker != Closed || a.AdmitFraction < 0.099 || a.AdmitFraction > 0.101 {
+		t.Fatalf("after 2 probe successes: %+v, want closed at 10 %%", a)
+	}
+	clk.advance(f.Config().SlowStart.Window)
+	if a := f.Assign(streamTarget, "a"); a.AdmitFraction != 1 || !a.Admits() {
+		t.Fatalf("after the slow start: %+v", a)
+	}
+	if k := rec.kinds(); k[len(k)-1] != EventSlowStart {
+		t.Fatalf("events %v, want a slow_start last", k)
+	}
+}
+
+// A hold's stagger slot is the client's own and stays the same when the
+// assignment is refreshed.
+func TestAssignHoldSlotsPerClient(t *testing.T) {
+	f, clk, _ := newTestFleet(t, nil)
+	a := ask("x", rateLimit, 10*time.Second)
+	a.RetryAfter = 10 * time.Second
+	f.Decide(a)
+	h1, h2 := f.Assign(streamTarget, "c1").Hold, f.Assign(streamTarget, "c2").Hold
+	if h1 == h2 || h1 < 10*time.Second || h2 < 10*time.Second {
+		t.Fatalf("holds %v and %v: want two slots after the 10-s hold", h1, h2)
+	}
+	clk.advance(time.Second)
+	if again := f.Assign(streamTarget, "c2").Hold; again != h2-time.Second {
+		t.Fatalf("refreshed hold %v, want %v (the same slot)", again, h2-time.Second)
+	}
+}
+
+// Pacing: with a request limit from the headers, the gates admit the share
+// of first attempts that keeps the fleet at 93 % of it.
+func TestPacingFromRateLimitHeaders(t *testing.T) {
+	f, _, _ := newTestFleet(t, nil)
+	rpm := RequestsPerMinute("openai", map[string]string{"x-ratelimit-limit-requests": "600"})
+	f.Report(Usage{Target: streamTarget, ClientID: "a", Admitted: 200, RequestsPerMinute: rpm}) // 20/s against 10/s
+	a := f.Assign(streamTarget, "a")
+	if want := 0.93 * 10 / 20; a.AdmitFraction < want-0.01 || a.AdmitFraction > want+0.01 || a.Cause != "pacing" {
+		t.Fatalf("paced: %+v, want about %.3f", a, want)
+	}
+}
