@@ -16,8 +16,8 @@ import (
 // knows, per bucket of the caller's tenant.
 type FleetServer struct {
 	policydv1.UnimplementedFleetServiceServer
-	fleet    *fleet.Fleet // nil: fleet memory is off
-	policies PolicySource // the fallback chains and profiles Coordinate reads; may be nil
+	fleet    *fleet.Fleet    // nil: fleet memory is off
+	policies PolicySource    // the fallback chains and profiles Coordinate reads; may be nil
 	drain    <-chan struct{} // closed at shutdown: Coordinate streams end (nil: never)
 }
 
