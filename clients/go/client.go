@@ -1,6 +1,7 @@
 package policyd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -32,6 +34,15 @@ type Client struct {
 	degraded atomic.Bool // the last RPC failed: policyd is unreachable or slow
 	warned   sync.Map    // warnings given once per client
 	bg       sync.WaitGroup
+
+	// The fleet gate (gate.go) and its stream (coordinate.go); gate is nil
+	// with WithFleetGate(false).
+	gate          *gate
+	fleet         policydv1.FleetServiceClient
+	coordMu       sync.Mutex
+	coord         *coordinator
+	streamStarted atomic.Bool   // started once, or the client is closed
+	kick          chan struct{} // urgent reports to send (coordinate.go)
 }
 
 // Dial returns a Client of the policyd at addr (host:port); an empty addr
@@ -58,7 +69,10 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("policyd: dial %q: %w", addr, err)
 		}
 	}
-	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		// The fleet stream can sit idle: pings find a dead connection, no
+		// more often than policyd's keepalive enforcement allows.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveInterval, Timeout: 20 * time.Second})}
 	if cfg.token != "" && !cfg.tls && len(cfg.dialOptions) == 0 && !isLoopbackTarget(addr) {
 		return nil, fmt.Errorf("policyd: dial %q: %s", addr, plaintextTokenError(addr))
 	}
@@ -84,16 +98,24 @@ func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
 }
 
 func newClient(conn grpc.ClientConnInterface, cfg config) *Client {
-	return &Client{
+	c := &Client{
 		cfg:     cfg,
 		policy:  policydv1.NewPolicyServiceClient(conn),
 		journal: policydv1.NewJournalServiceClient(conn),
+		fleet:   policydv1.NewFleetServiceClient(conn),
+		kick:    make(chan struct{}, 1),
 	}
+	if cfg.fleetGate {
+		c.gate = newGate(cfg.gateGrace)
+	}
+	return c
 }
 
-// Close waits for journal records still being sent (each bounded by the
-// daemon timeout) and closes the connection Dial opened.
+// Close closes the fleet stream (its last report sent, at most a quarter
+// of a second), waits for journal records still being sent (each bounded
+// by the daemon timeout) and closes the connection Dial opened.
 func (c *Client) Close() error {
+	c.stopStream()
 	c.bg.Wait()
 	if c.conn != nil {
 		return c.conn.Close()
@@ -123,9 +145,20 @@ func (c *Client) Do(ctx context.Context, call Call, fn AttemptFunc) error {
 	}
 	r := c.newRun(ctx, call)
 	for attempt := 1; ; attempt++ {
+		if attempt == 1 {
+			// The fleet gate: a table lookup, no RPC.
+			if err := r.admit(ctx); err != nil {
+				return err
+			}
+		} else if r.gated {
+			c.gate.countRetry(c.cfg.clock.Now(), r.target)
+		}
 		began := c.cfg.clock.Now()
 		err := fn(ctx, attempt)
 		if err == nil {
+			if r.gated && c.gate.record(c.cfg.clock.Now(), r.target, true) {
+				c.kickStream() // a probe's success: the fleet waits for it
+			}
 			r.finish(ctx, policydv1.Outcome_OUTCOME_RESOLVED)
 			return nil
 		}
@@ -135,6 +168,9 @@ func (c *Client) Do(ctx context.Context, call Call, fn AttemptFunc) error {
 			// The caller aborted, or its deadline passed, while the attempt
 			// ran: there is nothing to decide.
 			return r.giveUp(ctx, err, f, attempt, took)
+		}
+		if r.gated {
+			c.gate.record(c.cfg.clock.Now(), r.target, false)
 		}
 		d, ok, aerr := r.decide(ctx, f, attempt, took)
 		if aerr != nil {
@@ -231,6 +267,11 @@ type run struct {
 	lastErr   error
 	fallbacks int
 
+	// The fleet gate's row of the current call (gate.go): gated is false
+	// for a call without a provider, or with the gate off.
+	target target
+	gated  bool
+
 	// The journal (see journal.go).
 	journal   bool
 	failed    bool // an attempt failed: the context exists, or will
@@ -265,6 +306,9 @@ func (r *run) setCall(call Call) {
 		call.Fallback = r.c.cfg.fallback
 	}
 	r.call = call
+	if r.c.gate != nil {
+		r.target, r.gated = targetOf(call)
+	}
 }
 
 // failure maps err and adds what the call knows.
@@ -320,6 +364,9 @@ func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Dur
 				"deciding with the built-in fail-open policy", "profile", r.call.Profile, "error", err)
 		}
 		d = c.cfg.failOpen.Decide(f, attempt, r.call.Safety, now, r.deadline, c.cfg.rand)
+		if r.gated {
+			c.gate.countFailedLocally(now, r.target)
+		}
 	}
 	// Whoever decided, never wait past the caller's deadline.
 	if d.Action == ActionRetry && !r.deadline.IsZero() && c.cfg.clock.Now().Add(d.Delay).After(r.deadline) {
@@ -343,6 +390,89 @@ func (r *run) options() *policydv1.ClassifyOptions {
 		o.ContinueOnFailedApiCall = &off
 	}
 	return o
+}
+
+// admit runs the fleet gate before a call's first attempt. It returns nil
+// when the attempt may go, after waiting out a hold; falls back through
+// the call's FallbackFunc to the assignment's fallback, and gates the new
+// target; or returns the *Error that stops the call (no attempt, no RPC).
+func (r *run) admit(ctx context.Context) error {
+	c := r.c
+	for r.gated {
+		c.ensureStream()
+		// The target's first call waits a little for its first assignment,
+		// so that a short-lived process is gated too.
+		if answered, until := c.gate.awaitFirst(c.cfg.clock.Now(), time.Now(), r.target); answered != nil {
+			c.kickStream()
+			wait := time.Until(until)
+			if !r.deadline.IsZero() {
+				wait = min(wait, time.Until(r.deadline))
+			}
+			if wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-answered:
+				case <-t.C:
+				case <-ctx.Done():
+				}
+				t.Stop()
+			}
+		}
+		now := c.cfg.clock.Now()
+		left := time.Duration(-1)
+		if !r.deadline.IsZero() {
+			left = max(0, r.deadline.Sub(now))
+		}
+		canFallBack := r.call.Fallback != nil && r.fallbacks < MaxFallbacks
+		v := c.gate.check(now, r.target, left, canFallBack, c.cfg.rand)
+		switch v.action {
+		case gateAdmit:
+			return nil
+		case gateWait:
+			c.cfg.logger.DebugContext(ctx, "policyd: fleet hold", "target", r.target.String(), "wait", v.wait)
+			if err := sleep(ctx, c.cfg.clock, v.wait); err != nil {
+				return &Error{ContextID: r.contextID, ctxErr: err, gated: true}
+			}
+			return nil
+		case gateFallBack:
+			r.fallbacks++
+			stop := r.gateError(v)
+			d := stop.Decision
+			d.Action, d.Fallback, d.FallbackProvider, d.FallbackModel = ActionFallBack, v.fallback.kind, v.fallback.provider, v.fallback.model
+			d.FallbackReason = cmp.Or(v.fallback.reason, d.StopText)
+			c.cfg.logger.DebugContext(ctx, "policyd: fleet gate falls back", "target", r.target.String(),
+				"stop_reason", v.stopReason.String(), "provider", d.FallbackProvider, "model", d.FallbackModel)
+			next, err := r.call.Fallback(ctx, r.call, Fallback{Kind: d.Fallback, Reason: d.FallbackReason,
+				Provider: d.FallbackProvider, Model: d.FallbackModel, Err: stop, Decision: d})
+			if err != nil {
+				return err
+			}
+			r.setCall(next)
+		default:
+			c.cfg.logger.DebugContext(ctx, "policyd: fleet gate stops", "target", r.target.String(),
+				"stop_reason", v.stopReason.String(), "reason", v.reason)
+			return r.gateError(v)
+		}
+	}
+	return nil
+}
+
+// gateError is the error of a first attempt the gate did not admit.
+func (r *run) gateError(v gateVerdict) *Error {
+	d := Decision{
+		Action: ActionStop, StopReason: v.stopReason, StopText: gateText(r.target, v), Strategy: "fleet-gate",
+		Fleet: &FleetState{
+			Breaker: enumName(policydv1.BreakerState_name, int32(v.breaker), "BREAKER_STATE_"),
+			Stopped: v.stopReason == StopFleetStop, Changed: true, Reason: v.reason,
+		},
+	}
+	switch v.stopReason {
+	case StopFleetStop:
+		d.Fleet.OpenRemaining = v.left
+	case StopDeadline:
+		d.Fleet.HoldRemaining = v.left
+	}
+	return &Error{Decision: d, ContextID: r.contextID, gated: true}
 }
 
 // giveUp ends a call whose context ended: the attempt is journaled (when the

@@ -235,6 +235,9 @@ const (
 	StopRetryBudgetExhausted StopReason = 9
 	// StopFleetStop: another agent's failure stopped every agent on this key.
 	StopFleetStop StopReason = 10
+	// StopFleetShed: the fleet gate shed the first attempt (the fleet admits
+	// only part of the first attempts to the target for now).
+	StopFleetShed StopReason = 11
 )
 
 // String returns the reason's name, e.g. "NOT_RETRYABLE".

@@ -27,6 +27,14 @@
 // honoured) and warns once
 // per outage, so a daemon outage never becomes an agent outage.
 //
+// With policyd's fleet memory on, a [Client] also keeps one background
+// Coordinate stream and gates every first attempt of a call that names a
+// provider against the assignments policyd pushes down it (a map lookup,
+// no RPC): the attempt goes, waits out a shared hold, falls back, or stops
+// before it is sent ([ErrNotAdmitted]) while the fleet's breaker is open
+// or the key stopped. [WithFleetGate] turns it off; [Client.ObserveRateLimits]
+// hands over a success's rate-limit headers.
+//
 // Against a daemon with --auth-tokens or TLS, [WithToken], [WithTLS] and
 // [WithClientCert] (or POLICYD_TOKEN, POLICYD_TLS_CA, POLICYD_TLS_CERT and
 // POLICYD_TLS_KEY) supply the credentials. A daemon that answers

@@ -1,6 +1,7 @@
 package policyd
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -27,7 +28,17 @@ type Error struct {
 	// ctxErr is the caller's context error (its cause) when the context
 	// ended the call.
 	ctxErr error
+	// gated: the fleet gate stopped the call before its first attempt
+	// (Attempts is 0), or the context ended while it waited out a hold.
+	gated bool
 }
+
+// ErrNotAdmitted matches (errors.Is) the error of a call the fleet gate
+// stopped before its first attempt: the fleet's breaker is open, its key
+// stopped, its load shed, its hold longer than the deadline, or policyd
+// unreachable for long with this process's own budget spent. The error's
+// Decision.StopReason says which, Decision.StopText why.
+var ErrNotAdmitted = errors.New("policyd: the fleet gate did not admit the first attempt")
 
 // Error returns the attempt's error followed by why policyd gave up, e.g.
 // `POST http://…/v1/chat: HTTP 401 Unauthorized (policyd: stopped after 1
@@ -47,6 +58,10 @@ func (e *Error) Error() string {
 	switch {
 	case e.authErr != nil:
 		fmt.Fprintf(&b, "stopped after %s: %s", attempts, strings.TrimPrefix(e.authErr.Error(), "policyd: "))
+	case e.gated && e.ctxErr != nil:
+		fmt.Fprintf(&b, "gave up waiting out the fleet's hold before the first attempt: %v", e.ctxErr)
+	case e.gated:
+		fmt.Fprintf(&b, "first attempt not sent: %s: %s [fleet gate]", e.Decision.StopReason, e.Decision.StopText)
 	case e.ctxErr != nil:
 		fmt.Fprintf(&b, "gave up after %s: %v", attempts, e.ctxErr)
 	case e.Decision.Action == ActionFallBack:
@@ -71,6 +86,8 @@ func (e *Error) Unwrap() []error {
 	}
 	if e.ctxErr != nil {
 		errs = append(errs, e.ctxErr)
+	} else if e.gated {
+		errs = append(errs, ErrNotAdmitted)
 	}
 	return errs
 }

@@ -2,6 +2,7 @@ package policyd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -113,4 +114,33 @@ func ExampleWithToken() {
 		log.Fatal(err) // e.g. a CA or certificate file that cannot be read
 	}
 	defer client.Close()
+}
+
+func ExampleClient_ObserveRateLimits() {
+	client, err := policyd.Dial("")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	url := "https://api.openai.com/v1/chat/completions"
+
+	call := policyd.Call{Provider: "openai", Model: "gpt-4o", KeyID: "prod-key", Operation: "chat"}
+	err = client.Do(context.Background(), call, func(ctx context.Context, attempt int) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if err := policyd.CheckResponse(resp); err != nil {
+			return err
+		}
+		client.ObserveRateLimits(call, resp.Header) // x-ratelimit-*: policyd paces the fleet to the limit
+		return nil
+	})
+	if errors.Is(err, policyd.ErrNotAdmitted) {
+		// The gate did not send it: an open breaker, a stopped key, shed
+		// load, or a hold past the deadline; err says which and why.
+		log.Print(err)
+	}
 }

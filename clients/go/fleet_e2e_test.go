@@ -17,6 +17,7 @@ import (
 	"time"
 
 	policyd "github.com/policyd/policyd/clients/go"
+	policydv1 "github.com/policyd/policyd/clients/go/internal/gen/policyd/v1"
 )
 
 // The fleet end to end: a real policyd process, agents as goroutines each
@@ -39,12 +40,12 @@ fleet:
   retry_budget: {burst: 10, floor: 2}
 `
 
-// fleetDaemon starts a policyd with fleetPolicy and --fleet=mode.
-func fleetDaemon(t *testing.T, mode string) string {
+// fleetDaemon starts a policyd with fleetPolicy (or policy) and --fleet=mode.
+func fleetDaemon(t *testing.T, mode string, policy ...string) string {
 	t.Helper()
 	policydBin(t)
 	file := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(file, []byte(fleetPolicy), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(append(policy, fleetPolicy)[0]), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d, err := startDaemon("127.0.0.1:0", "", "--policy", file, "--fleet", mode)
@@ -219,8 +220,10 @@ func TestFleetHerdIsStaggered(t *testing.T) {
 			}
 			peak[mode] = max(peak[mode], j-i)
 		}
-		t.Logf("fleet=%s: %d returned after the window, at most %d in 200 ms; %d of %d calls succeeded",
-			mode, len(after), peak[mode], run.successes.Load(), run.logical.Load())
+		stops := map[policyd.StopReason]int64{}
+		run.stops.Range(func(k, v any) bool { stops[k.(policyd.StopReason)] = v.(*atomic.Int64).Load(); return true })
+		t.Logf("fleet=%s: %d returned after the window, at most %d in 200 ms; %d of %d calls succeeded (stops %v)",
+			mode, len(after), peak[mode], run.successes.Load(), run.logical.Load(), stops)
 		if run.successes.Load() < 55 {
 			t.Errorf("fleet=%s: only %d of %d calls succeeded", mode, run.successes.Load(), run.logical.Load())
 		}
@@ -240,8 +243,8 @@ func TestFleetStopsARevokedKey(t *testing.T) {
 	timeout := newProvider(t, func(time.Time) (int, map[string]string, string) {
 		return 408, nil, `{"error":{"message":"Request timed out.","type":"timeout"}}`
 	})
-	call := func(url, key string) error {
-		c := newClient(t, addr)
+	call := func(url, key string, opts ...policyd.Option) error {
+		c := newClient(t, addr, opts...)
 		return c.Do(context.Background(), policyd.Call{Provider: "openai", Model: "gpt-4o", KeyID: key, Operation: "chat",
 			Method: "POST", Profile: "fleet_e2e"}, func(ctx context.Context, _ int) error {
 			resp, err := http.Post(url, "application/json", nil)
@@ -254,9 +257,15 @@ func TestFleetStopsARevokedKey(t *testing.T) {
 	}
 	_ = call(unauthorized.URL, "revoked")
 	var pe *policyd.Error
-	if err := call(timeout.URL, "revoked"); !errors.As(err, &pe) || pe.Decision.StopReason != policyd.StopFleetStop ||
+	// Without the gate, the first attempt goes and NextDelay stops the retry.
+	if err := call(timeout.URL, "revoked", policyd.WithFleetGate(false)); !errors.As(err, &pe) || pe.Decision.StopReason != policyd.StopFleetStop ||
 		pe.Decision.Fleet == nil || !pe.Decision.Fleet.Stopped || pe.Attempts != 1 {
 		t.Fatalf("a timeout on the revoked key: %v (decision %+v), want a fleet stop after 1 attempt", err, pe)
+	}
+	// With it, the first attempt is not even sent.
+	if err := call(timeout.URL, "revoked"); !errors.As(err, &pe) || !errors.Is(err, policyd.ErrNotAdmitted) ||
+		pe.Decision.StopReason != policyd.StopFleetStop || !pe.Decision.Fleet.Stopped || pe.Attempts != 0 {
+		t.Fatalf("a gated call on the revoked key: %v (decision %+v), want a fleet stop before any attempt", err, pe)
 	}
 	if err := call(timeout.URL, "healthy"); !errors.As(err, &pe) || pe.Decision.StopReason != policyd.StopAttemptsExhausted || pe.Attempts != 3 {
 		t.Fatalf("a timeout on another key: %v, want its 3 attempts", err)
@@ -273,5 +282,297 @@ func TestFleetNoRPCOnSuccess(t *testing.T) {
 	cancel()
 	if run.successes.Load() < 50 || run.nextDelays.Load() != 0 {
 		t.Fatalf("%d successes, %d decisions asked; want ≥ 50 and 0", run.successes.Load(), run.nextDelays.Load())
+	}
+}
+
+// The fleet gate end to end: the same real policyd and fake provider, and
+// agents whose clients keep a Coordinate stream and gate first attempts
+// (docs/clients.md, "The fleet gate").
+
+// gatePolicy is fleetPolicy's profile with a breaker that probes once a
+// second for the whole fleet (the default) and re-opens for 2 s after a
+// failed probe, and assignments that live 1 s, so that runs stay short.
+const gatePolicy = `
+profiles:
+  fleet_e2e:
+    extends: default
+    strategies:
+      OVERLOADED: {retry: true, max_attempts: 4, backoff: exponential, initial_delay: 100ms, max_delay: 1s, multiplier: 2,
+                   jitter: full, honor_retry_after: true, retry_after_ceiling: 10s, fallback: none}
+fleet:
+  breaker: {min_volume: 20, min_clients: 3, window: 5s, open_for: 2s, max_open_for: 2s, probe_interval: 1s}
+  retry_budget: {burst: 10, floor: 2}
+  stream: {ttl: 1s}
+`
+
+// callRecord is one logical call of an agent.
+type callRecord struct {
+	start, end time.Time
+	attempts   int
+	err        error
+}
+
+func (r callRecord) gated() bool { return errors.Is(r.err, policyd.ErrNotAdmitted) }
+
+func (r callRecord) stopReason() policyd.StopReason {
+	var pe *policyd.Error
+	if errors.As(r.err, &pe) {
+		return pe.Decision.StopReason
+	}
+	return policyd.StopReasonUnspecified
+}
+
+// callLog is every logical call of a run.
+type callLog struct {
+	mu    sync.Mutex
+	calls []callRecord
+}
+
+func (l *callLog) add(r callRecord) {
+	l.mu.Lock()
+	l.calls = append(l.calls, r)
+	l.mu.Unlock()
+}
+
+func (l *callLog) get() []callRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]callRecord(nil), l.calls...)
+}
+
+// runGateAgents runs n agents against url until ctx ends, as runAgents
+// does, logging every call; each call has its own timeout.
+func runGateAgents(ctx context.Context, t *testing.T, addr, url string, n int, think, timeout time.Duration, log *callLog,
+	opts ...policyd.Option) []*policyd.Client {
+	clients := make([]*policyd.Client, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		c := newClient(t, addr, append([]policyd.Option{policyd.WithClientID(fmt.Sprintf("gate-agent-%d", i))}, opts...)...)
+		clients[i] = c
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				start, attempts := time.Now(), 0
+				err := c.Do(ctx, policyd.Call{Provider: "openai", Model: "gpt-4o", KeyID: "k1", Operation: "chat",
+					Method: "POST", Profile: "fleet_e2e", Timeout: timeout},
+					func(ctx context.Context, attempt int) error {
+						attempts++
+						req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+						resp, err := http.DefaultClient.Do(req)
+						if err != nil {
+							return err
+						}
+						defer resp.Body.Close()
+						return policyd.CheckResponse(resp)
+					})
+				log.add(callRecord{start: start, end: time.Now(), attempts: attempts, err: err})
+				select {
+				case <-ctx.Done():
+				case <-time.After(think):
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return clients
+}
+
+// countSince counts the times at or after from (and before to, if set).
+func countSince(times []time.Time, from, to time.Time) int {
+	n := 0
+	for _, at := range times {
+		if !at.Before(from) && (to.IsZero() || at.Before(to)) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestFleetGateShedsOutage: in a full outage, once the breaker opens the
+// gates stop first attempts before they are sent, so upstream attempts per
+// logical call fall from about 1 (NextDelay alone cannot hold back a first
+// attempt: TestFleetOutageAmplification) to the fleet's probes.
+func TestFleetGateShedsOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real agents for several seconds")
+	}
+	d := gateDaemon(t, gatePolicy)
+	p := newProvider(t, func(time.Time) (int, map[string]string, string) { return 503, nil, fleetOverloadedBody })
+	var log callLog
+	const agents, runFor = 30, 10 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), runFor)
+	began := time.Now()
+	runGateAgents(ctx, t, d.addr, p.URL, agents, 50*time.Millisecond, 5*time.Second, &log)
+	cancel()
+	ended := time.Now()
+
+	calls, attempts := log.get(), p.times()
+	// Detection: the first call a gate did not admit.
+	var detected time.Time
+	for _, c := range calls {
+		if c.gated() && (detected.IsZero() || c.start.Before(detected)) {
+			detected = c.start
+		}
+	}
+	if detected.IsZero() {
+		t.Fatalf("%d calls, %d attempts: no gate stopped a first attempt", len(calls), len(attempts))
+	}
+	settled := detected.Add(time.Second) // every stream has heard of the OPEN breaker
+	var after, gated int
+	var settledCalls, settledAttempts int
+	stops := map[policyd.StopReason]int{}
+	for _, c := range calls {
+		if c.start.Before(detected) {
+			continue
+		}
+		after++
+		if c.gated() {
+			gated++
+			stops[c.stopReason()]++
+		}
+		if !c.start.Before(settled) {
+			settledCalls++
+			settledAttempts += c.attempts
+		}
+	}
+	attemptsAfter := countSince(attempts, detected, time.Time{})
+	amp := float64(attemptsAfter) / float64(after)
+	// The calls under way at detection have their retries released by
+	// NextDelay over the open period and one more (2 s + 2 s): from 5 s
+	// after detection on, only the fleet's probes reach the provider.
+	quiet := detected.Add(5 * time.Second)
+	late, lateSecs := countSince(attempts, quiet, time.Time{}), ended.Sub(quiet).Seconds()
+
+	t.Logf("detected %v into the outage; before: %d calls, %d upstream attempts; after: %d calls (%d not admitted: %v), "+
+		"%d upstream attempts, amplification %.3f; calls from 1 s after detection: %d, with %d attempts; "+
+		"upstream attempts from 5 s after detection: %d in %.1f s",
+		detected.Sub(began).Round(time.Millisecond), len(calls)-after, len(attempts)-attemptsAfter, after, gated, stops,
+		attemptsAfter, amp, settledCalls, settledAttempts, late, lateSecs)
+	if detected.Sub(began) > 3*time.Second {
+		t.Errorf("the breaker took %v to reach the gates", detected.Sub(began))
+	}
+	// Expected ≈ 0.01: 30 agents calling every ~50 ms make ~500 calls a
+	// second, against the retries of the calls in flight at detection (at
+	// most 4 attempts each, one call per agent) plus about a probe a
+	// second. 0.1 is the goal, 10 times that; a gate that admitted first
+	// attempts would score ≥ 1.
+	if amp > 0.1 {
+		t.Errorf("amplification after detection %.3f, want ≤ 0.1", amp)
+	}
+	// Calls that start once the streams have the OPEN assignment send only
+	// the fleet's probes: one a second for the whole fleet (each followed
+	// by at most its retries, which NextDelay stops on the re-opened
+	// breaker), plus one for the partial second at either end.
+	if limit := 2*int(ended.Sub(settled).Seconds()) + 2; settledAttempts > limit {
+		t.Errorf("calls started from 1 s after detection sent %d attempts, want at most %d (probes)", settledAttempts, limit)
+	}
+	if limit := int(lateSecs) + 2; late > limit {
+		t.Errorf("%d upstream attempts in the %.1f s from 5 s after detection, want at most %d (one probe a second)", late, lateSecs, limit)
+	}
+	if gated < after*9/10 {
+		t.Errorf("%d of %d calls after detection stopped by the gate, want ≥ 90 %%", gated, after)
+	}
+}
+
+// TestFleetGateDaemonRestart: policyd dies mid-outage and comes back a few
+// seconds later. Meanwhile no call blocks past its deadline and calls keep
+// flowing; once the assignments expire (ttl 1 s + grace 1 s) each process
+// gates with its own budget; after the restart every stream reconnects and
+// the new daemon's assignments stop first attempts again.
+func TestFleetGateDaemonRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real agents for several seconds")
+	}
+	d := gateDaemon(t, gatePolicy)
+	addr := d.addr
+	p := newProvider(t, func(time.Time) (int, map[string]string, string) { return 503, nil, fleetOverloadedBody })
+	var log callLog
+	const agents, timeout = 10, 2 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clientsCh := make(chan []*policyd.Client, 1)
+	go func() {
+		clientsCh <- runGateAgents(ctx, t, addr, p.URL, agents, 50*time.Millisecond, timeout, &log,
+			policyd.WithGateGrace(time.Second), policyd.WithDaemonTimeout(500*time.Millisecond))
+	}()
+
+	// The outage opens the breaker, and the gates stop first attempts.
+	waitFor(t, 10*time.Second, "a gate stop before the restart", func() bool {
+		for _, c := range log.get() {
+			if c.gated() && c.stopReason() == policyd.StopCircuitOpen {
+				return true
+			}
+		}
+		return false
+	})
+	killed := time.Now()
+	d.kill()
+	const down = 4 * time.Second
+	time.Sleep(down)
+	d2, err := startDaemon(addr, "", "--fleet", "on", "--policy", d.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d2.stop)
+	restarted := time.Now()
+
+	// Back: every stream reconnects (1 s doubling to 30 s, full jitter,
+	// since it broke: the last attempt before the restart may wait up to
+	// 8 s), and the new daemon assigns again: its breaker opens on the
+	// agents' failures and the gates stop first attempts.
+	var reopened time.Time
+	fc := policydv1.NewFleetServiceClient(rawGRPC(t, addr))
+	streaming := int32(0)
+	waitFor(t, 20*time.Second, "every stream back, and a CIRCUIT_OPEN gate stop after the restart", func() bool {
+		if reopened.IsZero() {
+			for _, c := range log.get() {
+				if c.start.After(restarted) && c.gated() && c.stopReason() == policyd.StopCircuitOpen {
+					reopened = c.start
+					break
+				}
+			}
+		}
+		bs, err := fc.ListBuckets(context.Background(), &policydv1.ListBucketsRequest{Provider: "openai", Model: "gpt-4o"})
+		if err == nil {
+			for _, b := range bs.GetBuckets() {
+				streaming = max(streaming, b.GetStreamingClients())
+			}
+		}
+		return !reopened.IsZero() && streaming >= agents
+	})
+	back := time.Since(restarted)
+	cancel()
+	for _, c := range <-clientsCh {
+		c.Close() // before d2 stops: policyd's graceful stop waits for open streams
+	}
+
+	calls, attempts := log.get(), p.times()
+	var longest time.Duration
+	var downCalls, budgetStops, ownAdmitted int
+	expired := killed.Add(2 * time.Second) // the last assignment's ttl + grace, at the latest
+	for _, c := range calls {
+		longest = max(longest, c.end.Sub(c.start))
+		if c.start.After(killed) && c.end.Before(restarted) {
+			downCalls++
+			if c.gated() && c.stopReason() == policyd.StopRetryBudgetExhausted {
+				budgetStops++
+			}
+		}
+	}
+	ownAdmitted = countSince(attempts, expired.Add(100*time.Millisecond), restarted)
+	t.Logf("down %v: %d calls finished, %d stopped by the own budget, %d attempts after the assignments expired; "+
+		"after the restart: assignments again %v later, all %d streams back %v later; longest call %v (timeout %v)",
+		down, downCalls, budgetStops, ownAdmitted, reopened.Sub(restarted).Round(time.Millisecond), streaming, back.Round(time.Millisecond),
+		longest.Round(time.Millisecond), timeout)
+	if longest > timeout+300*time.Millisecond {
+		t.Errorf("a call took %v, past its %v deadline", longest, timeout)
+	}
+	if downCalls < agents*5 {
+		t.Errorf("only %d calls finished in the %v policyd was down; calls must keep flowing", downCalls, down)
+	}
+	if ownAdmitted == 0 || budgetStops == 0 {
+		t.Errorf("while policyd was down: %d attempts admitted by the own budget, %d calls stopped by it; want both",
+			ownAdmitted, budgetStops)
 	}
 }

@@ -102,11 +102,12 @@ func policydBin(t testing.TB) string {
 
 // daemon is a running policyd process.
 type daemon struct {
-	addr string
-	cmd  *exec.Cmd
-	done chan struct{}
-	mu   sync.Mutex
-	logs bytes.Buffer
+	addr   string
+	policy string // the --policy file a test wrote, if any
+	cmd    *exec.Cmd
+	done   chan struct{}
+	mu     sync.Mutex
+	logs   bytes.Buffer
 }
 
 func (d *daemon) stop() {

@@ -40,6 +40,8 @@ type config struct {
 	onDecision    DecisionFunc
 	dialOptions   []grpc.DialOption
 	clientID      string
+	fleetGate     bool
+	gateGrace     time.Duration
 
 	// Authentication and TLS (auth.go); the *Set fields say an option gave
 	// the value, else Dial reads the environment.
@@ -59,6 +61,8 @@ func newConfig(opts []Option) config {
 		failOpen:      DefaultFailOpenPolicy,
 		agent:         filepath.Base(os.Args[0]),
 		clientID:      newClientID(),
+		fleetGate:     true,
+		gateGrace:     DefaultGateGrace,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -165,4 +169,27 @@ func WithOnDecision(fn DecisionFunc) Option { return func(c *config) { c.onDecis
 // WithToken cover policyd's own TLS and tokens).
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *config) { c.dialOptions = append(c.dialOptions, opts...) }
+}
+
+// WithFleetGate turns the fleet gate on or off (default on). On, every
+// first attempt of a call that names a provider is checked against the
+// assignments policyd pushes down a background Coordinate stream (a map
+// lookup, no RPC): it is sent, waits out a shared hold, falls back or
+// stops while the fleet's breaker is open, the key is stopped or the
+// fleet sheds load; and the client reports its counts up the stream about
+// once a second. Off, first attempts always go and no stream is opened.
+func WithFleetGate(on bool) Option { return func(c *config) { c.fleetGate = on } }
+
+// WithGateGrace sets how long the gate keeps an assignment past its time
+// to live when policyd stops refreshing it (default DefaultGateGrace,
+// 10 s); after that the gate admits first attempts while the process's
+// own budget for the target allows (gRPC A6's throttling: 10 tokens, a
+// failure takes 1, a success gives 0.1, time 0.1 a second, admitted above
+// 5).
+func WithGateGrace(d time.Duration) Option {
+	return func(c *config) {
+		if d >= 0 {
+			c.gateGrace = d
+		}
+	}
 }

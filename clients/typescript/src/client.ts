@@ -20,6 +20,7 @@ import {
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { bearerInterceptor, isUnauthenticated, PolicydAuthError, resolveSecurity } from "./auth.js";
 import { type Clock, type Random, systemClock } from "./clock.js";
+import { Coordinator, gateFirstAttempt, streamTransport, type Target } from "./coordinate.js";
 import {
   type Classification,
   classificationFromProto,
@@ -32,6 +33,7 @@ import {
 } from "./decision.js";
 import { type FailOpenOptions, FailOpenPolicy } from "./fail_open.js";
 import { clipLabel, emptyFailure, type Failure, failureFromError, failureToProto } from "./failure.js";
+import { GATE_GRACE_MS } from "./gate.js";
 import { JournalService } from "./gen/policyd/v1/journal_pb.js";
 import {
   type ClassifyOptions,
@@ -97,9 +99,9 @@ export interface FallbackHint {
   provider: string;
   /** The target's model from policyd's fallback chains; "" when the policy names none. */
   model: string;
-  /** The failed attempt's error. */
+  /** The failed attempt's error; undefined when the fleet gate fell back before the first attempt. */
   error: unknown;
-  /** The failed attempt's number. */
+  /** The failed attempt's number; 0 when the fleet gate fell back before the first attempt. */
   attempt: number;
   /** policyd's whole answer. */
   decision: Decision;
@@ -156,8 +158,10 @@ export interface CallOptions<T> {
   labels?: Record<string, string>;
   /**
    * Called when policyd answers FALL_BACK (e.g. a larger-context model, or
-   * another provider); its result is the call's result, and what it throws
-   * is what the call throws. Unset: FALL_BACK stops the call like STOP.
+   * another provider), or when the fleet gate does not send the first
+   * attempt and the fleet's assignment names a fallback; its result is the
+   * call's result, and what it throws is what the call throws. Unset:
+   * FALL_BACK stops the call like STOP.
    */
   fallback?: (hint: FallbackHint) => T | Promise<T>;
 }
@@ -189,12 +193,28 @@ export interface ClientOptions {
   clock?: Clock;
   /** The fail-open policy's jitter source (default Math.random). */
   random?: Random;
-  /** Observes every decision, before the wait; it must not throw. */
+  /**
+   * Observes every decision, before the wait (attempt 0: the fleet gate's,
+   * before the first attempt); it must not throw.
+   */
   onDecision?: (event: { attempt: number; error: unknown; decision: Decision }) => void;
   /** Interceptors for the gRPC transport, e.g. to add metadata or count RPCs. */
   interceptors?: Interceptor[];
-  /** A transport to use instead of the client's own gRPC one; it carries its own credentials. */
+  /**
+   * A transport to use instead of the client's own gRPC one; it carries its
+   * own credentials. The fleet stream uses it too, so call close() before
+   * the process should end.
+   */
   transport?: Transport;
+  /**
+   * The fleet gate (default true): check each first attempt of a call that
+   * names a provider against the fleet's assignments, kept up to date by a
+   * background Coordinate stream that also reports this client's counts.
+   * false: no gate, no stream, no counts.
+   */
+  fleetGate?: boolean;
+  /** How long the gate keeps an assignment past its ttl when no refresh came (default 10000 ms). */
+  fleetGraceMs?: number;
   /**
    * The bearer token sent as `authorization: Bearer TOKEN` on every call
    * (a daemon started with --auth-tokens requires one); unset: $POLICYD_TOKEN;
@@ -262,6 +282,7 @@ export class PolicydClient {
   #degraded = false;
   readonly #warned = new Set<string>();
   readonly #pending = new Set<Promise<void>>();
+  readonly #coordinator: Coordinator | undefined;
 
   constructor(options: ClientOptions = {}) {
     const address = (options.address || process.env["POLICYD_ADDR"] || DEFAULT_ADDRESS).trim();
@@ -278,9 +299,10 @@ export class PolicydClient {
       createGrpcTransport({
         baseUrl: sec!.baseUrl,
         ...(sec!.nodeOptions ? { nodeOptions: sec!.nodeOptions } : {}),
-        interceptors: [...(sec!.token ? [bearerInterceptor(sec!.token)] : []), ...(options.interceptors ?? [])],
+        interceptors: transportInterceptors(sec!.token, options),
       });
     this.#policy = createConnectClient(PolicyService, transport);
+    const clock = options.clock ?? systemClock;
     this.#profile = options.profile ?? "";
     this.#journal = options.journal ?? false;
     this.#agent = options.agent ?? (process.argv[1] ? basename(process.argv[1]) : "node");
@@ -292,7 +314,7 @@ export class PolicydClient {
     const daemonTimeoutMs =
       options.daemonTimeoutMs && options.daemonTimeoutMs > 0 ? options.daemonTimeoutMs : DEFAULT_DAEMON_TIMEOUT_MS;
     this.#internals = {
-      clock: options.clock ?? systemClock,
+      clock,
       logger,
       daemonTimeoutMs,
       journalService: createConnectClient(JournalService, transport),
@@ -303,6 +325,23 @@ export class PolicydClient {
         void p.finally(() => this.#pending.delete(p));
       },
     };
+    if (options.fleetGate !== false) {
+      // The stream's own connection, which never keeps Node running (a transport of the caller's is used as is).
+      const own = sec && streamTransport(sec.baseUrl, sec.nodeOptions, transportInterceptors(sec.token, options));
+      this.#coordinator = new Coordinator({
+        transport: own ? own.transport : transport,
+        ...(own ? { release: own.release } : {}),
+        clientId: this.clientId,
+        profile: this.#profile,
+        // Assignments are timed by a monotonic clock, unless a clock is injected.
+        now: options.clock ? () => clock.now() : () => performance.now(),
+        random: this.#random,
+        graceMs: options.fleetGraceMs !== undefined && options.fleetGraceMs >= 0 ? options.fleetGraceMs : GATE_GRACE_MS,
+        closeTimeoutMs: daemonTimeoutMs,
+        debug: (m) => logger.debug?.(m),
+        warnOnce: (key, m) => this.#warnOnce(key, m),
+      });
+    }
   }
 
   /** The profile of calls that name none ("" means policyd's "default"). */
@@ -351,8 +390,28 @@ export class PolicydClient {
     const classifyOptions = optionsOf(options);
     let lastError: unknown;
     let lastDecision: Decision | undefined;
+    const coord = options.provider ? this.#coordinator : undefined;
+    const target: Target = {
+      provider: options.provider ?? "",
+      model: options.model ?? "",
+      keyId: clipLabel(options.keyId ?? ""),
+    };
     try {
+      if (coord) {
+        const gated = await gateFirstAttempt(coord, {
+          target,
+          deadlineMs,
+          clock,
+          signal,
+          callerSignal,
+          fallback: options.fallback,
+          operation: options.operation ?? "",
+          onDecision: this.#onDecision,
+        });
+        if (gated) return gated.value;
+      }
       for (let attempt = 1; ; attempt++) {
+        if (attempt > 1) coord?.retry(target);
         const began = clock.now();
         let result: T;
         const attemptSignal = new AttemptSignal(signal, options.attemptTimeoutMs);
@@ -362,6 +421,7 @@ export class PolicydClient {
           if (lastDecision) a.lastDecision = lastDecision;
           result = await fn(a);
           attemptSignal.dispose();
+          coord?.outcome(target, true);
         } catch (thrown) {
           attemptSignal.dispose();
           let err = thrown;
@@ -377,6 +437,7 @@ export class PolicydClient {
             journal.giveUp(failure, attempt, took, classifyOptions, "ABANDONED", signal);
             throw callerSignal.reason;
           }
+          coord?.outcome(target, false);
           if (budget.expired) {
             journal.giveUp(failure, attempt, took, classifyOptions, "FAILED", signal);
             throw new PolicydError({
@@ -422,6 +483,7 @@ export class PolicydClient {
             });
           }
           lastDecision = decision;
+          if (decision.failOpen) coord?.failedLocally(target);
           it.logger.debug?.(
             `policyd: attempt ${attempt} failed: ${decision.action}${decision.action === "RETRY" ? ` after ${decision.delayMs}ms` : ""}: ${explain(decision)}`,
           );
@@ -501,10 +563,27 @@ export class PolicydClient {
   }
 
   /**
-   * close waits for journal records still being sent in the background
-   * (after an aborted call), each bounded by the daemon timeout.
+   * observeRateLimits hands over the headers of a successful response to
+   * the target a call names (provider, model, keyId): the x-ratelimit-* and
+   * anthropic-ratelimit-* ones (at most 16, values up to 64 bytes) go to
+   * policyd with the target's next fleet report. headers: a Headers, a
+   * Map, pairs or a plain object. It makes no RPC.
+   */
+  observeRateLimits(call: Pick<CallOptions<unknown>, "provider" | "model" | "keyId">, headers: unknown): void {
+    if (!call.provider) return;
+    this.#coordinator?.observeRateLimits(
+      { provider: call.provider, model: call.model ?? "", keyId: clipLabel(call.keyId ?? "") },
+      headers,
+    );
+  }
+
+  /**
+   * close ends the fleet stream (after a last report, at most the daemon
+   * timeout) and waits for journal records still being sent in the
+   * background (after an aborted call), each bounded by the daemon timeout.
    */
   async close(): Promise<void> {
+    await this.#coordinator?.close();
     while (this.#pending.size > 0) await Promise.allSettled([...this.#pending]);
   }
 
@@ -640,6 +719,11 @@ export class PolicydClient {
     this.#warned.add(key);
     this.#internals.logger.warn(message, ...fields);
   }
+}
+
+/** The interceptors of the client's own transports: the bearer token's, then the caller's. */
+function transportInterceptors(token: string, options: ClientOptions): Interceptor[] {
+  return [...(token ? [bearerInterceptor(token)] : []), ...(options.interceptors ?? [])];
 }
 
 /** A client id unique per client: host, pid and 8 random hex digits. */

@@ -61,7 +61,9 @@ export type StopReason =
   // budget is spent, or another agent's failure stopped every agent on this key.
   | "CIRCUIT_OPEN"
   | "RETRY_BUDGET_EXHAUSTED"
-  | "FLEET_STOP";
+  | "FLEET_STOP"
+  // The fleet gate: the fleet admits only a share of first attempts to the target.
+  | "FLEET_SHED";
 
 /** What to fall back to. */
 export type FallbackKind = "" | "LARGER_CONTEXT_MODEL" | "OTHER_PROVIDER" | "OTHER_MODEL";
@@ -281,7 +283,8 @@ export function explain(d: Decision): string {
   const c = d.classification;
   let s = d.stopText || d.fallback.reason || c.reason || d.action.toLowerCase() || "no decision";
   if (c.recoveryAction && !s.includes(c.recoveryAction)) s += `; ${c.recoveryAction}`;
-  const tags = [c.failureType || "UNSPECIFIED"];
+  // The fleet gate's decisions have a rule and no failure type (no attempt failed).
+  const tags = c.failureType || !c.rule ? [c.failureType || "UNSPECIFIED"] : [];
   if (c.rule) tags.push(`rule ${c.rule}`);
   if (d.failOpen) tags.push("fail-open");
   return `${s} [${tags.join(", ")}]`;

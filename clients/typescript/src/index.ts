@@ -39,6 +39,14 @@ export {
   FailOpenPolicy,
 } from "./fail_open.js";
 export { type Cause, emptyFailure, type Failure, failureFromError, headersOf, type Phase } from "./failure.js";
+export {
+  GATE_GRACE_MS,
+  Gate,
+  type GateAction,
+  type GateAssignment,
+  type GateFallback,
+  type GateVerdict,
+} from "./gate.js";
 export { checkResponse, HttpError, type HttpErrorInit } from "./http_error.js";
 export type { JournalOutcome } from "./journal.js";
 export { PolicydError, type PolicydErrorInit } from "./policyd_error.js";

@@ -16,16 +16,18 @@ export interface PolicydErrorInit {
 /**
  * PolicydError is the last attempt's error (its `cause`, as thrown) with
  * why policyd gave up: the decision that stopped the call (STOP, or
- * FALL_BACK without a fallback function) and its recovery action. Its
+ * FALL_BACK without a fallback function) and its recovery action. When the
+ * fleet gate stopped the call before its first attempt, `attempts` is 0,
+ * `cause` undefined and the decision's rule "fleet.gate". Its
  * message is the attempt's message followed by the reason, e.g.
  * `HTTP 401 Unauthorized (POST http://…) (policyd: stopped after 1 attempt:
  * not retryable: Fix the API credentials … [AUTH_INVALID, rule auth.invalid])`.
  */
 export class PolicydError extends Error {
   override name = "PolicydError";
-  /** The last attempt's error, as the operation threw it. */
+  /** The last attempt's error, as the operation threw it; undefined when no attempt ran (the fleet gate). */
   declare readonly cause: unknown;
-  /** How many attempts ran. */
+  /** How many attempts ran: 0 when the fleet gate stopped the call. */
   readonly attempts: number;
   /** The decision that ended the call. */
   readonly decision: Decision;
@@ -35,12 +37,17 @@ export class PolicydError extends Error {
   readonly contextId: string;
 
   constructor(init: PolicydErrorInit) {
-    const inner = init.cause instanceof Error ? init.cause.message : String(init.cause);
-    const n = `${init.attempts} attempt${init.attempts === 1 ? "" : "s"}`;
     const d = init.decision;
-    const what =
-      d.action === "FALL_BACK" ? `fall back to ${d.fallback.kind || "UNSPECIFIED"} after ${n}` : `stopped after ${n}`;
-    super(`${inner} (policyd: ${what}: ${explain(d)})`, { cause: init.cause });
+    if (init.attempts === 0) {
+      // The fleet gate did not send the first attempt: no attempt, no cause.
+      super(`policyd: ${explain(d)}`, { cause: init.cause });
+    } else {
+      const inner = init.cause instanceof Error ? init.cause.message : String(init.cause);
+      const n = `${init.attempts} attempt${init.attempts === 1 ? "" : "s"}`;
+      const what =
+        d.action === "FALL_BACK" ? `fall back to ${d.fallback.kind || "UNSPECIFIED"} after ${n}` : `stopped after ${n}`;
+      super(`${inner} (policyd: ${what}: ${explain(d)})`, { cause: init.cause });
+    }
     this.attempts = init.attempts;
     this.decision = init.decision;
     this.failure = init.failure;

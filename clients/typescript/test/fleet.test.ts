@@ -54,10 +54,11 @@ async function rejection(p: Promise<unknown>): Promise<unknown> {
 }
 
 describe("fleet memory", { concurrency: true }, () => {
-  test("a revoked key stops the fleet on that key only; key id and client id reach the daemon", async () => {
+  test("a revoked key stops the fleet on that key only; key id and client id reach the daemon", async (t) => {
     const addr = await fleetAddr();
     const revoked = await flaky({ status: 401, body: bodies.badKey });
     const first = createClient({ address: addr, clientId: "ts-agent-1" });
+    t.after(() => first.close()); // its fleet stream
     assert.ok(
       (await rejection(first.call(post(revoked.url), { ...openai, keyId: "revoked" }))) instanceof PolicydError,
     );
@@ -69,8 +70,9 @@ describe("fleet memory", { concurrency: true }, () => {
     assert.equal(auth[0]!.firstClientId, "ts-agent-1");
     assert.equal(auth[0]!.state?.stopped, true);
 
-    // Another agent on the same key: a retryable 504 stops at once, by the fleet.
-    const second = createClient({ address: addr, clock: new FakeClock() });
+    // Another agent on the same key, its fleet gate off: a retryable 504 stops at once, by NextDelay.
+    const second = createClient({ address: addr, clock: new FakeClock(), fleetGate: false });
+    t.after(() => second.close());
     const gateway = await flaky({ status: 504, body: bodies.serverError }, { status: 200, body: "ok" });
     const err = await rejection(second.call(post(gateway.url), { ...openai, keyId: "revoked" }));
     assert.ok(err instanceof PolicydError);
@@ -81,16 +83,27 @@ describe("fleet memory", { concurrency: true }, () => {
     assert.equal(err.decision.fleet?.changed, true);
     assert.ok(err.decision.fleet!.openRemainingMs > 0);
 
+    // With its gate on (the default), a new agent's first attempt on that key is not even sent.
+    const third = createClient({ address: addr });
+    t.after(() => third.close());
+    assert.equal(await third.call(async () => "ok", { ...openai, keyId: "warm-up" }), "ok"); // its stream is up
+    const gated = await rejection(third.call(post(gateway.url), { ...openai, keyId: "revoked" }));
+    assert.ok(gated instanceof PolicydError);
+    assert.equal(gated.attempts, 0);
+    assert.equal(gated.decision.stopReason, "FLEET_STOP");
+    assert.equal(gateway.hits, 1);
+
     // The same failure on another key is retried.
     const other = await flaky({ status: 504, body: bodies.serverError }, { status: 200, body: "ok" });
     assert.equal(await second.call(post(other.url), { ...openai, keyId: "healthy" }), "ok");
     assert.equal(other.hits, 2);
   });
 
-  test("the fallback function gets the chain's target", async () => {
+  test("the fallback function gets the chain's target", async (t) => {
     // A Retry-After above the 60 s ceiling falls back; the policy's chain names where to.
     const limited = await flaky({ status: 429, headers: { "retry-after": "61" }, body: bodies.rateLimit });
     const client = createClient({ address: await fleetAddr() });
+    t.after(() => client.close());
     const out = await client.call(post(limited.url), {
       ...openai,
       keyId: "fallback-test",
@@ -163,6 +176,7 @@ describe("decisions from policyd's fleet", () => {
       CIRCUIT_OPEN: true,
       RETRY_BUDGET_EXHAUSTED: true,
       FLEET_STOP: true,
+      FLEET_SHED: true,
     };
     const proto = Object.values(PbStopReason).filter((v): v is string => typeof v === "string" && v !== "UNSPECIFIED");
     assert.deepEqual(Object.keys(names).sort(), [...proto].sort());

@@ -56,6 +56,8 @@ export interface Daemon {
   addr: string;
   logs: string[];
   stop(): Promise<void>;
+  /** SIGKILL: the daemon vanishes, its streams with it. */
+  kill(): Promise<void>;
 }
 
 /**
@@ -103,6 +105,10 @@ export async function startDaemon(databaseUrl?: string, extra: string[] = []): P
       const t = setTimeout(() => child.kill("SIGKILL"), 15_000);
       await exited;
       clearTimeout(t);
+    },
+    kill: async () => {
+      child.kill("SIGKILL");
+      await exited;
     },
   };
 }
@@ -257,6 +263,8 @@ export interface Flaky {
   hits: number;
   /** Each request's method and path, in order. */
   requests: string[];
+  /** Each request's body, in order (filled as the bodies arrive). */
+  bodies: string[];
   close(): Promise<void>;
 }
 
@@ -269,12 +277,14 @@ after(async () => {
 });
 
 export async function flaky(...steps: Step[]): Promise<Flaky> {
-  const state: Flaky = { url: "", hits: 0, requests: [], close: async () => {} };
+  const state: Flaky = { url: "", hits: 0, requests: [], bodies: [], close: async () => {} };
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     state.hits++;
     state.requests.push(`${req.method} ${req.url}`);
     const s = steps[Math.min(state.hits, steps.length) - 1] ?? {};
-    req.resume();
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => state.bodies.push(Buffer.concat(chunks).toString()));
     const answer = () => {
       if (s.drop) {
         req.socket.destroy();
@@ -322,13 +332,18 @@ export function decisions(): { all: Decision[]; onDecision: (e: { decision: Deci
   return { all, onDecision: (e) => all.push(e.decision) };
 }
 
-/** Counts the RPCs a client makes, by method name. */
-export function rpcCounter(): { calls: string[]; interceptor: Interceptor } {
+/**
+ * Counts the RPCs a client makes, by method name: the unary ones in calls,
+ * the background fleet stream (Coordinate) apart in streams.
+ */
+export function rpcCounter(): { calls: string[]; streams: string[]; interceptor: Interceptor } {
   const calls: string[] = [];
+  const streams: string[] = [];
   return {
     calls,
+    streams,
     interceptor: (next) => async (req) => {
-      calls.push(req.method.name);
+      (req.method.name === "Coordinate" ? streams : calls).push(req.method.name);
       return next(req);
     },
   };

@@ -15,6 +15,7 @@ import {
   haveOpenssl,
   makeCerts,
   packageDir,
+  rawClients,
   TOKEN,
   tokensFile,
 } from "./harness.js";
@@ -59,7 +60,7 @@ describe("README examples", { concurrency: true }, () => {
     });
   });
 
-  test("there are four, each tested below", () => assert.equal(blocks.length, 4));
+  test("there are five, each tested below", () => assert.equal(blocks.length, 5));
 
   test("they type-check as strict TypeScript", async () => {
     writeFileSync(
@@ -123,16 +124,40 @@ describe("README examples", { concurrency: true }, () => {
     ]);
     const env = { POLICYD_ADDR: d.addr, POLICYD_TLS_CA: c.ca };
     let srv = await flaky({ status: 503 }, { status: 200, body: "<html>secure</html>" });
-    let r = await runExample(3, { ...env, POLICYD_TOKEN: TOKEN }, [srv.url]);
+    let r = await runExample(4, { ...env, POLICYD_TOKEN: TOKEN }, [srv.url]);
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout, "<html>secure</html>\n");
     assert.equal(srv.hits, 2);
 
     srv = await flaky({ status: 503 }, { status: 200 });
-    r = await runExample(3, env, [srv.url]);
+    r = await runExample(4, env, [srv.url]);
     assert.equal(r.code, 1, r.stderr);
     assert.match(r.stderr, /UNAUTHENTICATED: missing bearer token.*; set POLICYD_TOKEN/);
     assert.equal(srv.hits, 1);
     assert.ok(!r.stderr.includes(TOKEN) && !d.logs.join("\n").includes(TOKEN));
+  });
+});
+
+// Alone, after the others: a fresh process's first call waits at most 100 ms
+// for its first assignment, which a machine busy starting four more
+// processes may not give it.
+describe("README examples: the fleet gate", () => {
+  test("the fleet gate: with gpt-4o's breaker open, the call goes to the fallback the fleet names", async () => {
+    const policy = join(dir, "fleet-policy.yaml");
+    writeFileSync(
+      policy,
+      "fleet:\n  breaker: {min_volume: 3, min_clients: 1}\nfallbacks:\n  openai/gpt-4o: [openai/gpt-4o-mini]\n",
+    );
+    const d = await daemonWith("readme-fleet", ["--fleet", "on", "--policy", policy]);
+    for (let i = 0; i < 3; i++) {
+      const failure = { provider: "openai", model: "gpt-4o", httpStatus: 503 };
+      await rawClients(d.addr).policy.nextDelay({ failure, attempt: 1, clientId: "another-agent" });
+    }
+    const srv = await flaky({ status: 200, headers: { "x-ratelimit-limit-requests": "500" }, body: bodies.chatOk });
+    const r = await runExample(3, { POLICYD_ADDR: d.addr, OPENAI_BASE_URL: `${srv.url}/v1`, OPENAI_API_KEY: "sk-test" });
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, "Hello from the fake model.\n");
+    assert.equal(srv.hits, 1);
+    assert.equal(JSON.parse(srv.bodies[0]!).model, "gpt-4o-mini", "the first attempt to gpt-4o was not sent");
   });
 });

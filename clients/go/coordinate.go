@@ -1,0 +1,391 @@
+package policyd
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	policydv1 "github.com/policyd/policyd/clients/go/internal/gen/policyd/v1"
+)
+
+// The Coordinate stream (docs/clients.md, "The fleet gate"): one per
+// Client, opened by the first call that names a provider. It sends the
+// client id and profile, then about once a second the usage of every
+// target with activity, and delivers the assignments policyd pushes to the
+// gate. It runs on its own goroutine and never blocks a call: a call reads
+// the gate's table, whatever state the stream is in. The stream paces
+// itself on the system clock; the gate's times come from the client's
+// Clock.
+
+// The stream's timing.
+const (
+	reportEvery       = time.Second // ± reportJitter
+	reportJitter      = 0.1
+	reconnectInitial  = time.Second // doubling, full jitter
+	reconnectMax      = 30 * time.Second
+	healthyAfter      = 30 * time.Second // a stream up this long resets the backoff
+	closeGrace        = 250 * time.Millisecond
+	maxUsagesPerMsg   = 256
+	maxReportElapsed  = 10 * time.Minute
+	maxUsageCount     = 1 << 30
+	keepaliveInterval = 30 * time.Second // policyd allows pings every 15 s
+)
+
+// coordinator runs one client's stream.
+type coordinator struct {
+	c      *Client
+	fleet  policydv1.FleetServiceClient
+	ctx    context.Context // cancelled by Client.Close
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	profile   string   // sent in the first message; dropped if policyd refuses it
+	lastBatch []target // the targets of the last report sent, to name the one policyd refused
+	sessions  int      // streams opened so far
+}
+
+// kickStream asks the stream to send the urgent reports now.
+func (c *Client) kickStream() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// ensureStream starts the client's stream unless it runs, ran, the gate is
+// off or the client is closed. It costs one atomic load once started.
+func (c *Client) ensureStream() {
+	if c.gate == nil || c.streamStarted.Load() {
+		return
+	}
+	c.coordMu.Lock()
+	defer c.coordMu.Unlock()
+	if c.streamStarted.Load() {
+		return
+	}
+	c.streamStarted.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	co := &coordinator{c: c, fleet: c.fleet, ctx: ctx, cancel: cancel, done: make(chan struct{}), profile: c.cfg.profile}
+	c.coord = co
+	go co.run()
+}
+
+// stopStream closes the stream, if one runs, and waits for its goroutines.
+func (c *Client) stopStream() {
+	c.coordMu.Lock()
+	c.streamStarted.Store(true) // no stream after Close
+	co := c.coord
+	c.coordMu.Unlock()
+	if c.gate != nil {
+		c.gate.setDown(true) // a call after Close waits for nothing
+	}
+	if co != nil {
+		co.cancel()
+		<-co.done
+	}
+}
+
+func (co *coordinator) run() {
+	defer close(co.done)
+	failures := 0
+	for {
+		healthy, final := co.session()
+		co.c.gate.setDown(true)
+		if final || co.ctx.Err() != nil {
+			return
+		}
+		if healthy {
+			failures = 0
+		}
+		failures++
+		ceiling := min(reconnectMax, reconnectInitial<<min(failures-1, 5))
+		wait := time.Duration(rand.Float64() * float64(ceiling))
+		co.c.cfg.logger.Debug("policyd: fleet stream reconnecting", "in", wait.Round(time.Millisecond))
+		t := time.NewTimer(wait)
+		select {
+		case <-co.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// session runs one stream until it breaks or the client closes. healthy:
+// it worked for a while (the reconnect backoff starts over); final: do not
+// reconnect.
+func (co *coordinator) session() (healthy, final bool) {
+	// The stream has a context of its own so that Close can half-close it
+	// and let policyd end it; a watcher cancels it closeGrace after Close
+	// in case policyd (or the network) does not.
+	sctx, scancel := context.WithCancel(context.WithoutCancel(co.ctx))
+	var open atomic.Bool // the stream is up: Close lets it end cleanly
+	watcherDone := make(chan struct{})
+	stopWatcher := context.AfterFunc(co.ctx, func() {
+		defer close(watcherDone)
+		if !open.Load() {
+			scancel() // still connecting: nothing to end cleanly
+			return
+		}
+		t := time.NewTimer(closeGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			scancel()
+		case <-sctx.Done():
+		}
+	})
+	defer func() {
+		scancel()
+		if !stopWatcher() {
+			<-watcherDone
+		}
+	}()
+
+	// The first stream fails at once when policyd cannot be reached (the
+	// calls waiting for their first assignment go on without it); later
+	// ones wait for the connection, which gRPC redials with its own
+	// backoff, so that the stream is back as soon as policyd is.
+	co.sessions++
+	stream, err := co.fleet.Coordinate(sctx, grpc.WaitForReady(co.sessions > 1))
+	started := time.Now()
+	if err != nil {
+		return false, co.broken(err)
+	}
+	if err := stream.Send(&policydv1.CoordinateRequest{ClientId: co.c.cfg.clientID, Profile: co.profile}); err != nil {
+		if errors.Is(err, io.EOF) {
+			// The stream ended; its status comes from Recv.
+			_, err = stream.Recv()
+		}
+		return false, co.broken(err)
+	}
+	open.Store(true)
+	co.c.gate.setDown(false)
+	var got atomic.Bool
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			got.Store(true)
+			co.apply(resp)
+		}
+	}()
+	healthyNow := func() bool { return got.Load() || time.Since(started) >= healthyAfter }
+	nextTick := func() time.Duration {
+		return reportEvery + time.Duration((rand.Float64()*2-1)*reportJitter*float64(reportEvery))
+	}
+	sendFailed := func(err error) (bool, bool) {
+		if errors.Is(err, io.EOF) {
+			// The stream ended; Recv says why.
+			err = <-recvErr
+		} else {
+			scancel()
+			<-recvErr
+		}
+		return healthyNow(), co.broken(err)
+	}
+	// A new stream knows nothing: report every subscribed target.
+	if err := co.sendReports(stream, reportResubscribe); err != nil {
+		return sendFailed(err)
+	}
+	tick := time.NewTimer(nextTick())
+	defer tick.Stop()
+	for {
+		kind := reportActive
+		select {
+		case <-tick.C:
+			tick.Reset(nextTick())
+		case <-co.c.kick:
+			kind = reportUrgent
+		case err := <-recvErr:
+			return healthyNow(), co.broken(err)
+		case <-co.ctx.Done():
+			// Closing: the counts not yet sent go with this last report,
+			// then the stream ends from this side and policyd ends it.
+			_ = co.sendReports(stream, reportActive)
+			_ = stream.CloseSend()
+			<-recvErr // policyd's end, or the watcher's cancel
+			return false, true
+		}
+		if err := co.sendReports(stream, kind); err != nil {
+			return sendFailed(err)
+		}
+	}
+}
+
+// sendReports sends the usage of every target with activity (and, after a
+// reconnect, of every subscribed target), at most maxUsagesPerMsg a
+// message. Counts that could not be sent stay for the next report.
+func (co *coordinator) sendReports(stream interface {
+	Send(*policydv1.CoordinateRequest) error
+}, kind reportKind) error {
+	g := co.c.gate
+	rs := g.takeReports(kind)
+	now := co.c.cfg.clock.Now()
+	for len(rs) > 0 {
+		n := min(len(rs), maxUsagesPerMsg)
+		batch := rs[:n]
+		req := &policydv1.CoordinateRequest{Usage: make([]*policydv1.BucketUsage, 0, n)}
+		targets := make([]target, 0, n)
+		for _, r := range batch {
+			elapsed := min(max(now.Sub(r.from), time.Millisecond), maxReportElapsed)
+			req.Usage = append(req.Usage, &policydv1.BucketUsage{
+				Target: r.t.proto(), Elapsed: durationProto(elapsed),
+				Admitted: clampCount(r.u.admitted), Shed: clampCount(r.u.shed), Succeeded: clampCount(r.u.succeeded),
+				Failed: clampCount(r.u.failed), Retries: clampCount(r.u.retries),
+				RateLimitHeaders: r.u.rateLimits,
+			})
+			targets = append(targets, r.t)
+		}
+		if err := stream.Send(req); err != nil {
+			g.giveBack(rs)
+			return err
+		}
+		co.lastBatch = targets
+		g.reported(batch, now)
+		rs = rs[n:]
+	}
+	return nil
+}
+
+// apply hands the assignments of one message to the gate.
+func (co *coordinator) apply(resp *policydv1.CoordinateResponse) {
+	now := co.c.cfg.clock.Now()
+	for _, pa := range resp.GetAssignments() {
+		pt := pa.GetTarget()
+		if pt.GetProvider() == "" {
+			continue
+		}
+		t := target{provider: strings.ToLower(pt.GetProvider()), model: pt.GetModel(), keyID: pt.GetKeyId()}
+		if pa.GetAbandon() {
+			co.c.gate.assign(now, t, nil)
+			continue
+		}
+		co.c.gate.assign(now, t, assignmentFromProto(pa))
+	}
+}
+
+// clampCount keeps a count within what policyd accepts in one report.
+func clampCount(n uint64) uint64 { return min(n, maxUsageCount) }
+
+var usageIndex = regexp.MustCompile(`usage\[(\d+)\]`)
+
+// broken handles the error that ended a stream; it reports whether to stop
+// using the stream for good.
+func (co *coordinator) broken(err error) (final bool) {
+	c := co.c
+	if co.ctx.Err() != nil {
+		return true // the client closed
+	}
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.FailedPrecondition, codes.Unimplemented:
+		// policyd runs without fleet memory (--fleet off), or predates the
+		// stream: the gate admits everything, and the client stops asking.
+		// An operator's choice, not a fault: a debug line, no warning.
+		c.gate.turnOff()
+		c.cfg.logger.Debug("policyd: the daemon has no fleet stream; the fleet gate admits every call",
+			"addr", c.addr, "error", err)
+		return true
+	case codes.Unauthenticated, codes.PermissionDenied:
+		c.warnOnce("coordinate/"+st.Code().String(), "policyd: the daemon refused the fleet stream; "+
+			"the fleet gate admits every call (set POLICYD_TOKEN, or WithToken, to a token of the daemon's --auth-tokens file)",
+			"error", err)
+		c.gate.turnOff()
+		return true
+	case codes.InvalidArgument:
+		// A report policyd refused: stop reporting the target it names, or
+		// the profile, and go on; the usages before it were applied.
+		msg := st.Message()
+		switch m := usageIndex.FindStringSubmatch(msg); {
+		case m != nil:
+			var t target
+			if i, _ := strconv.Atoi(m[1]); i < len(co.lastBatch) {
+				t = co.lastBatch[i]
+				c.gate.reject(t)
+			}
+			c.warnOnce("coordinate/"+msg, "policyd: the daemon refused a fleet report; its target is no longer reported",
+				"target", t.String(), "error", err)
+		case strings.HasPrefix(msg, "profile"):
+			co.profile = ""
+			c.warnOnce("coordinate/profile", "policyd: the daemon refused the fleet stream's profile; "+
+				"the stream goes on without it (assignments name the default profile's fallbacks)", "error", err)
+		default:
+			c.warnOnce("coordinate/"+msg, "policyd: the daemon refused the fleet stream", "error", err)
+		}
+		return false
+	}
+	c.cfg.logger.Debug("policyd: fleet stream broke", "error", err)
+	return false
+}
+
+// ObserveRateLimits hands policyd the rate-limit headers of a successful
+// response to call's target (its Provider, Model and KeyID): the
+// x-ratelimit-* and anthropic-ratelimit-* headers (at most 16, each value
+// clipped to 64 bytes) go with the target's next report, where policyd
+// reads the provider's limits from them. Other headers are ignored; a call
+// without a provider, or a client with the fleet gate off, sends nothing.
+// It makes no RPC.
+func (c *Client) ObserveRateLimits(call Call, h http.Header) {
+	t, ok := targetOf(call)
+	if !ok || c.gate == nil {
+		return
+	}
+	kept := rateLimitHeaders(h)
+	if kept == nil {
+		return
+	}
+	c.gate.observeRateLimits(c.cfg.clock.Now(), t, kept)
+	c.ensureStream()
+}
+
+// rateLimitHeaders keeps the rate-limit headers of h: names in lower case,
+// repeated values joined with ", ", the first 16 names in order.
+func rateLimitHeaders(h http.Header) map[string]string {
+	var names []string
+	for name := range h {
+		n := strings.ToLower(name)
+		if rateLimitName(n) && len(n) <= maxHeaderNameBytes {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	sort.Slice(names, func(i, j int) bool { return strings.ToLower(names[i]) < strings.ToLower(names[j]) })
+	out := make(map[string]string, min(len(names), maxRateLimits))
+	for _, name := range names {
+		if len(out) == maxRateLimits {
+			break
+		}
+		out[clip(strings.ToLower(name), maxHeaderNameBytes)] = clip(strings.Join(h[name], ", "), maxRateLimitByte)
+	}
+	return out
+}
+
+// rateLimitName says whether a lower-case header name is a rate-limit
+// header policyd reads.
+func rateLimitName(n string) bool {
+	for _, p := range [...]string{"x-ratelimit-", "anthropic-ratelimit-"} {
+		if strings.HasPrefix(n, p) && len(n) > len(p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,283 @@
+package policyd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	policydv1 "github.com/policyd/policyd/clients/go/internal/gen/policyd/v1"
+)
+
+// The report bookkeeping and the stream's handling of policyd's answers,
+// on a fake stream and a clock the test sets; fleet_gate_test.go runs the
+// real stream against a real policyd.
+
+type fakeStream struct {
+	sent []*policydv1.CoordinateRequest
+	fail error
+}
+
+func (s *fakeStream) Send(m *policydv1.CoordinateRequest) error {
+	if s.fail != nil {
+		return s.fail
+	}
+	s.sent = append(s.sent, m)
+	return nil
+}
+
+type setClock struct{ now time.Time }
+
+func (c *setClock) Now() time.Time                 { return c.now }
+func (c *setClock) NewTimer(d time.Duration) Timer { panic("no timers here") }
+
+func testCoordinator(t *testing.T) (*coordinator, *setClock) {
+	t.Helper()
+	clock := &setClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c := newClient(nil, newConfig([]Option{WithClock(clock), WithLogger(slog.New(slog.DiscardHandler))}))
+	return &coordinator{c: c, ctx: context.Background()}, clock
+}
+
+func usageOf(t *testing.T, m *policydv1.CoordinateRequest, model string) *policydv1.BucketUsage {
+	t.Helper()
+	for _, u := range m.GetUsage() {
+		if u.GetTarget().GetModel() == model {
+			return u
+		}
+	}
+	t.Fatalf("no usage of %q in %v", model, m)
+	return nil
+}
+
+func TestReportsKeepWhatCouldNotBeSent(t *testing.T) {
+	co, clock := testCoordinator(t)
+	g := co.c.gate
+	a := target{provider: "openai", model: "a"}
+	g.check(clock.now, a, -1, false, constRand(0))
+	g.check(clock.now, a, -1, false, constRand(0))
+	g.record(clock.now, a, true)
+	g.countRetry(clock.now, a)
+	g.countFailedLocally(clock.now, a)
+	g.observeRateLimits(clock.now, a, map[string]string{"x-ratelimit-limit-requests": "600"})
+
+	clock.now = clock.now.Add(1500 * time.Millisecond)
+	s := &fakeStream{fail: io.EOF}
+	if err := co.sendReports(s, reportActive); !errors.Is(err, io.EOF) {
+		t.Fatalf("sendReports = %v, want the stream's error", err)
+	}
+	// More activity, then a report that goes.
+	g.check(clock.now, a, -1, false, constRand(0))
+	clock.now = clock.now.Add(500 * time.Millisecond)
+	s.fail = nil
+	if err := co.sendReports(s, reportActive); err != nil {
+		t.Fatal(err)
+	}
+	u := usageOf(t, s.sent[0], "a")
+	if u.GetAdmitted() != 3 || u.GetSucceeded() != 1 || u.GetRetries() != 1 || u.GetFailed() != 1 || u.GetShed() != 0 ||
+		u.GetRateLimitHeaders()["x-ratelimit-limit-requests"] != "600" || u.GetElapsed().AsDuration() != 2*time.Second {
+		t.Fatalf("usage %v: want the unsent counts added (3 admitted, 1 succeeded, 1 retry, 1 failed), the headers, 2s elapsed", u)
+	}
+	// Nothing new: nothing sent. New activity: elapsed from the last report.
+	if err := co.sendReports(s, reportActive); err != nil || len(s.sent) != 1 {
+		t.Fatalf("an idle tick sent %d messages (%v)", len(s.sent)-1, err)
+	}
+	clock.now = clock.now.Add(time.Second)
+	g.check(clock.now, a, -1, false, constRand(0))
+	if err := co.sendReports(s, reportActive); err != nil {
+		t.Fatal(err)
+	}
+	if u := usageOf(t, s.sent[1], "a"); u.GetAdmitted() != 1 || u.GetElapsed().AsDuration() != time.Second || u.GetRateLimitHeaders() != nil {
+		t.Fatalf("second report %v, want 1 admitted over 1s and no headers", u)
+	}
+	// A new stream re-reports (re-subscribes) every subscribed target.
+	if err := co.sendReports(s, reportResubscribe); err != nil || len(s.sent) != 3 || usageOf(t, s.sent[2], "a").GetAdmitted() != 0 {
+		t.Fatalf("resubscribe: %v, %d messages", err, len(s.sent))
+	}
+}
+
+func TestReportsAtMost256AMessage(t *testing.T) {
+	co, clock := testCoordinator(t)
+	for i := range 300 {
+		co.c.gate.check(clock.now, target{provider: "p", model: fmt.Sprint(i)}, -1, false, constRand(0))
+	}
+	s := &fakeStream{}
+	if err := co.sendReports(s, reportActive); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.sent) != 2 || len(s.sent[0].GetUsage()) != 256 || len(s.sent[1].GetUsage()) != 44 {
+		t.Fatalf("%d messages, want 256 + 44 usages", len(s.sent))
+	}
+	for _, u := range s.sent[0].GetUsage() {
+		if d := u.GetElapsed().AsDuration(); d <= 0 || d > 10*time.Minute {
+			t.Fatalf("elapsed %v, want within (0, 10m]", d)
+		}
+	}
+}
+
+func TestUrgentReports(t *testing.T) {
+	co, clock := testCoordinator(t)
+	g := co.c.gate
+	old, fresh := target{provider: "p", model: "old"}, target{provider: "p", model: "new"}
+	g.check(clock.now, old, -1, false, constRand(0))
+	// The first call of a target waits for its first assignment, whose
+	// report is urgent; a target already reported does not wait.
+	ch, until := g.awaitFirst(clock.now, clock.now, fresh)
+	if ch == nil || until.Sub(clock.now) != firstAnswerWait {
+		t.Fatalf("awaitFirst = %v, %v; want a wait of %v", ch, until, firstAnswerWait)
+	}
+	s := &fakeStream{}
+	if err := co.sendReports(s, reportUrgent); err != nil || len(s.sent) != 1 || len(s.sent[0].GetUsage()) != 1 ||
+		s.sent[0].GetUsage()[0].GetTarget().GetModel() != "new" {
+		t.Fatalf("urgent reports: %v, %v; want the new target alone", err, s.sent)
+	}
+	// Its assignment releases the wait.
+	g.assign(clock.now, fresh, &assignment{ttl: time.Minute, breaker: policydv1.BreakerState_BREAKER_STATE_HALF_OPEN, admitFraction: 0})
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the assignment did not release the first call's wait")
+	}
+	if ch, _ := g.awaitFirst(clock.now, clock.now, fresh); ch != nil {
+		t.Fatal("an assigned target still waits")
+	}
+	// A success while half-open is a probe's answer: urgent.
+	if !g.record(clock.now, fresh, true) || g.record(clock.now, old, true) {
+		t.Fatal("record: want urgent for the half-open target only")
+	}
+	// The stream down: no first call waits, and waiting ones go.
+	other := target{provider: "p", model: "other"}
+	ch, _ = g.awaitFirst(clock.now, clock.now, other)
+	g.setDown(true)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the stream going down did not release the wait")
+	}
+	if ch, _ := g.awaitFirst(clock.now, clock.now, target{provider: "p", model: "more"}); ch != nil {
+		t.Fatal("a first call waits while the stream is down")
+	}
+}
+
+func TestAbandonForgets(t *testing.T) {
+	co, clock := testCoordinator(t)
+	g := co.c.gate
+	a := target{provider: "p", model: "a"}
+	g.check(clock.now, a, -1, false, constRand(0))
+	_ = co.sendReports(&fakeStream{}, reportActive)
+	g.assign(clock.now, a, &assignment{ttl: time.Minute, breaker: policydv1.BreakerState_BREAKER_STATE_OPEN})
+	g.assign(clock.now, a, nil)
+	if _, ok := g.entries[a]; ok {
+		t.Fatal("an abandoned idle target with a full budget is still in the table")
+	}
+	// With a spent budget the row stays, without its assignment, and is not reported.
+	g.check(clock.now, a, -1, false, constRand(0))
+	g.record(clock.now, a, false)
+	_ = co.sendReports(&fakeStream{}, reportActive)
+	g.assign(clock.now, a, &assignment{ttl: time.Minute, breaker: policydv1.BreakerState_BREAKER_STATE_OPEN})
+	g.assign(clock.now, a, nil)
+	e := g.entries[a]
+	if e == nil || e.a != nil || e.tokens != 9 {
+		t.Fatalf("row %+v, want kept without an assignment and with 9 tokens", e)
+	}
+	s := &fakeStream{}
+	if _ = co.sendReports(s, reportResubscribe); len(s.sent) != 0 {
+		t.Fatalf("an abandoned target was reported: %v", s.sent)
+	}
+	if v := g.check(clock.now, a, -1, false, constRand(0)); v.action != gateAdmit {
+		t.Fatalf("after abandon: %v, want admit", v.action)
+	}
+}
+
+func TestRefusedReportsAndProfile(t *testing.T) {
+	co, clock := testCoordinator(t)
+	g := co.c.gate
+	co.profile = "mine"
+	good, bad := target{provider: "p", model: "good"}, target{provider: "p", model: "bad"}
+	g.check(clock.now, good, -1, false, constRand(0))
+	g.check(clock.now, bad, -1, false, constRand(0))
+	co.lastBatch = []target{good, bad}
+	if co.broken(status.Error(codes.InvalidArgument, "usage[1].elapsed: 0s is not in (0, 10m0s]")) {
+		t.Fatal("a refused report ended the stream for good")
+	}
+	g.check(clock.now, bad, -1, false, constRand(0))
+	s := &fakeStream{}
+	_ = co.sendReports(s, reportResubscribe)
+	if len(s.sent) != 1 || len(s.sent[0].GetUsage()) != 1 || s.sent[0].GetUsage()[0].GetTarget().GetModel() != "good" {
+		t.Fatalf("after policyd refused usage[1]: %v, want only the other target reported", s.sent)
+	}
+	if co.broken(status.Error(codes.InvalidArgument, `profile: unknown profile "mine"`)); co.profile != "" {
+		t.Fatalf("profile %q after policyd refused it, want none", co.profile)
+	}
+	for _, code := range []codes.Code{codes.FailedPrecondition, codes.Unimplemented} {
+		co, clock := testCoordinator(t)
+		co.c.gate.assign(clock.now, good, &assignment{ttl: time.Minute, breaker: policydv1.BreakerState_BREAKER_STATE_OPEN})
+		if !co.broken(status.Error(code, "fleet memory is off")) {
+			t.Fatalf("%v: the client keeps trying the stream", code)
+		}
+		if v := co.c.gate.check(clock.now, good, -1, false, constRand(0)); v.action != gateAdmit {
+			t.Fatalf("%v: the gate does not admit everything", code)
+		}
+	}
+	if co.broken(status.Error(codes.Unavailable, "connection refused")) {
+		t.Fatal("UNAVAILABLE ended the stream for good")
+	}
+}
+
+func TestAssignmentFromProto(t *testing.T) {
+	a := assignmentFromProto(&policydv1.Assignment{Ttl: durationpb.New(-time.Second), Hold: durationpb.New(2 * time.Second),
+		AdmitFraction: math.NaN(), Reason: "r\xff", Fallback: &policydv1.Fallback{}})
+	if a.ttl != 0 || a.hold != 2*time.Second || a.stop != 0 || a.admitFraction != 1 || a.fallback != nil || a.reason != "r\uFFFD" {
+		t.Fatalf("%+v", a)
+	}
+	for in, want := range map[float64]float64{-1: 0, 0.25: 0.25, 7: 1, math.Inf(1): 1} {
+		if got := assignmentFromProto(&policydv1.Assignment{AdmitFraction: in}).admitFraction; got != want {
+			t.Errorf("admit fraction %v → %v, want %v", in, got, want)
+		}
+	}
+	fb := assignmentFromProto(&policydv1.Assignment{Fallback: &policydv1.Fallback{Kind: policydv1.FallbackKind_FALLBACK_KIND_OTHER_MODEL,
+		Provider: "openai", Model: "gpt-4o-mini"}}).fallback
+	if fb == nil || fb.kind != FallbackOtherModel || fb.model != "gpt-4o-mini" {
+		t.Fatalf("fallback %+v", fb)
+	}
+}
+
+func TestRateLimitHeaders(t *testing.T) {
+	h := http.Header{
+		"X-Ratelimit-Limit-Requests":         {"600"},
+		"Anthropic-Ratelimit-Requests-Limit": {"50", "60"},
+		"X-Ratelimit-":                       {"1"},
+		"Content-Type":                       {"application/json"},
+		"X-Ratelimit-Reset-Tokens":           {strings.Repeat("9", 100)},
+	}
+	got := rateLimitHeaders(h)
+	want := map[string]string{"x-ratelimit-limit-requests": "600", "anthropic-ratelimit-requests-limit": "50, 60",
+		"x-ratelimit-reset-tokens": strings.Repeat("9", 64)}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	many := http.Header{}
+	for i := range 40 {
+		many[fmt.Sprintf("X-Ratelimit-H%02d", i)] = []string{"v"}
+	}
+	if got := rateLimitHeaders(many); len(got) != 16 || got["x-ratelimit-h00"] != "v" || got["x-ratelimit-h16"] != "" {
+		t.Fatalf("%d headers kept (%v), want the first 16 by name", len(got), got)
+	}
+	if rateLimitHeaders(http.Header{"Content-Type": {"x"}}) != nil || rateLimitHeaders(nil) != nil {
+		t.Fatal("no rate-limit header: want nil")
+	}
+}

@@ -1,0 +1,539 @@
+package policyd
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	policydv1 "github.com/policyd/policyd/clients/go/internal/gen/policyd/v1"
+)
+
+// The fleet gate (docs/clients.md, "The fleet gate"): a table of the
+// assignments the Coordinate stream delivers, keyed by target, that every
+// first attempt of a call naming a provider is checked against before it
+// is sent. A check is a map lookup and a few counters under one mutex,
+// never an RPC. clients/testdata/gate.json pins its answers.
+
+// DefaultGateGrace is how long the gate keeps an assignment past its time
+// to live (policyd unreachable) before it gates with the process's own
+// budget instead; WithGateGrace changes it.
+const DefaultGateGrace = 10 * time.Second
+
+// The process's own budget per target: gRPC A6's retry throttling, with a
+// refill by time so that a process that sends nothing tries again.
+const (
+	ownMaxTokens   = 10.0
+	ownThreshold   = ownMaxTokens / 2
+	ownSuccessGain = 0.1
+	ownRefill      = 0.1 // tokens a second
+)
+
+// Limits that keep the table and the reports small whatever callers do.
+const (
+	maxGateTargets   = 1024 // as policyd per stream; a call on a target beyond these is not gated nor reported
+	maxRateLimits    = 16
+	maxRateLimitByte = 64
+)
+
+// target is what the gate keys its table by: a call's provider (lower
+// case, as policyd reads it), model and key id, clipped to what policyd
+// accepts.
+type target struct{ provider, model, keyID string }
+
+func targetOf(call Call) (target, bool) {
+	if call.Provider == "" {
+		return target{}, false
+	}
+	return target{
+		provider: strings.ToLower(clip(call.Provider, maxFieldBytes)),
+		model:    clip(call.Model, maxFieldBytes),
+		keyID:    clip(call.KeyID, maxLabelBytes),
+	}, true
+}
+
+func (t target) String() string {
+	s := t.provider
+	if t.model != "" {
+		s += "/" + t.model
+	}
+	if t.keyID != "" {
+		s += "@" + t.keyID
+	}
+	return s
+}
+
+func (t target) proto() *policydv1.BucketTarget {
+	return &policydv1.BucketTarget{Provider: t.provider, Model: t.model, KeyId: t.keyID}
+}
+
+// assignment is an Assignment as the gate keeps it: durations from receipt.
+type assignment struct {
+	ttl, hold, stop time.Duration
+	breaker         policydv1.BreakerState
+	admitFraction   float64
+	probePermits    uint32
+	reason          string
+	fallback        *gateFallback
+}
+
+// gateFallback is an assignment's fallback.
+type gateFallback struct {
+	kind            FallbackKind
+	provider, model string
+	reason          string
+}
+
+// assignmentFromProto converts what the stream delivers; out-of-range
+// values are clamped rather than trusted.
+func assignmentFromProto(pa *policydv1.Assignment) *assignment {
+	a := &assignment{
+		ttl:           max(0, pa.GetTtl().AsDuration()),
+		hold:          max(0, pa.GetHold().AsDuration()),
+		stop:          max(0, pa.GetStop().AsDuration()),
+		breaker:       pa.GetBreaker(),
+		admitFraction: pa.GetAdmitFraction(),
+		probePermits:  pa.GetProbePermits(),
+		reason:        clip(pa.GetReason(), maxFieldBytes),
+	}
+	switch f := a.admitFraction; {
+	case f != f: // NaN: no limit is named
+		a.admitFraction = 1
+	case f < 0:
+		a.admitFraction = 0
+	case f > 1:
+		a.admitFraction = 1
+	}
+	if fb := pa.GetFallback(); fb != nil && (fb.GetKind() != policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED || fb.GetProvider() != "" || fb.GetModel() != "") {
+		a.fallback = &gateFallback{kind: FallbackKind(fb.GetKind()), provider: fb.GetProvider(), model: fb.GetModel(), reason: fb.GetReason()}
+	}
+	return a
+}
+
+// usage is a target's counts since its last report.
+type usage struct {
+	admitted, shed, succeeded, failed, retries uint64
+	rateLimits                                 map[string]string // the last success's, nil: none since the last report
+}
+
+func (u *usage) add(o usage) {
+	u.admitted += o.admitted
+	u.shed += o.shed
+	u.succeeded += o.succeeded
+	u.failed += o.failed
+	u.retries += o.retries
+	if u.rateLimits == nil {
+		u.rateLimits = o.rateLimits
+	}
+}
+
+// gateEntry is one target's row.
+type gateEntry struct {
+	a          *assignment // nil: none (yet, or abandoned)
+	receivedAt time.Time
+	permits    uint32
+
+	tokens   float64
+	tokensAt time.Time
+
+	u          usage
+	pending    bool      // report it at the next tick
+	urgent     bool      // report it now: its first report, or a probe's success
+	subscribed bool      // reported on the current stream, or assigned: report again after a reconnect
+	usedAt     time.Time // its first use, or its last report: what the next report's elapsed counts from
+	rejected   bool      // policyd refused a report of it: never report it again
+
+	// The target's first call waits (a little) for its first assignment:
+	// answered is closed when it arrives, or when the stream goes down.
+	answered    chan struct{}
+	answerUntil time.Time // on the system clock
+}
+
+// answer releases the calls waiting for e's first assignment.
+func (e *gateEntry) answer() {
+	if e.answered != nil {
+		close(e.answered)
+		e.answered = nil
+	}
+}
+
+func (e *gateEntry) refill(now time.Time) {
+	if !e.tokensAt.IsZero() {
+		if dt := now.Sub(e.tokensAt); dt > 0 {
+			e.tokens = min(ownMaxTokens, e.tokens+ownRefill*dt.Seconds())
+		}
+	}
+	if now.After(e.tokensAt) {
+		e.tokensAt = now
+	}
+}
+
+// gateAction is what the gate does with a first attempt.
+type gateAction uint8
+
+const (
+	gateAdmit gateAction = iota
+	gateWait
+	gateFallBack
+	gateStop
+)
+
+// gateVerdict is the gate's answer for one first attempt.
+type gateVerdict struct {
+	action     gateAction
+	wait       time.Duration
+	probe      bool
+	stopReason StopReason
+	reason     string // the assignment's reason, or the gate's own
+	fallback   *gateFallback
+	breaker    policydv1.BreakerState
+	left       time.Duration // of the stop, or the hold, that stopped the attempt
+}
+
+// gate is the table. Its zero value is not usable: see newGate.
+type gate struct {
+	grace time.Duration
+
+	mu      sync.Mutex
+	entries map[target]*gateEntry
+	off     bool // policyd has no Coordinate stream: the gate admits everything
+	down    bool // the stream is down: a first call does not wait for an answer
+}
+
+func newGate(grace time.Duration) *gate {
+	return &gate{grace: grace, entries: map[target]*gateEntry{}}
+}
+
+// firstAnswerWait bounds how long a target's first call waits for the
+// target's first assignment (docs/clients.md, "Reports").
+const firstAnswerWait = 100 * time.Millisecond
+
+// awaitFirst returns, for a call on a target that has no assignment and
+// has not been reported yet (its first call, or the first after an
+// abandon) or whose first report is in flight, the channel closed when its
+// first assignment arrives and the time (system clock) until which to
+// wait; nil when the call should not wait: the target is assigned, the
+// stream is down, or the wait is over.
+func (g *gate) awaitFirst(now, sysNow time.Time, t target) (<-chan struct{}, time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.off || g.down {
+		return nil, time.Time{}
+	}
+	e := g.entry(now, t)
+	if e == nil || e.a != nil || e.rejected {
+		return nil, time.Time{}
+	}
+	if e.answered == nil {
+		if e.subscribed {
+			return nil, time.Time{} // reported already: the answer is the stream's business
+		}
+		e.answered, e.answerUntil = make(chan struct{}), sysNow.Add(firstAnswerWait)
+		e.pending, e.urgent = true, true
+	}
+	if !sysNow.Before(e.answerUntil) {
+		return nil, time.Time{}
+	}
+	return e.answered, e.answerUntil
+}
+
+// setDown says whether the stream is down; going down releases the calls
+// waiting for a first assignment.
+func (g *gate) setDown(down bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.down = down
+	if down {
+		for _, e := range g.entries {
+			e.answer()
+		}
+	}
+}
+
+// entry returns t's row, making it on first use (nil when the table is
+// full). The caller holds g.mu.
+func (g *gate) entry(now time.Time, t target) *gateEntry {
+	if e, ok := g.entries[t]; ok {
+		return e
+	}
+	if len(g.entries) >= maxGateTargets {
+		return nil
+	}
+	e := &gateEntry{tokens: ownMaxTokens, usedAt: now}
+	g.entries[t] = e
+	return e
+}
+
+// check gates a first attempt to t: deadline is the time left before the
+// caller's deadline (negative: none); draw is the uniform draw in [0, 1),
+// taken only when the assignment sheds a fraction.
+func (g *gate) check(now time.Time, t target, deadline time.Duration, canFallBack bool, draw Rand) gateVerdict {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entry(now, t)
+	if e == nil || g.off {
+		return gateVerdict{}
+	}
+	v := g.decide(now, e, deadline, draw)
+	e.pending = !e.rejected
+	if v.action == gateStop {
+		e.u.shed++
+		if canFallBack && e.a != nil && e.a.fallback != nil {
+			v.action, v.fallback = gateFallBack, e.a.fallback
+		}
+	} else {
+		e.u.admitted++
+	}
+	return v
+}
+
+// decide is the order of checks of docs/clients.md. The caller holds g.mu.
+func (g *gate) decide(now time.Time, e *gateEntry, deadline time.Duration, draw Rand) gateVerdict {
+	e.refill(now)
+	a := e.a
+	if a == nil {
+		return gateVerdict{}
+	}
+	stop := func(r StopReason, left time.Duration) gateVerdict {
+		return gateVerdict{action: gateStop, stopReason: r, reason: a.reason, breaker: a.breaker, left: left}
+	}
+	age := now.Sub(e.receivedAt)
+	if age >= a.ttl+g.grace {
+		if e.tokens > ownThreshold {
+			return gateVerdict{}
+		}
+		return gateVerdict{action: gateStop, stopReason: StopRetryBudgetExhausted, breaker: a.breaker,
+			reason: "policyd is unreachable and this process's own budget for the target is spent"}
+	}
+	switch {
+	case a.stop > age:
+		return stop(StopFleetStop, a.stop-age)
+	case a.breaker == policydv1.BreakerState_BREAKER_STATE_OPEN:
+		return stop(StopCircuitOpen, 0)
+	case a.breaker == policydv1.BreakerState_BREAKER_STATE_HALF_OPEN:
+		if e.permits > 0 {
+			e.permits--
+			return gateVerdict{probe: true}
+		}
+		// Without a permit, the fleet's probe rate as a share of first
+		// attempts (the daemon sets it to about one a second in all).
+		if draw.Float64() < a.admitFraction {
+			return gateVerdict{probe: true}
+		}
+		return stop(StopCircuitOpen, 0)
+	case a.admitFraction < 1 && draw.Float64() >= a.admitFraction:
+		return stop(StopFleetShed, 0)
+	case a.hold > age:
+		left := a.hold - age
+		if deadline >= 0 && left > deadline {
+			return stop(StopDeadline, left)
+		}
+		return gateVerdict{action: gateWait, wait: left}
+	}
+	return gateVerdict{}
+}
+
+// assign receives a for t (nil: abandon), timed from now.
+func (g *gate) assign(now time.Time, t target, a *assignment) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.off {
+		return
+	}
+	if a == nil {
+		e, ok := g.entries[t]
+		if !ok {
+			return
+		}
+		e.answer()
+		e.a, e.subscribed = nil, false
+		if !e.pending {
+			// Forgotten, budget and all, once the budget has nothing to
+			// remember; a call on the target starts it again.
+			e.refill(now)
+			if e.tokens >= ownMaxTokens {
+				delete(g.entries, t)
+			}
+		}
+		return
+	}
+	e := g.entry(now, t)
+	if e == nil {
+		return
+	}
+	e.a, e.receivedAt, e.permits, e.subscribed = a, now, a.probePermits, true
+	e.answer()
+}
+
+// record counts an attempt's outcome in the process's own budget; a
+// success also counts as succeeded. It reports whether to report now: a
+// success while the breaker is half-open is a probe's answer, which the
+// fleet waits for.
+func (g *gate) record(now time.Time, t target, ok bool) (urgent bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entry(now, t)
+	if e == nil {
+		return false
+	}
+	e.refill(now)
+	if !ok {
+		e.tokens = max(0, e.tokens-1)
+		return false
+	}
+	e.tokens = min(ownMaxTokens, e.tokens+ownSuccessGain)
+	e.u.succeeded++
+	e.pending = !e.rejected
+	if e.pending && e.a != nil && e.a.breaker == policydv1.BreakerState_BREAKER_STATE_HALF_OPEN {
+		e.urgent = true
+		return true
+	}
+	return false
+}
+
+// countRetry counts a retry sent to t.
+func (g *gate) countRetry(now time.Time, t target) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.entry(now, t); e != nil {
+		e.u.retries++
+		e.pending = !e.rejected
+	}
+}
+
+// countFailedLocally counts a failure the client decided itself.
+func (g *gate) countFailedLocally(now time.Time, t target) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.entry(now, t); e != nil {
+		e.u.failed++
+		e.pending = !e.rejected
+	}
+}
+
+// observeRateLimits keeps h for t's next report.
+func (g *gate) observeRateLimits(now time.Time, t target, h map[string]string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.entry(now, t); e != nil {
+		e.u.rateLimits = h
+		e.pending = !e.rejected
+	}
+}
+
+// report is one target's usage taken for a report.
+type report struct {
+	t    target
+	u    usage
+	from time.Time // the entry's usedAt when taken
+}
+
+// Which targets takeReports takes.
+type reportKind uint8
+
+const (
+	reportActive      reportKind = iota // every target with activity since its last report
+	reportResubscribe                   // and every subscribed one: a new stream knows nothing
+	reportUrgent                        // only those to report now
+)
+
+// takeReports takes the usage of the targets kind names and marks them
+// reported; giveBack returns what could not be sent.
+func (g *gate) takeReports(kind reportKind) []report {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []report
+	for t, e := range g.entries {
+		switch {
+		case e.rejected:
+			continue
+		case kind == reportUrgent && !(e.urgent && e.pending):
+			continue
+		case !e.pending && !(kind == reportResubscribe && e.subscribed):
+			continue
+		}
+		out = append(out, report{t: t, u: e.u, from: e.usedAt})
+		e.u, e.pending, e.urgent, e.subscribed = usage{}, false, false, true
+	}
+	return out
+}
+
+// reported moves the reported targets' elapsed origin to at.
+func (g *gate) reported(rs []report, at time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, r := range rs {
+		if e, ok := g.entries[r.t]; ok && e.usedAt.Equal(r.from) {
+			e.usedAt = at
+		}
+	}
+}
+
+// giveBack adds counts that could not be sent to the next report.
+func (g *gate) giveBack(rs []report) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, r := range rs {
+		e, ok := g.entries[r.t]
+		if !ok {
+			if len(g.entries) >= maxGateTargets {
+				continue
+			}
+			e = &gateEntry{tokens: ownMaxTokens, usedAt: r.from}
+			g.entries[r.t] = e
+		}
+		e.u.add(r.u)
+		if !e.rejected {
+			e.pending = true
+		}
+	}
+}
+
+// reject stops reporting t: policyd refused its report.
+func (g *gate) reject(t target) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e, ok := g.entries[t]; ok {
+		e.rejected, e.pending, e.subscribed, e.u = true, false, false, usage{}
+	}
+}
+
+// turnOff makes the gate admit everything from now on: policyd runs
+// without fleet memory, or without the Coordinate stream.
+func (g *gate) turnOff() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.off = true
+	for _, e := range g.entries {
+		e.answer()
+	}
+	clear(g.entries)
+}
+
+// gateText says in a sentence why the gate did not admit a first attempt.
+func gateText(t target, v gateVerdict) string {
+	var s string
+	switch v.stopReason {
+	case StopFleetStop:
+		s = fmt.Sprintf("the fleet stopped the key %q for another %v", t.keyID, v.left.Round(time.Millisecond))
+	case StopCircuitOpen:
+		if v.breaker == policydv1.BreakerState_BREAKER_STATE_HALF_OPEN {
+			s = "the fleet's circuit breaker is half-open and this process has no probe permit left"
+		} else {
+			s = "the fleet's circuit breaker is open"
+		}
+	case StopFleetShed:
+		s = "the fleet sheds part of the first attempts"
+	case StopDeadline:
+		s = fmt.Sprintf("the fleet's hold (%v left) would pass the deadline", v.left.Round(time.Millisecond))
+	case StopRetryBudgetExhausted:
+		return fmt.Sprintf("no assignment from policyd for %s for too long: %s", t, v.reason)
+	default:
+		s = "not admitted"
+	}
+	s += " on " + t.String()
+	if v.reason != "" {
+		s += ": " + v.reason
+	}
+	return s
+}

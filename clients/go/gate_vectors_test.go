@@ -1,0 +1,126 @@
+package policyd
+
+import (
+	"testing"
+	"time"
+
+	policydv1 "github.com/policyd/policyd/clients/go/internal/gen/policyd/v1"
+)
+
+// clients/testdata/gate.json, which the daemon's reference gate
+// (internal/fleet/gate.go) and the Python and TypeScript gates replay too
+// (docs/clients.md, "The fleet gate"): each case is one target's row over
+// a monotonic clock.
+
+type gateVectorFallback struct {
+	Kind, Provider, Model, Reason string
+}
+
+func (f *gateVectorFallback) fallback(t *testing.T) *gateFallback {
+	t.Helper()
+	if f == nil {
+		return nil
+	}
+	k, ok := policydv1.FallbackKind_value["FALLBACK_KIND_"+f.Kind]
+	if !ok {
+		t.Fatalf("fallback kind %q", f.Kind)
+	}
+	return &gateFallback{kind: FallbackKind(k), provider: f.Provider, model: f.Model, reason: f.Reason}
+}
+
+type gateVectorCase struct {
+	ID    string `json:"id"`
+	Steps []struct {
+		AtMs   int64 `json:"at_ms"`
+		Assign *struct {
+			TTLMs         int64               `json:"ttl_ms"`
+			Breaker       string              `json:"breaker"`
+			HoldMs        int64               `json:"hold_ms"`
+			StopMs        int64               `json:"stop_ms"`
+			AdmitFraction float64             `json:"admit_fraction"`
+			ProbePermits  uint32              `json:"probe_permits"`
+			Reason        string              `json:"reason"`
+			Fallback      *gateVectorFallback `json:"fallback"`
+		} `json:"assign"`
+		Abandon bool   `json:"abandon"`
+		Outcome string `json:"outcome"`
+		Gate    *struct {
+			DeadlineMs  *int64  `json:"deadline_ms"`
+			CanFallBack bool    `json:"can_fall_back"`
+			Draw        float64 `json:"draw"`
+		} `json:"gate"`
+		Want struct {
+			Action     string              `json:"action"`
+			WaitMs     int64               `json:"wait_ms"`
+			Probe      bool                `json:"probe"`
+			StopReason string              `json:"stop_reason"`
+			Fallback   *gateVectorFallback `json:"fallback"`
+		} `json:"want"`
+	} `json:"steps"`
+	Counts *struct{ Admitted, Shed uint64 } `json:"counts"`
+}
+
+var gateActionNames = map[gateAction]string{gateAdmit: "admit", gateWait: "wait", gateFallBack: "fall_back", gateStop: "stop"}
+
+func TestGateVectors(t *testing.T) {
+	v := readVectors[gateVectorCase](t, "gate.json")
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tg := target{provider: "openai", model: "gpt-4o", keyID: "k"}
+	for _, c := range v.Cases {
+		t.Run(c.ID, func(t *testing.T) {
+			g := newGate(DefaultGateGrace)
+			for i, s := range c.Steps {
+				now := t0.Add(ms(s.AtMs))
+				switch {
+				case s.Assign != nil:
+					a := s.Assign
+					br, ok := policydv1.BreakerState_value["BREAKER_STATE_"+a.Breaker]
+					if !ok {
+						t.Fatalf("step %d: breaker %q", i, a.Breaker)
+					}
+					g.assign(now, tg, &assignment{ttl: ms(a.TTLMs), breaker: policydv1.BreakerState(br), hold: ms(a.HoldMs),
+						stop: ms(a.StopMs), admitFraction: a.AdmitFraction, probePermits: a.ProbePermits, reason: a.Reason,
+						fallback: a.Fallback.fallback(t)})
+				case s.Abandon:
+					g.assign(now, tg, nil)
+				case s.Outcome != "":
+					g.record(now, tg, s.Outcome == "success")
+				case s.Gate != nil:
+					deadline := time.Duration(-1)
+					if s.Gate.DeadlineMs != nil {
+						deadline = ms(*s.Gate.DeadlineMs)
+					}
+					got := g.check(now, tg, deadline, s.Gate.CanFallBack, constRand(s.Gate.Draw))
+					w := s.Want
+					if gateActionNames[got.action] != w.Action || got.wait != ms(w.WaitMs) || got.probe != w.Probe {
+						t.Fatalf("step %d at %dms: got %s wait %v probe %v, want %s wait %dms probe %v",
+							i, s.AtMs, gateActionNames[got.action], got.wait, got.probe, w.Action, w.WaitMs, w.Probe)
+					}
+					if w.Action == "stop" && got.stopReason.String() != w.StopReason {
+						t.Fatalf("step %d: stop reason %s, want %s", i, got.stopReason, w.StopReason)
+					}
+					if w.Action == "fall_back" {
+						if want := w.Fallback.fallback(t); got.fallback == nil || *got.fallback != *want {
+							t.Fatalf("step %d: fallback %+v, want %+v", i, got.fallback, want)
+						}
+					}
+				default:
+					t.Fatalf("step %d does nothing", i)
+				}
+			}
+			if c.Counts != nil {
+				e := g.entries[tg]
+				if e == nil || e.u.admitted != c.Counts.Admitted || e.u.shed != c.Counts.Shed {
+					t.Fatalf("counts %+v, want admitted %d shed %d", e, c.Counts.Admitted, c.Counts.Shed)
+				}
+			}
+		})
+	}
+}
+
+// constRand always draws the same number.
+type constRand float64
+
+func (r constRand) Float64() float64 { return float64(r) }
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }

@@ -1,0 +1,755 @@
+// Coordinator: the client's side of fleet memory's Coordinate stream
+// (docs/clients.md, "The fleet gate"). It keeps the gate table (one Gate
+// per target: provider, model, key id) and the counts not yet reported, and
+// runs one background stream per client: opened at the first gated call,
+// a report about every second, assignments applied as they arrive,
+// reopened with backoff after it breaks, given up when the daemon runs
+// without fleet memory. A call waits on it only at its target's first call
+// (100 ms at most), and it never keeps Node running.
+
+import type { ClientHttp2Stream, OutgoingHttpHeaders, SecureClientSessionOptions } from "node:http2";
+import { isIP, connect as netConnect } from "node:net";
+import type { Duplex } from "node:stream";
+import { connect as tlsConnect } from "node:tls";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import {
+  Code,
+  ConnectError,
+  createClient as createConnectClient,
+  type Interceptor,
+  type Transport,
+} from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import type { FallbackHint } from "./client.js";
+import type { Clock, Random } from "./clock.js";
+import { type Decision, durationMs, durationOf, type FleetState, names } from "./decision.js";
+import { emptyFailure, headersOf } from "./failure.js";
+import { Gate, type GateAssignment, type GateVerdict, OWN_BUDGET_REASON } from "./gate.js";
+import {
+  type Assignment,
+  type BucketUsageSchema,
+  type CoordinateRequestSchema,
+  type CoordinateResponse,
+  FleetService,
+} from "./gen/policyd/v1/fleet_pb.js";
+import { PolicydError } from "./policyd_error.js";
+
+/** What a call names: the gate's key. */
+export interface Target {
+  provider: string;
+  model: string;
+  keyId: string;
+}
+
+/** @internal What the coordinator needs from its client. */
+export interface CoordinatorDeps {
+  transport: Transport;
+  clientId: string;
+  profile: string;
+  /** Milliseconds of a monotonic clock (the gate's time). */
+  now: () => number;
+  /** The gate's draws (the client's random source). */
+  random: Random;
+  graceMs: number;
+  /** Bounds the wait for the daemon to end the stream at close. */
+  closeTimeoutMs: number;
+  debug: (message: string) => void;
+  warnOnce: (key: string, message: string) => void;
+  /** Releases the stream's own connection, if it has one. */
+  release?: () => void;
+}
+
+/** A gate's answer, and the decision a PolicydError or a fallback hint carries when it did not admit. */
+export interface Gated {
+  verdict: GateVerdict;
+  decision(v: GateVerdict): Decision;
+}
+
+// Reports: about once a second (±10 %), at most 256 targets a message; a
+// target's first call waits up to 100 ms for its first assignment.
+const REPORT_EVERY_MS = 1000;
+const FIRST_ANSWER_WAIT_MS = 100;
+const REPORT_JITTER = 0.1;
+const MAX_USAGES = 256;
+const MAX_ELAPSED_MS = 10 * 60_000;
+const MAX_COUNT = 2 ** 30; // per count and report; the rest waits for the next
+// Reconnects: 1 s doubling to 30 s, full jitter.
+const BACKOFF_FIRST_MS = 1000;
+const BACKOFF_MAX_MS = 30_000;
+// The table: at most this many targets (the daemon's limit per stream; more are not gated);
+// one unused this long with nothing to report is forgotten.
+const MAX_TARGETS = 1024;
+const FORGET_AFTER_MS = 10 * 60_000;
+// Rate-limit headers handed over: these prefixes, at most 16, values at most 64 bytes.
+const RATE_LIMIT_PREFIXES = ["x-ratelimit-", "anthropic-ratelimit-"];
+const MAX_RATE_LIMIT_HEADERS = 16;
+const MAX_RATE_LIMIT_VALUE_BYTES = 64;
+// A target field longer than the daemon accepts (validate.MaxFieldBytes) is not gated.
+const MAX_FIELD_BYTES = 8 << 10;
+const MAX_KEY_ID_BYTES = 128;
+
+/** One target's row: its gate and what has not been reported yet. */
+interface Entry {
+  target: Target;
+  gate: Gate;
+  admitted: number;
+  shed: number;
+  succeeded: number;
+  failed: number;
+  retries: number;
+  headers: Record<string, string> | undefined;
+  /** The target must be (re)subscribed: a new stream, or a use after an abandon. */
+  subscribe: boolean;
+  reportedAt: number;
+  usedAt: number;
+  /**
+   * Until the target's first assignment (or the stream's end): resolves
+   * when it comes; windowEnd (performance.now) ends the first calls' wait.
+   */
+  firstAnswer: { promise: Promise<void>; resolve: () => void; windowEnd?: number } | undefined;
+}
+
+type Usage = MessageInitShape<typeof BucketUsageSchema>;
+type Request = MessageInitShape<typeof CoordinateRequestSchema>;
+
+/** @internal The gate table and the Coordinate stream of one client. */
+export class Coordinator {
+  readonly #d: CoordinatorDeps;
+  readonly #entries = new Map<string, Entry>();
+  /** The stream loop, once started. */
+  #loop: Promise<void> | undefined;
+  /** The daemon runs without fleet memory (or without the stream): the gate admits everything. */
+  #off = false;
+  #closed = false;
+  /** Aborted by close: ends the pauses between streams and reports. */
+  readonly #closing = new AbortController();
+  /** The running stream's controller, and whether the daemon answered on it. */
+  #stream: AbortController | undefined;
+  #heard = false;
+  /** The stream is down, between a break and the next try: first calls do not wait. */
+  #down = false;
+  /** Ends the wait for the next report: send one now. */
+  #wake: AbortController | undefined;
+  #flushWanted = false;
+
+  constructor(deps: CoordinatorDeps) {
+    this.#d = deps;
+  }
+
+  /** Whether the daemon said it has no fleet memory (the stream is given up). */
+  get off(): boolean {
+    return this.#off;
+  }
+
+  /**
+   * firstAnswer says whether a first attempt to target should wait for the
+   * target's first assignment, and how long at most: at the target's first
+   * call (and calls within 100 ms of it), while the stream is up or being
+   * opened. It opens the stream, and sends the report that subscribes the
+   * target at once.
+   */
+  firstAnswer(target: Target): { answered: Promise<void>; waitMs: number } | undefined {
+    const e = this.#entry(target);
+    if (!e) return undefined;
+    this.#start();
+    const first = e.firstAnswer;
+    if (!first) return undefined;
+    const now = performance.now();
+    if (this.#down || this.#off || this.#closed) {
+      first.windowEnd ??= now; // the first call went without waiting: later ones do not wait either
+      return undefined;
+    }
+    if (first.windowEnd === undefined) {
+      first.windowEnd = now + FIRST_ANSWER_WAIT_MS;
+      this.#flush();
+    }
+    const waitMs = first.windowEnd - now;
+    return waitMs > 0 ? { answered: first.promise, waitMs } : undefined;
+  }
+
+  /**
+   * check gates a first attempt to target: remainingMs is the time left
+   * before the caller's deadline (undefined: none). It counts the attempt
+   * as admitted or shed and opens the stream at the first use.
+   */
+  check(target: Target, remainingMs: number | undefined, canFallBack: boolean): Gated {
+    const e = this.#entry(target);
+    if (!e) {
+      const verdict: GateVerdict = { action: "admit", waitMs: 0, probe: false, stopReason: "", reason: "" };
+      return { verdict, decision: (v) => gateDecision(v, target, undefined, 0) };
+    }
+    const now = this.#d.now();
+    e.usedAt = now;
+    const a = e.gate.assignment;
+    const verdict = e.gate.check(now, remainingMs, canFallBack, this.#d.random);
+    if (verdict.action === "admit" || verdict.action === "wait") e.admitted++;
+    else e.shed++;
+    this.#start();
+    return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt) };
+  }
+
+  /** A retry of a call to target is being sent. */
+  retry(target: Target): void {
+    const e = this.#entry(target);
+    if (e) e.retries++;
+  }
+
+  /** An attempt (first or retry) to target ended: ok, or failed. */
+  outcome(target: Target, ok: boolean): void {
+    const e = this.#entry(target);
+    if (!e) return;
+    e.gate.record(this.#d.now(), ok);
+    if (!ok) return;
+    e.succeeded++;
+    if (e.gate.assignment?.breaker === "HALF_OPEN") this.#flush(); // a probe's answer: the fleet waits for it
+  }
+
+  /** A failure to target was decided locally (the fail-open policy). */
+  failedLocally(target: Target): void {
+    const e = this.#entry(target);
+    if (e) e.failed++;
+  }
+
+  /** Keeps the rate-limit headers of a success to target for its next report. */
+  observeRateLimits(target: Target, headers: unknown): void {
+    const kept = rateLimitHeaders(headers);
+    if (Object.keys(kept).length === 0) return;
+    const e = this.#entry(target);
+    if (!e) return;
+    e.headers = kept;
+    e.usedAt = this.#d.now();
+    this.#start();
+  }
+
+  /**
+   * close sends what is left to report, half-closes the stream and waits
+   * (at most closeTimeoutMs) for the daemon to end it, then cancels it.
+   * The gate keeps answering from the table; nothing reopens the stream.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#closing.abort();
+    if (this.#loop) {
+      // This timer keeps Node running while close is awaited (the stream's socket does not).
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const timeout = new Promise<void>((res) => {
+        timer = setTimeout(res, this.#d.closeTimeoutMs);
+      });
+      await Promise.race([this.#loop, timeout]);
+      clearTimeout(timer);
+      this.#stream?.abort(new ConnectError("client closed", Code.Canceled));
+      await this.#loop;
+    }
+    this.#d.release?.();
+  }
+
+  /** The row of target, made at its first use; undefined when it is not gated. */
+  #entry(t: Target): Entry | undefined {
+    if (this.#off || !t.provider) return undefined;
+    const key = `${t.provider}\u0000${t.model}\u0000${t.keyId}`;
+    let e = this.#entries.get(key);
+    if (e) return e;
+    if (this.#entries.size >= MAX_TARGETS) this.#forget(this.#d.now());
+    if (this.#entries.size >= MAX_TARGETS || !acceptable(t)) return undefined;
+    const now = this.#d.now();
+    e = {
+      target: { ...t },
+      gate: new Gate(this.#d.graceMs),
+      admitted: 0,
+      shed: 0,
+      succeeded: 0,
+      failed: 0,
+      retries: 0,
+      headers: undefined,
+      subscribe: true,
+      reportedAt: now,
+      usedAt: now,
+      firstAnswer: undefined,
+    };
+    let resolve = () => {};
+    const promise = new Promise<void>((r) => {
+      resolve = r;
+    });
+    e.firstAnswer = { promise, resolve };
+    this.#entries.set(key, e);
+    return e;
+  }
+
+  /** Drops rows unused for FORGET_AFTER_MS with nothing to report and no live assignment. */
+  #forget(now: number): void {
+    for (const [key, e] of this.#entries) {
+      if (now - e.usedAt < FORGET_AFTER_MS || pending(e)) continue;
+      if (e.gate.assignment && !e.gate.expired(now)) continue;
+      this.#entries.delete(key);
+    }
+  }
+
+  #start(): void {
+    if (this.#loop || this.#closed || this.#off) return;
+    this.#loop = this.#run();
+  }
+
+  /** Sends a report now rather than at the next tick. */
+  #flush(): void {
+    this.#flushWanted = true;
+    this.#wake?.abort();
+  }
+
+  /** Ends every wait for a first assignment: the stream broke, or is given up. */
+  #answerAll(): void {
+    for (const e of this.#entries.values()) {
+      e.firstAnswer?.resolve();
+      e.firstAnswer = undefined;
+    }
+  }
+
+  /** The stream loop: a stream, then a pause with backoff, until closed or the daemon says no. */
+  async #run(): Promise<void> {
+    let breaks = 0;
+    for (;;) {
+      let heard = false;
+      try {
+        heard = await this.#session();
+        if (!this.#closed) this.#d.debug("policyd: the daemon ended the fleet stream; reopening it");
+      } catch (err) {
+        heard = this.#heard;
+        if (!this.#closed) this.#failed(ConnectError.from(err));
+      }
+      this.#down = true;
+      this.#answerAll(); // first calls waiting for this stream go on without it
+      if (this.#closed || this.#off) break;
+      breaks = heard ? 1 : breaks + 1;
+      const cap = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** Math.min(breaks - 1, 10));
+      // Timing jitter comes from Math.random, not the client's random source, which the gate's draws use.
+      await pause(Math.random() * cap, this.#closing.signal);
+      if (this.#closed) break;
+      this.#down = false;
+    }
+    if (this.#off) this.#entries.clear(); // nothing to gate or report any more
+  }
+
+  /** One stream: true when the daemon answered at least once. */
+  async #session(): Promise<boolean> {
+    const ac = new AbortController();
+    this.#stream = ac;
+    this.#heard = false;
+    for (const e of this.#entries.values()) e.subscribe = true; // a new stream knows no target
+    const fleet = createConnectClient(FleetService, this.#d.transport);
+    try {
+      for await (const res of fleet.coordinate(this.#requests(ac.signal), { signal: ac.signal })) {
+        this.#heard = true;
+        this.#apply(res);
+      }
+      return this.#heard;
+    } finally {
+      ac.abort();
+      this.#stream = undefined;
+    }
+  }
+
+  /**
+   * What goes up the stream: the client id and profile, then the reports;
+   * a last one at close. A report is made when the transport asks for the
+   * next message, which it then sends: its counts are taken out then, and
+   * counts made while no stream asks stay for the next report.
+   */
+  async *#requests(signal: AbortSignal): AsyncGenerator<Request> {
+    yield { clientId: this.#d.clientId, profile: this.#d.profile, usage: this.#report() };
+    while (!signal.aborted) {
+      if (!this.#flushWanted) {
+        const wake = new AbortController();
+        this.#wake = wake;
+        const every = REPORT_EVERY_MS * (1 - REPORT_JITTER + 2 * REPORT_JITTER * Math.random());
+        await pause(every, this.#closing.signal, signal, wake.signal);
+        this.#wake = undefined;
+      }
+      this.#flushWanted = false;
+      if (signal.aborted) return;
+      const usage = this.#report();
+      if (usage.length > 0) yield { usage };
+      if (this.#closed) return; // half-close: the daemon ends the stream
+    }
+  }
+
+  /** The usage of the targets with something to report (at most 256), taken out of the table. */
+  #report(): Usage[] {
+    const now = this.#d.now();
+    this.#forget(now);
+    const usage: Usage[] = [];
+    for (const e of this.#entries.values()) {
+      if (usage.length >= MAX_USAGES) break;
+      if (!pending(e)) continue;
+      const u = {
+        target: { ...e.target },
+        elapsed: durationOf(Math.min(MAX_ELAPSED_MS, Math.max(1, now - e.reportedAt))),
+        admitted: take(e, "admitted"),
+        shed: take(e, "shed"),
+        succeeded: take(e, "succeeded"),
+        failed: take(e, "failed"),
+        retries: take(e, "retries"),
+        rateLimitHeaders: e.headers ?? {},
+      };
+      e.headers = undefined;
+      e.subscribe = false;
+      e.reportedAt = now;
+      usage.push(u);
+    }
+    return usage;
+  }
+
+  /** Applies the daemon's assignments, timed from now. */
+  #apply(res: CoordinateResponse): void {
+    const now = this.#d.now();
+    for (const a of res.assignments) {
+      const t = a.target;
+      if (!t) continue;
+      const key = `${t.provider}\u0000${t.model}\u0000${t.keyId}`;
+      const e = this.#entries.get(key);
+      if (!e) continue; // forgotten here: the daemon abandons it in time
+      if (a.abandon) {
+        if (hasCounts(e)) {
+          // Used since the daemon gave up on it: the next report subscribes it again.
+          e.gate.assign(now, undefined);
+          e.subscribe = true;
+        } else {
+          this.#entries.delete(key);
+        }
+        this.#d.debug(`policyd: fleet abandoned ${targetName(t)}`);
+        continue;
+      }
+      const g = assignmentOf(a);
+      e.gate.assign(now, g);
+      e.firstAnswer?.resolve();
+      e.firstAnswer = undefined;
+      this.#d.debug(`policyd: fleet assignment for ${targetName(t)}: ${describe(g)}`);
+    }
+  }
+
+  /** A stream failed: give up for good, warn once, or just try again later. */
+  #failed(ce: ConnectError): void {
+    switch (ce.code) {
+      case Code.FailedPrecondition:
+      case Code.Unimplemented:
+        // --fleet off, or a daemon that predates the stream: stop trying; the gate admits everything.
+        this.#off = true;
+        this.#d.debug(`policyd: no fleet stream (${Code[ce.code]}: ${ce.rawMessage}); the fleet gate admits every call`);
+        return;
+      case Code.Unauthenticated:
+      case Code.PermissionDenied:
+      case Code.InvalidArgument:
+        this.#d.warnOnce(
+          `Coordinate/${ce.code}`,
+          `policyd: the daemon refused the fleet stream (${Code[ce.code]}: ${ce.rawMessage}); calls go on without fleet assignments`,
+        );
+        return;
+      default:
+        this.#d.debug(`policyd: the fleet stream broke (${Code[ce.code]}: ${ce.rawMessage}); reopening it with backoff`);
+    }
+  }
+}
+
+/** Takes a count out of e for a report: at most MAX_COUNT, the rest stays. */
+function take(e: Entry, field: "admitted" | "shed" | "succeeded" | "failed" | "retries"): bigint {
+  const n = Math.min(e[field], MAX_COUNT);
+  e[field] -= n;
+  return BigInt(n);
+}
+
+/** Whether e has counts or headers to send. */
+function hasCounts(e: Entry): boolean {
+  return e.headers !== undefined || e.admitted > 0 || e.shed > 0 || e.succeeded > 0 || e.failed > 0 || e.retries > 0;
+}
+
+/** Whether e is due in the next report: counts, headers, or a subscription to make. */
+function pending(e: Entry): boolean {
+  return e.subscribe || hasCounts(e);
+}
+
+/** Whether the daemon would accept t as a target (a longer field would end the stream). */
+function acceptable(t: Target): boolean {
+  return (
+    utf8Bytes(t.provider) <= MAX_FIELD_BYTES &&
+    utf8Bytes(t.model) <= MAX_FIELD_BYTES &&
+    utf8Bytes(t.keyId) <= MAX_KEY_ID_BYTES
+  );
+}
+
+function utf8Bytes(s: string): number {
+  return Buffer.byteLength(s, "utf8");
+}
+
+/** The x-ratelimit-* and anthropic-ratelimit-* headers of h (any shape), at most 16, values of at most 64 bytes. */
+export function rateLimitHeaders(h: unknown): Record<string, string> {
+  const out: Record<string, string> = {};
+  let n = 0;
+  for (const [name, value] of Object.entries(headersOf(h))) {
+    if (n >= MAX_RATE_LIMIT_HEADERS) break;
+    if (!RATE_LIMIT_PREFIXES.some((p) => name.startsWith(p) && name.length > p.length)) continue;
+    if (utf8Bytes(value) > MAX_RATE_LIMIT_VALUE_BYTES) continue; // a clipped limit would misstate it
+    out[name] = value;
+    n++;
+  }
+  return out;
+}
+
+/** An Assignment as the gate keeps it. */
+function assignmentOf(a: Assignment): GateAssignment {
+  const f = a.admitFraction;
+  const g: GateAssignment = {
+    ttlMs: durationMs(a.ttl),
+    breaker: names.breaker(a.breaker),
+    holdMs: Math.max(0, durationMs(a.hold)),
+    stopMs: Math.max(0, durationMs(a.stop)),
+    admitFraction: Number.isNaN(f) ? 1 : Math.min(1, Math.max(0, f)),
+    probePermits: a.probePermits,
+    reason: a.reason,
+  };
+  const fb = a.fallback;
+  if (fb && (fb.kind !== 0 || fb.provider || fb.model)) {
+    g.fallback = { kind: names.fallbackKind(fb.kind), provider: fb.provider, model: fb.model, reason: fb.reason };
+  }
+  return g;
+}
+
+function targetName(t: { provider: string; model: string; keyId: string }): string {
+  return `${t.provider}${t.model ? `/${t.model}` : ""}${t.keyId ? `@${t.keyId}` : ""}`;
+}
+
+function describe(a: GateAssignment): string {
+  const parts = [`ttl ${a.ttlMs}ms`];
+  if (a.breaker) parts.push(`breaker ${a.breaker}`);
+  if (a.holdMs) parts.push(`hold ${a.holdMs}ms`);
+  if (a.stopMs) parts.push(`stop ${a.stopMs}ms`);
+  if (a.admitFraction < 1) parts.push(`admit ${a.admitFraction}`);
+  if (a.probePermits) parts.push(`${a.probePermits} probe permits`);
+  if (a.fallback) parts.push(`fallback ${a.fallback.kind || "?"} ${a.fallback.provider}/${a.fallback.model}`);
+  if (a.reason) parts.push(a.reason);
+  return parts.join(", ");
+}
+
+const RECOVERY: Partial<Record<Decision["stopReason"], string>> = {
+  FLEET_STOP:
+    "Another agent's failure stopped this key for the fleet (a revoked key, an exhausted quota): fix the key or wait for the stop to end.",
+  CIRCUIT_OPEN:
+    "The target is failing for the fleet: fall back to another model or provider (a fallback function), or try again in a few seconds.",
+  FLEET_SHED: "The fleet is pacing first attempts to this target: try again shortly, or fall back.",
+  DEADLINE: "Give the call a longer deadline, or fall back.",
+  RETRY_BUDGET_EXHAUSTED:
+    "Recent attempts to this target failed while policyd was unreachable: try again in a few seconds, or bring policyd back.",
+};
+
+/**
+ * gateDecision is the decision a gate that did not admit gives the caller
+ * (in a PolicydError, or a fallback hint): action STOP or FALL_BACK, the
+ * stop reason, a sentence naming the reason and the assignment's own, and
+ * what the assignment said (as FleetState, bucket "").
+ */
+export function gateDecision(v: GateVerdict, t: Target, a: GateAssignment | undefined, ageMs: number): Decision {
+  const name = targetName(t);
+  const left = (ms: number) => `${(Math.max(0, ms) / 1000).toFixed(1)}s`;
+  let what: string;
+  switch (v.stopReason) {
+    case "FLEET_STOP":
+      what = `the fleet stopped calls to ${name} for another ${left((a?.stopMs ?? 0) - ageMs)}`;
+      break;
+    case "CIRCUIT_OPEN":
+      what =
+        a?.breaker === "HALF_OPEN"
+          ? `the fleet's circuit breaker for ${name} is half-open and this process has no probe permit left`
+          : `the fleet's circuit breaker for ${name} is open`;
+      break;
+    case "FLEET_SHED":
+      what = `the fleet admits ${Math.round((a?.admitFraction ?? 0) * 100)}% of first attempts to ${name}, not this one`;
+      break;
+    case "DEADLINE":
+      what = `the fleet holds first attempts to ${name} for another ${left((a?.holdMs ?? 0) - ageMs)}, past the deadline`;
+      break;
+    default:
+      what = `${name}: ${OWN_BUDGET_REASON}`;
+  }
+  const reason = v.stopReason === "RETRY_BUDGET_EXHAUSTED" ? "" : v.reason;
+  const stopText = `first attempt not sent (${v.stopReason}): ${what}${reason ? `: ${reason}` : ""}`;
+  const fb = v.fallback;
+  const fleet: FleetState = {
+    bucket: "",
+    breaker: a?.breaker ?? "",
+    holdRemainingMs: Math.max(0, (a?.holdMs ?? 0) - ageMs),
+    openRemainingMs: Math.max(0, (a?.stopMs ?? 0) - ageMs),
+    budgetTokens: 0,
+    budgetExhausted: v.stopReason === "RETRY_BUDGET_EXHAUSTED",
+    stopped: v.stopReason === "FLEET_STOP",
+    changed: true,
+    reason: v.reason,
+  };
+  return {
+    action: v.action === "fall_back" ? "FALL_BACK" : "STOP",
+    delayMs: 0,
+    classification: {
+      failureType: "",
+      retryable: false,
+      rule: "fleet.gate",
+      reason: what,
+      recoveryAction: RECOVERY[v.stopReason] ?? "",
+      retryAfterSource: "",
+      continuationPrompt: "",
+    },
+    attemptsLeft: 0,
+    stopReason: v.stopReason,
+    stopText,
+    fallback: fb
+      ? { kind: fb.kind, reason: fb.reason || stopText, provider: fb.provider, model: fb.model }
+      : { kind: "", reason: "", provider: "", model: "" },
+    strategy: { name: "", summary: "" },
+    journaled: false,
+    fleet,
+    failOpen: false,
+  };
+}
+
+/**
+ * Resolves when p does, after ms, or when signal aborts, whichever is
+ * first. Its timer keeps Node running: a call is under way. When it fires,
+ * input already received is read first (an event loop that was busy past
+ * ms must not lose an answer that came in time).
+ */
+function waitFor(p: Promise<void>, ms: number, signal: AbortSignal): Promise<void> {
+  if (ms <= 0 || signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(() => setImmediate(done), ms);
+    signal.addEventListener("abort", done, { once: true });
+    void p.then(done);
+  });
+}
+
+/** Resolves after ms, or at once when any signal aborts; its timer does not keep Node running. */
+function pause(ms: number, ...signals: AbortSignal[]): Promise<void> {
+  return new Promise((resolve) => {
+    if (signals.some((s) => s.aborted)) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      for (const s of signals) s.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, Math.max(0, ms));
+    timer.unref?.();
+    for (const s of signals) s.addEventListener("abort", done, { once: true });
+  });
+}
+
+/**
+ * @internal streamTransport is the stream's own gRPC transport: its own
+ * HTTP/2 connection, with keepalive pings every 30 s while the stream is
+ * open (policyd allows one every 15 s), whose socket never keeps Node
+ * running: a script that forgets close() still exits. release closes the
+ * connection.
+ */
+export function streamTransport(
+  baseUrl: string,
+  nodeOptions: SecureClientSessionOptions | undefined,
+  interceptors: Interceptor[],
+): { transport: Transport; release: () => void } {
+  const tls = baseUrl.startsWith("https:");
+  const manager = new Http2SessionManager(
+    baseUrl,
+    { pingIntervalMs: 30_000, pingTimeoutMs: 15_000 },
+    {
+      ...(nodeOptions ?? {}),
+      createConnection: (authority: URL): Duplex => {
+        let host = authority.hostname || "localhost";
+        if (host.startsWith("[")) host = host.slice(1, -1);
+        const port = Number(authority.port || (tls ? 443 : 80));
+        const socket = tls
+          ? tlsConnect({
+              ...(nodeOptions ?? {}),
+              host,
+              port,
+              ALPNProtocols: ["h2"],
+              ...(isIP(host) ? {} : { servername: host }),
+            })
+          : netConnect({ host, port });
+        socket.unref();
+        return socket;
+      },
+    },
+  );
+  // The session manager refs the connection while a stream is open; undo it.
+  const unrefSessions = {
+    authority: manager.authority,
+    async request(
+      method: string,
+      path: string,
+      headers: OutgoingHttpHeaders,
+      options: Parameters<Http2SessionManager["request"]>[3],
+    ): Promise<ClientHttp2Stream> {
+      const stream = await manager.request(method, path, headers, options);
+      stream.session?.unref();
+      return stream;
+    },
+    notifyResponseByteRead: (stream: ClientHttp2Stream) => manager.notifyResponseByteRead(stream),
+  };
+  const transport = createGrpcTransport({ baseUrl, sessionManager: unrefSessions, interceptors });
+  return { transport, release: () => manager.abort() };
+}
+
+/** @internal What gating a call's first attempt needs from the call. */
+export interface FirstAttempt<T> {
+  target: Target;
+  deadlineMs: number | undefined;
+  clock: Clock;
+  /** The call's signal (the caller's and the deadline's). */
+  signal: AbortSignal;
+  callerSignal: AbortSignal | undefined;
+  fallback: ((hint: FallbackHint) => T | Promise<T>) | undefined;
+  operation: string;
+  onDecision: ((event: { attempt: number; error: unknown; decision: Decision }) => void) | undefined;
+}
+
+/**
+ * gateFirstAttempt runs the gate before a call's first attempt: it returns
+ * undefined to send it (after waiting out a hold), { value } when the call
+ * fell back (the fallback function's result), and throws a PolicydError
+ * (attempts 0) when the gate stopped it, or signal.reason when the caller
+ * aborted during the wait. It makes no RPC.
+ */
+export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): Promise<{ value: T } | undefined> {
+  const first = c.firstAnswer(f.target);
+  if (first) {
+    // The target's first call: its first assignment is on the way (100 ms at most, never past the deadline).
+    const left = f.deadlineMs === undefined ? Infinity : f.deadlineMs - f.clock.now();
+    await waitFor(first.answered, Math.min(first.waitMs, left), f.signal);
+    if (f.callerSignal?.aborted) throw f.callerSignal.reason;
+  }
+  const remaining = f.deadlineMs === undefined ? undefined : Math.max(0, f.deadlineMs - f.clock.now());
+  const gated = c.check(f.target, remaining, f.fallback !== undefined);
+  const verdict = gated.verdict;
+  if (verdict.action === "admit") return undefined;
+  const failure = emptyFailure();
+  failure.provider = f.target.provider;
+  failure.model = f.target.model;
+  failure.keyId = f.target.keyId;
+  failure.operation = f.operation;
+  if (verdict.action === "wait") {
+    try {
+      await f.clock.sleep(verdict.waitMs, f.signal);
+      return undefined;
+    } catch {
+      if (f.callerSignal?.aborted) throw f.callerSignal.reason;
+      const late: GateVerdict = { ...verdict, action: "stop", stopReason: "DEADLINE" };
+      throw new PolicydError({ cause: undefined, attempts: 0, decision: gated.decision(late), failure });
+    }
+  }
+  const d = gated.decision(verdict);
+  f.onDecision?.({ attempt: 0, error: undefined, decision: d });
+  if (verdict.action === "fall_back" && f.fallback) {
+    const { kind, reason, provider, model } = d.fallback;
+    const hint = { kind, reason, provider, model, error: undefined, attempt: 0, decision: d, signal: f.signal };
+    return { value: await f.fallback(hint) };
+  }
+  throw new PolicydError({ cause: undefined, attempts: 0, decision: d, failure });
+}

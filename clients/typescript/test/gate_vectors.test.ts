@@ -1,0 +1,139 @@
+// clients/testdata/gate.json, the fleet gate's shared vectors (docs/clients.md,
+// "The fleet gate"), replayed as internal/fleet/gate_vectors_test.go does:
+// each case is one target's gate over a monotonic ms clock.
+
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { type BreakerState, Gate, type GateAssignment, type GateFallback } from "@policyd/client";
+
+const TESTDATA = fileURLToPath(new URL("../../../testdata/", import.meta.url));
+
+interface VectorFallback {
+  kind: string;
+  provider: string;
+  model: string;
+  reason: string;
+}
+
+interface Step {
+  at_ms: number;
+  assign?: {
+    ttl_ms: number;
+    breaker: string;
+    hold_ms: number;
+    stop_ms: number;
+    admit_fraction: number;
+    probe_permits: number;
+    reason: string;
+    fallback: VectorFallback | null;
+  };
+  abandon?: boolean;
+  outcome?: "success" | "failure";
+  gate?: { deadline_ms?: number; can_fall_back: boolean; draw: number };
+  want?: { action: string; wait_ms?: number; probe?: boolean; stop_reason?: string; fallback?: VectorFallback };
+}
+
+interface Case {
+  id: string;
+  steps: Step[];
+  counts?: { admitted: number; shed: number };
+}
+
+const vectors = JSON.parse(readFileSync(`${TESTDATA}gate.json`, "utf8")) as { cases: Case[] };
+const BREAKERS = new Set<BreakerState>(["CLOSED", "OPEN", "HALF_OPEN"]);
+const KINDS = new Set(["LARGER_CONTEXT_MODEL", "OTHER_PROVIDER", "OTHER_MODEL"]);
+
+function fallbackOf(f: VectorFallback | null | undefined): GateFallback | undefined {
+  if (!f) return undefined;
+  assert.ok(KINDS.has(f.kind), `fallback kind ${f.kind}`);
+  return { kind: f.kind as GateFallback["kind"], provider: f.provider, model: f.model, reason: f.reason };
+}
+
+describe("vectors: gate.json", () => {
+  test("has cases", () => assert.ok(vectors.cases.length > 0));
+
+  for (const c of vectors.cases) {
+    test(c.id, () => {
+      const g = new Gate();
+      c.steps.forEach((s, i) => {
+        const now = s.at_ms;
+        if (s.assign) {
+          const a = s.assign;
+          assert.ok(BREAKERS.has(a.breaker as BreakerState), `step ${i}: breaker ${a.breaker}`);
+          const assignment: GateAssignment = {
+            ttlMs: a.ttl_ms,
+            breaker: a.breaker as BreakerState,
+            holdMs: a.hold_ms,
+            stopMs: a.stop_ms,
+            admitFraction: a.admit_fraction,
+            probePermits: a.probe_permits,
+            reason: a.reason,
+            fallback: fallbackOf(a.fallback),
+          };
+          g.assign(now, assignment);
+        } else if (s.abandon) {
+          g.assign(now, undefined);
+        } else if (s.outcome) {
+          g.record(now, s.outcome === "success");
+        } else if (s.gate) {
+          const got = g.check(now, s.gate.deadline_ms, s.gate.can_fall_back, s.gate.draw);
+          const w = s.want!;
+          const where = `step ${i} at ${s.at_ms}ms`;
+          assert.equal(got.action, w.action, `${where}: ${JSON.stringify(got)}`);
+          assert.equal(got.waitMs, w.wait_ms ?? 0, `${where}: wait`);
+          assert.equal(got.probe, w.probe ?? false, `${where}: probe`);
+          if (w.action === "stop") assert.equal(got.stopReason, w.stop_reason, `${where}: stop reason`);
+          if (w.action === "fall_back") assert.deepEqual(got.fallback, fallbackOf(w.fallback), `${where}: fallback`);
+        } else {
+          assert.fail(`step ${i} does nothing`);
+        }
+      });
+      if (c.counts) assert.deepEqual({ admitted: g.admitted, shed: g.shed }, c.counts);
+    });
+  }
+});
+
+describe("gate: beyond the vectors", () => {
+  const open: GateAssignment = {
+    ttlMs: 1000,
+    breaker: "OPEN",
+    holdMs: 0,
+    stopMs: 0,
+    admitFraction: 1,
+    probePermits: 0,
+    reason: "breaker open",
+  };
+
+  test("the grace is the constructor's", () => {
+    const g = new Gate(500);
+    g.assign(0, open);
+    assert.equal(g.check(1499, undefined, false, 0.5).stopReason, "CIRCUIT_OPEN");
+    assert.equal(g.check(1500, undefined, false, 0.5).action, "admit");
+    assert.equal(new Gate(-1).expired(0), false, "a negative grace is the default");
+  });
+
+  test("a draw function is called only when the assignment admits a share", () => {
+    const g = new Gate();
+    let draws = 0;
+    const draw = () => {
+      draws++;
+      return 0.9;
+    };
+    g.assign(0, { ...open, breaker: "CLOSED" });
+    assert.equal(g.check(1, undefined, false, draw).action, "admit");
+    assert.equal(draws, 0);
+    g.assign(2, { ...open, breaker: "CLOSED", admitFraction: 0.5 });
+    assert.equal(g.check(3, undefined, false, draw).stopReason, "FLEET_SHED");
+    assert.equal(draws, 1);
+  });
+
+  test("a clock going backwards neither refills nor spends the budget", () => {
+    const g = new Gate();
+    g.record(10_000, false);
+    assert.equal(g.tokens(5_000), 9);
+    assert.equal(g.tokens(10_000), 9);
+    assert.ok(Math.abs(g.tokens(20_000) - 10) < 1e-9);
+  });
+});
