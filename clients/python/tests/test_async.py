@@ -93,7 +93,7 @@ def test_401_stops_with_the_recovery_action(daemon: Daemon, server: FakeServer) 
 
 
 def test_async_fallback_and_decorator(daemon: Daemon, server: FakeServer) -> None:
-    url = server.script("/f", Reply(429, headers={"retry-after": "30"}))
+    url = server.script("/f", Reply(429, headers={"retry-after": "61"}))
     kinds: list[str] = []
 
     async def other_provider(hint: FallbackHint) -> str:

@@ -64,9 +64,18 @@ def test_a_revoked_key_stops_the_fleet_on_that_key_only(fleet_daemon: Daemon, se
     assert auth.first_client_id == "py-agent-1"
     assert auth.state.stopped
 
-    # Another agent on the same key: a retryable 504 stops at once, by the fleet.
+    # Another agent on the same key: its fleet gate does not even send the call (the key's
+    # assignment arrives with its first call)...
     flaky = server.script("/v1/flaky", Reply(504, body="gateway timeout"), Reply(200, body="ok"))
-    with Client(fleet_daemon.addr, timeout=10, sleep=no_sleep) as second:
+    with Client(fleet_daemon.addr, timeout=10, sleep=no_sleep) as gated:
+        with pytest.raises(RetryStopped) as info:
+            chat(gated, flaky, "revoked")
+        d = info.value.decision
+        assert info.value.attempts == 0 and server.count("/v1/flaky") == 0
+        assert d is not None and d.stop_reason == "FLEET_STOP" and d.source == "fleet-gate"
+
+    # ... and without the gate, a retryable 504 stops at once, by NextDelay's fleet memory.
+    with Client(fleet_daemon.addr, timeout=10, sleep=no_sleep, fleet_gate=False) as second:
         with pytest.raises(RetryStopped) as info:
             chat(second, flaky, "revoked")
         d = info.value.decision

@@ -40,15 +40,21 @@ def example_env() -> dict[str, str]:
 
 
 def test_readme_has_the_examples() -> None:
-    assert len(blocks()) == 4
+    assert len(blocks()) == 5
 
 
 @pytest.mark.parametrize(
-    "index, expect", [(0, "hi from the fake model"), (1, "<h1>Example"), (2, "hello from the fake claude")]
+    "index, expect",
+    [(0, "hi from the fake model"), (1, "<h1>Example"), (2, "hello from the fake claude"), (4, "fake chat")],
 )
 def test_readme_example_runs(index: int, expect: str, daemon: Daemon, server: FakeServer) -> None:
     server.script("/v1/chat/completions", Reply(429, headers={"retry-after": "1"}, body="{}"), Reply(200, body=CHAT))
     server.script("http://example.com/", Reply(503), Reply(200, body="<h1>Example Domain</h1>"))
+    server.script(
+        "http://example.com/v1/chat/completions",
+        Reply(429, headers={"retry-after": "1"}),
+        Reply(200, headers={"x-ratelimit-limit-requests": "600"}, body="fake chat"),
+    )
     server.script(
         "/v1/messages",
         Reply(529, headers={"retry-after": "1"}, body='{"type": "error", "error": {"type": "overloaded_error"}}'),
@@ -69,7 +75,8 @@ def test_readme_example_runs(index: int, expect: str, daemon: Daemon, server: Fa
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert expect in run.stdout
-    hits = sum(server.count(p) for p in ("/v1/chat/completions", "http://example.com/", "/v1/messages"))
+    paths = ("/v1/chat/completions", "http://example.com/", "/v1/messages", "http://example.com/v1/chat/completions")
+    hits = sum(server.count(p) for p in paths)
     assert hits == 2  # one failure, one retry
 
 

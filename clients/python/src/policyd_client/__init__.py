@@ -17,8 +17,17 @@ from ._gen.policyd.v1 import journal_pb2, policy_pb2
 from ._gen.policyd.v1.policy_pb2 import Cause, Failure
 from .aio import AsyncClient
 from .client import Client
-from .decision import SOURCE_FAIL_OPEN, SOURCE_POLICYD, Action, Decision, FallbackHint, FleetState, RetryEvent
-from .errors import PolicydAuthError, PolicydClientError, RetryCancelled, RetryStopped
+from .decision import (
+    SOURCE_FAIL_OPEN,
+    SOURCE_FLEET_GATE,
+    SOURCE_POLICYD,
+    Action,
+    Decision,
+    FallbackHint,
+    FleetState,
+    RetryEvent,
+)
+from .errors import FleetGateError, PolicydAuthError, PolicydClientError, RetryCancelled, RetryStopped
 from .fail_open import FailOpenPolicy, retry_after
 from .failure import FailureMapper, failure_from_exception, failure_from_response
 
@@ -37,6 +46,7 @@ __all__ = [
     "Failure",
     "FailureMapper",
     "FallbackHint",
+    "FleetGateError",
     "FleetState",
     "PolicydAuthError",
     "PolicydClientError",
@@ -44,6 +54,7 @@ __all__ = [
     "RetryEvent",
     "RetryStopped",
     "SOURCE_FAIL_OPEN",
+    "SOURCE_FLEET_GATE",
     "SOURCE_POLICYD",
     "Safety",
     "failure_from_exception",

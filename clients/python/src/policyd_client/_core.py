@@ -45,8 +45,10 @@ _SAFETY = {
 }
 
 #: Channel options: policyd is a loopback, plaintext daemon; an http_proxy in
-#: the environment must not reroute it.
-CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0),)
+#: the environment must not reroute it. Keepalive pings (only while a call,
+#: in practice the fleet's Coordinate stream, is open) every 30 s, no more
+#: often than the daemon's enforcement policy allows (15 s).
+CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0), ("grpc.keepalive_time_ms", 30_000))
 
 # The status codes that mean "the daemon is not there or not answering".
 _OUTAGE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)

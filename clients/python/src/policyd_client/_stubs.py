@@ -7,14 +7,15 @@ against the generated message classes (which do have .pyi stubs).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from typing import Protocol, cast
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from typing import Any, Protocol, cast
 
 import grpc
 import grpc.aio
 
+from ._gen.policyd.v1 import fleet_pb2 as fpb
+from ._gen.policyd.v1 import fleet_pb2_grpc, journal_pb2_grpc, policy_pb2_grpc
 from ._gen.policyd.v1 import journal_pb2 as jpb
-from ._gen.policyd.v1 import journal_pb2_grpc, policy_pb2_grpc
 from ._gen.policyd.v1 import policy_pb2 as pb
 
 
@@ -44,6 +45,27 @@ class JournalStub(Protocol):
     def ListContexts(
         self, request: jpb.ListContextsRequest, *, timeout: float | None = None
     ) -> jpb.ListContextsResponse: ...
+
+
+class FleetStub(Protocol):
+    """The Coordinate stream (the client's own use of FleetService); the call
+    returned is a response iterator that is also a grpc.Call (``cancel()``)."""
+
+    def Coordinate(
+        self,
+        requests: Iterator[fpb.CoordinateRequest],
+        *,
+        metadata: tuple[tuple[str, str], ...] | None = None,
+    ) -> Any: ...
+
+
+class AsyncFleetStub(Protocol):
+    def Coordinate(
+        self,
+        requests: AsyncIterator[fpb.CoordinateRequest],
+        *,
+        metadata: tuple[tuple[str, str], ...] | None = None,
+    ) -> Any: ...
 
 
 class AsyncPolicyStub(Protocol):
@@ -96,3 +118,11 @@ def async_policy_stub(channel: grpc.aio.Channel) -> AsyncPolicyStub:
 
 def async_journal_stub(channel: grpc.aio.Channel) -> AsyncJournalStub:
     return cast(AsyncJournalStub, journal_pb2_grpc.JournalServiceStub(channel))
+
+
+def fleet_stub(channel: grpc.Channel) -> FleetStub:
+    return cast(FleetStub, fleet_pb2_grpc.FleetServiceStub(channel))
+
+
+def async_fleet_stub(channel: grpc.aio.Channel) -> AsyncFleetStub:
+    return cast(AsyncFleetStub, fleet_pb2_grpc.FleetServiceStub(channel))

@@ -6,18 +6,20 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 import grpc
 import grpc.aio
 
-from . import _auth, _core
-from ._core import Deadline, Safety, Spec, State
+from . import _auth, _core, _fleet
+from ._core import Deadline, Safety, Spec, State, rpc_code
+from ._gate import GRACE, GateAction
+from ._gen.policyd.v1 import fleet_pb2 as fpb
 from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
-from ._stubs import AsyncJournalStub, AsyncPolicyStub, async_journal_stub, async_policy_stub
-from .decision import Action, Decision, FallbackHint, RetryEvent
+from ._stubs import AsyncJournalStub, AsyncPolicyStub, async_fleet_stub, async_journal_stub, async_policy_stub
+from .decision import SOURCE_FAIL_OPEN, Action, Decision, FallbackHint, RetryEvent
 from .errors import PolicydAuthError, RetryStopped
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
@@ -40,7 +42,9 @@ class AsyncClient:
     journaled context is finished ABANDONED). ``sleep`` defaults to
     ``asyncio.sleep``. The channel is opened on first use, inside the running
     event loop, so use a client within one loop; close it with
-    ``await client.close()`` or ``async with``.
+    ``await client.close()`` or ``async with``. The fleet gate's Coordinate
+    stream (``fleet_gate``, ``fleet_grace``) is a task on that loop, started
+    by the first call that names a provider and cancelled by ``close()``.
     """
 
     def __init__(
@@ -65,6 +69,8 @@ class AsyncClient:
         tls_cert: str | None = None,
         tls_key: str | None = None,
         client_id: str | None = None,
+        fleet_gate: bool = True,
+        fleet_grace: float = GRACE,
     ) -> None:
         self.addr = _core.resolve_addr(addr)
         if channel is not None and (token or tls or tls_ca or tls_cert or tls_key):
@@ -92,6 +98,13 @@ class AsyncClient:
         self._channel = channel
         self._policy: AsyncPolicyStub | None = None
         self._journal: AsyncJournalStub | None = None
+        #: Whether first attempts go through the fleet gate.
+        self.fleet_gate = bool(fleet_gate)
+        self._fleet: _fleet.FleetTable | None = None
+        if self.fleet_gate:
+            self._fleet = _fleet.FleetTable(clock, _fleet.check_grace(fleet_grace))
+        self._stream: _AsyncStream | None = None
+        self._stream_log = _fleet.StreamLog(self.addr, self._log)
 
     def _chan(self) -> grpc.aio.Channel:
         if self._channel is None:
@@ -113,11 +126,30 @@ class AsyncClient:
         return self._journal
 
     async def close(self) -> None:
-        """Close the channel the client opened (not one it was given)."""
+        """Close the fleet stream, and the channel the client opened (not one it was given)."""
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            await stream.close()
         if self._own_channel and self._channel is not None:
             await self._channel.close()
             self._channel = None
             self._policy = self._journal = None
+
+    def observe_rate_limits(
+        self,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]],
+        *,
+        provider: str,
+        model: str = "",
+        key_id: str = "",
+    ) -> None:
+        """Hand over the rate-limit headers of a successful response to provider/model/key_id.
+
+        As :meth:`policyd_client.Client.observe_rate_limits` (not a coroutine: no RPC).
+        """
+        target = self._target(provider, model, key_id)
+        if target is not None and self._fleet is not None:
+            self._fleet.observe(target, headers)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -167,19 +199,39 @@ class AsyncClient:
             client_id=self.client_id,
         )
         st = _core.new_state(deadline, spec.journal, spec.context_id, self._clock(), time.time())
+        target = self._target(spec.provider, spec.model, spec.key_id)
+        fleet = self._fleet
+        if target is not None and fleet is not None:
+            stream = self._start_stream(fleet)
+            if stream is not None:
+                await stream.first_call(target, self._remaining(st))  # at most 100 ms, once per target
+            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random())
+            if v.action is GateAction.WAIT:
+                await self._sleep(v.wait)
+            elif v.action is GateAction.FALL_BACK and fallback is not None:
+                return await fallback(_fleet.gate_fallback(target, v))
+            elif v.action is not GateAction.ADMIT:
+                stopped = _fleet.gate_stopped(target, v)
+                raise stopped from stopped.error
         try:
             while True:
                 st.attempt += 1
+                if st.attempt > 1 and target is not None and fleet is not None:
+                    fleet.retried(target)
                 started = self._clock()
                 try:
                     result = await fn()
                 except Exception as exc:
                     failure = spec.failure(exc)
+                    if target is not None and fleet is not None:
+                        fleet.record(target, False)
                     try:
                         decision = await self._decide(spec, st, failure, self._clock() - started)
                     except PolicydAuthError as auth_err:
                         auth_err.error = exc
                         raise auth_err from exc
+                    if decision.source == SOURCE_FAIL_OPEN and target is not None and fleet is not None:
+                        fleet.failed_locally(target)
                     if decision.action is Action.RETRY:
                         delay = _core.bounded(decision.delay, self._remaining(st))
                         _core.log_retry(self._log, spec, st.attempt, delay, failure, decision)
@@ -204,6 +256,8 @@ class AsyncClient:
                     await self._finish(spec, st, jpb.OUTCOME_FAILED)
                     ctx = st.context_id if st.begun else None
                     raise RetryStopped(exc, decision, attempts=st.attempt, context_id=ctx) from exc
+                if target is not None and fleet is not None and fleet.record(target, True) and self._stream:
+                    self._stream.flush()  # a probe's answer: the fleet waits for it
                 await self._finish(spec, st, jpb.OUTCOME_RESOLVED)
                 return result
         except BaseException:
@@ -243,6 +297,29 @@ class AsyncClient:
         return decorate
 
     # ---- the steps
+
+    def _target(self, provider: str, model: str, key_id: str) -> _fleet.Target | None:
+        """The call's gate target, None when the gate is off (here or at the daemon) or there is no provider."""
+        if self._fleet is None or self._fleet.disabled:
+            return None
+        return _fleet.target_of(provider, model, key_id)
+
+    def _start_stream(self, fleet: _fleet.FleetTable) -> _AsyncStream | None:
+        """Start the Coordinate stream on the running loop, once (again after a loop it ran on ended)."""
+        if self._stream is not None and self._stream.alive():
+            return self._stream
+        if fleet.disabled:
+            return None
+        self._stream = _AsyncStream(
+            fleet,
+            self._chan(),
+            client_id=self.client_id,
+            profile=self.profile,
+            metadata=_fleet.stream_metadata(self._security.token),
+            random=self.fail_open.random,
+            log=self._stream_log,
+        )
+        return self._stream
 
     def _remaining(self, st: State) -> float | None:
         return st.remaining(self._clock())
@@ -334,3 +411,108 @@ class AsyncClient:
             pass  # cancelled again: the shielded finish goes on by itself
         except Exception as err:  # never hide the original exception
             self._log.debug("policyd journal: abandoning %s failed: %s", st.context_id, err)
+
+
+class _AsyncStream:
+    """The Coordinate stream of an AsyncClient: one task on the loop that started it."""
+
+    def __init__(
+        self,
+        table: _fleet.FleetTable,
+        channel: grpc.aio.Channel,
+        *,
+        client_id: str,
+        profile: str,
+        metadata: tuple[tuple[str, str], ...] | None,
+        random: Callable[[], float],
+        log: _fleet.StreamLog,
+    ) -> None:
+        self._table = table
+        self._stub = async_fleet_stub(channel)
+        self._hello = _fleet.hello(client_id, profile)
+        self._metadata = metadata
+        self._random = random
+        self._log = log
+        self._loop = asyncio.get_running_loop()
+        self._kick = asyncio.Event()  # send a report now
+        self._reachable = True  # not known to be down: a first call may wait for its assignment
+        self._task = self._loop.create_task(self._run(), name="policyd-fleet-stream")
+
+    def flush(self) -> None:
+        """Send the pending report now rather than at the next tick."""
+        self._kick.set()
+
+    async def first_call(self, target: _fleet.Target, remaining: float | None) -> None:
+        """A target's first call: subscribe it at once and wait (briefly) for its assignment."""
+        wait = _fleet.first_call_wait(remaining)
+        if wait <= 0 or not self._reachable or self._task.done():
+            return
+        answered = asyncio.Event()
+        if self._table.subscribe(target, answered):
+            self.flush()
+            try:
+                await asyncio.wait_for(answered.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+
+    def alive(self) -> bool:
+        """Running, or ended for good (the daemon has no fleet memory); not when its loop is gone."""
+        return not self._loop.is_closed() and (not self._task.done() or self._table.disabled)
+
+    async def close(self) -> None:
+        if self._task.done() or self._loop.is_closed():
+            return
+        if asyncio.get_running_loop() is not self._loop:  # closed from another loop: cancel only
+            self._loop.call_soon_threadsafe(self._task.cancel)
+            return
+        self._task.cancel()
+        await asyncio.wait([self._task])  # raises only when close() itself is cancelled
+
+    async def _run(self) -> None:
+        backoff = _fleet.Backoff(self._random)
+        while True:
+            self._table.resubscribe()
+            err: BaseException | None = None
+            call: Any = None
+            try:
+                call = self._stub.Coordinate(self._requests(), metadata=self._metadata)
+                answered = False
+                async for resp in call:
+                    if not answered:
+                        answered = True
+                        self._reachable = True
+                        backoff.reset()
+                        self._log.up()
+                    self._table.apply(resp)
+            except grpc.RpcError as e:
+                err = e
+            except asyncio.CancelledError:
+                if call is not None:
+                    call.cancel()
+                raise
+            except Exception as e:  # a broken channel, a bad message: never the caller's problem
+                err = e
+            self._reachable = False
+            self._table.release()
+            if _fleet.is_off(rpc_code(err) if err is not None else None):
+                self._table.disable()
+                self._log.off(err)
+                return
+            self._log.broke(err)
+            await asyncio.sleep(backoff.next())
+
+    async def _requests(self) -> AsyncIterator[fpb.CoordinateRequest]:
+        yield self._hello
+        while True:
+            self._kick.clear()
+            try:
+                msgs = self._table.reports()
+            except Exception as e:  # never expected; the stream must not die of it
+                self._log.logger.debug("policyd fleet stream: building a report failed: %s", e)
+                msgs = []
+            for m in msgs:
+                yield m
+            try:
+                await asyncio.wait_for(self._kick.wait(), _fleet.report_interval(self._random))
+            except asyncio.TimeoutError:
+                pass

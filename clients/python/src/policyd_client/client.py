@@ -6,17 +6,19 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from typing import ParamSpec, TypeVar
 
 import grpc
 
-from . import _auth, _core
+from . import _auth, _core, _fleet
 from ._core import Deadline, Safety, Spec, State
+from ._gate import GRACE, GateAction
 from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from ._stubs import JournalStub, PolicyStub, journal_stub, policy_stub
-from .decision import Action, Decision, FallbackHint, RetryEvent
+from .decision import SOURCE_FAIL_OPEN, Action, Decision, FallbackHint, RetryEvent
 from .errors import PolicydAuthError, RetryCancelled, RetryStopped
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
@@ -57,7 +59,20 @@ class Client:
     Client). The fleet's circuit breakers count distinct clients, so two
     clients must not share one.
 
-    A Client is thread-safe; close it (or use ``with``) to close its channel.
+    ``fleet_gate`` (default on) checks the first attempt of every call that
+    names a ``provider`` against the fleet's assignment for its target
+    (provider, model, key id), kept up to date by one background Coordinate
+    stream (a daemon thread, opened by the first such call; a target's first
+    call waits at most 100 ms for its assignment, and no call ever waits on an
+    RPC otherwise): the attempt is sent, sent after waiting out a hold, handed
+    to ``fallback``, or not sent (:class:`RetryStopped` with ``attempts`` 0
+    and a :class:`FleetGateError`). ``fleet_grace`` is how long (seconds) an
+    assignment is still used past its ttl when policyd cannot be reached,
+    before the process's own retry budget decides (docs/clients.md, "The
+    fleet gate"). The gate's draws use ``fail_open.random``.
+
+    A Client is thread-safe; close it (or use ``with``) to close its stream
+    and channel.
     """
 
     def __init__(
@@ -82,6 +97,8 @@ class Client:
         tls_cert: str | None = None,
         tls_key: str | None = None,
         client_id: str | None = None,
+        fleet_gate: bool = True,
+        fleet_grace: float = GRACE,
     ) -> None:
         self.addr = _core.resolve_addr(addr)
         if channel is not None and (token or tls or tls_ca or tls_cert or tls_key):
@@ -111,11 +128,50 @@ class Client:
         self.policy: PolicyStub = policy_stub(self._channel)
         #: The generated JournalService stub (GetContext, GetErrorReport, ListContexts, ...).
         self.journal_service: JournalStub = journal_stub(self._channel)
+        #: Whether first attempts go through the fleet gate.
+        self.fleet_gate = bool(fleet_gate)
+        self._fleet: _fleet.FleetTable | None = None
+        self._stream: _fleet.SyncStream | None = None
+        if self.fleet_gate:
+            self._fleet = _fleet.FleetTable(clock, _fleet.check_grace(fleet_grace))
+            self._stream = _fleet.SyncStream(
+                self._fleet,
+                self._channel,
+                client_id=self.client_id,
+                profile=self.profile,
+                metadata=_fleet.stream_metadata(self._security.token),
+                random=self.fail_open.random,
+                log=_fleet.StreamLog(self.addr, self._log),
+            )
+            # A client dropped without close(), or alive at exit, still ends its stream.
+            self._close_stream = weakref.finalize(self, self._stream.close)
 
     def close(self) -> None:
-        """Close the channel the client opened (not one it was given)."""
+        """Close the fleet stream, and the channel the client opened (not one it was given)."""
+        if self._stream is not None:
+            self._close_stream()
         if self._own_channel:
             self._channel.close()
+
+    def observe_rate_limits(
+        self,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]],
+        *,
+        provider: str,
+        model: str = "",
+        key_id: str = "",
+    ) -> None:
+        """Hand over the rate-limit headers of a successful response to provider/model/key_id.
+
+        Only ``x-ratelimit-*`` and ``anthropic-ratelimit-*`` are kept (at most
+        16, values of at most 64 bytes); the last set goes with the target's
+        next report, so that policyd can pace the fleet to the provider's
+        limits. ``headers``: a dict, httpx's or requests' headers, or pairs.
+        No RPC; nothing happens without ``provider`` or with the gate off.
+        """
+        target = self._target(provider, model, key_id)
+        if target is not None and self._fleet is not None:
+            self._fleet.observe(target, headers)
 
     def __enter__(self) -> Client:
         return self
@@ -173,19 +229,40 @@ class Client:
             retry_fetch_errors, continue_on_failed_api_call,
         )  # fmt: skip
         st = _core.new_state(deadline, spec.journal, spec.context_id, self._clock(), time.time())
+        target = self._target(spec.provider, spec.model, spec.key_id)
+        fleet = self._fleet
+        if target is not None and fleet is not None:
+            if self._stream is not None:
+                self._stream.start()
+                self._stream.first_call(target, self._remaining(st))  # at most 100 ms, once per target
+            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random())
+            if v.action is GateAction.WAIT:
+                if self._wait(v.wait, cancel):
+                    raise _fleet.gate_cancelled(target)
+            elif v.action is GateAction.FALL_BACK and fallback is not None:
+                return fallback(_fleet.gate_fallback(target, v))
+            elif v.action is not GateAction.ADMIT:
+                stopped = _fleet.gate_stopped(target, v)
+                raise stopped from stopped.error
         try:
             while True:
                 st.attempt += 1
+                if st.attempt > 1 and target is not None and fleet is not None:
+                    fleet.retried(target)
                 started = self._clock()
                 try:
                     result = fn()
                 except Exception as exc:
                     failure = spec.failure(exc)
+                    if target is not None and fleet is not None:
+                        fleet.record(target, False)
                     try:
                         decision = self._decide(spec, st, failure, self._clock() - started)
                     except PolicydAuthError as auth_err:
                         auth_err.error = exc
                         raise auth_err from exc
+                    if decision.source == SOURCE_FAIL_OPEN and target is not None and fleet is not None:
+                        fleet.failed_locally(target)
                     if decision.action is Action.RETRY:
                         delay = _core.bounded(decision.delay, self._remaining(st))
                         self._before_sleep(spec, st, exc, failure, decision, delay)
@@ -212,6 +289,8 @@ class Client:
                     self._finish(spec, st, jpb.OUTCOME_FAILED)
                     ctx = st.context_id if st.begun else None
                     raise RetryStopped(exc, decision, attempts=st.attempt, context_id=ctx) from exc
+                if target is not None and fleet is not None and fleet.record(target, True) and self._stream:
+                    self._stream.flush()  # a probe's answer: the fleet waits for it
                 self._finish(spec, st, jpb.OUTCOME_RESOLVED)
                 return result
         except BaseException:
@@ -251,6 +330,12 @@ class Client:
         return decorate
 
     # ---- the steps
+
+    def _target(self, provider: str, model: str, key_id: str) -> _fleet.Target | None:
+        """The call's gate target, None when the gate is off (here or at the daemon) or there is no provider."""
+        if self._fleet is None or self._fleet.disabled:
+            return None
+        return _fleet.target_of(provider, model, key_id)
 
     def _spec(
         self,

@@ -14,12 +14,23 @@ from typing import cast
 
 from ._gen.policyd.v1 import policy_pb2 as pb
 
-__all__ = ["Action", "Decision", "FallbackHint", "FleetState", "RetryEvent", "SOURCE_POLICYD", "SOURCE_FAIL_OPEN"]
+__all__ = [
+    "Action",
+    "Decision",
+    "FallbackHint",
+    "FleetState",
+    "RetryEvent",
+    "SOURCE_POLICYD",
+    "SOURCE_FAIL_OPEN",
+    "SOURCE_FLEET_GATE",
+]
 
 #: Decision.source of an answer from the daemon.
 SOURCE_POLICYD = "policyd"
 #: Decision.source of an answer from the built-in fail-open policy.
 SOURCE_FAIL_OPEN = "fail-open"
+#: Decision.source of the fleet gate's answer for a first attempt it did not send.
+SOURCE_FLEET_GATE = "fleet-gate"
 
 
 class Action(str, enum.Enum):
@@ -75,8 +86,10 @@ class Decision:
 
     ``delay`` is in seconds. ``failure_type``, ``stop_reason`` and
     ``fallback`` are proto enum names without their prefix, "" when unset;
-    the fleet's stop reasons are ``CIRCUIT_OPEN``, ``RETRY_BUDGET_EXHAUSTED``
-    and ``FLEET_STOP``. ``fallback_provider`` and ``fallback_model`` name the
+    the fleet's stop reasons are ``CIRCUIT_OPEN``, ``RETRY_BUDGET_EXHAUSTED``,
+    ``FLEET_STOP`` and (from the fleet gate) ``FLEET_SHED``. ``source`` is
+    ``policyd``, ``fail-open``, ``client`` or ``fleet-gate`` (the gate did not
+    send a first attempt). ``fallback_provider`` and ``fallback_model`` name the
     FALL_BACK target from the policy's fallback chains ("" when it names
     none). ``fleet`` is what the daemon's fleet memory knew and did, None when
     the failure's bucket had no state (or the fleet is off). ``raw`` is the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .decision import Decision
 
-__all__ = ["PolicydAuthError", "PolicydClientError", "RetryStopped", "RetryCancelled"]
+__all__ = ["FleetGateError", "PolicydAuthError", "PolicydClientError", "RetryStopped", "RetryCancelled"]
 
 
 class PolicydClientError(Exception):
@@ -73,3 +73,24 @@ class PolicydAuthError(PolicydClientError):
         else:
             hint = "set POLICYD_TOKEN (or token=) to a token of the daemon's --auth-tokens file"
         super().__init__(f"policyd at {addr} refused {method}: UNAUTHENTICATED: {details}; {hint}")
+
+
+class FleetGateError(PolicydClientError):
+    """The fleet gate did not send a call's first attempt (docs/clients.md, "The fleet gate").
+
+    Not raised by itself: it is the ``error`` of the :class:`RetryStopped`
+    (``attempts`` 0) a gated call raises, and of the :class:`FallbackHint` its
+    fallback function gets. ``provider``, ``model`` and ``key_id`` name the
+    target; ``stop_reason`` is ``FLEET_STOP``, ``CIRCUIT_OPEN``, ``FLEET_SHED``,
+    ``DEADLINE`` or ``RETRY_BUDGET_EXHAUSTED`` ("" when a wait was cancelled);
+    ``reason`` says why in a sentence, with the assignment's reason.
+    """
+
+    def __init__(self, provider: str, model: str, key_id: str, *, stop_reason: str, reason: str) -> None:
+        self.provider = provider
+        self.model = model
+        self.key_id = key_id
+        self.stop_reason = stop_reason
+        self.reason = reason
+        what = f"{provider}/{model}" if model else provider
+        super().__init__(f"the fleet gate did not send the first attempt to {what} ({stop_reason or 'cancelled'})")

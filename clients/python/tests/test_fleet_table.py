@@ -1,0 +1,441 @@
+"""The fleet gate's table, reports and call path on an injected clock, random source and sleep,
+with no stream (docs/clients.md, "The fleet gate"); test_fleet_gate.py runs them against policyd."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections.abc import Iterator
+
+import pytest
+from harness import closed_port_addr
+
+from policyd_client import (
+    SOURCE_FLEET_GATE,
+    AsyncClient,
+    Client,
+    FailOpenPolicy,
+    FallbackHint,
+    FleetGateError,
+    RetryCancelled,
+    RetryStopped,
+    policy_pb2,
+)
+from policyd_client._fleet import (
+    MAX_TARGETS,
+    Backoff,
+    FleetTable,
+    Target,
+    assignment_of,
+    rate_limit_headers,
+    report_interval,
+    target_of,
+)
+from policyd_client._gate import GateAction
+from policyd_client._gen.policyd.v1 import fleet_pb2 as fpb
+
+T = Target("openai", "gpt-4o", "k1")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def assign(table: FleetTable, target: Target = T, **fields: object) -> None:
+    a = fpb.Assignment(target=fpb.BucketTarget(provider=target.provider, model=target.model, key_id=target.key_id))
+    a.ttl.FromSeconds(15)
+    a.admit_fraction = 1.0
+    for k, v in fields.items():
+        if k in ("hold", "stop", "ttl"):
+            getattr(a, k).FromNanoseconds(int(float(v) * 1e9))  # type: ignore[arg-type]
+        elif k == "fallback":
+            a.fallback.CopyFrom(v)  # type: ignore[arg-type]
+        else:
+            setattr(a, k, v)
+    table.apply(fpb.CoordinateResponse(assignments=[a]))
+
+
+def usage_of(msgs: list[fpb.CoordinateRequest]) -> dict[Target, fpb.BucketUsage]:
+    return {Target(u.target.provider, u.target.model, u.target.key_id): u for m in msgs for u in m.usage}
+
+
+def seconds(d: object) -> float:
+    return d.ToNanoseconds() / 1e9  # type: ignore[attr-defined, no-any-return]
+
+
+def test_a_report_carries_each_active_targets_counts_since_its_last_report() -> None:
+    clock = Clock()
+    table = FleetTable(clock)
+    assert table.check(T, None, False, 0.5).action is GateAction.ADMIT
+    table.record(T, True)
+    table.check(T, None, False, 0.5)
+    table.record(T, False)
+    table.failed_locally(T)
+    table.retried(T)
+    table.record(T, True)
+    table.observe(T, {"x-ratelimit-limit-requests": "600", "server": "x"})
+    clock.now += 0.8
+    (msg,) = table.reports()
+    assert not msg.client_id
+    u = usage_of([msg])[T]
+    assert (u.admitted, u.shed, u.succeeded, u.failed, u.retries) == (2, 0, 2, 1, 1)
+    assert dict(u.rate_limit_headers) == {"x-ratelimit-limit-requests": "600"}
+    assert seconds(u.elapsed) == pytest.approx(0.8)
+
+    assert table.reports() == []  # nothing since
+    clock.now += 2
+    table.check(T, None, False, 0.5)
+    u = usage_of(table.reports())[T]
+    assert (u.admitted, u.succeeded, len(u.rate_limit_headers)) == (1, 0, 0)  # headers go once
+    assert seconds(u.elapsed) == pytest.approx(2)
+
+
+def test_elapsed_is_more_than_0_and_at_most_10_minutes() -> None:
+    clock = Clock()
+    table = FleetTable(clock)
+    table.check(T, None, False, 0.5)
+    assert seconds(usage_of(table.reports())[T].elapsed) == pytest.approx(0.001)
+    clock.now += 3600
+    table.check(T, None, False, 0.5)
+    assert seconds(usage_of(table.reports())[T].elapsed) == 600
+
+
+def test_reports_carry_at_most_256_targets_a_message_and_the_table_at_most_1024() -> None:
+    table = FleetTable(Clock())
+    for i in range(300):
+        table.check(Target("openai", f"m{i}", ""), None, False, 0.5)
+    assert [len(m.usage) for m in table.reports()] == [256, 44]
+    for i in range(300, MAX_TARGETS + 10):
+        assert table.check(Target("openai", f"m{i}", ""), None, False, 0.5).action is GateAction.ADMIT
+    assert sum(len(m.usage) for m in table.reports()) == MAX_TARGETS - 300
+
+
+def test_assignments_gate_and_abandon_forgets() -> None:
+    clock = Clock()
+    table = FleetTable(clock)
+    table.check(T, None, False, 0.5)
+    table.reports()
+    assign(table, breaker=policy_pb2.BREAKER_STATE_OPEN, reason="breaker open: 24 failures")
+    v = table.check(T, None, False, 0.5)
+    assert (v.action, v.stop_reason, v.reason) == (GateAction.STOP, "CIRCUIT_OPEN", "breaker open: 24 failures")
+    assert usage_of(table.reports())[T].shed == 1
+
+    # Abandoned with nothing to report: gone, and not reported until a call uses it again.
+    table.apply(fpb.CoordinateResponse(assignments=[fpb.Assignment(target=fpb.BucketTarget(provider="openai",
+                model="gpt-4o", key_id="k1"), abandon=True)]))  # fmt: skip
+    assert table.assignment(T) is None
+    table.resubscribe()
+    assert table.reports() == []
+    assert table.check(T, None, False, 0.5).action is GateAction.ADMIT
+    assert usage_of(table.reports())[T].admitted == 1
+
+    # Abandoned with counts pending: the assignment goes, the counts are still reported.
+    assign(table, breaker=policy_pb2.BREAKER_STATE_OPEN)
+    table.record(T, True)
+    table.apply(fpb.CoordinateResponse(assignments=[fpb.Assignment(target=fpb.BucketTarget(provider="openai",
+                model="gpt-4o", key_id="k1"), abandon=True)]))  # fmt: skip
+    assert table.assignment(T) is None
+    assert usage_of(table.reports())[T].succeeded == 1
+
+
+def test_a_new_stream_resubscribes_the_targets_with_an_assignment() -> None:
+    table = FleetTable(Clock())
+    other = Target("openai", "other", "")
+    table.check(T, None, False, 0.5)
+    table.check(other, None, False, 0.5)
+    assign(table)
+    table.reports()
+    assert table.reports() == []
+    table.resubscribe()
+    u = usage_of(table.reports())
+    assert list(u) == [T] and u[T].admitted == 0
+
+
+def test_a_first_call_subscribes_its_target_and_is_released_by_the_assignment_or_a_break() -> None:
+    table = FleetTable(Clock())
+    first, other = threading.Event(), threading.Event()
+    assert table.subscribe(T, first)
+    assert not table.subscribe(T, threading.Event())  # known already: no second wait
+    u = usage_of(table.reports())
+    assert list(u) == [T] and u[T].admitted == 0  # reported at once, before any count
+    assign(table)
+    assert first.is_set()
+    o = Target("openai", "other", "")
+    assert table.subscribe(o, other)
+    table.release()  # the stream broke
+    assert other.is_set()
+
+
+def test_a_success_while_half_open_is_reported_at_once() -> None:
+    table = FleetTable(Clock())
+    table.check(T, None, False, 0.5)
+    assert not table.record(T, True)
+    assign(table, breaker=policy_pb2.BREAKER_STATE_HALF_OPEN, probe_permits=1)
+    assert table.check(T, None, False, 0.5).probe
+    assert table.record(T, True)
+    assert not table.record(T, False)
+
+
+def test_a_disabled_table_admits_and_reports_nothing() -> None:
+    table = FleetTable(Clock())
+    table.check(T, None, False, 0.5)
+    assign(table, breaker=policy_pb2.BREAKER_STATE_OPEN)
+    table.disable()
+    assert table.disabled
+    assert table.check(T, None, False, 0.5).action is GateAction.ADMIT
+    table.record(T, True)
+    assert table.reports() == []
+
+
+def test_assignment_conversion() -> None:
+    a = fpb.Assignment(breaker=policy_pb2.BREAKER_STATE_HALF_OPEN, admit_fraction=math.nan, probe_permits=2)
+    a.ttl.FromMilliseconds(1500)
+    a.hold.FromMilliseconds(250)
+    a.stop.FromSeconds(-3)
+    g = assignment_of(a)
+    assert (g.ttl, g.hold, g.stop, g.breaker, g.admit_fraction, g.probe_permits) == (1.5, 0.25, 0, "HALF_OPEN", 1, 2)
+    assert g.fallback is None
+    a = fpb.Assignment(admit_fraction=7, breaker=policy_pb2.BREAKER_STATE_UNSPECIFIED)
+    a.fallback.CopyFrom(policy_pb2.Fallback(kind=policy_pb2.FALLBACK_KIND_OTHER_PROVIDER, provider="anthropic",
+                                            model="claude-sonnet-4-5", reason="why"))  # fmt: skip
+    g = assignment_of(a)
+    assert (g.breaker, g.admit_fraction) == ("CLOSED", 1)
+    assert g.fallback is not None
+    assert (g.fallback.kind, g.fallback.provider, g.fallback.model, g.fallback.reason) == (
+        "OTHER_PROVIDER", "anthropic", "claude-sonnet-4-5", "why"
+    )  # fmt: skip
+
+
+def test_rate_limit_headers_keeps_only_rate_limits_within_the_daemons_limits() -> None:
+    got = rate_limit_headers(
+        {
+            "X-RateLimit-Limit-Requests": " 600 ",
+            "anthropic-ratelimit-requests-remaining": "10",
+            "x-ratelimit-": "no name",
+            "ratelimit-limit": "1",
+            "retry-after": "5",
+            "x-ratelimit-long": "9" * 65,
+            "x-ratelimit-max": "9" * 64,
+        }
+    )
+    assert got == {
+        "x-ratelimit-limit-requests": "600",
+        "anthropic-ratelimit-requests-remaining": "10",
+        "x-ratelimit-max": "9" * 64,
+    }
+    assert len(rate_limit_headers({f"x-ratelimit-{i}": "1" for i in range(40)})) == 16
+    assert rate_limit_headers([("x-ratelimit-a", "1"), ("x-ratelimit-a", "2")]) == {"x-ratelimit-a": "1"}
+    assert rate_limit_headers([(b"x-ratelimit-b", b"2")]) == {"x-ratelimit-b": "2"}
+    for bad in (None, 3, "x-ratelimit-a", [("x-ratelimit-a",)], [object()]):
+        assert rate_limit_headers(bad) == {}
+    assert rate_limit_headers({"x-ratelimit-\udcff": "\udcff"}) == {"x-ratelimit-?": "?"}
+
+
+def test_targets_are_what_the_daemon_accepts() -> None:
+    assert target_of("", "gpt-4o", "k") is None
+    t = target_of("openai\udcff", "m" * 10_000, "k" * 500)
+    assert t is not None
+    assert t.provider == "openai?" and len(t.model) == 8 << 10 and len(t.key_id) == 128
+    assert str(Target("openai", "gpt-4o", "k1")) == "openai/gpt-4o (key k1)"
+
+
+def test_backoff_doubles_from_1s_to_30s_with_full_jitter() -> None:
+    b = Backoff(lambda: 1.0)
+    assert [b.next() for _ in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    b.reset()
+    assert b.next() == 1
+    assert Backoff(lambda: 0.25).next() == 0.25
+    assert Backoff(lambda: math.nan).next() == 0.5
+    assert report_interval(lambda: 0.0) == pytest.approx(0.9)
+    assert report_interval(lambda: 1.0) == pytest.approx(1.1)
+
+
+# ---- the call path
+
+
+class Env:
+    """A Client on an injected clock, random draw and sleep, with its stream closed (nothing is sent)."""
+
+    def __init__(self, **options: object) -> None:
+        self.clock = Clock()
+        self.draw = 0.5
+        self.slept: list[float] = []
+        self.cancel = threading.Event()
+        self.sent = 0
+        fail_open = FailOpenPolicy(random=lambda: self.draw)
+
+        def sleep(s: float) -> None:
+            self.slept.append(s)
+            self.clock.now += s
+
+        self.client = Client(closed_port_addr(), timeout=0.2, clock=self.clock, sleep=sleep, fail_open=fail_open,
+                             **options)  # type: ignore[arg-type]  # fmt: skip
+        assert self.client._stream is not None and self.client._fleet is not None
+        self.client._stream.close()
+        self.table = self.client._fleet
+
+    def op(self) -> str:
+        self.sent += 1
+        return "sent"
+
+    def call(self, **kw: object) -> str:
+        return self.client.call(self.op, provider="openai", model="gpt-4o", key_id="k1", **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def env() -> Iterator[Env]:
+    e = Env()
+    yield e
+    e.client.close()
+
+
+def test_a_call_waits_out_the_rest_of_a_hold_then_sends(env: Env) -> None:
+    assign(env.table, hold=5)
+    env.clock.now += 1
+    assert env.call() == "sent"
+    assert env.slept == [pytest.approx(4)] and env.sent == 1
+
+
+def test_a_hold_past_the_deadline_stops_at_once(env: Env) -> None:
+    assign(env.table, hold=5, reason="retry-after 5s")
+    with pytest.raises(RetryStopped) as info:
+        env.call(deadline=3)
+    assert env.slept == [] and env.sent == 0
+    d = info.value.decision
+    assert d is not None and d.stop_reason == "DEADLINE" and d.source == SOURCE_FLEET_GATE
+    assert "retry-after 5s" in str(info.value)
+
+
+def test_admit_fraction_sheds_by_the_draw(env: Env) -> None:
+    assign(env.table, admit_fraction=0.5)
+    env.draw = 0.7
+    with pytest.raises(RetryStopped) as info:
+        env.call()
+    assert info.value.decision is not None and info.value.decision.stop_reason == "FLEET_SHED"
+    env.draw = 0.2
+    assert env.call() == "sent"
+
+
+def test_a_fleet_stop_falls_back_or_stops(env: Env) -> None:
+    assign(env.table, stop=60, reason="invalid API key", fallback=policy_pb2.Fallback(
+        kind=policy_pb2.FALLBACK_KIND_OTHER_PROVIDER, provider="anthropic", model="claude-sonnet-4-5"))  # fmt: skip
+    hints: list[FallbackHint] = []
+    got = env.client.call(env.op, provider="openai", model="gpt-4o", key_id="k1",
+                          fallback=lambda h: hints.append(h) or "claude")  # type: ignore[func-returns-value]  # fmt: skip
+    assert got == "claude" and env.sent == 0
+    (h,) = hints
+    assert (h.kind, h.provider, h.model, h.attempts) == ("OTHER_PROVIDER", "anthropic", "claude-sonnet-4-5", 0)
+    assert h.decision.stop_reason == "FLEET_STOP"
+    assert isinstance(h.error, FleetGateError) and h.error.stop_reason == "FLEET_STOP"
+    with pytest.raises(RetryStopped) as info:
+        env.call()
+    assert "the fleet has stopped calls on openai/gpt-4o (key k1) (invalid API key)" in str(info.value)
+    env.clock.now += 60
+    assert env.call() == "sent"
+
+
+def test_cancel_during_a_hold_raises_retry_cancelled() -> None:
+    e = Env()
+    e.client._sleep = lambda s: e.cancel.set()
+    assign(e.table, hold=5)
+    with pytest.raises(RetryCancelled) as info:
+        e.call(cancel=e.cancel)
+    assert e.sent == 0 and info.value.attempts == 0
+    e.client.close()
+
+
+def test_a_probes_success_is_flushed(env: Env) -> None:
+    flushed: list[bool] = []
+    assert env.client._stream is not None
+    env.client._stream.flush = lambda: flushed.append(True)  # type: ignore[method-assign]
+    assign(env.table, breaker=policy_pb2.BREAKER_STATE_HALF_OPEN, admit_fraction=0.1)
+    env.draw = 0.05
+    assert env.call() == "sent" and flushed == [True]
+    env.draw = 0.5
+    with pytest.raises(RetryStopped) as info:
+        env.call()
+    assert info.value.decision is not None and info.value.decision.stop_reason == "CIRCUIT_OPEN"
+    assert flushed == [True]
+
+
+def test_calls_without_a_provider_are_not_gated(env: Env) -> None:
+    assign(env.table, breaker=policy_pb2.BREAKER_STATE_OPEN)
+    assert env.client.call(env.op, model="gpt-4o", key_id="k1") == "sent"
+    assert env.table.reports() == []
+
+
+def test_attempts_are_counted_for_the_report() -> None:
+    e = Env()
+    e.draw = 0.0  # fail-open delays of 0
+    outcomes = iter([ConnectionResetError(), ConnectionResetError(), None])
+
+    def flaky() -> str:
+        e.sent += 1
+        err = next(outcomes)
+        if err is not None:
+            raise err
+        return "ok"
+
+    # policyd is not there: the fail-open policy decides both failures.
+    assert e.client.call(flaky, provider="openai", model="gpt-4o", key_id="k1", operation="chat") == "ok"
+    u = usage_of(e.table.reports())[T]
+    assert (u.admitted, u.shed, u.succeeded, u.failed, u.retries) == (1, 0, 1, 2, 2)
+    e.client.close()
+
+
+def test_the_own_budget_decides_after_the_grace() -> None:
+    e = Env(fleet_grace=2.0)
+    assign(e.table, ttl=1)
+    for _ in range(6):
+        e.table.record(T, False)  # 10 - 6 = 4 tokens
+    e.clock.now += 2.9  # within ttl + grace: the (closed) assignment admits
+    assert e.call() == "sent"
+    e.clock.now += 0.2  # past it: 4.31 tokens, not above 5
+    with pytest.raises(RetryStopped) as info:
+        e.call()
+    assert info.value.decision is not None and info.value.decision.stop_reason == "RETRY_BUDGET_EXHAUSTED"
+    assert "policyd is unreachable" in str(info.value)
+    e.clock.now += 7  # 5.01 tokens
+    assert e.call() == "sent"
+    assert e.sent == 2
+    e.client.close()
+
+
+def test_fleet_grace_is_checked() -> None:
+    for bad in (-1, math.inf, math.nan, "10", True):
+        with pytest.raises(ValueError, match="fleet_grace"):
+            Client(closed_port_addr(), fleet_grace=bad)  # type: ignore[arg-type]
+
+
+def test_async_hold_and_stop() -> None:
+    clock = Clock()
+    slept: list[float] = []
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+        clock.now += s
+
+    async def op() -> str:
+        return "sent"
+
+    async def main() -> None:
+        async with AsyncClient(closed_port_addr(), clock=clock, sleep=sleep, fleet_grace=0) as c:
+            assert c._fleet is not None
+            table = c._fleet
+            assign(table, hold=2)
+            clock.now += 0.5
+            assert await c.call(op, provider="openai", model="gpt-4o", key_id="k1") == "sent"
+            assert slept == [1.5]
+            assign(table, breaker=policy_pb2.BREAKER_STATE_OPEN, ttl=1)
+            with pytest.raises(RetryStopped) as info:
+                await c.call(op, provider="openai", model="gpt-4o", key_id="k1")
+            assert info.value.decision is not None and info.value.decision.stop_reason == "CIRCUIT_OPEN"
+            clock.now += 1  # ttl + grace (0) over: the own budget (full) admits
+            assert await c.call(op, provider="openai", model="gpt-4o", key_id="k1") == "sent"
+
+    asyncio.run(main())

@@ -1,0 +1,71 @@
+"""The fleet gate's shared vectors (clients/testdata/gate.json, docs/clients.md "The fleet gate");
+internal/fleet/gate_vectors_test.go and the Go and TypeScript suites replay the same file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from policyd_client._gate import Fallback, Gate, GateAssignment
+
+TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
+CASES: list[dict[str, Any]] = json.loads((TESTDATA / "gate.json").read_text())["cases"]
+
+
+def fallback(f: dict[str, Any] | None) -> Fallback | None:
+    if f is None:
+        return None
+    return Fallback(kind=f["kind"], provider=f["provider"], model=f["model"], reason=f["reason"])
+
+
+def test_the_cases_are_there() -> None:
+    assert len(CASES) >= 30
+    assert len({c["id"] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c["id"]) for c in CASES])
+def test_gate_vector(case: dict[str, Any]) -> None:
+    g = Gate()
+    for i, step in enumerate(case["steps"]):
+        now = step["at_ms"] / 1000
+        where = f"step {i} at {step['at_ms']}ms"
+        if "assign" in step:
+            a = step["assign"]
+            assert a["breaker"] in ("CLOSED", "OPEN", "HALF_OPEN"), where
+            g.assign(
+                now,
+                GateAssignment(
+                    ttl=a["ttl_ms"] / 1000,
+                    breaker=a["breaker"],
+                    hold=a["hold_ms"] / 1000,
+                    stop=a["stop_ms"] / 1000,
+                    admit_fraction=a["admit_fraction"],
+                    probe_permits=a["probe_permits"],
+                    reason=a["reason"],
+                    fallback=fallback(a["fallback"]),
+                ),
+            )
+        elif step.get("abandon"):
+            g.assign(now, None)
+        elif "outcome" in step:
+            assert step["outcome"] in ("success", "failure"), where
+            g.record(now, step["outcome"] == "success")
+        elif "gate" in step:
+            gate, want = step["gate"], step["want"]
+            deadline = gate.get("deadline_ms")
+            got = g.check(now, None if deadline is None else deadline / 1000, gate["can_fall_back"], gate["draw"])
+            assert got.action.value == want["action"], where
+            assert got.wait * 1000 == pytest.approx(want.get("wait_ms", 0), abs=1e-6), where
+            assert got.probe == want.get("probe", False), where
+            if want["action"] == "stop":
+                assert got.stop_reason == want["stop_reason"], where
+            if want["action"] == "fall_back":
+                assert got.fallback == fallback(want["fallback"]), where
+                assert got.stop_reason, where  # why it fell back
+        else:
+            pytest.fail(f"{where} does nothing")
+    if case.get("counts") is not None:
+        assert (g.admitted, g.shed) == (case["counts"]["admitted"], case["counts"]["shed"])
