@@ -26,6 +26,7 @@ const RuleServerRetryableFlag = "server.retryable-flag"
 // concurrent use; build a new one to change the rules.
 type Classifier struct {
 	rules []compiledRule
+	types map[policydv1.FailureType]TypeText
 	indexes
 	nblocks int
 	now     func() time.Time
@@ -47,7 +48,11 @@ func New(rs RuleSet, opts ...Option) (*Classifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Classifier{rules: rules, indexes: idx, nblocks: nblocks, now: time.Now}
+	types, err := compileTypes(rs.Types)
+	if err != nil {
+		return nil, err
+	}
+	c := &Classifier{rules: rules, types: types, indexes: idx, nblocks: nblocks, now: time.Now}
 	for _, o := range opts {
 		o(c)
 	}
@@ -63,6 +68,10 @@ func Default(opts ...Option) *Classifier {
 	}
 	return c
 }
+
+// TypeText is failure type t's own text (the rules data's types section);
+// empty fields when it gives none.
+func (c *Classifier) TypeText(t policydv1.FailureType) TypeText { return c.types[t] }
 
 // RuleIDs returns the ids of the rules in precedence order.
 func (c *Classifier) RuleIDs() []string {

@@ -137,6 +137,23 @@ func compile(rs RuleSet) (rules []compiledRule, idx indexes, nblocks int, err er
 	return rules, idx, nblocks, nil
 }
 
+// compileTypes reads the types section: known type names, each with a
+// recovery action.
+func compileTypes(in map[string]TypeText) (map[policydv1.FailureType]TypeText, error) {
+	out := make(map[policydv1.FailureType]TypeText, len(in))
+	for name, t := range in {
+		ft, ok := enums.Parse[policydv1.FailureType](name)
+		if !ok || ft == policydv1.FailureType_FAILURE_TYPE_UNSPECIFIED {
+			return nil, fmt.Errorf("types: %q is not a failure type", name)
+		}
+		if strings.TrimSpace(t.Recovery) == "" {
+			return nil, fmt.Errorf("types.%s.recovery: must be set: every answer carries an actionable message", name)
+		}
+		out[ft] = t
+	}
+	return out, nil
+}
+
 func compileResult(r Rule) (result, error) {
 	v, ok := enums.Parse[policydv1.FailureType](r.Type)
 	if !ok {

@@ -19,6 +19,22 @@ type RuleSet struct {
 	Lists map[string][]string `yaml:"lists"`
 	// Rules are tried in order; the first one that matches decides.
 	Rules []Rule `yaml:"rules"`
+	// Types holds each failure type's own text (by type name, with or
+	// without the FAILURE_TYPE_ prefix): the one owner of the recovery and
+	// manual-action messages that are not a rule's (docs/postmortem.md).
+	Types map[string]TypeText `yaml:"types"`
+}
+
+// TypeText is a failure type's text, for answers no rule gave.
+type TypeText struct {
+	// Recovery is the type's recovery action: for a decision on a failure
+	// type given without a failure, and for journaled attempts recorded
+	// without a classification.
+	Recovery string `yaml:"recovery"`
+	// ManualAction is what a human must do before the operation can
+	// succeed, for the types no retry or fallback fixes; empty for the
+	// others. An error report whose last attempt has it is unrecoverable.
+	ManualAction string `yaml:"manual_action"`
 }
 
 // Rule maps failures that match any of its When blocks to a classification.
@@ -139,7 +155,7 @@ func decodeStrict(node *yaml.Node, v any) error {
 
 // knownFields lists the keys each level of a rules document may hold.
 var knownFields = map[string][]string{
-	"":        {"lists", "rules"},
+	"":        {"lists", "rules", "types"},
 	"rules[]": {"id", "when", "type", "retryable", "reason", "recovery", "continuation_prompt", "window", "before"},
 	"rules[].when[]": {"status", "grpc_code", "kind", "code", "name", "message", "body", "text",
 		"provider", "operation", "phase", "profile", "option", "hint"},
@@ -233,5 +249,12 @@ func (base RuleSet) Merge(extra RuleSet) (RuleSet, error) {
 		rules = append(rules[:i], append([]Rule{r}, rules[i:]...)...)
 	}
 	out.Rules = append(front, rules...)
+	out.Types = make(map[string]TypeText, len(base.Types)+len(extra.Types))
+	for name, t := range base.Types {
+		out.Types[name] = t
+	}
+	for name, t := range extra.Types {
+		out.Types[name] = t
+	}
 	return out, nil
 }

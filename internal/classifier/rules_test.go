@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/enums"
 )
 
 func TestDefaultRulesCompile(t *testing.T) {
@@ -176,5 +177,26 @@ func TestGlobMatch(t *testing.T) {
 		if got := g.match([]byte(tc.s)); got != tc.want {
 			t.Errorf("globMatch(%q, %q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
 		}
+	}
+}
+
+// Every failure type has its own recovery text in the built-in rules data,
+// so that no answer and no error report goes without one.
+func TestEveryTypeHasText(t *testing.T) {
+	c := Default()
+	for _, name := range enums.Names[policydv1.FailureType]() {
+		ft, _ := enums.Parse[policydv1.FailureType](name)
+		if ft == policydv1.FailureType_FAILURE_TYPE_UNSPECIFIED {
+			continue
+		}
+		if c.TypeText(ft).Recovery == "" {
+			t.Errorf("%s: no recovery text in default_rules.yaml's types", name)
+		}
+	}
+	if _, err := New(RuleSet{Types: map[string]TypeText{"NOPE": {Recovery: "x"}}}); err == nil || !strings.Contains(err.Error(), `"NOPE"`) {
+		t.Errorf("an unknown type: %v", err)
+	}
+	if _, err := New(RuleSet{Types: map[string]TypeText{"TIMEOUT": {}}}); err == nil || !strings.Contains(err.Error(), "types.TIMEOUT.recovery") {
+		t.Errorf("a type without recovery: %v", err)
 	}
 }

@@ -338,7 +338,7 @@ func (s *Store) FinishContext(ctx context.Context, tenant, id string, outcome Ou
 			if err != nil {
 				return err
 			}
-			r := buildReport(c, attempts, now)
+			r := buildReport(c, attempts, now, s.typeTextFunc())
 			last := 0
 			if len(attempts) > 0 {
 				last = attempts[len(attempts)-1].Attempt

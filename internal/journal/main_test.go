@@ -53,7 +53,18 @@ func openStoreAt(t testing.TB, url string, opts ...journal.Option) *journal.Stor
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(s.Close)
+	s.SetTypeText(testTypeText)
 	return s
+}
+
+// testTypeText stands in for the classification rules data, which the
+// server installs (internal/server checks that wiring against the real
+// rules): the manual actions the report and view tests expect.
+func testTypeText(failureType string) journal.TypeText {
+	return map[string]journal.TypeText{
+		"AUTH_INVALID":    {Recovery: "Fix the API credentials; retrying will not help.", ManualAction: "Fix the API credentials"},
+		"QUOTA_EXHAUSTED": {Recovery: "Add credits or raise the quota; retrying will not help.", ManualAction: "Add credits or raise the quota"},
+	}[failureType]
 }
 
 // wantErr fails t unless err matches want (nil: no error).

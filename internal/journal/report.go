@@ -33,56 +33,34 @@ type Report struct {
 	CreatedAt time.Time
 }
 
-// unrecoverable conditions (seed 004's DetectUnrecoverableCondition): the
-// failure types no retry can fix, and what the user must do instead.
-var manualActions = map[string]string{
-	"AUTH_INVALID":      "Fix the API credentials",
-	"QUOTA_EXHAUSTED":   "Add credits or raise the quota",
-	"PERMISSION_DENIED": "Request access to the resource, or use a model the credentials may use",
-	"CONTEXT_TOO_LONG":  "Reduce the input or configure a larger-context model",
-	"CONTENT_POLICY":    "Change the content the provider's policy rejected",
-	"NOT_FOUND":         "Use a valid model or deployment id",
-	"TASK_FATAL":        "Fix what the task reported before running it again",
-}
-
-// defaultRecovery is the recovery action of a failure type, for attempts
-// recorded without the classification's own.
-var defaultRecovery = map[string]string{
-	"RATE_LIMIT":         "Wait for the rate limit to reset and retry with backoff, or fall back to another provider.",
-	"QUOTA_EXHAUSTED":    "Add credits or raise the quota; retrying will not help.",
-	"OVERLOADED":         "Retry later with backoff, or fall back to another provider.",
-	"SERVER_ERROR":       "Retry with backoff; fall back to another provider if it persists.",
-	"TIMEOUT":            "Retry; if it keeps timing out, raise the timeout, stream the response or reduce the input.",
-	"CONNECTION_ERROR":   "Retry after a short backoff; check the network if it persists.",
-	"STREAM_INTERRUPTED": "Retry the request from the start; partial output is incomplete.",
-	"INVALID_STREAM":     "Send the continuation prompt once; if the stream fails again, stop.",
-	"AUTH_INVALID":       "Fix the API credentials; retrying will not help.",
-	"PERMISSION_DENIED":  "Request access to the resource or use an allowed model; retrying will not help.",
-	"CONTEXT_TOO_LONG":   "Reduce the input size or fall back to a model with a larger context window.",
-	"INVALID_REQUEST":    "Fix the request; retrying it unchanged will not help.",
-	"CONTENT_POLICY":     "Modify the content; retrying it unchanged will not help.",
-	"NOT_FOUND":          "Use a valid model or deployment id; retrying will not help.",
-	"UNSUPPORTED":        "Change the approach: the provider does not support this request.",
-	"CANCELED":           "Nothing to retry; the operation was cancelled by its caller.",
-	"TASK_TRANSIENT":     "Run the task again; read the failure output first if it repeats.",
-	"TASK_FATAL":         "Fix the task's failure before running it again.",
-	"UNKNOWN":            "Inspect the error message; retry with backoff only if the operation is safe to repeat.",
-}
+// TypeText is a failure type's own text, as the classification rules data
+// gives it (internal/classifier, the rules' types section): the recovery
+// action of an attempt recorded without one and, for the types no retry or
+// fallback fixes (seed 004's DetectUnrecoverableCondition), the manual
+// action a report names. The journal keeps no copy: the server installs
+// the function (Store.SetTypeText).
+type TypeText struct{ Recovery, ManualAction string }
 
 // buildReport makes the report of failed context c from its attempts (in
-// order), created at now.
-func buildReport(c Context, attempts []Attempt, now time.Time) Report {
+// order), created at now, with each failure type's text from text (nil:
+// none).
+func buildReport(c Context, attempts []Attempt, now time.Time, text func(failureType string) TypeText) Report {
 	r := Report{ContextID: c.ID, Attempts: attempts, CreatedAt: now}
 	if len(attempts) > 0 {
 		last := attempts[len(attempts)-1]
 		r.RootCauseType, r.RootCauseRule, r.RootCauseMessage = last.FailureType, last.Rule, last.Message
+		var tt TypeText
+		if text != nil {
+			tt = text(last.FailureType)
+		}
 		r.RecoveryAction = last.RecoveryAction
 		if r.RecoveryAction == "" {
-			r.RecoveryAction = defaultRecovery[last.FailureType]
+			r.RecoveryAction = tt.Recovery
 		}
-		if action, ok := manualActions[last.FailureType]; ok &&
-			(last.FailureType != "CONTEXT_TOO_LONG" || last.Decision != DecisionFallBack) {
-			r.Unrecoverable, r.ManualAction = true, action
+		// A failure that fell back was routed around (a context too long
+		// went to a larger model): nobody needs to act on it.
+		if tt.ManualAction != "" && last.Decision != DecisionFallBack {
+			r.Unrecoverable, r.ManualAction = true, tt.ManualAction
 		}
 	}
 	r.Text = renderReport(c, r)

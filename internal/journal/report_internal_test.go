@@ -7,6 +7,18 @@ import (
 	"unicode/utf8"
 )
 
+// testTypeText stands in for the rules data (the server installs the real
+// one; internal/server checks the wiring against it).
+var testTypeText = map[string]TypeText{
+	"AUTH_INVALID":      {"Fix the API credentials; retrying will not help.", "Fix the API credentials"},
+	"QUOTA_EXHAUSTED":   {"Add credits or raise the quota; retrying will not help.", "Add credits or raise the quota"},
+	"CONTEXT_TOO_LONG":  {"Reduce the input size.", "Reduce the input or configure a larger-context model"},
+	"RATE_LIMIT":        {"Wait for the rate limit to reset.", ""},
+	"PERMISSION_DENIED": {"Request access.", "Request access to the resource"},
+}
+
+func typeTextOf(ft string) TypeText { return testTypeText[ft] }
+
 func TestBuildReportUnrecoverable(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -16,16 +28,13 @@ func TestBuildReportUnrecoverable(t *testing.T) {
 		wantManual        string
 		wantRecovery      string
 	}{
-		{"auth", Attempt{FailureType: "AUTH_INVALID"}, true, "Fix the API credentials", defaultRecovery["AUTH_INVALID"]},
+		{"auth", Attempt{FailureType: "AUTH_INVALID"}, true, "Fix the API credentials", testTypeText["AUTH_INVALID"].Recovery},
 		{"quota", Attempt{FailureType: "QUOTA_EXHAUSTED", RecoveryAction: "Add credits."}, true, "Add credits or raise the quota", "Add credits."},
-		{"permission", Attempt{FailureType: "PERMISSION_DENIED"}, true, manualActions["PERMISSION_DENIED"], defaultRecovery["PERMISSION_DENIED"]},
+		{"permission", Attempt{FailureType: "PERMISSION_DENIED"}, true, "Request access to the resource", "Request access."},
 		{"context too long, stopped", Attempt{FailureType: "CONTEXT_TOO_LONG", Decision: DecisionStop}, true,
-			"Reduce the input or configure a larger-context model", defaultRecovery["CONTEXT_TOO_LONG"]},
-		{"context too long, fell back", Attempt{FailureType: "CONTEXT_TOO_LONG", Decision: DecisionFallBack}, false, "", defaultRecovery["CONTEXT_TOO_LONG"]},
-		{"content policy", Attempt{FailureType: "CONTENT_POLICY"}, true, manualActions["CONTENT_POLICY"], defaultRecovery["CONTENT_POLICY"]},
-		{"not found", Attempt{FailureType: "NOT_FOUND"}, true, "Use a valid model or deployment id", defaultRecovery["NOT_FOUND"]},
-		{"task fatal", Attempt{FailureType: "TASK_FATAL"}, true, manualActions["TASK_FATAL"], defaultRecovery["TASK_FATAL"]},
-		{"rate limit", Attempt{FailureType: "RATE_LIMIT"}, false, "", defaultRecovery["RATE_LIMIT"]},
+			"Reduce the input or configure a larger-context model", "Reduce the input size."},
+		{"context too long, fell back", Attempt{FailureType: "CONTEXT_TOO_LONG", Decision: DecisionFallBack}, false, "", "Reduce the input size."},
+		{"rate limit", Attempt{FailureType: "RATE_LIMIT"}, false, "", "Wait for the rate limit to reset."},
 		{"server error", Attempt{FailureType: "SERVER_ERROR", RecoveryAction: "Retry."}, false, "", "Retry."},
 		{"unknown type", Attempt{FailureType: "MARTIAN"}, false, "", ""},
 	}
@@ -34,7 +43,7 @@ func TestBuildReportUnrecoverable(t *testing.T) {
 			t.Parallel()
 			first := Attempt{Attempt: 1, FailureType: "AUTH_INVALID"} // only the last attempt counts
 			tt.last.Attempt = 2
-			r := buildReport(Context{ID: "x", Outcome: OutcomeFailed}, []Attempt{first, tt.last}, time.Time{})
+			r := buildReport(Context{ID: "x", Outcome: OutcomeFailed}, []Attempt{first, tt.last}, time.Time{}, typeTextOf)
 			if r.Unrecoverable != tt.wantUnrecoverable || r.ManualAction != tt.wantManual || r.RecoveryAction != tt.wantRecovery {
 				t.Errorf("unrecoverable %v, manual %q, recovery %q; want %v, %q, %q",
 					r.Unrecoverable, r.ManualAction, r.RecoveryAction, tt.wantUnrecoverable, tt.wantManual, tt.wantRecovery)
@@ -54,7 +63,7 @@ func TestReportTextBounded(t *testing.T) {
 		attempts = append(attempts, Attempt{Attempt: n, FailureType: strings.Repeat("T", maxNameLen),
 			ErrorCode: strings.Repeat("c", maxNameLen), Decision: DecisionStop, StopReason: long, Delay: time.Second})
 	}
-	r := buildReport(Context{ID: "x", Outcome: OutcomeFailed}, attempts, time.Time{})
+	r := buildReport(Context{ID: "x", Outcome: OutcomeFailed}, attempts, time.Time{}, typeTextOf)
 	if n := utf8.RuneCountInString(r.Text); n > maxReportLen {
 		t.Fatalf("report text has %d characters, want at most %d", n, maxReportLen)
 	}
@@ -65,7 +74,7 @@ func TestReportTextBounded(t *testing.T) {
 	for i := range attempts {
 		attempts[i].StopReason, attempts[i].FailureType, attempts[i].ErrorCode = "not_retryable", "RATE_LIMIT", ""
 	}
-	r = buildReport(Context{ID: "x", Outcome: OutcomeFailed}, attempts, time.Time{})
+	r = buildReport(Context{ID: "x", Outcome: OutcomeFailed}, attempts, time.Time{}, typeTextOf)
 	if !strings.Contains(r.Text, "#1000 ") || !strings.Contains(r.Text, "Total wait: 16m40s") {
 		t.Fatalf("report text lacks the last attempt or the total:\n%s", r.Text[len(r.Text)-500:])
 	}

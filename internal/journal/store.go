@@ -41,6 +41,19 @@ type Store struct {
 	writers    sync.WaitGroup
 	healthDone chan struct{}
 	closeOnce  sync.Once
+
+	typeText atomic.Pointer[func(failureType string) TypeText]
+}
+
+// SetTypeText makes reports take each failure type's recovery and manual
+// action from fn (the classification rules data, which the server holds).
+func (s *Store) SetTypeText(fn func(failureType string) TypeText) { s.typeText.Store(&fn) }
+
+func (s *Store) typeTextFunc() func(string) TypeText {
+	if p := s.typeText.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Open connects to the database at databaseURL (a PostgreSQL URL or

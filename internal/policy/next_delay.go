@@ -46,8 +46,12 @@ func (p *Policy) Decide(req *policydv1.NextDelayRequest, c Call) *policydv1.Deci
 	applied := prof.applied[failureType]
 	strat := applied.strategy
 	if cls == nil {
+		recovery := p.Classifier.TypeText(failureType).Recovery
+		if recovery == "" {
+			recovery = recoveryFor(strat)
+		}
 		cls = &policydv1.Classification{FailureType: failureType, Retryable: strat.Retry, Rule: "request.failure_type",
-			Reason: "the caller gave the failure type", RecoveryAction: recoveryFor(strat)}
+			Reason: "the caller gave the failure type", RecoveryAction: recovery}
 	}
 	safety := p.safety(req, prof)
 	in := strategy.Input{
@@ -177,6 +181,8 @@ func hasAnyPrefix(s string, prefixes ...string) bool {
 	return false
 }
 
+// recoveryFor is the recovery action of a failure type the rules data
+// gives no text for (UNSPECIFIED).
 func recoveryFor(s strategy.Strategy) string {
 	if s.Retry {
 		return "Retry as the decision says."

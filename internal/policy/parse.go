@@ -61,7 +61,7 @@ func parseDocument(data []byte, file string) (document, error) {
 				}
 				profiles[name] = pp
 			}
-		case "lists", "rules":
+		case "lists", "rules", "types":
 			rulesDoc.Content = append(rulesDoc.Content, key, val)
 		case "fleet":
 			out.fleet = val
@@ -79,7 +79,7 @@ func parseDocument(data []byte, file string) (document, error) {
 				out.chains.ContentPolicy = chains
 			}
 		default:
-			return fail(errAt(file, key.Line, "", "unknown field %q (want profiles, lists, rules, fleet, fallbacks, context_window_fallbacks or content_policy_fallbacks)", key.Value))
+			return fail(errAt(file, key.Line, "", "unknown field %q (want profiles, lists, rules, types, fleet, fallbacks, context_window_fallbacks or content_policy_fallbacks)", key.Value))
 		}
 	}
 	rs, err := classifier.ParseRuleSetNode(rulesDoc, file)

@@ -389,3 +389,32 @@ fallbacks:
 		t.Fatal("built-in policy without the fleet defaults")
 	}
 }
+
+// A decision on a failure type given without a failure carries the type's
+// recovery text from the rules data, not a generic one.
+func TestFailureTypeOnlyRecoveryFromRules(t *testing.T) {
+	p := Builtin()
+	d := p.Decide(&policydv1.NextDelayRequest{FailureType: policydv1.FailureType_FAILURE_TYPE_TIMEOUT, Attempt: 1},
+		Call{Now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Rand: fixedRand(0.5)})
+	want := p.Classifier.TypeText(policydv1.FailureType_FAILURE_TYPE_TIMEOUT).Recovery
+	if got := d.GetClassification().GetRecoveryAction(); want == "" || got != want {
+		t.Errorf("recovery %q, want the rules data's %q", got, want)
+	}
+}
+
+// A policy file's types section replaces a type's built-in text.
+func TestPolicyTypesOverride(t *testing.T) {
+	p, err := Parse([]byte("types:\n  AUTH_INVALID: {recovery: Rotate the key in the vault., manual_action: Rotate the key}\n"), "p.yaml", Caps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tt := p.Classifier.TypeText(policydv1.FailureType_FAILURE_TYPE_AUTH_INVALID); tt.ManualAction != "Rotate the key" {
+		t.Errorf("AUTH_INVALID text %+v", tt)
+	}
+	if tt := p.Classifier.TypeText(policydv1.FailureType_FAILURE_TYPE_TIMEOUT); tt.Recovery == "" {
+		t.Error("the built-in TIMEOUT text is gone")
+	}
+	if _, err := Parse([]byte("types:\n  MARTIAN: {recovery: x}\n"), "p.yaml", Caps{}); err == nil || !strings.Contains(err.Error(), "MARTIAN") {
+		t.Errorf("an unknown type: %v", err)
+	}
+}

@@ -141,6 +141,11 @@ func TestJournalFailedRunThroughRPCs(t *testing.T) {
 		!strings.Contains(r.GetRecoveryAction(), "credentials") || len(r.GetAttempts()) != 2 || !strings.Contains(r.GetText(), "AUTH_INVALID") {
 		t.Errorf("report = %v", r)
 	}
+	// The manual action is the rules data's, the one owner of that text.
+	if want := policy.Builtin().Classifier.TypeText(policydv1.FailureType_FAILURE_TYPE_AUTH_INVALID).ManualAction; want == "" ||
+		r.GetManualAction() != want || !strings.Contains(r.GetText(), want) {
+		t.Errorf("manual action %q, want the rules data's %q in the report and its text", r.GetManualAction(), want)
+	}
 
 	list, err := jc.ListContexts(ctx, &policydv1.ListContextsRequest{Outcome: policydv1.Outcome_OUTCOME_FAILED, FailureType: policydv1.FailureType_FAILURE_TYPE_AUTH_INVALID})
 	if err != nil || len(list.GetContexts()) != 1 || list.GetContexts()[0].GetContextId() != id {

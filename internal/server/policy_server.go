@@ -10,6 +10,7 @@ import (
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/auth"
+	"github.com/policyd/policyd/internal/enums"
 	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/policy"
@@ -114,6 +115,18 @@ func NewPolicyServer(p *policy.Policy, opts ...Option) *PolicyServer {
 		o(s)
 	}
 	s.SetPolicy(p)
+	if s.journal != nil {
+		// Reports take each type's recovery and manual action from the
+		// rules data in force: the journal keeps no copy of the text.
+		s.journal.SetTypeText(func(failureType string) journal.TypeText {
+			ft, ok := enums.Parse[policydv1.FailureType](failureType)
+			if !ok {
+				return journal.TypeText{}
+			}
+			t := s.Policy().Classifier.TypeText(ft)
+			return journal.TypeText{Recovery: t.Recovery, ManualAction: t.ManualAction}
+		})
+	}
 	return s
 }
 
