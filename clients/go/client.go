@@ -364,7 +364,7 @@ func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Dur
 				"deciding with the built-in fail-open policy", "profile", r.call.Profile, "error", err)
 		}
 		d = c.cfg.failOpen.Decide(f, attempt, r.call.Safety, now, r.deadline, c.cfg.rand)
-		if r.gated {
+		if r.gated && breakerCounts(d.FailureType) {
 			c.gate.countFailedLocally(now, r.target)
 		}
 	}

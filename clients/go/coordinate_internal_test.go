@@ -281,3 +281,16 @@ func TestRateLimitHeaders(t *testing.T) {
 		t.Fatal("no rate-limit header: want nil")
 	}
 }
+
+// Only the failures the daemon's breakers count are reported as decided
+// locally: a bad request decided while policyd was away opens no breaker.
+func TestBreakerCountsOnlyAvailabilityFailures(t *testing.T) {
+	for ft, want := range map[FailureType]bool{
+		FailureTypeOverloaded: true, FailureTypeServerError: true, FailureTypeTimeout: true, FailureTypeConnectionError: true,
+		FailureTypeRateLimit: false, FailureTypeAuthInvalid: false, FailureTypeInvalidRequest: false, FailureTypeUnknown: false,
+	} {
+		if got := breakerCounts(ft); got != want {
+			t.Errorf("%v: %v, want %v", ft, got, want)
+		}
+	}
+}

@@ -401,6 +401,17 @@ func (g *gate) countRetry(now time.Time, t target) {
 	}
 }
 
+// breakerCounts says whether a failure decided locally is reported: only
+// the types the daemon's breakers count (docs/clients.md), so that a bad
+// request or a bad key decided while policyd was away cannot open one.
+func breakerCounts(t FailureType) bool {
+	switch t {
+	case FailureTypeOverloaded, FailureTypeServerError, FailureTypeTimeout, FailureTypeConnectionError:
+		return true
+	}
+	return false
+}
+
 // countFailedLocally counts a failure the client decided itself.
 func (g *gate) countFailedLocally(now time.Time, t target) {
 	g.mu.Lock()

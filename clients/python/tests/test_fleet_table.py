@@ -439,3 +439,10 @@ def test_async_hold_and_stop() -> None:
             assert await c.call(op, provider="openai", model="gpt-4o", key_id="k1") == "sent"
 
     asyncio.run(main())
+
+
+def test_breaker_counted_types() -> None:
+    """Only the failures the daemon's breakers count are reported as decided locally."""
+    from policyd_client import _fleet
+
+    assert _fleet.BREAKER_COUNTED == {"OVERLOADED", "SERVER_ERROR", "TIMEOUT", "CONNECTION_ERROR"}

@@ -163,8 +163,9 @@ type BucketUsage struct {
 	Shed     uint64 `protobuf:"varint,4,opt,name=shed,proto3" json:"shed,omitempty"`
 	// Attempts that succeeded.
 	Succeeded uint64 `protobuf:"varint,5,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
-	// Failures decided locally, without NextDelay (the daemon unreachable);
-	// the others reach the daemon through NextDelay.
+	// Failures decided locally, without NextDelay (the daemon unreachable), of
+	// the types the breakers count (overloaded, server error, timeout,
+	// connection); the others reach the daemon through NextDelay.
 	Failed uint64 `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`
 	// Retries sent.
 	Retries uint64 `protobuf:"varint,7,opt,name=retries,proto3" json:"retries,omitempty"`

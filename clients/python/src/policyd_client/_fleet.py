@@ -38,6 +38,10 @@ REPORT_JITTER = 0.1
 MAX_USAGES = 256
 MIN_ELAPSED = 0.001
 MAX_ELAPSED = 600.0
+# The failures decided locally that a report counts: the types the daemon's
+# breakers count (docs/clients.md), so that a bad request or a bad key
+# decided while policyd was away cannot open one.
+BREAKER_COUNTED = frozenset({"OVERLOADED", "SERVER_ERROR", "TIMEOUT", "CONNECTION_ERROR"})
 # How long a target's first call waits for the target's first assignment.
 FIRST_ASSIGNMENT_WAIT = 0.1
 # Reconnecting: 1 s doubling to 30 s, full jitter.

@@ -261,7 +261,12 @@ class Client:
                     except PolicydAuthError as auth_err:
                         auth_err.error = exc
                         raise auth_err from exc
-                    if decision.source == SOURCE_FAIL_OPEN and target is not None and fleet is not None:
+                    if (
+                        decision.source == SOURCE_FAIL_OPEN
+                        and decision.failure_type in _fleet.BREAKER_COUNTED
+                        and target is not None
+                        and fleet is not None
+                    ):
                         fleet.failed_locally(target)
                     if decision.action is Action.RETRY:
                         delay = _core.bounded(decision.delay, self._remaining(st))

@@ -125,8 +125,9 @@ export type BucketUsage = Message<"policyd.v1.BucketUsage"> & {
   succeeded: bigint;
 
   /**
-   * Failures decided locally, without NextDelay (the daemon unreachable);
-   * the others reach the daemon through NextDelay.
+   * Failures decided locally, without NextDelay (the daemon unreachable), of
+   * the types the breakers count (overloaded, server error, timeout,
+   * connection); the others reach the daemon through NextDelay.
    *
    * @generated from field: uint64 failed = 6;
    */
