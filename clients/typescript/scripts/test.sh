@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The TypeScript client's whole suite, from a fresh clone: install the
 # pinned npm packages (npm ci), build dist/, type-check the sources and the
-# tests (strict), and run the tests (node:test) against real policyd
-# processes and real HTTP servers on 127.0.0.1, README examples included.
+# tests (strict), lint them (eslint.config.js) and check their layout
+# (prettier; `npm run format` fixes it), and run the tests (node:test)
+# against real policyd processes and real HTTP servers on 127.0.0.1, README
+# examples included.
 #
 # Env: POLICYD_BIN, an absolute path to a built policyd (unset: built here
 # from the repository root); TEST_DATABASE_URL, a PostgreSQL URL for the
@@ -28,6 +30,7 @@ trap cleanup EXIT
 npm ci --no-audit --no-fund --loglevel=error
 npm run --silent build      # dist/, type-checked strictly
 npm run --silent typecheck  # sources and tests, strict, no output (the tests import dist/)
+npm run --silent lint       # eslint's and typescript-eslint's recommended rules, prettier --check
 npm run --silent build:test # build/test/
 
 if [[ -z "${POLICYD_BIN:-}" ]]; then

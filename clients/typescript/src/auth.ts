@@ -41,7 +41,7 @@ function read(path: string, what: string): Buffer {
   try {
     return readFileSync(path);
   } catch (err) {
-    throw new Error(`policyd: cannot read the TLS ${what} ${path}: ${(err as Error).message}`);
+    throw new Error(`policyd: cannot read the TLS ${what} ${path}: ${(err as Error).message}`, { cause: err });
   }
 }
 

@@ -20,9 +20,8 @@ import {
   type Transport,
 } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import type { FallbackHint } from "./client.js";
 import type { Clock, Random } from "./clock.js";
-import { type Decision, durationMs, durationOf, type FleetState, names } from "./decision.js";
+import { type Decision, durationMs, durationOf, type FailureType, type FleetState, names } from "./decision.js";
 import { emptyFailure, headersOf } from "./failure.js";
 import { Gate, type GateAssignment, type GateVerdict, OWN_BUDGET_REASON } from "./gate.js";
 import {
@@ -32,7 +31,16 @@ import {
   type CoordinateResponse,
   FleetService,
 } from "./gen/policyd/v1/fleet_pb.js";
+import type { FallbackHint } from "./options.js";
 import { PolicydError } from "./policyd_error.js";
+
+/** The failures decided locally that a report counts: the types the daemon's breakers count. */
+export const BREAKER_COUNTED: ReadonlySet<FailureType> = new Set<FailureType>([
+  "OVERLOADED",
+  "SERVER_ERROR",
+  "TIMEOUT",
+  "CONNECTION_ERROR",
+]);
 
 /** What a call names: the gate's key. */
 export interface Target {
@@ -204,8 +212,13 @@ export class Coordinator {
     if (e.gate.assignment?.breaker === "HALF_OPEN") this.#flush(); // a probe's answer: the fleet waits for it
   }
 
-  /** A failure to target was decided locally (the fail-open policy). */
-  failedLocally(target: Target): void {
+  /**
+   * A failure to target was decided locally (the fail-open policy). Only the
+   * types the daemon's breakers count are reported (docs/clients.md), so that
+   * a bad request or a bad key decided while policyd was away opens none.
+   */
+  failedLocally(target: Target, failureType: FailureType): void {
+    if (!BREAKER_COUNTED.has(failureType)) return;
     const e = this.#entry(target);
     if (e) e.failed++;
   }
@@ -308,7 +321,7 @@ export class Coordinator {
   async #run(): Promise<void> {
     let breaks = 0;
     for (;;) {
-      let heard = false;
+      let heard: boolean;
       try {
         heard = await this.#session();
         if (!this.#closed) this.#d.debug("policyd: the daemon ended the fleet stream; reopening it");
@@ -433,7 +446,9 @@ export class Coordinator {
       case Code.Unimplemented:
         // --fleet off, or a daemon that predates the stream: stop trying; the gate admits everything.
         this.#off = true;
-        this.#d.debug(`policyd: no fleet stream (${Code[ce.code]}: ${ce.rawMessage}); the fleet gate admits every call`);
+        this.#d.debug(
+          `policyd: no fleet stream (${Code[ce.code]}: ${ce.rawMessage}); the fleet gate admits every call`,
+        );
         return;
       case Code.Unauthenticated:
       case Code.PermissionDenied:
@@ -444,7 +459,9 @@ export class Coordinator {
         );
         return;
       default:
-        this.#d.debug(`policyd: the fleet stream broke (${Code[ce.code]}: ${ce.rawMessage}); reopening it with backoff`);
+        this.#d.debug(
+          `policyd: the fleet stream broke (${Code[ce.code]}: ${ce.rawMessage}); reopening it with backoff`,
+        );
     }
   }
 }

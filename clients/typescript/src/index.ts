@@ -7,17 +7,7 @@
 //   );
 
 export { ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY, ENV_TOKEN, PolicydAuthError } from "./auth.js";
-export {
-  type Attempt,
-  type CallOptions,
-  type ClientOptions,
-  createClient,
-  DEFAULT_ADDRESS,
-  DEFAULT_DAEMON_TIMEOUT_MS,
-  type FallbackHint,
-  type Logger,
-  PolicydClient,
-} from "./client.js";
+export { createClient, PolicydClient } from "./client.js";
 export { type Clock, type Random, systemClock } from "./clock.js";
 export {
   type Action,
@@ -49,5 +39,14 @@ export {
 } from "./gate.js";
 export { checkResponse, HttpError, type HttpErrorInit } from "./http_error.js";
 export type { JournalOutcome } from "./journal.js";
+export {
+  type Attempt,
+  type CallOptions,
+  type ClientOptions,
+  DEFAULT_ADDRESS,
+  DEFAULT_DAEMON_TIMEOUT_MS,
+  type FallbackHint,
+  type Logger,
+} from "./options.js";
 export { PolicydError, type PolicydErrorInit } from "./policyd_error.js";
 export { retryAfterMs } from "./retry_after.js";

@@ -8,12 +8,12 @@
 
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
-import type { ClientInternals } from "./client.js";
 import { type Decision, decisionToProto, durationOf } from "./decision.js";
 import { type Failure, failureToProto } from "./failure.js";
 import { Outcome, type RecordAttemptRequest, RecordAttemptRequestSchema } from "./gen/policyd/v1/journal_pb.js";
 import type { ClassifyOptions } from "./gen/policyd/v1/policy_pb.js";
 import { JOURNAL_OFF, REFUSED } from "./rpc.js";
+import type { ClientInternals } from "./transport.js";
 
 /** How a journaled call ended. */
 export type JournalOutcome = "RESOLVED" | "FAILED" | "ABANDONED";

@@ -180,6 +180,11 @@ describe("the Coordinate stream (in memory)", { concurrency: true }, () => {
     // No PolicyService here: the failure is decided by the fail-open policy (a failure decided locally).
     assert.equal(await client.call(flaky, target), "ok");
     assert.equal(await client.call(ok, target), "ok");
+    // A 400 decided locally is not a failure the breakers count: not reported as failed.
+    const bad = async () => {
+      throw Object.assign(new Error("HTTP 400"), { status: 400, headers: {}, body: "" });
+    };
+    await assert.rejects(client.call(bad, target));
     const headers = Object.fromEntries(
       Array.from({ length: 40 }, (_, i) => [`x-ratelimit-h${String(i).padStart(2, "0")}`, "1"]),
     );
@@ -190,18 +195,24 @@ describe("the Coordinate stream (in memory)", { concurrency: true }, () => {
       "anthropic-ratelimit-requests-limit": "50",
     });
     const start = Date.now();
-    const withHeaders = () => fleet.requests.some((r) => r.usage.some((u) => Object.keys(u.rateLimitHeaders).length > 0));
-    await fleet.until(() => total(fleet.requests, "succeeded") === 2 && withHeaders());
+    const withHeaders = () =>
+      fleet.requests.some((r) => r.usage.some((u) => Object.keys(u.rateLimitHeaders).length > 0));
+    await fleet.until(
+      () => total(fleet.requests, "succeeded") === 2 && total(fleet.requests, "admitted") === 3 && withHeaders(),
+    );
     assert.ok(Date.now() - start < 2500);
     const reqs = fleet.requests;
-    assert.equal(total(reqs, "admitted"), 2);
+    assert.equal(total(reqs, "admitted"), 3);
     assert.equal(total(reqs, "shed"), 0);
-    assert.equal(total(reqs, "failed"), 1, "one failure decided locally");
+    assert.equal(total(reqs, "failed"), 1, "one 503 decided locally; the 400 is not counted");
     assert.equal(total(reqs, "retries"), 1);
     const sent = reqs.flatMap((r) => r.usage).find((u) => Object.keys(u.rateLimitHeaders).length > 0)!;
     const names = Object.keys(sent.rateLimitHeaders);
     assert.equal(names.length, 16);
-    assert.ok(names.every((h) => h.startsWith("x-ratelimit-") || h.startsWith("anthropic-ratelimit-")), names.join());
+    assert.ok(
+      names.every((h) => h.startsWith("x-ratelimit-") || h.startsWith("anthropic-ratelimit-")),
+      names.join(),
+    );
     assert.ok(!names.includes("x-ratelimit-long") && !names.includes("retry-after"));
     // Nothing new: no more reports.
     const count = fleet.requests.length;

@@ -333,36 +333,40 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
     await client.close();
   });
 
-  test("over mutual TLS with a token, the stream gets its assignments", {
-    skip: haveOpenssl() ? false : "the openssl command is not installed",
-  }, async (t) => {
-    const c = makeCerts();
-    const d = await daemonWith("gate-mtls", [
-      "--fleet",
-      "on",
-      "--auth-tokens",
-      tokensFile(),
-      "--tls-cert",
-      c.serverCert,
-      "--tls-key",
-      c.serverKey,
-      "--tls-client-ca",
-      c.ca,
-    ]);
-    const logger = watchLogger();
-    const client = createClient({
-      address: d.addr,
-      token: TOKEN,
-      tlsCaFile: c.ca,
-      tlsCertFile: c.clientCert,
-      tlsKeyFile: c.clientKey,
-      logger,
-    });
-    t.after(() => client.close());
-    assert.equal(await client.call(counted(), { provider: "openai", model: "gate-tls" }), "ok");
-    await logger.waitFor(/fleet assignment for openai\/gate-tls: ttl 15000ms/);
-    assert.deepEqual(logger.warnings, []);
-  });
+  test(
+    "over mutual TLS with a token, the stream gets its assignments",
+    {
+      skip: haveOpenssl() ? false : "the openssl command is not installed",
+    },
+    async (t) => {
+      const c = makeCerts();
+      const d = await daemonWith("gate-mtls", [
+        "--fleet",
+        "on",
+        "--auth-tokens",
+        tokensFile(),
+        "--tls-cert",
+        c.serverCert,
+        "--tls-key",
+        c.serverKey,
+        "--tls-client-ca",
+        c.ca,
+      ]);
+      const logger = watchLogger();
+      const client = createClient({
+        address: d.addr,
+        token: TOKEN,
+        tlsCaFile: c.ca,
+        tlsCertFile: c.clientCert,
+        tlsKeyFile: c.clientKey,
+        logger,
+      });
+      t.after(() => client.close());
+      assert.equal(await client.call(counted(), { provider: "openai", model: "gate-tls" }), "ok");
+      await logger.waitFor(/fleet assignment for openai\/gate-tls: ttl 15000ms/);
+      assert.deepEqual(logger.warnings, []);
+    },
+  );
 
   test("fleetGate: false opens no stream", async () => {
     const rpcs = rpcCounter();
@@ -389,7 +393,10 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
       "x-ratelimit-limit-requests: 5",
       { "x-ratelimit-remaining-requests": "x".repeat(65) }, // too long: dropped
       Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`x-ratelimit-h${i}`, "1"])), // 16 kept
-      [["anthropic-ratelimit-requests-limit", "50"], ["x-ratelimit-", "bare prefix: dropped"]],
+      [
+        ["anthropic-ratelimit-requests-limit", "50"],
+        ["x-ratelimit-", "bare prefix: dropped"],
+      ],
       new Map([["X-RateLimit-Limit-Requests", ["1", "2"]]]),
     ]) {
       client.observeRateLimits({ provider: "openai", model: "gate-bad" }, h);

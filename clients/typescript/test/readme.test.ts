@@ -110,32 +110,36 @@ describe("README examples", { concurrency: true }, () => {
     assert.equal(srv.hits, 1);
   });
 
-  test("authentication and TLS: with POLICYD_TOKEN the page, without it the error naming it", {
-    skip: haveOpenssl() ? false : "no openssl",
-  }, async () => {
-    const c = makeCerts();
-    const d = await daemonWith("tls", [
-      "--auth-tokens",
-      tokensFile(),
-      "--tls-cert",
-      c.serverCert,
-      "--tls-key",
-      c.serverKey,
-    ]);
-    const env = { POLICYD_ADDR: d.addr, POLICYD_TLS_CA: c.ca };
-    let srv = await flaky({ status: 503 }, { status: 200, body: "<html>secure</html>" });
-    let r = await runExample(4, { ...env, POLICYD_TOKEN: TOKEN }, [srv.url]);
-    assert.equal(r.code, 0, r.stderr);
-    assert.equal(r.stdout, "<html>secure</html>\n");
-    assert.equal(srv.hits, 2);
+  test(
+    "authentication and TLS: with POLICYD_TOKEN the page, without it the error naming it",
+    {
+      skip: haveOpenssl() ? false : "no openssl",
+    },
+    async () => {
+      const c = makeCerts();
+      const d = await daemonWith("tls", [
+        "--auth-tokens",
+        tokensFile(),
+        "--tls-cert",
+        c.serverCert,
+        "--tls-key",
+        c.serverKey,
+      ]);
+      const env = { POLICYD_ADDR: d.addr, POLICYD_TLS_CA: c.ca };
+      let srv = await flaky({ status: 503 }, { status: 200, body: "<html>secure</html>" });
+      let r = await runExample(4, { ...env, POLICYD_TOKEN: TOKEN }, [srv.url]);
+      assert.equal(r.code, 0, r.stderr);
+      assert.equal(r.stdout, "<html>secure</html>\n");
+      assert.equal(srv.hits, 2);
 
-    srv = await flaky({ status: 503 }, { status: 200 });
-    r = await runExample(4, env, [srv.url]);
-    assert.equal(r.code, 1, r.stderr);
-    assert.match(r.stderr, /UNAUTHENTICATED: missing bearer token.*; set POLICYD_TOKEN/);
-    assert.equal(srv.hits, 1);
-    assert.ok(!r.stderr.includes(TOKEN) && !d.logs.join("\n").includes(TOKEN));
-  });
+      srv = await flaky({ status: 503 }, { status: 200 });
+      r = await runExample(4, env, [srv.url]);
+      assert.equal(r.code, 1, r.stderr);
+      assert.match(r.stderr, /UNAUTHENTICATED: missing bearer token.*; set POLICYD_TOKEN/);
+      assert.equal(srv.hits, 1);
+      assert.ok(!r.stderr.includes(TOKEN) && !d.logs.join("\n").includes(TOKEN));
+    },
+  );
 });
 
 // Alone, after the others: a fresh process's first call waits at most 100 ms
@@ -154,7 +158,11 @@ describe("README examples: the fleet gate", () => {
       await rawClients(d.addr).policy.nextDelay({ failure, attempt: 1, clientId: "another-agent" });
     }
     const srv = await flaky({ status: 200, headers: { "x-ratelimit-limit-requests": "500" }, body: bodies.chatOk });
-    const r = await runExample(3, { POLICYD_ADDR: d.addr, OPENAI_BASE_URL: `${srv.url}/v1`, OPENAI_API_KEY: "sk-test" });
+    const r = await runExample(3, {
+      POLICYD_ADDR: d.addr,
+      OPENAI_BASE_URL: `${srv.url}/v1`,
+      OPENAI_API_KEY: "sk-test",
+    });
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout, "Hello from the fake model.\n");
     assert.equal(srv.hits, 1);

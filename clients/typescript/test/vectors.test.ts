@@ -20,7 +20,7 @@ import {
 // This file runs from build/test/; the vectors sit in clients/testdata.
 const TESTDATA = fileURLToPath(new URL("../../../testdata/", import.meta.url));
 
-// biome-ignore lint/suspicious/noExplicitAny: the vectors are untyped JSON, checked field by field.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the vectors are untyped JSON, checked field by field.
 type Json = any;
 
 function load(name: string): { now?: string; cases: Json[] } {
