@@ -36,6 +36,11 @@ SOAK_SECONDS     ?= 60
 SOAK_CONCURRENCY ?= 50
 GO_TEST_FLAGS ?= -race -shuffle=on -count=1
 
+# The module's packages: not the Go sources some npm packages ship under
+# clients/typescript/node_modules, which `./...` would include.
+GO_PACKAGES = $(shell go list ./... | grep -v /node_modules/)
+GO_DIRS = $(shell go list -f '{{.Dir}}' ./... | grep -v /node_modules/ | sed 's|^$(CURDIR)|.|')
+
 # Every folder `make generate` writes, checked current by `make test`.
 GENERATED := gen clients/go/internal/gen clients/python/src/policyd_client/_gen clients/typescript/src/gen
 
@@ -96,7 +101,7 @@ test-all: check-generate lint go-test conformance clients-test fuzz-short # `mak
 
 .PHONY: go-test
 go-test: build $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Run the Go tests with -race (TEST_DATABASE_URL, else private clusters).
-	go test $(GO_TEST_FLAGS) ./...
+	go test $(GO_TEST_FLAGS) $(GO_PACKAGES)
 
 .PHONY: conformance
 conformance: build ## Replay the peers' retry tests and the real-failure corpus; print agreement per peer and provider.
@@ -136,8 +141,8 @@ lint: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/golangci-lint-$(GOLANGCI_LINT_VERSI
 	buf format --diff --exit-code
 	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' | grep -v '^gen/')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
-	go vet ./...
-	golangci-lint run ./...
+	go vet $(GO_PACKAGES)
+	golangci-lint run $(GO_DIRS)
 	go mod tidy -diff
 	cd clients/go && go vet ./... && golangci-lint run -c ../../.golangci.yml ./... && go mod tidy -diff
 

@@ -58,13 +58,17 @@ func (s *Store) WatchReady(ctx context.Context, fn func(ready bool)) {
 		changed := s.readyChanged
 		s.readyMu.Unlock()
 		// Read the state after taking the channel: a change in between
-		// closes the channel, and the loop reads the state again.
+		// closes the channel, and the loop reads the state again. Whether
+		// the store is closed is read first: a Close after it closes the
+		// channel and the loop reports it on its next turn (read after
+		// Ready, a Close in between would end the loop unreported).
+		closed := s.isClosed()
 		ready := s.Ready(context.Background()) == nil
 		if first || ready != last {
 			fn(ready)
 			first, last = false, ready
 		}
-		if s.isClosed() {
+		if closed {
 			return
 		}
 		select {
