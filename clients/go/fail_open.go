@@ -78,8 +78,6 @@ func (p FailOpenPolicy) Decide(f *Failure, attempt int, safety Safety, now, dead
 	if attempt >= p.MaxAttempts {
 		return stop(StopAttemptsExhausted, fmt.Sprintf("all %d attempts were used", p.MaxAttempts))
 	}
-	d.AttemptsLeft = p.MaxAttempts - attempt
-
 	backoff := float64(p.InitialDelay) * math.Pow(p.Multiplier, float64(attempt-1))
 	if p.MaxDelay > 0 && backoff > float64(p.MaxDelay) {
 		backoff = float64(p.MaxDelay)
@@ -99,7 +97,8 @@ func (p FailOpenPolicy) Decide(f *Failure, attempt int, safety Safety, now, dead
 	if !deadline.IsZero() && now.Add(delay).After(deadline) {
 		return stop(StopDeadline, fmt.Sprintf("waiting %v would pass the deadline", delay.Round(time.Millisecond)))
 	}
-	d.Action, d.Delay = ActionRetry, delay
+	// Attempts left only on a retry, as policyd answers: a stop leaves none.
+	d.Action, d.Delay, d.AttemptsLeft = ActionRetry, delay, p.MaxAttempts-attempt
 	return d
 }
 

@@ -89,7 +89,9 @@ type vectorOutcome struct {
 	FailureType string `json:"failure_type"`
 	Retryable   *bool  `json:"retryable"`
 	StopReason  string `json:"stop_reason"`
-	DelayMs     *struct {
+	// AttemptsLeft is checked when given.
+	AttemptsLeft *int `json:"attempts_left"`
+	DelayMs      *struct {
 		Min, Max float64
 	} `json:"delay_ms"`
 }
@@ -107,9 +109,10 @@ func checkFailOpen(t *testing.T, id string, f *Failure, attempt int, safety Safe
 		d := DefaultFailOpenPolicy.Decide(f, attempt, safety, now, deadline, fixedRand(r))
 		if strings.ToLower(d.Action.String()) != want.Action || d.FailureType.String() != want.FailureType ||
 			(want.Retryable != nil && d.Retryable != *want.Retryable) ||
-			(want.StopReason != "" && d.StopReason.String() != want.StopReason) {
-			t.Errorf("%s (draw %g): got %v %v retryable=%v %v (%s); want %+v",
-				id, r, d.Action, d.FailureType, d.Retryable, d.StopReason, d.StopText, want)
+			(want.StopReason != "" && d.StopReason.String() != want.StopReason) ||
+			(want.AttemptsLeft != nil && d.AttemptsLeft != *want.AttemptsLeft) {
+			t.Errorf("%s (draw %g): got %v %v retryable=%v %v (%s) attempts left %d; want %+v",
+				id, r, d.Action, d.FailureType, d.Retryable, d.StopReason, d.StopText, d.AttemptsLeft, want)
 			continue
 		}
 		if want.DelayMs != nil {

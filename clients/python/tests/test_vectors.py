@@ -68,6 +68,8 @@ def check_fail_open(
             assert d.retryable == want["retryable"]
         if "stop_reason" in want:
             assert d.stop_reason == want["stop_reason"]
+        if "attempts_left" in want:
+            assert d.attempts_left == want["attempts_left"]
         if "delay_ms" in want:
             assert abs(d.delay * 1000 - want["delay_ms"][bound]) <= 1, (r, d.delay)
 

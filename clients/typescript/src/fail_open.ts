@@ -97,7 +97,6 @@ export class FailOpenPolicy {
       return stop("IRREVERSIBLE_OPERATION", "the operation is irreversible; retrying it could repeat its effect");
     }
     if (ctx.attempt >= p.maxAttempts) return stop("ATTEMPTS_EXHAUSTED", `all ${p.maxAttempts} attempts were used`);
-    d.attemptsLeft = p.maxAttempts - ctx.attempt;
 
     let backoff = p.initialDelayMs * p.multiplier ** (ctx.attempt - 1);
     if (p.maxDelayMs > 0 && backoff > p.maxDelayMs) backoff = p.maxDelayMs;
@@ -117,6 +116,7 @@ export class FailOpenPolicy {
     }
     d.action = "RETRY";
     d.delayMs = delay;
+    d.attemptsLeft = p.maxAttempts - ctx.attempt; // only on a retry, as policyd answers: a stop leaves none
     return d;
   }
 }

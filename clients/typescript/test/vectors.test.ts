@@ -64,6 +64,7 @@ function checkFailOpen(f: Failure, want: Json, nowMs: number, attempt = 1, safet
     assert.deepEqual([d.action.toLowerCase(), c.failureType], [want.action, want.failure_type], d.stopText);
     if ("retryable" in want) assert.equal(c.retryable, want.retryable);
     if ("stop_reason" in want) assert.equal(d.stopReason, want.stop_reason);
+    if ("attempts_left" in want) assert.equal(d.attemptsLeft, want.attempts_left);
     if ("delay_ms" in want) assert.ok(Math.abs(d.delayMs - want.delay_ms[bound]) <= 1, `draw ${r}: delay ${d.delayMs}`);
   }
 }
