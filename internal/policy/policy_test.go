@@ -418,3 +418,14 @@ func TestPolicyTypesOverride(t *testing.T) {
 		t.Errorf("an unknown type: %v", err)
 	}
 }
+
+// breaker.failures, min_volume's earlier name, is still read.
+func TestBreakerFailuresStillRead(t *testing.T) {
+	p, err := Parse([]byte("fleet:\n  breaker: {failures: 7}\n"), "p.yaml", Caps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Fleet.Breaker.MinVolume != 7 {
+		t.Errorf("min_volume %d, want 7", p.Fleet.Breaker.MinVolume)
+	}
+}
