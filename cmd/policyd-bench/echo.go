@@ -24,14 +24,23 @@ func (echoServer) UnaryCall(_ context.Context, req *testgrpc.SimpleRequest) (*te
 }
 
 // serveEcho runs the baseline in this process until SIGTERM or SIGINT,
-// announcing its address on stderr the way policyd serve does.
-func serveEcho(listen string) error {
+// announcing its address on stderr the way policyd serve does; with
+// durableDir, the durable echo (durableServer) writing there.
+func serveEcho(listen, durableDir string) error {
 	lis, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("echo: %w", err)
 	}
 	gs := grpc.NewServer()
-	testgrpc.RegisterTestServiceServer(gs, echoServer{})
+	if durableDir != "" {
+		ds, err := newDurableServer(durableDir)
+		if err != nil {
+			return err
+		}
+		testgrpc.RegisterTestServiceServer(gs, ds)
+	} else {
+		testgrpc.RegisterTestServiceServer(gs, echoServer{})
+	}
 	fmt.Fprintf(os.Stderr, `{"msg":"serving","addr":%q}`+"\n", lis.Addr().String())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)

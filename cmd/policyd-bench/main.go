@@ -37,8 +37,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "echo" {
 		fs := flag.NewFlagSet("echo", flag.ExitOnError)
 		listen := fs.String("listen", "127.0.0.1:0", "`address` to serve the echo baseline on")
+		durable := fs.String("durable-dir", "", "serve the durable echo, appending and fdatasyncing each request in `dir`")
 		_ = fs.Parse(os.Args[2:])
-		if err := serveEcho(*listen); err != nil {
+		if err := serveEcho(*listen, *durable); err != nil {
 			fmt.Fprintln(os.Stderr, "policyd-bench:", err)
 			os.Exit(1)
 		}
@@ -87,7 +88,8 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.conns, "conns", 2, "gRPC connections to each server, shared round-robin by the workers")
 	fs.StringVar(&c.doc, "doc", "", "Markdown `file` whose generated section (between the make bench markers) gets the results")
 	fs.BoolVar(&c.goBench, "go-bench", true, "also run the in-process Go benchmarks (go test -bench) and report them")
-	only := fs.String("scenarios", "echo,classify,nextdelay,nextdelay_stateless,nextdelay_journaled,record_attempt", "comma-separated `names` of the scenarios to run")
+	only := fs.String("scenarios", "echo,durable,classify,nextdelay,nextdelay_stateless,nextdelay_journaled,nextdelay_journaled_200,record_attempt",
+		"comma-separated `names` of the scenarios to run")
 	serveArgs := fs.String("serve-args", "", "extra `flags` for policyd serve, space-separated (e.g. --journal-batch-window=1ms)")
 	fs.BoolVar(&c.soak, "soak", false, "instead of the benchmark, a soak: mixed RPCs for --seconds, failing on any error or RSS growth (make soak)")
 	growth := fs.String("growth", "", "comma-separated journal `sizes` in attempt rows (e.g. 0,1000000,10000000): measure the journal's cost as it grows, instead of the main run")
@@ -134,10 +136,13 @@ func envOr(key, def string) string {
 	return def
 }
 
-// servers are the two processes under load and a pool of connections to each.
+// servers are the processes under load and a pool of connections to each:
+// the echo baseline, the durable echo (the machine's durable floor) and
+// policyd.
 type servers struct {
-	echo, policyd      *process
-	echoConns, pdConns []*grpc.ClientConn
+	echo, durable, policyd        *process
+	echoConns, durConns, pdConns []*grpc.ClientConn
+	durableDir                    string
 }
 
 func startServers(c config) (*servers, error) {
@@ -151,6 +156,16 @@ func startServers(c config) (*servers, error) {
 	// compare servers, not runtime settings.
 	if !c.soak { // the soak has no baseline
 		if s.echo, err = startProcess("echo", []string{"GOGC=400"}, self, "echo", "--listen", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+		// The durable floor writes where PostgreSQL's own data is likely
+		// to be: the machine's temporary directory, on its disk.
+		if s.durableDir, err = os.MkdirTemp("", "policyd-bench-durable-"); err != nil {
+			s.close()
+			return nil, err
+		}
+		if s.durable, err = startProcess("durable", []string{"GOGC=400"}, self, "echo", "--listen", "127.0.0.1:0", "--durable-dir", s.durableDir); err != nil {
+			s.close()
 			return nil, err
 		}
 	}
@@ -167,7 +182,7 @@ func startServers(c config) (*servers, error) {
 		for _, p := range []struct {
 			proc  *process
 			conns *[]*grpc.ClientConn
-		}{{s.echo, &s.echoConns}, {s.policyd, &s.pdConns}} {
+		}{{s.echo, &s.echoConns}, {s.durable, &s.durConns}, {s.policyd, &s.pdConns}} {
 			if p.proc == nil {
 				continue
 			}
@@ -183,13 +198,16 @@ func startServers(c config) (*servers, error) {
 }
 
 func (s *servers) close() {
-	for _, cc := range append(s.echoConns, s.pdConns...) {
+	for _, cc := range append(append(s.echoConns, s.durConns...), s.pdConns...) {
 		_ = cc.Close()
 	}
-	for _, p := range []*process{s.policyd, s.echo} {
+	for _, p := range []*process{s.policyd, s.durable, s.echo} {
 		if p != nil {
 			p.stop()
 		}
+	}
+	if s.durableDir != "" {
+		_ = os.RemoveAll(s.durableDir)
 	}
 }
 
@@ -205,7 +223,9 @@ func measure(ctx context.Context, c config, s *servers, names []string, perRound
 	base := rand.Uint32()
 	results := map[string]*loadgen.Result{}
 	for round := 0; round <= c.rounds; round++ { // round 0 is the warm-up
-		conn := func(i int) (*grpc.ClientConn, *grpc.ClientConn) { return s.echoConns[i%c.conns], s.pdConns[i%c.conns] }
+		conn := func(i int) (*grpc.ClientConn, *grpc.ClientConn, *grpc.ClientConn) {
+			return s.echoConns[i%c.conns], s.durConns[i%c.conns], s.pdConns[i%c.conns]
+		}
 		d := perRound
 		if round == 0 {
 			d = time.Second
@@ -214,14 +234,18 @@ func measure(ctx context.Context, c config, s *servers, names []string, perRound
 			// One scenario set per connection, so workers spread over the connections.
 			sets := make([][]scenario, c.conns)
 			for i := range sets {
-				e, p := conn(i)
-				sets[i] = scenarios(base+uint32(round)<<8+uint32(i), e, p)
+				e, du, p := conn(i)
+				sets[i] = scenarios(base+uint32(round)<<8+uint32(i), e, du, p)
 			}
 			idx := indexOf(sets[0], name)
 			if idx < 0 {
 				return nil, usageError{fmt.Errorf("--scenarios: unknown scenario %q", name)}
 			}
-			r := loadgen.Run(ctx, c.concurrency, d, func(ctx context.Context, w, seq int) error {
+			concurrency := c.concurrency
+			if n := sets[0][idx].concurrency; n > 0 {
+				concurrency = n
+			}
+			r := loadgen.Run(ctx, concurrency, d, func(ctx context.Context, w, seq int) error {
 				return sets[w%c.conns][idx].call(ctx, w, seq)
 			})
 			if err := ctx.Err(); err != nil {

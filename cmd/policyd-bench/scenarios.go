@@ -43,8 +43,10 @@ const benchPolicy = "profiles:\n  " + statelessProfile + ":\n    extends: defaul
 // scenario is one benchmarked call against one server.
 type scenario struct {
 	name   string
-	server string // "echo" or "policyd"
+	server string // "echo", "durable" or "policyd"
 	call   loadgen.Call
+	// concurrency, when set, replaces --concurrency for this scenario.
+	concurrency int
 }
 
 // attemptsPerContext is how many attempts a journaled scenario records in a
@@ -57,8 +59,9 @@ func contextID(run uint32, scenario, worker, block int) string {
 	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", run, scenario, worker&0xfff, 0, block)
 }
 
-func scenarios(run uint32, echoConn, policydConn *grpc.ClientConn) []scenario {
+func scenarios(run uint32, echoConn, durableConn, policydConn *grpc.ClientConn) []scenario {
 	echo := testgrpc.NewTestServiceClient(echoConn)
+	durable := testgrpc.NewTestServiceClient(durableConn)
 	pc := policydv1.NewPolicyServiceClient(policydConn)
 	jc := policydv1.NewJournalServiceClient(policydConn)
 	failure := providerFailure()
@@ -67,19 +70,25 @@ func scenarios(run uint32, echoConn, policydConn *grpc.ClientConn) []scenario {
 		{"echo", "echo", func(ctx context.Context, _, _ int) error {
 			_, err := echo.UnaryCall(ctx, echoReq)
 			return err
-		}},
+		}, 0},
+		// The same request to the durable echo: acknowledged once it is on
+		// disk, the cheapest durable acknowledgement on the machine.
+		{"durable", "durable", func(ctx context.Context, _, _ int) error {
+			_, err := durable.UnaryCall(ctx, echoReq)
+			return err
+		}, 0},
 		{"classify", "policyd", func(ctx context.Context, _, _ int) error {
 			_, err := pc.Classify(ctx, &policydv1.ClassifyRequest{Failure: failure})
 			return err
-		}},
+		}, 0},
 		{"nextdelay", "policyd", func(ctx context.Context, _, seq int) error {
 			_, err := pc.NextDelay(ctx, &policydv1.NextDelayRequest{Failure: failure, Attempt: int32(seq%attemptsPerContext + 1)})
 			return err
-		}},
+		}, 0},
 		{"nextdelay_stateless", "policyd", func(ctx context.Context, _, seq int) error {
 			_, err := pc.NextDelay(ctx, &policydv1.NextDelayRequest{Failure: failure, Attempt: int32(seq%attemptsPerContext + 1), Profile: statelessProfile})
 			return err
-		}},
+		}, 0},
 		{"nextdelay_journaled", "policyd", func(ctx context.Context, w, seq int) error {
 			resp, err := pc.NextDelay(ctx, &policydv1.NextDelayRequest{Failure: failure, Attempt: int32(seq%attemptsPerContext + 1),
 				ContextId: contextID(run, 1, w, seq/attemptsPerContext)})
@@ -87,12 +96,22 @@ func scenarios(run uint32, echoConn, policydConn *grpc.ClientConn) []scenario {
 				return errNotJournaled
 			}
 			return err
-		}},
+		}, 0},
+		// The same at 200 calls in flight, where batches grow and the cost per
+		// row shows.
+		{"nextdelay_journaled_200", "policyd", func(ctx context.Context, w, seq int) error {
+			resp, err := pc.NextDelay(ctx, &policydv1.NextDelayRequest{Failure: failure, Attempt: int32(seq%attemptsPerContext + 1),
+				ContextId: contextID(run, 3, w, seq/attemptsPerContext)})
+			if err == nil && !resp.GetDecision().GetJournaled() {
+				return errNotJournaled
+			}
+			return err
+		}, 200},
 		{"record_attempt", "policyd", func(ctx context.Context, w, seq int) error {
 			_, err := jc.RecordAttempt(ctx, &policydv1.RecordAttemptRequest{Failure: failure, Attempt: int32(seq%attemptsPerContext + 1),
 				ContextId: contextID(run, 2, w, seq/attemptsPerContext)})
 			return err
-		}},
+		}, 0},
 	}
 }
 
