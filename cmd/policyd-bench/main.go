@@ -140,9 +140,9 @@ func envOr(key, def string) string {
 // the echo baseline, the durable echo (the machine's durable floor) and
 // policyd.
 type servers struct {
-	echo, durable, policyd        *process
+	echo, durable, policyd       *process
 	echoConns, durConns, pdConns []*grpc.ClientConn
-	durableDir                    string
+	durableDir                   string
 }
 
 func startServers(c config) (*servers, error) {
