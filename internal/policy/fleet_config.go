@@ -31,7 +31,7 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 			// failures: min_volume's name before the streams reported
 			// successes; with none reported it still means the failures
 			// that open the breaker, so files that use it keep working.
-			"failures": &cfg.Breaker.MinVolume,
+			"failures":    &cfg.Breaker.MinVolume,
 			"min_clients": &cfg.Breaker.MinClients, "window": &cfg.Breaker.Window,
 			"open_for": &cfg.Breaker.OpenFor, "max_open_for": &cfg.Breaker.MaxOpenFor,
 			"probe_interval": &cfg.Breaker.ProbeInterval, "close_successes": &cfg.Breaker.CloseSuccesses,
