@@ -169,14 +169,10 @@ type streamProcess struct {
 	localSince time.Time
 }
 
+// target is what the process calls: its agent's model, which it learns at
+// its first call (Admit).
 func (p *streamProcess) target() fleet.Target {
-	return fleet.Target{Provider: Provider, Model: p.model(), KeyID: KeyID}
-}
-
-func (p *streamProcess) model() string {
-	// The agents' models are fixed per agent; the process learns its own at
-	// its first call (Admit).
-	return p.modelName
+	return fleet.Target{Provider: Provider, Model: p.modelName, KeyID: KeyID}
 }
 
 func (p *streamProcess) pending() bool {

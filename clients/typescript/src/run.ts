@@ -123,16 +123,19 @@ export async function run<T>(
           throw callerSignal.reason;
         }
         coord?.outcome(target, false);
-        if (budget.expired) {
+        // The call's time budget ran out: the error says so, and the journal
+        // records the attempt as the last of a failed context.
+        const outOfTime = (): PolicydError => {
           journal.giveUp(failure, attempt, took, classifyOptions, "FAILED", signal);
-          throw new PolicydError({
+          return new PolicydError({
             cause: err,
             attempts: attempt,
             decision: deadlineDecision(attempt),
             failure,
             contextId: journal.contextId,
           });
-        }
+        };
+        if (budget.expired) throw outOfTime();
 
         let decision: Decision | undefined;
         try {
@@ -146,16 +149,7 @@ export async function run<T>(
           journal.giveUp(failure, attempt, took, classifyOptions, "ABANDONED", signal);
           throw callerSignal.reason;
         }
-        if (!decision || budget.expired) {
-          journal.giveUp(failure, attempt, took, classifyOptions, "FAILED", signal);
-          throw new PolicydError({
-            cause: err,
-            attempts: attempt,
-            decision: deadlineDecision(attempt),
-            failure,
-            contextId: journal.contextId,
-          });
-        }
+        if (!decision || budget.expired) throw outOfTime();
         lastDecision = decision;
         if (decision.failOpen) coord?.failedLocally(target, decision.classification.failureType);
         s.logger.debug?.(
