@@ -138,3 +138,78 @@ func TestRetryAfterDateAgainstServerDate(t *testing.T) {
 		t.Errorf("without Date, a time 4.5 min in the agent's past: retry_after %v, want 0s", got.AsDuration())
 	}
 }
+
+// The JVM's and .NET's HTTP clients name a connection the server closed
+// before or while it answered in their own words; each is a network failure
+// that a new connection can get past (blind-r10.yaml).
+func TestJVMAndDotNetConnectionWords(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "JDK header parser received no bytes", failure: &policydv1.Failure{ErrorName: "java.io.IOException",
+			Message: "HTTP/1.1 header parser received no bytes"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "JDK EOF reached while reading", failure: &policydv1.Failure{ErrorName: "java.io.EOFException",
+			Message: "EOF reached while reading"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "JDK HTTP/2 GOAWAY received", failure: &policydv1.Failure{ErrorName: "java.io.IOException",
+			Message: "/10.0.0.5:52122: GOAWAY received"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "OkHttp unexpected end of stream", failure: &policydv1.Failure{ErrorName: "java.io.IOException",
+			Message: "unexpected end of stream on https://api.openai.com/..."},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "Apache NoHttpResponseException by kind", failure: &policydv1.Failure{
+			ErrorName: "org.apache.hc.core5.http.NoHttpResponseException", Message: "api.example.com:443 failed to respond"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "Apache HttpClient 4 text", failure: &policydv1.Failure{ErrorName: "IOException",
+			Message: "The target server failed to respond"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "reactor-netty PrematureCloseException", failure: &policydv1.Failure{
+			ErrorName: "reactor.netty.http.client.PrematureCloseException", Message: "Connection prematurely closed BEFORE response"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: ".NET response ended prematurely as a cause", failure: &policydv1.Failure{ErrorName: "System.Net.Http.HttpRequestException",
+			Message: "An error occurred while sending the request.",
+			Causes:  []*policydv1.Cause{{Name: "System.Net.Http.HttpIOException", Message: "The response ended prematurely. (ResponseEnded)"}}},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: ".NET HTTP/2 stream reset", failure: &policydv1.Failure{ErrorName: "HttpRequestException",
+			Message: "The HTTP/2 server reset the stream. HTTP/2 error code 'INTERNAL_ERROR' (0x2)."},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "Windows connection refused", failure: &policydv1.Failure{ErrorName: "System.Net.Sockets.SocketException",
+			Message: "No connection could be made because the target machine actively refused it. (localhost:11434)"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "the same words mid-stream are a cut stream", failure: &policydv1.Failure{Phase: policydv1.Phase_PHASE_MID_STREAM,
+			ErrorName: "System.Net.Http.HttpIOException", Message: "The response ended prematurely. (ResponseEnded)"},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "network.mid_stream"},
+	})
+}
+
+// gemini-cli and its forks report a stream that finished with no text in
+// their own words; the request is retried like any invalid stream.
+func TestInvalidStreamEmptyResponseText(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "Qwen Code NO_RESPONSE_TEXT message", failure: &policydv1.Failure{ErrorName: "Error",
+			Message: "Model stream ended with empty response text."},
+			wantType: typeInvalidStream, wantRetryable: true, wantRule: "stream.invalid"},
+	})
+}
+
+// A proxy that wants credentials refuses every attempt the same way, whatever
+// stack reports its 407 and however the report reads; the connection-error
+// wrapper around it must not make it look transient.
+func TestProxyAuthenticationRequired(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "status 407", failure: &policydv1.Failure{HttpStatus: 407, Message: "Request failed with status code 407"},
+			wantType: typeAuth, wantRetryable: false, wantRule: "proxy.auth_required"},
+		{name: "requests ProxyError on a tunnel", failure: &policydv1.Failure{ErrorName: "requests.exceptions.ProxyError",
+			Message: "HTTPSConnectionPool(host='api.openai.com', port=443): Max retries exceeded with url: /v1/chat/completions " +
+				"(Caused by ProxyError('Cannot connect to proxy.', OSError('Tunnel connection failed: 407 Proxy Authentication Required')))"},
+			wantType: typeAuth, wantRetryable: false, wantRule: "proxy.auth_required"},
+		{name: "JDK tunnel", failure: &policydv1.Failure{ErrorName: "java.io.IOException",
+			Message: `Unable to tunnel through proxy. Proxy returns "HTTP/1.1 407 Proxy Authentication Required"`},
+			wantType: typeAuth, wantRetryable: false, wantRule: "proxy.auth_required"},
+		{name: "curl CONNECT", failure: &policydv1.Failure{ErrorName: "curl", ErrorCode: "56",
+			Message: "CONNECT tunnel failed, response 407"},
+			wantType: typeAuth, wantRetryable: false, wantRule: "proxy.auth_required"},
+	})
+}

@@ -47,7 +47,7 @@ func statusType(s int32) policydv1.FailureType {
 		return typeRateLimit
 	case 503:
 		return typeOverloaded
-	case 401:
+	case 401, 407:
 		return typeAuth
 	case 402:
 		return typeQuota
@@ -76,6 +76,8 @@ func statusRule(s int32) string {
 		return "overloaded"
 	case 401:
 		return "web.auth_required"
+	case 407: // a proxy's, not the origin's: terminal all the same
+		return "proxy.auth_required"
 	case 402:
 		return "quota.exhausted"
 	case 403:
