@@ -35,16 +35,24 @@ func relations(t *testing.T, url string) []string {
 	return names
 }
 
+// sequenceExists reports whether the database has sequence name.
+func sequenceExists(t *testing.T, url, name string) bool {
+	t.Helper()
+	_, rows := journaltest.Query(t, url, `SELECT count(*) FROM pg_class WHERE relkind = 'S' AND relname = $1`, name)
+	return rows[0][0] == "1"
+}
+
 var schema = []string{
-	"error_reports", "fleet_events", "journal_contexts", "journal_failed_contexts", "journal_failures_per_hour",
-	"journal_fleet_breaker_periods", "journal_fleet_first_failures", "journal_fleet_saved_attempts",
-	"journal_retry_success_rate", "journal_unrecognized_failures", "journal_wait_per_context",
+	"error_reports", "fleet_events", "fleet_replicas", "fleet_state", "journal_contexts", "journal_failed_contexts",
+	"journal_failures_per_hour", "journal_fleet_breaker_periods", "journal_fleet_first_failures",
+	"journal_fleet_saved_attempts", "journal_retry_success_rate", "journal_unrecognized_failures", "journal_wait_per_context",
 	"journal_wait_per_provider", "retry_attempts", "retry_contexts",
 }
 
-// fleet is what migration 4 adds.
-var fleet = []string{"fleet_events", "journal_fleet_breaker_periods", "journal_fleet_first_failures",
-	"journal_fleet_saved_attempts"}
+// fleetRelations are what migrations 4 and 6 add: the fleet's events, then
+// the state the replicas share.
+var fleetRelations = []string{"fleet_events", "journal_fleet_breaker_periods", "journal_fleet_first_failures",
+	"journal_fleet_saved_attempts", "fleet_replicas", "fleet_state"}
 
 // without returns schema without the relations named.
 func without(names ...string) []string {
@@ -62,13 +70,16 @@ func TestMigrateUpDownUp(t *testing.T) {
 	}{
 		{"up on an empty database", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"up again changes nothing", func() error { return journal.Migrate(ctx, url) }, schema},
-		{"down to the third schema", func() error { return journal.MigrateTo(ctx, url, 3) }, without(fleet...)},
+		{"down to the fifth schema", func() error { return journal.MigrateTo(ctx, url, 5) },
+			without("fleet_replicas", "fleet_state")},
+		{"up from the fifth schema", func() error { return journal.Migrate(ctx, url) }, schema},
+		{"down to the third schema", func() error { return journal.MigrateTo(ctx, url, 3) }, without(fleetRelations...)},
 		{"up from the third schema", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"down to the second schema", func() error { return journal.MigrateTo(ctx, url, 2) },
-			without(append(fleet, "journal_unrecognized_failures")...)},
+			without(append(fleetRelations, "journal_unrecognized_failures")...)},
 		{"up from the second schema", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"down to the first schema", func() error { return journal.MigrateTo(ctx, url, 1) },
-			without(append(fleet, "journal_contexts", "journal_unrecognized_failures")...)},
+			without(append(fleetRelations, "journal_contexts", "journal_unrecognized_failures")...)},
 		{"up from the first schema", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"down to nothing", func() error { return journal.MigrateTo(ctx, url, 0) }, nil},
 		{"up again", func() error { return journal.Migrate(ctx, url) }, schema},
@@ -79,6 +90,10 @@ func TestMigrateUpDownUp(t *testing.T) {
 		}
 		if got := relations(t, url); !slices.Equal(got, step.want) {
 			t.Fatalf("%s: relations = %v, want %v", step.name, got, step.want)
+		}
+		// Migration 6's sequence comes and goes with its tables.
+		if got, want := sequenceExists(t, url, "fleet_seq"), slices.Contains(step.want, "fleet_state"); got != want {
+			t.Fatalf("%s: sequence fleet_seq exists = %v, want %v", step.name, got, want)
 		}
 	}
 	// The migrated schema works.
