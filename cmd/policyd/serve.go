@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -135,6 +136,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"also serve Go's profiles under /debug/pprof/ on the --metrics-listen address (for an operator profiling a live daemon)")
 	fleetMode := fs.String("fleet", envOr("POLICYD_FLEET", "on"),
 		"fleet memory: on (share each failure with every agent on the same provider, model and key: holds, stops, breakers, retry budgets) or off (env POLICYD_FLEET)")
+	fleetStore := fs.String("fleet-store", os.Getenv("POLICYD_FLEET_STORE"),
+		"where replicas share fleet memory: postgres (the journal's database; the default with --database-url) or memory (this replica alone; the default without) (env POLICYD_FLEET_STORE)")
+	replicaID := fs.String("replica-id", os.Getenv("POLICYD_REPLICA_ID"),
+		"this replica's `id` in a fleet shared through PostgreSQL; default host name, process id and a random suffix (env POLICYD_REPLICA_ID)")
 	sf := defineSecurityFlags(fs)
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
@@ -190,7 +195,30 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *fleetMode != "on" && *fleetMode != "off" {
 		return usageErrorf("serve: --fleet (or POLICYD_FLEET): want on or off, got %q", *fleetMode)
 	}
-	var fleetEvents *journal.FleetEventRecorder
+	switch *fleetStore {
+	case "":
+		*fleetStore = "memory"
+		if *databaseURL != "" {
+			*fleetStore = "postgres"
+		}
+	case "memory":
+	case "postgres":
+		if *databaseURL == "" {
+			return usageErrorf("serve: --fleet-store postgres needs --database-url (or DATABASE_URL): the replicas share the journal's database")
+		}
+	default:
+		return usageErrorf("serve: --fleet-store (or POLICYD_FLEET_STORE): want memory or postgres, got %q", *fleetStore)
+	}
+	if *replicaID == "" {
+		*replicaID = defaultReplicaID()
+	} else if len(*replicaID) > 128 {
+		return usageErrorf("serve: --replica-id (or POLICYD_REPLICA_ID): at most 128 bytes, got %d", len(*replicaID))
+	}
+	var (
+		fleetEvents *journal.FleetEventRecorder
+		exchange    *journal.FleetExchange
+		syncer      *fleet.Syncer
+	)
 	if *fleetMode == "on" {
 		if store != nil {
 			fleetEvents = store.FleetEventRecorder()
@@ -203,10 +231,26 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if ms != nil {
 			counter = ms
 		}
-		f := fleet.New(pol.Fleet, fleet.WithSink(server.FleetEventSink(logger, rec, counter)))
+		fOpts := []fleet.Option{fleet.WithSink(server.FleetEventSink(logger, rec, counter))}
+		if *fleetStore == "postgres" {
+			exchange, err = journal.OpenFleetExchange(ctx, *databaseURL, journal.WithExchangeLogger(logger))
+			if err != nil {
+				return fmt.Errorf("serve: fleet store: %w", err)
+			}
+			defer exchange.Close()
+			fOpts = append(fOpts, fleet.WithReplica(*replicaID))
+		}
+		f := fleet.New(pol.Fleet, fOpts...)
 		psOpts = append(psOpts, server.WithFleet(f))
 		if ms != nil {
 			ms.ObserveFleet(f)
+		}
+		if exchange != nil {
+			syncer = fleet.NewSyncer(f, exchange)
+			if ms != nil {
+				ms.ObserveFleetSync(syncer)
+			}
+			logger.Info("fleet shared through PostgreSQL", "replica", *replicaID)
 		}
 	}
 	ps := server.NewPolicyServer(pol, psOpts...)
@@ -231,6 +275,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	gOpts = append(gOpts, server.WithServerOptions(sec.ServerOptions(logger)...))
 	gs, hs := server.NewGRPCServer(ps, logger, gOpts...)
+	syncCtx, stopSync := context.WithCancel(context.Background())
+	defer stopSync()
+	syncDone := make(chan struct{})
+	if syncer != nil {
+		go func() {
+			defer close(syncDone)
+			syncer.Run(syncCtx, fleet.SyncTick)
+		}()
+		server.WatchFleetSync(syncCtx, hs, syncer, logger)
+	} else {
+		close(syncDone)
+	}
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 	var metricsSrv *metrics.HTTPServer
@@ -272,6 +328,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		<-stopped
 	}
 	<-served // nil after a stop
+	stopSync()
+	<-syncDone
+	if exchange != nil {
+		exchange.Close()
+	}
 	if fleetEvents != nil {
 		fleetEvents.Close() // before the store it writes to
 	}
@@ -329,4 +390,18 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// defaultReplicaID names this process among a shared fleet's replicas:
+// host name and process id, for an operator to find it, and a random
+// suffix, so that a restarted process is a new replica (its old counts age
+// out) even where process ids repeat, as in containers.
+func defaultReplicaID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "policyd"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b)
 }

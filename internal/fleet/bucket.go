@@ -75,6 +75,19 @@ type Bucket struct {
 	shedPending                                 int64
 	shedEventAt                                 time.Time
 	totals                                      streamTotals
+
+	// A shared fleet's (sync.go): the breaker's shared version, local
+	// transitions made and pushed, registers raised here and not pushed yet,
+	// the other replicas' counts, this replica's probe slot, the retries
+	// decisions were asked for (its share of the budget).
+	version, moves, movesPushed int64
+	raisedHold, raisedStop      bool
+	rpmShared, asksPublished    int64
+	probeOKShared               int
+	remote                      map[string]remoteCounts
+	probeSlot                   time.Time
+	wantProbe                   bool
+	asks                        ring
 }
 
 // streamTotals are a bucket's stream counts since the daemon started.
@@ -118,6 +131,7 @@ func (b *Bucket) advance(now time.Time, cfg *Config, emit func(Event)) {
 	c := &cfg.Breaker
 	if b.state == Open && !now.Before(b.openUntil) {
 		b.state, b.halfOpenAt, b.nextProbe = HalfOpen, b.openUntil, b.openUntil
+		b.moves++
 		emit(Event{At: b.openUntil, Key: b.key, Kind: EventBreakerHalfOpen,
 			Reason: fmt.Sprintf("open for %v; probing, 1 retry per %v for the fleet", b.openPeriod, c.ProbeInterval)})
 	}
@@ -126,8 +140,8 @@ func (b *Bucket) advance(now time.Time, cfg *Config, emit func(Event)) {
 	}
 	if b.streamed(now, c) {
 		// Clients report their successes: close on the probes' successes.
-		if b.probeOK >= c.CloseSuccesses {
-			b.close(now, fmt.Sprintf("%d successes reported while half-open", b.probeOK), cfg, emit)
+		if ok := int64(b.probeOK) + b.others(now).probeOK; ok >= int64(c.CloseSuccesses) {
+			b.close(now, fmt.Sprintf("%d successes reported while half-open", ok), cfg, emit)
 		}
 		return
 	}
@@ -161,6 +175,7 @@ func (b *Bucket) streamed(now time.Time, c *BreakerConfig) bool {
 
 func (b *Bucket) close(at time.Time, why string, c *Config, emit func(Event)) {
 	b.state, b.openPeriod, b.probeOK, b.closedAt = Closed, 0, 0, at
+	b.moves++
 	b.window.reset()
 	b.successes.reset()
 	clear(b.clients)
@@ -193,6 +208,7 @@ func (b *Bucket) ensureRings(c *BreakerConfig) {
 	if b.window.secs == nil {
 		b.window, b.successes = newRing(c.Window), newRing(c.Window)
 		b.admitted, b.firstAttempts, b.retries = newRing(c.Window), newRing(c.Window), newRing(c.Window)
+		b.asks = newRing(c.Window)
 		b.clients = make(map[string]time.Time)
 	}
 }
@@ -214,12 +230,16 @@ func (b *Bucket) maybeOpen(now time.Time, client, last string, c *BreakerConfig,
 	if b.state != Closed || b.window.secs == nil {
 		return
 	}
-	failures := b.window.sum(now)
-	volume := failures + b.successes.sum(now)
+	o := b.others(now)
+	failures := b.window.sum(now) + int(o.failures)
+	volume := failures + b.successes.sum(now) + int(o.successes)
 	if volume < c.MinVolume || float64(failures) < c.FailureRate*float64(volume) {
 		return
 	}
 	clients := b.windowClients(now, c.Window)
+	if len(b.remote) > 0 {
+		clients += b.otherClients(now, c.Window)
+	}
 	if clients < c.MinClients {
 		return
 	}
@@ -247,6 +267,7 @@ func (b *Bucket) open(now time.Time, period time.Duration, client, why string, e
 		period = time.Second
 	}
 	b.state, b.openPeriod, b.openUntil, b.openWhy, b.probeOK = Open, period, now.Add(period), why, 0
+	b.moves++
 	emit(Event{At: now, Key: b.key, Kind: EventBreakerOpen, ClientID: client,
 		Reason: fmt.Sprintf("%s; open for %v", why, period),
 		Counts: map[string]int64{"open_ms": period.Milliseconds()}})
@@ -258,6 +279,7 @@ func (b *Bucket) setHold(now time.Time, hint time.Duration, client string, emit 
 	if !until.After(b.holdUntil) {
 		return
 	}
+	b.raisedHold = true
 	if !now.Before(b.holdUntil) { // a new hold, not an extension
 		b.waiters, b.holdSpan = 0, hint
 		clear(b.holdSlots)
@@ -298,19 +320,21 @@ func (b *Bucket) releaseWindow(c *HoldConfig) time.Duration {
 }
 
 // refillRate is the budget's refill per second: the floor plus the ratio
-// of the first attempts streams reported over the window.
+// of the first attempts streams reported over the window; in a shared
+// fleet, the fleet's rate times this replica's share.
 func (b *Bucket) refillRate(now time.Time, c *Config) float64 {
 	r := c.Budget.Floor
 	if b.admitted.secs != nil {
-		r += c.Budget.Ratio * float64(b.admitted.sum(now)) / c.Breaker.Window.Seconds()
+		admitted := int64(b.admitted.sum(now)) + b.others(now).admitted
+		r += c.Budget.Ratio * float64(admitted) / c.Breaker.Window.Seconds()
 	}
-	return r
+	return r * b.share(now)
 }
 
-// burst is the most tokens the budget holds: Burst, or a second's refill
-// when the reported traffic makes that larger.
+// burst is the most tokens the budget holds: Burst (this replica's share
+// of it), or a second's refill when the reported traffic makes that larger.
 func (b *Bucket) burst(now time.Time, c *Config) float64 {
-	return max(c.Budget.Burst, b.refillRate(now, c))
+	return max(c.Budget.Burst*b.share(now), b.refillRate(now, c))
 }
 
 // refill brings the budget's tokens up to now.
@@ -349,15 +373,18 @@ func (b *Bucket) admitFraction(now time.Time, c *Config) (float64, string) {
 // pace is the share of first attempts that keeps the fleet at Share of the
 // provider's request limit, given the demand streams reported.
 func (b *Bucket) pace(now time.Time, c *Config) float64 {
+	if b.rpm <= 0 && len(b.remote) > 0 {
+		b.rpm = b.others(now).rpm // another replica's streams reported the limit
+	}
 	if c.Pacing.Share == 0 || b.rpm <= 0 || b.firstAttempts.secs == nil {
 		return 1
 	}
-	secs := c.Breaker.Window.Seconds()
-	first := float64(b.firstAttempts.sum(now)) / secs
+	secs, o := c.Breaker.Window.Seconds(), b.others(now)
+	first := float64(int64(b.firstAttempts.sum(now))+o.firstAttempts) / secs
 	if first <= 0 {
 		return 1
 	}
-	room := c.Pacing.Share*float64(b.rpm)/60 - float64(b.retries.sum(now))/secs
+	room := c.Pacing.Share*float64(b.rpm)/60 - float64(int64(b.retries.sum(now))+o.retries)/secs
 	return min(1, max(0, room/first)) * b.cutNow(now)
 }
 

@@ -29,6 +29,11 @@ type Fleet struct {
 
 	changesMu sync.Mutex
 	changes   chan struct{} // closed at the next transition (Changes)
+
+	shared *shared // nil: one replica (sync.go)
+	// slotStride and slotOffset interleave the replicas' release slots
+	// (sync.go): the i-th waiter here takes slot i×stride+offset.
+	slotStride, slotOffset atomic.Int32
 }
 
 // Option configures a Fleet.
@@ -216,6 +221,7 @@ func (f *Fleet) decide(c *Config, a *Ask, now time.Time, scope Scope, tracked bo
 					Counts: map[string]int64{"stop_ms": c.Stop.For.Milliseconds()}})
 			}
 			own.stopUntil = now.Add(c.Stop.For)
+			own.raisedStop = true
 		}
 		if sw.Breaker && own == av && countedForBreaker(a.FailureType) {
 			av.countFailure(now, a.ClientID, a.FailureType, &c.Breaker, emit)
@@ -258,7 +264,15 @@ func (f *Fleet) decide(c *Config, a *Ask, now time.Time, scope Scope, tracked bo
 				if at.Before(now) {
 					at = now
 				}
-				if p := at.Sub(now); fits(max(delay, p)) {
+				// A shared fleet's probe goes in this replica's claimed slot
+				// (one replica per interval); without one, the syncer claims.
+				slotted := f.shared == nil || now.Before(av.probeSlot)
+				if !slotted {
+					av.wantProbe = true
+					f.shared.poke()
+				}
+				if p := at.Sub(now); slotted && fits(max(delay, p)) {
+					av.probeSlot = time.Time{}
 					av.nextProbe = at.Add(c.Breaker.ProbeInterval)
 					probe = true
 					if p > delay {
@@ -293,7 +307,7 @@ func (f *Fleet) decide(c *Config, a *Ask, now time.Time, scope Scope, tracked bo
 			}
 			// Every retry under the hold takes the next slot, even one whose
 			// own delay is longer: the slots count the waiters.
-			wait := b.holdUntil.Sub(now) + slot(b.waiters, b.releaseWindow(&c.Hold))
+			wait := b.holdUntil.Sub(now) + f.slot(b.waiters, b.releaseWindow(&c.Hold))
 			b.waiters++
 			if wait <= delay {
 				continue
@@ -311,6 +325,8 @@ func (f *Fleet) decide(c *Config, a *Ask, now time.Time, scope Scope, tracked bo
 	// retries of a failing model: a rate limit's retries are paced by its
 	// hold, the server's own word, and a key's by its stop.
 	if sw.Budget && av != nil && !probe && (!tracked || scope == ScopeAvailability) {
+		av.ensureRings(&c.Breaker)
+		av.asks.add(now, 1)
 		av.refill(now, c)
 		if av.tokens < 1 {
 			if !av.exhausted {
@@ -350,7 +366,7 @@ func (f *Fleet) decide(c *Config, a *Ask, now time.Time, scope Scope, tracked bo
 // re-opened breaker's longer period would spread its waiters past the
 // longest wait (longestWait), and they would all stop instead.
 func (f *Fleet) spread(c *Config, b *Bucket) time.Duration {
-	d := slot(b.waiters, min(b.openPeriod, c.Breaker.OpenFor))
+	d := f.slot(b.waiters, min(b.openPeriod, c.Breaker.OpenFor))
 	b.waiters++
 	return d
 }

@@ -158,7 +158,7 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 				b.holdSlots[client] = i
 			}
 		}
-		if h := b.holdUntil.Sub(now) + slot(i, b.releaseWindow(&c.Hold)); h > a.Hold {
+		if h := b.holdUntil.Sub(now) + f.slot(i, b.releaseWindow(&c.Hold)); h > a.Hold {
 			a.Hold = h
 		}
 	}
@@ -199,7 +199,8 @@ func (b *Bucket) probeFraction(now time.Time, c *Config) float64 {
 	if b.firstAttempts.secs == nil {
 		return 1
 	}
-	perInterval := float64(b.firstAttempts.sum(now)) / c.Breaker.Window.Seconds() * c.Breaker.ProbeInterval.Seconds()
+	first := int64(b.firstAttempts.sum(now)) + b.others(now).firstAttempts
+	perInterval := float64(first) / c.Breaker.Window.Seconds() * c.Breaker.ProbeInterval.Seconds()
 	if perInterval <= 1 {
 		return 1
 	}
@@ -261,11 +262,16 @@ func (f *Fleet) publish(events []Event, tenant string) {
 			events[i].Key.Tenant = tenant
 		}
 	}
-	if f.sink != nil {
+	all := events
+	if f.shared != nil {
+		f.shared.poke()
+		events = f.shared.holdBack(events)
+	}
+	if f.sink != nil && len(events) > 0 {
 		f.sink(events)
 	}
 	wake := false
-	for _, e := range events {
+	for _, e := range all {
 		if e.Kind != EventShed && e.Kind != EventBudgetExhausted {
 			wake = true
 		}

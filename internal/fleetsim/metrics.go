@@ -106,6 +106,8 @@ type Result struct {
 	// Life: logical calls per process, 0 for the whole run.
 	Life int
 	Seed uint64
+	// Replicas of policyd sharing the fleet (1: one daemon).
+	Replicas int
 
 	// Amplification: attempts to the failing bucket during the incident ÷
 	// logical calls to it started during the incident.
@@ -180,6 +182,7 @@ func sum(xs []int, from, to time.Duration) int {
 func (r *recorder) result(rn *run) *Result {
 	sc := r.sc
 	res := &Result{Scenario: sc.Name, Policy: rn.cfg.Policy.Name(), Agents: rn.cfg.Agents, Life: rn.cfg.Life, Seed: rn.cfg.Seed,
+		Replicas:  rn.cfg.Replicas,
 		Throttled: math.NaN(), QuotaUsed: math.NaN(), Unaffected: math.NaN(),
 		Calls: r.ok + r.failed, FirstOK: r.firstOK, Attempts: r.attemptsTotal,
 		Decisions: r.decisions, SuccessPathDecisions: r.successPathDecisions,
@@ -247,10 +250,14 @@ func (r *recorder) result(rn *run) *Result {
 //
 //	sim: scenario=outage policy=fleet agents=200 life=3 amplification=1.04 load=0.9 herd=1.2 ttr_s=7 goodput=16.5 loss=0.03
 //
+// with replicas=N after life when more than one policyd shares the fleet.
 // A metric that does not apply is "-"; a recovery the run did not see is "inf".
 func (r *Result) Line() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "sim: scenario=%s policy=%s agents=%d life=%s", r.Scenario, r.Policy, r.Agents, LifeName(r.Life))
+	if r.Replicas > 1 {
+		fmt.Fprintf(&b, " replicas=%d", r.Replicas)
+	}
 	for _, f := range r.Fields() {
 		fmt.Fprintf(&b, " %s=%s", f.Name, f.Value)
 	}

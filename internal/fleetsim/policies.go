@@ -1,6 +1,7 @@
 package fleetsim
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -30,6 +31,9 @@ type Policy interface {
 type Env struct {
 	Now      func() time.Time
 	DaemonUp func() bool
+	// Exchanges are the replicas' meeting places, one per replica, for
+	// policyd with fleet memory; none: one replica.
+	Exchanges []fleet.Exchange
 }
 
 // Advancer is an Instance with work of its own in time (policyd's timers,
@@ -198,7 +202,8 @@ func (p *Policyd) Start(env Env) Instance {
 		in.up = func() bool { return true }
 	}
 	if p.fleet {
-		in.fleet = fleet.New(p.pol.Fleet, fleet.WithClock(env.Now))
+		in.exchanges = env.Exchanges
+		in.startFleets()
 	}
 	if p.stream {
 		return &streamInstance{policydInstance: in}
@@ -207,17 +212,92 @@ func (p *Policyd) Start(env Env) Instance {
 }
 
 type policydInstance struct {
-	p     *Policyd
-	now   func() time.Time
-	fleet *fleet.Fleet
-	up    func() bool
-	wasUp bool
+	p   *Policyd
+	now func() time.Time
+	// fleets are the replicas' fleet memories (one without Exchanges),
+	// their syncers and meeting places; calls go to them in turn, as
+	// through a per-call balancer.
+	fleets    []*fleet.Fleet
+	syncers   []*fleet.Syncer
+	exchanges []fleet.Exchange
+	next      int
+	syncAt    time.Time
+	pushes    int64
+	up        func() bool
+	wasUp     bool
 	// effects the fleets before a restart changed
 	effects map[string]int64
 }
 
-// Fleet is the run's fleet memory (nil without it).
-func (in *policydInstance) Fleet() *fleet.Fleet { return in.fleet }
+// startFleets starts the replicas' fleet memories, with no state of their
+// own (a shared fleet's replicas read what the others left).
+func (in *policydInstance) startFleets() {
+	in.fleets, in.syncers = nil, nil
+	if len(in.exchanges) == 0 {
+		in.fleets = []*fleet.Fleet{fleet.New(in.p.pol.Fleet, fleet.WithClock(in.now))}
+		return
+	}
+	for i, ex := range in.exchanges {
+		f := fleet.New(in.p.pol.Fleet, fleet.WithClock(in.now), fleet.WithReplica(fmt.Sprintf("replica-%d", i+1)))
+		in.fleets = append(in.fleets, f)
+		in.syncers = append(in.syncers, fleet.NewSyncer(f, ex))
+	}
+}
+
+// Fleet is the run's first replica's fleet memory (nil without it).
+func (in *policydInstance) Fleet() *fleet.Fleet {
+	if len(in.fleets) == 0 {
+		return nil
+	}
+	return in.fleets[0]
+}
+
+// pick is the replica the next call goes to.
+func (in *policydInstance) pick() *fleet.Fleet {
+	if len(in.fleets) == 0 {
+		return nil
+	}
+	f := in.fleets[in.next%len(in.fleets)]
+	in.next++
+	return f
+}
+
+// syncEvery: the replicas' syncers run every 100 ms of virtual time, and
+// read at once after another replica pushed (the daemon's LISTEN/NOTIFY,
+// a few milliseconds on a real database).
+const syncEvery = 20 * time.Millisecond
+
+// Advance implements Advancer: the replicas' timers and syncers.
+func (in *policydInstance) Advance(now time.Time) {
+	in.checkRestart()
+	if len(in.syncers) == 0 || !in.up() || now.Sub(in.syncAt) < syncEvery {
+		return
+	}
+	in.syncAt = now
+	in.sync()
+}
+
+func (in *policydInstance) sync() {
+	woken := false
+	for round := 0; round < 2; round++ {
+		before := in.pushes
+		for i, s := range in.syncers {
+			in.fleets[i].Tick()
+			if err := s.Step(context.Background(), woken); err != nil {
+				panic(fmt.Sprintf("fleetsim: replica %d: %v", i+1, err))
+			}
+		}
+		in.pushes = 0
+		for _, s := range in.syncers {
+			st := s.Stats()
+			in.pushes += st.Pushes
+		}
+		if in.pushes == before {
+			return
+		}
+		woken = true // the others read what was pushed
+	}
+}
 
 // Effects counts what the fleet changed, by effect, over every daemon the
 // run started.
@@ -226,8 +306,8 @@ func (in *policydInstance) Effects() map[string]int64 {
 	for k, v := range in.effects {
 		m[k] += v
 	}
-	if in.fleet != nil {
-		for k, v := range in.fleet.Effects() {
+	for _, f := range in.fleets {
+		for k, v := range f.Effects() {
 			m[k] += v
 		}
 	}
@@ -239,14 +319,16 @@ func (in *policydInstance) checkRestart() bool {
 	up := in.up()
 	restarted := up && !in.wasUp
 	in.wasUp = up
-	if restarted && in.fleet != nil {
+	if restarted && len(in.fleets) > 0 {
 		if in.effects == nil {
 			in.effects = map[string]int64{}
 		}
-		for k, v := range in.fleet.Effects() {
-			in.effects[k] += v
+		for _, f := range in.fleets {
+			for k, v := range f.Effects() {
+				in.effects[k] += v
+			}
 		}
-		in.fleet = fleet.New(in.p.pol.Fleet, fleet.WithClock(in.now))
+		in.startFleets()
 	}
 	return restarted
 }
@@ -275,7 +357,7 @@ func (pp *policydProcess) Failed(a *Attempt) (bool, time.Duration) {
 		ClientId: pp.id,
 	}
 	pp.decisions++
-	d := p.pol.Decide(req, policy.Call{Now: a.Now, Rand: a.Rand, Fleet: pp.in.fleet, ClientID: pp.id})
+	d := p.pol.Decide(req, policy.Call{Now: a.Now, Rand: a.Rand, Fleet: pp.in.pick(), ClientID: pp.id})
 	if d.GetAction() != policydv1.Action_ACTION_RETRY {
 		return false, 0 // a stop, or a fallback with nowhere to go
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/policyd/policyd/internal/fleet"
 )
 
 // Config is one run.
@@ -20,6 +22,12 @@ type Config struct {
 	Seed uint64
 	// ThinkMean is the mean of the exponential think time (default 10 s).
 	ThinkMean time.Duration
+	// Replicas of policyd (default 1), behind a per-call balancer; more
+	// than one share their fleet through Exchanges.
+	Replicas int
+	// Exchanges returns n meeting places on a clean slate (an empty
+	// database) for one run, and a func that closes them.
+	Exchanges func(n int) ([]fleet.Exchange, func(), error)
 }
 
 // Epoch is the virtual clock's zero.
@@ -107,8 +115,24 @@ func Run(cfg Config) (*Result, error) {
 	if cfg.ThinkMean <= 0 {
 		cfg.ThinkMean = 10 * time.Second
 	}
+	if cfg.Replicas < 1 {
+		cfg.Replicas = 1
+	}
+	env := Env{}
+	if cfg.Replicas > 1 {
+		if cfg.Exchanges == nil {
+			return nil, fmt.Errorf("replicas: %d replicas need Exchanges to share their fleet", cfg.Replicas)
+		}
+		exs, closeAll, err := cfg.Exchanges(cfg.Replicas)
+		if err != nil {
+			return nil, fmt.Errorf("replicas: %w", err)
+		}
+		defer closeAll()
+		env.Exchanges = exs
+	}
 	r := &run{cfg: cfg, prov: newProvider(cfg.Scenario), rec: newRecorder(cfg.Scenario)}
-	r.inst = cfg.Policy.Start(Env{Now: r.clock, DaemonUp: r.daemonUp})
+	env.Now, env.DaemonUp = r.clock, r.daemonUp
+	r.inst = cfg.Policy.Start(env)
 	for i := range cfg.Agents {
 		a := &agent{idx: i, model: cfg.Scenario.modelOf(i),
 			think: stream(cfg.Seed, i, streamThink), lat: stream(cfg.Seed, i, streamLatency), jit: stream(cfg.Seed, i, streamJitter)}

@@ -34,7 +34,7 @@ const reconnectMax = 30 * time.Second
 type streamInstance struct {
 	*policydInstance
 	procs   []*streamProcess
-	changes <-chan struct{}
+	changes []<-chan struct{} // each replica's
 	// msgs counts stream messages, up and down.
 	msgs   int64
 	loopAt time.Time
@@ -46,7 +46,8 @@ type streamInstance struct {
 func (in *streamInstance) NewProcess(id string) Process {
 	now := in.now()
 	p := &streamProcess{policydProcess: policydProcess{in: in.policydInstance, id: id}, sin: in, gate: fleet.NewGate(), born: now,
-		jit: rand.New(rand.NewPCG(uint64(len(in.procs)), 0x57ea)), connected: in.up()}
+		replica: len(in.procs) % len(in.fleets),
+		jit:     rand.New(rand.NewPCG(uint64(len(in.procs)), 0x57ea)), connected: in.up()}
 	// The process it replaces (a CLI invocation's end) closes its stream.
 	for i, q := range in.procs {
 		if q.agent == id[:len(id)-len(suffix(id))] {
@@ -54,7 +55,7 @@ func (in *streamInstance) NewProcess(id string) Process {
 			in.deadOwn += q.gate.OwnAdmitted
 			in.deadBound += q.ownBound
 			in.procs[i] = p
-			p.agent = q.agent
+			p.agent, p.replica = q.agent, q.replica
 			return p
 		}
 	}
@@ -85,17 +86,24 @@ func (in *streamInstance) Advance(now time.Time) {
 		}
 		return
 	}
-	in.fleet.Tick()
+	in.policydInstance.Advance(now)
 	pushed := false
-	if in.changes != nil {
-		select {
-		case <-in.changes:
-			pushed = true
-		default:
-		}
+	if in.changes == nil {
+		in.changes = make([]<-chan struct{}, len(in.fleets))
 	}
-	if in.changes == nil || pushed {
-		in.changes = in.fleet.Changes()
+	for i, f := range in.fleets {
+		f.Tick()
+		if in.changes[i] != nil {
+			select {
+			case <-in.changes[i]:
+				pushed = true
+				in.changes[i] = nil
+			default:
+			}
+		}
+		if in.changes[i] == nil {
+			in.changes[i] = f.Changes()
+		}
 	}
 	// The processes' timers (reports, the daemon's re-evaluations) are
 	// looked at every loopEvery of virtual time, and at once on a push:
@@ -104,7 +112,7 @@ func (in *streamInstance) Advance(now time.Time) {
 		return
 	}
 	in.loopAt = now
-	ttl := in.fleet.Config().Stream.TTL
+	ttl := in.fleets[0].Config().Stream.TTL
 	for _, p := range in.procs {
 		if !p.connected {
 			if now.Before(p.nextTry) {
@@ -148,6 +156,7 @@ type streamProcess struct {
 	policydProcess
 	sin       *streamInstance
 	agent     string
+	replica   int // the replica its stream goes to
 	gate      *fleet.Gate
 	jit       *rand.Rand
 	born      time.Time
@@ -202,7 +211,7 @@ func (p *streamProcess) disconnect(now time.Time) {
 func (p *streamProcess) report(now time.Time) {
 	in := p.sin
 	in.msgs++
-	in.fleet.Report(fleet.Usage{Target: p.target(), ClientID: p.id, Admitted: p.admitted, Shed: p.shed,
+	in.fleets[p.replica].Report(fleet.Usage{Target: p.target(), ClientID: p.id, Admitted: p.admitted, Shed: p.shed,
 		Succeeded: p.succeeded, Failed: p.failed, Retries: p.retries,
 		RequestsPerMinute: fleet.RequestsPerMinute(Provider, p.headers)})
 	p.admitted, p.shed, p.succeeded, p.failed, p.retries, p.headers = 0, 0, 0, 0, 0, nil
@@ -215,7 +224,7 @@ func (p *streamProcess) report(now time.Time) {
 // deliver computes the process's assignment and, when it differs from
 // what the gate holds (or force), sends it.
 func (p *streamProcess) deliver(now time.Time, force bool) {
-	a := p.sin.fleet.Assign(p.target(), p.id)
+	a := p.sin.fleets[p.replica].Assign(p.target(), p.id)
 	if !force && !a.Differs(p.sent, p.sentAt, now) {
 		return
 	}

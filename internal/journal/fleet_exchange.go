@@ -257,12 +257,15 @@ func (x *FleetExchange) waitLoop(ctx context.Context, conn *pgx.Conn) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case err == nil:
-			if _, own := x.ownPIDs.Load(n.PID); n != nil && !own {
+			if n == nil {
+				continue
+			}
+			if _, own := x.ownPIDs.Load(n.PID); !own {
 				x.signal()
 			}
 			continue
 		case !idle || conn.IsClosed():
-			return translate(nil, "fleet exchange: listener: wait", err)
+			return translate(ctx, "fleet exchange: listener: wait", err)
 		}
 		// Idle: the wait's deadline interrupted the read, which leaves the
 		// connection usable. A ping finds a connection that died silently.

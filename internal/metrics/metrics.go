@@ -232,6 +232,46 @@ func (m *Metrics) ObserveFleet(f *fleet.Fleet) {
 	m.reg.MustRegister(fleetCollector{f: f})
 }
 
+// ObserveFleetSync exports a shared fleet's syncer, read at each scrape:
+// policyd_fleet_sync_up (1 while its rounds reach the database, 0 while
+// this replica decides alone), policyd_fleet_replicas (this one and the
+// others whose counts are fresh), the breaker transitions it proposed by
+// result (won: it made the transition; lost: another replica had, and it
+// took that one's state) and its failed rounds.
+func (m *Metrics) ObserveFleetSync(s *fleet.Syncer) {
+	m.reg.MustRegister(syncCollector{s: s})
+}
+
+var (
+	fleetSyncUpDesc     = prometheus.NewDesc("policyd_fleet_sync_up", "1 while this replica's fleet is in step with the others through the database, 0 while it decides from its own state.", nil, nil)
+	fleetReplicasDesc   = prometheus.NewDesc("policyd_fleet_replicas", "Replicas sharing the fleet: this one and the others whose counts are fresh.", nil, nil)
+	fleetSyncMovesDesc  = prometheus.NewDesc("policyd_fleet_sync_transitions_total", "Breaker transitions this replica proposed, by result: won (it made it) or lost (another replica had).", []string{"result"}, nil)
+	fleetSyncErrorsDesc = prometheus.NewDesc("policyd_fleet_sync_errors_total", "Sync rounds that failed to reach the database.", nil, nil)
+	fleetSyncRoundsDesc = prometheus.NewDesc("policyd_fleet_sync_rounds_total", "Sync rounds run.", nil, nil)
+)
+
+type syncCollector struct{ s *fleet.Syncer }
+
+func (c syncCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{fleetSyncUpDesc, fleetReplicasDesc, fleetSyncMovesDesc, fleetSyncErrorsDesc, fleetSyncRoundsDesc} {
+		ch <- d
+	}
+}
+
+func (c syncCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.Stats()
+	up := 0.0
+	if st.Up || st.Rounds == 0 {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(fleetSyncUpDesc, prometheus.GaugeValue, up)
+	ch <- prometheus.MustNewConstMetric(fleetReplicasDesc, prometheus.GaugeValue, float64(st.Replicas))
+	ch <- prometheus.MustNewConstMetric(fleetSyncMovesDesc, prometheus.CounterValue, float64(st.Won), "won")
+	ch <- prometheus.MustNewConstMetric(fleetSyncMovesDesc, prometheus.CounterValue, float64(st.Lost), "lost")
+	ch <- prometheus.MustNewConstMetric(fleetSyncErrorsDesc, prometheus.CounterValue, float64(st.Errors))
+	ch <- prometheus.MustNewConstMetric(fleetSyncRoundsDesc, prometheus.CounterValue, float64(st.Rounds))
+}
+
 var (
 	fleetBucketsDesc  = prometheus.NewDesc("policyd_fleet_buckets", "Buckets fleet memory holds state for.", nil, nil)
 	fleetBreakersDesc = prometheus.NewDesc("policyd_fleet_breakers", "Circuit breakers by state (closed, open, half_open).", []string{"state"}, nil)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/journal"
 )
 
@@ -154,4 +156,48 @@ func slogAdapter(l *slog.Logger) logging.Logger {
 	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		l.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
+}
+
+// FleetSyncService is the health service that says whether a replica's
+// fleet is in step with the others (fleet.Syncer): SERVING while its rounds
+// reach the database, NOT_SERVING while it decides from its own state
+// alone. The daemon's other services stay SERVING either way: decisions
+// never wait on the database.
+const FleetSyncService = "policyd.fleet.sync"
+
+// WatchFleetSync makes FleetSyncService follow s every second until ctx
+// ends, logging each change. (The syncer's rounds run at least every
+// fleet.SyncTick; a second is as fresh as an operator needs.)
+func WatchFleetSync(ctx context.Context, hs *Health, s *fleet.Syncer, logger *slog.Logger) {
+	set := func(up bool) {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if up {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		hs.SetServingStatus(FleetSyncService, st)
+	}
+	set(true) // until a round says otherwise: the exchange answered at start
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		was := true
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			st := s.Stats()
+			if st.Rounds == 0 || st.Up == was {
+				continue
+			}
+			was = st.Up
+			set(st.Up)
+			if st.Up {
+				logger.Info("fleet sync: back in step with the other replicas", "replicas", st.Replicas)
+			} else {
+				logger.Warn("fleet sync: the database is unreachable; this replica decides from its own state", "error", st.LastError)
+			}
+		}
+	}()
 }

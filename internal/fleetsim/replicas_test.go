@@ -1,0 +1,124 @@
+package fleetsim
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/policyd/policyd/internal/fleet"
+	"github.com/policyd/policyd/internal/journal"
+	"github.com/policyd/policyd/internal/journal/journaltest"
+)
+
+func TestMain(m *testing.M) { journaltest.Main(m) }
+
+// postgresExchanges gives each run a fresh database with the journal's
+// schema and n real exchanges on it: the replicas meet in PostgreSQL, as
+// the daemon's do.
+func postgresExchanges(t *testing.T) func(n int) ([]fleet.Exchange, func(), error) {
+	return func(n int) ([]fleet.Exchange, func(), error) {
+		url := journaltest.DatabaseURL(t)
+		var exs []fleet.Exchange
+		var opened []*journal.FleetExchange
+		closeAll := func() {
+			for _, x := range opened {
+				x.Close()
+			}
+		}
+		for range n {
+			x, err := journal.OpenFleetExchange(context.Background(), url)
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			opened = append(opened, x)
+			exs = append(exs, x)
+		}
+		return exs, closeAll, nil
+	}
+}
+
+// within says whether got is within 10 % of want, or 0.01 of it for
+// fractions (an amplification of 0.07 is noise at ±0.007).
+func within(got, want float64) bool {
+	return math.Abs(got-want) <= max(0.1*math.Abs(want), 0.01)
+}
+
+// Fleet memory part 3's goal: three replicas behind a per-call balancer,
+// sharing the fleet through a real PostgreSQL, score within 10 % of one
+// replica in the outage, shared-quota and herd scenarios.
+func TestReplicaGoals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replicas need PostgreSQL")
+	}
+	exchanges := postgresExchanges(t)
+	for _, pol := range []string{PolicyFleet, PolicyFleetStream} {
+		for _, name := range []string{Outage, Quota, Herd} {
+			t.Run(pol+"/"+name, func(t *testing.T) {
+				sc, err := NewScenario(name, DefaultTiming)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var res [2]*Result
+				for i, n := range []int{1, 3} {
+					p, err := NewPolicy(pol)
+					if err != nil {
+						t.Fatal(err)
+					}
+					res[i], err = Run(Config{Scenario: sc, Policy: p, Agents: agents, Seed: 1, Replicas: n, Exchanges: exchanges})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Log(res[i].Line())
+				}
+				one, three := res[0], res[1]
+				if three.Replicas != 3 || !containsField(three.Line(), "replicas=3") {
+					t.Fatalf("the line does not say replicas=3: %s", three.Line())
+				}
+				check := func(what string, got, want float64) {
+					if !within(got, want) {
+						t.Errorf("%s: %s with 3 replicas %.3f, with 1 %.3f; want within 10 %%", name, what, got, want)
+					}
+				}
+				check("goodput", three.Goodput, one.Goodput)
+				switch name {
+				case Outage:
+					check("amplification", three.Amplification, one.Amplification)
+					check("amplification after detection", three.AfterDetection, one.AfterDetection)
+				case Quota:
+					check("quota used", three.QuotaUsed, one.QuotaUsed)
+					if pol == PolicyFleetStream && three.Throttled > 0.05 {
+						t.Errorf("quota: %.3f of attempts throttled with 3 replicas; want ≤ 0.05", three.Throttled)
+					}
+				case Herd:
+					check("herd", three.Herd, one.Herd)
+				}
+			})
+		}
+	}
+}
+
+func containsField(line, field string) bool {
+	for _, f := range splitFields(line) {
+		if f == field {
+			return true
+		}
+	}
+	return false
+}
+
+func splitFields(s string) []string {
+	var out []string
+	start := -1
+	for i, r := range s + " " {
+		if r == ' ' {
+			if start >= 0 {
+				out = append(out, s[start:i])
+				start = -1
+			}
+		} else if start < 0 {
+			start = i
+		}
+	}
+	return out
+}
