@@ -30,6 +30,8 @@ TEST_PG_PORT ?= 54329
 BENCH_PG_DIR  ?= $(CURDIR)/.run/pg-bench
 BENCH_PG_PORT ?= 54330
 BENCH_GROWTH_SIZES ?= 0,1000000,10000000
+SIM_PG_DIR    ?= $(CURDIR)/.run/pg-sim
+SIM_PG_PORT   ?= 54332
 SOAK_PG_DIR   ?= $(CURDIR)/.run/pg-soak
 SOAK_PG_PORT  ?= 54331
 SOAK_SECONDS     ?= 60
@@ -196,9 +198,10 @@ bench-growth: build ## The journal's cost as it grows: empty, 1 M, 10 M attempt 
 	./bin/policyd-bench --policyd bin/policyd --database-url "$$url" --doc docs/benchmarks.md --growth $(BENCH_GROWTH_SIZES)
 
 .PHONY: simulate
-simulate: ## The fleet simulation: every scenario, lifetime and policy, one line each; redraws docs/fleet/*.svg and the table in docs/fleet.md.
+simulate: ## The fleet simulation: every scenario, lifetime and policy, one line each, and 3 replicas over PostgreSQL (DATABASE_URL, else a throwaway cluster); redraws docs/fleet/*.svg and the table in docs/fleet.md.
 	go build -o bin/policyd-sim ./cmd/policyd-sim
-	./bin/policyd-sim -svg-dir docs/fleet -doc docs/fleet.md
+	@$(call database_or_throwaway_pg,$(SIM_PG_DIR),$(SIM_PG_PORT)); \
+	./bin/policyd-sim -svg-dir docs/fleet -doc docs/fleet.md -replicas 1,3 -database-url "$$url"
 
 .PHONY: tools
 tools: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(STAMPS)/golangci-lint-$(GOLANGCI_LINT_VERSION) $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Install the pinned tools into .bin.

@@ -7,12 +7,17 @@
 // With -svg-dir it draws, per scenario, the upstream attempts per second of
 // each policy (process lifetime inf) into <dir>/<scenario>.svg; with -doc it
 // rewrites the results table of that Markdown file between the markers
-// <!-- sim:table:begin --> and <!-- sim:table:end -->. `make simulate` runs
-// it with -svg-dir docs/fleet -doc docs/fleet.md.
+// <!-- sim:table:begin --> and <!-- sim:table:end -->. With -replicas 1,3
+// it also runs the outage, quota and herd scenarios with three policyd
+// replicas behind a per-call balancer, sharing their fleet through the
+// PostgreSQL at -database-url (cleared before each run). `make simulate`
+// runs it with -svg-dir docs/fleet -doc docs/fleet.md -replicas 1,3 on a
+// throwaway cluster.
 package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +25,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,7 +34,9 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/fleetsim"
+	"github.com/policyd/policyd/internal/journal"
 )
 
 func main() {
@@ -47,6 +55,8 @@ func run(args []string, stdout io.Writer) error {
 	seed := fs.Uint64("seed", 1, "the run's seed")
 	svgDir := fs.String("svg-dir", "", "draw <dir>/<scenario>.svg (attempts per second, life inf, every policy asked for)")
 	doc := fs.String("doc", "", "rewrite this Markdown file's table between <!-- sim:table:begin --> and <!-- sim:table:end -->")
+	replicaList := fs.String("replicas", "1", "policyd replicas, comma-separated (e.g. 1,3): more than one runs the outage, quota and herd scenarios of the policies with fleet memory, sharing it through -database-url")
+	databaseURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL `url` the replicas share (migrated; its fleet tables are cleared before each run) (env DATABASE_URL)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,6 +85,47 @@ func run(args []string, stdout io.Writer) error {
 		}
 	}
 
+	var replicas []int
+	for _, r := range strings.Split(*replicaList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(r))
+		if err != nil || n < 1 || n > 16 {
+			return fmt.Errorf("-replicas: %q is not a number of replicas from 1 to 16", r)
+		}
+		replicas = append(replicas, n)
+	}
+	var exchanges func(n int) ([]fleet.Exchange, func(), error)
+	if slices.ContainsFunc(replicas, func(n int) bool { return n > 1 }) {
+		if *databaseURL == "" {
+			return errors.New("-replicas above 1 need -database-url (or DATABASE_URL): the replicas share their fleet through PostgreSQL")
+		}
+		ctx := context.Background()
+		if err := journal.Migrate(ctx, *databaseURL); err != nil {
+			return fmt.Errorf("-database-url: %w", err)
+		}
+		exchanges = func(n int) ([]fleet.Exchange, func(), error) {
+			if err := journal.ClearFleet(ctx, *databaseURL); err != nil {
+				return nil, nil, err
+			}
+			var opened []*journal.FleetExchange
+			closeAll := func() {
+				for _, x := range opened {
+					x.Close()
+				}
+			}
+			exs := make([]fleet.Exchange, 0, n)
+			for range n {
+				x, err := journal.OpenFleetExchange(ctx, *databaseURL)
+				if err != nil {
+					closeAll()
+					return nil, nil, err
+				}
+				opened = append(opened, x)
+				exs = append(exs, x)
+			}
+			return exs, closeAll, nil
+		}
+	}
+
 	var results []*fleetsim.Result
 	for _, name := range scs {
 		sc, err := fleetsim.NewScenario(name, fleetsim.DefaultTiming)
@@ -82,20 +133,29 @@ func run(args []string, stdout io.Writer) error {
 			return err
 		}
 		var chart []*fleetsim.Result
-		for _, life := range lifes {
-			for _, pn := range pols {
-				p, err := fleetsim.NewPolicy(pn)
-				if err != nil {
-					return err
-				}
-				res, err := fleetsim.Run(fleetsim.Config{Scenario: sc, Policy: p, Agents: *agents, Life: life, Seed: *seed})
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(stdout, res.Line())
-				results = append(results, res)
-				if life == 0 {
-					chart = append(chart, res)
+		for _, n := range replicas {
+			if n > 1 && !slices.Contains(replicaScenarios, name) {
+				continue
+			}
+			for _, life := range lifes {
+				for _, pn := range pols {
+					if n > 1 && pn != fleetsim.PolicyFleet && pn != fleetsim.PolicyFleetStream {
+						continue // only fleet memory has replicas to share it
+					}
+					p, err := fleetsim.NewPolicy(pn)
+					if err != nil {
+						return err
+					}
+					res, err := fleetsim.Run(fleetsim.Config{Scenario: sc, Policy: p, Agents: *agents, Life: life, Seed: *seed,
+						Replicas: n, Exchanges: exchanges})
+					if err != nil {
+						return err
+					}
+					fmt.Fprintln(stdout, res.Line())
+					results = append(results, res)
+					if life == 0 && n == 1 {
+						chart = append(chart, res)
+					}
 				}
 			}
 		}
@@ -115,6 +175,10 @@ func run(args []string, stdout io.Writer) error {
 	}
 	return nil
 }
+
+// replicaScenarios are the scenarios run with several replicas: the ones
+// whose outcome depends on the fleet being one (breakers, pacing, holds).
+var replicaScenarios = []string{fleetsim.Outage, fleetsim.Quota, fleetsim.Herd}
 
 func list(s string, all []string) ([]string, error) {
 	if s == "all" {
@@ -235,6 +299,9 @@ func rewriteTable(path string, results []*fleetsim.Result, agents int, seed uint
 		name := r.Policy
 		if name == fleetsim.PolicyFleet {
 			name = "**fleet**"
+		}
+		if r.Replicas > 1 {
+			name += fmt.Sprintf(" ×%d replicas", r.Replicas)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s (%s) | %s | %s | %s | %s |\n", r.Scenario, fleetsim.LifeName(r.Life), name,
 			f["amplification"], f["load"], f["herd"], f["herd_ref"], f["ttr_s"], f["goodput"], f["loss"], strings.Join(other, ", "))

@@ -6,7 +6,35 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/policyd/policyd/internal/journal/journaltest"
 )
+
+func TestMain(m *testing.M) { journaltest.Main(m) }
+
+// Three replicas share the fleet through a real PostgreSQL: the lines say
+// replicas=3, and the table names them.
+func TestRunReplicas(t *testing.T) {
+	dir := t.TempDir()
+	doc := filepath.Join(dir, "fleet.md")
+	if err := os.WriteFile(doc, []byte(beginMarker+"\n"+endMarker+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := run([]string{"-scenario", "herd,partial", "-policy", "fleet,sdk", "-life", "inf", "-replicas", "1,3",
+		"-database-url", journaltest.DatabaseURL(t), "-doc", doc}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	// herd: fleet and sdk alone, then fleet with 3 replicas; partial: alone only.
+	if len(lines) != 5 || !strings.Contains(lines[2], "policy=fleet agents=200 life=inf replicas=3 ") {
+		t.Fatalf("lines:\n%s\nwant 5, the third fleet with replicas=3", out.String())
+	}
+	if md, _ := os.ReadFile(doc); !strings.Contains(string(md), "| herd | inf | **fleet** ×3 replicas |") {
+		t.Fatalf("the table does not name the replicas:\n%s", md)
+	}
+}
 
 func TestRunWritesLinesChartAndTable(t *testing.T) {
 	dir := t.TempDir()
@@ -44,7 +72,8 @@ func TestRunWritesLinesChartAndTable(t *testing.T) {
 }
 
 func TestRunRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"-scenario", "nope"}, {"-policy", "nope"}, {"-life", "0.5"}, {"extra"}} {
+	for _, args := range [][]string{{"-scenario", "nope"}, {"-policy", "nope"}, {"-life", "0.5"}, {"extra"},
+		{"-replicas", "0"}, {"-replicas", "three"}, {"-replicas", "1,3", "-database-url", ""}} {
 		if err := run(append(args, "-agents", "10"), &bytes.Buffer{}); err == nil {
 			t.Errorf("%v accepted", args)
 		}

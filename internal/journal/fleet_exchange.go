@@ -820,3 +820,18 @@ func (x *FleetExchange) Sweep(ctx context.Context, now time.Time, idle time.Dura
 	}
 	return n, nil
 }
+
+// ClearFleet forgets every shared verdict and every replica's counts in the
+// database at databaseURL: a fresh start for a simulation's run (policyd-sim
+// runs its scenarios one after another on one database). Never on a
+// database that serving replicas share: they would lose their open breakers
+// and holds.
+func ClearFleet(ctx context.Context, databaseURL string) error {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return translate(ctx, "clear fleet: connect", err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	_, err = conn.Exec(ctx, `TRUNCATE fleet_state, fleet_replicas`)
+	return translate(ctx, "clear fleet", err)
+}
