@@ -59,6 +59,9 @@ type ReplicaCounts struct {
 	Replica string
 	At      time.Time
 	Buckets []Counts
+	// Urgent: the others should read these now (a probe succeeded, a
+	// request limit was learned), not at their next second.
+	Urgent bool
 }
 
 // Changes is what a Read brings: verdicts and other replicas' counts
@@ -86,7 +89,8 @@ type Exchange interface {
 	// version) for the interval that starts at now to one replica: it
 	// returns true to exactly one caller per interval.
 	ClaimProbe(ctx context.Context, key Key, version int64, now time.Time, interval time.Duration, replica string) (bool, error)
-	// PublishCounts replaces rc.Replica's counts.
+	// PublishCounts replaces rc.Replica's counts; urgent ones are announced
+	// (Wake).
 	PublishCounts(ctx context.Context, rc ReplicaCounts) error
 	// Read returns the verdicts changed after seq (every verdict for 0) and
 	// the counts other replicas than replica published after countsSeq

@@ -303,9 +303,13 @@ func (s *Syncer) Step(ctx context.Context, woken bool) error {
 func (s *Syncer) step(ctx context.Context, woken bool) error {
 	f := s.f
 	now, c := f.clock(), f.cfg.Load()
-	out := f.outbox(now, c, !now.Before(s.pubAt.Add(countsEvery)) || f.countsUrgent())
+	urgent := f.countsUrgent()
+	out := f.outbox(now, c, urgent || !now.Before(s.pubAt.Add(countsEvery)))
+	if out.counts != nil {
+		out.counts.Urgent = urgent
+	}
 
-	if len(out.raise)+len(out.moves) > 0 {
+	if len(out.raise)+len(out.moves) > 0 || urgent {
 		s.pushes.Add(1)
 	}
 	if len(out.raise) > 0 {

@@ -628,8 +628,8 @@ type bucketCountsJSON struct {
 }
 
 // PublishCounts replaces rc.Replica's counts (all its buckets at once) and
-// draws a new seq for its row. It notifies nobody: replicas read counts
-// when they read anyway (every second). An empty Clients reads back as nil;
+// draws a new seq for its row. It notifies the others only when rc.Urgent:
+// otherwise they read counts when they read anyway (every second). An empty Clients reads back as nil;
 // At is kept to the microsecond.
 func (x *FleetExchange) PublishCounts(ctx context.Context, rc fleet.ReplicaCounts) error {
 	const op = "publish counts"
@@ -659,6 +659,9 @@ func (x *FleetExchange) PublishCounts(ctx context.Context, rc fleet.ReplicaCount
 			VALUES ($1, $2, nextval('fleet_seq'), $3::jsonb)
 			ON CONFLICT (replica) DO UPDATE SET at = excluded.at, seq = excluded.seq, counts = excluded.counts`,
 			rc.Replica, rc.At, string(counts))
+		if rc.Urgent {
+			b.Queue(`SELECT pg_notify('` + fleetChannel + `', 'counts')`)
+		}
 		return execBatch(ctx, x.pool, b)
 	})
 }
