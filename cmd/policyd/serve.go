@@ -231,7 +231,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if ms != nil {
 			counter = ms
 		}
-		fOpts := []fleet.Option{fleet.WithSink(server.FleetEventSink(logger, rec, counter))}
+		sinkReplica := ""
+		if *fleetStore == "postgres" {
+			sinkReplica = *replicaID // fleet_events.replica: which replica journaled each transition
+		}
+		fOpts := []fleet.Option{fleet.WithSink(server.FleetEventSink(logger, rec, counter, sinkReplica))}
 		if *fleetStore == "postgres" {
 			exchange, err = journal.OpenFleetExchange(ctx, *databaseURL, journal.WithExchangeLogger(logger))
 			if err != nil {

@@ -617,7 +617,11 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 				// The fleet's counts may cross the threshold here, with no
 				// failure of this replica's own to look at them.
 				if bc.Failures > 0 && b.key.Scope == ScopeAvailability {
-					b.maybeOpen(now, "", "failures counted by other replicas", &c.Breaker, emit)
+					first := b.firstClient // whose failure began the incident here, else there
+					if first == "" && len(bc.Clients) > 0 {
+						first = bc.Clients[0]
+					}
+					b.maybeOpen(now, first, "failures counted by other replicas", &c.Breaker, emit)
 				}
 			}
 			f.store.Release()

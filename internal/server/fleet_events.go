@@ -18,14 +18,18 @@ type FleetEventCounter interface{ FleetEvent(kind string) }
 // FleetEventSink logs each fleet transition, journals it when rec is not nil
 // and counts it when counter is not nil. It never blocks: the recorder
 // queues, and drops when its queue is full.
-func FleetEventSink(logger *slog.Logger, rec FleetEventRecorder, counter FleetEventCounter) fleet.Sink {
+func FleetEventSink(logger *slog.Logger, rec FleetEventRecorder, counter FleetEventCounter, replica string) fleet.Sink {
 	return func(events []fleet.Event) {
 		for _, e := range events {
 			level := slog.LevelInfo
 			if e.Kind == fleet.EventShed {
 				level = slog.LevelDebug // up to one a second per bucket while gates shed
 			}
-			logger.Log(context.Background(), level, "fleet "+string(e.Kind), "tenant", e.Key.Tenant, "bucket", e.Key.String(), "client", e.ClientID, "reason", e.Reason)
+			attrs := []any{"tenant", e.Key.Tenant, "bucket", e.Key.String(), "client", e.ClientID, "reason", e.Reason}
+			if replica != "" {
+				attrs = append(attrs, "replica", replica)
+			}
+			logger.Log(context.Background(), level, "fleet "+string(e.Kind), attrs...)
 			if counter != nil {
 				counter.FleetEvent(string(e.Kind))
 			}
@@ -33,7 +37,7 @@ func FleetEventSink(logger *slog.Logger, rec FleetEventRecorder, counter FleetEv
 				rec.Record(journal.FleetEvent{
 					At: e.At, Tenant: e.Key.Tenant, Bucket: e.Key.String(), Scope: e.Key.Scope.String(),
 					Provider: e.Key.Provider, Model: e.Key.Model, KeyID: e.Key.KeyID,
-					Event: string(e.Kind), Reason: e.Reason, ClientID: e.ClientID, Counts: e.Counts,
+					Event: string(e.Kind), Reason: e.Reason, ClientID: e.ClientID, Counts: e.Counts, Replica: replica,
 				})
 			}
 		}
