@@ -73,6 +73,17 @@ no RPC (docs/clients.md, "The fleet gate"). --fleet off answers every caller
 as if alone (FleetService, Coordinate included, then answers
 FAILED_PRECONDITION, and the clients' gates admit everything).
 
+Replicas (--fleet-store postgres, the default with --database-url) share
+one fleet through the journal's database: each decides from its own
+memory, and exchanges holds, stops, breaker transitions (each made and
+journaled by exactly one replica), probe slots and its counts with the
+others in the background, woken by LISTEN/NOTIFY on a dedicated connection
+(not through a transaction-mode pooler). While the database is away each
+replica decides from its own state: health service policyd.fleet.sync and
+policyd_fleet_sync_up say so, and clients see no error. --replica-id names
+the replica (fleet_events.replica). --fleet-store memory keeps each
+replica's fleet its own.
+
 Every call gets a request id: the client's x-request-id when it is 1..128
 printable ASCII characters, else a generated one. It is logged as
 request_id and sent back in the x-request-id response header when the

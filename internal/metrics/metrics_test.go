@@ -404,3 +404,47 @@ func TestFleetStreamMetrics(t *testing.T) {
 		}
 	}
 }
+
+func TestFleetSyncMetrics(t *testing.T) {
+	url := journaltest.DatabaseURL(t)
+	ex, err := journal.OpenFleetExchange(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	ms := metrics.New()
+	f := fleet.New(fleet.Defaults(), fleet.WithReplica("r1"))
+	s := fleet.NewSyncer(f, ex)
+	ms.ObserveFleetSync(s)
+	gather := func() map[string]*dto.MetricFamily {
+		mfs, err := ms.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		families := map[string]*dto.MetricFamily{}
+		for _, mf := range mfs {
+			families[mf.GetName()] = mf
+		}
+		return families
+	}
+	if err := s.Step(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	families := gather()
+	for _, c := range []struct {
+		name string
+		want float64
+	}{{"policyd_fleet_sync_up", 1}, {"policyd_fleet_replicas", 1}, {"policyd_fleet_sync_rounds_total", 1}, {"policyd_fleet_sync_errors_total", 0}} {
+		if got, ok := value(families, c.name, nil); !ok || got != c.want {
+			t.Errorf("%s = %v (found %v), want %v", c.name, got, ok, c.want)
+		}
+	}
+	// The database gone: the round fails, and the gauge says so.
+	ex.Close()
+	if err := s.Step(context.Background(), true); err == nil {
+		t.Fatal("a round on a closed exchange succeeded")
+	}
+	if got, _ := value(gather(), "policyd_fleet_sync_up", nil); got != 0 {
+		t.Errorf("policyd_fleet_sync_up = %v after a failed round, want 0", got)
+	}
+}
