@@ -96,3 +96,30 @@ func TestMigrateAndPruneCommandsE2E(t *testing.T) {
 	runCommand(t, bin, "", []string{"prune", "--database-url", url}, 2, "", "--older-than")
 	runCommand(t, bin, "", []string{"migrate"}, 2, "", "--database-url")
 }
+
+// --journal-message-chars bounds the stored message: a daemon keeping 64
+// characters stores a 200-character message cut to 64; a value out of range
+// is refused naming the flag.
+func TestServeJournalMessageCharsE2E(t *testing.T) {
+	t.Parallel()
+	bin := policydBinary(t)
+	runCommand(t, bin, "", []string{"serve", "--listen", "127.0.0.1:0", "--database-url", "postgres://127.0.0.1:1/none",
+		"--journal-message-chars", "10"}, 2, "", "--journal-message-chars")
+
+	grpcurl := grpcurlBinary(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	url := journaltest.EmptyDatabaseURL(t)
+	d := startDaemon(t, ctx, "--database-url", url, "--journal-message-chars", "64")
+	const id = "0193a4c2-7d1e-7f00-8a4b-3c2d1e0f9a8b"
+	req := `{"context_id":"` + id + `","attempt":1,"failure":{"provider":"openai","http_status":503,"message":"` +
+		strings.Repeat("overloaded ", 20) + `"}}`
+	out, err := exec.CommandContext(ctx, grpcurl, "-plaintext", "-d", req, d.addr, "policyd.v1.PolicyService/NextDelay").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"journaled": true`) {
+		t.Fatalf("NextDelay: %v\n%s\ndaemon:\n%s", err, out, d.logs.String())
+	}
+	_, rows := journaltest.Query(t, url, `SELECT char_length(message), right(message, 1) FROM retry_attempts WHERE context_id = $1`, id)
+	if len(rows) != 1 || rows[0][0] != "64" || rows[0][1] != "…" {
+		t.Errorf("stored message (length, last character) = %v, want 64 characters ending in …", rows)
+	}
+}

@@ -141,6 +141,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	batchWindow := fs.Duration("journal-batch-window", journal.DefaultBatchWindow,
 		"how long the journal writer waits for concurrent records to share a commit; 0 commits what is queued at once")
 	writers := fs.Int("journal-writers", journal.DefaultWriters, "concurrent journal writers (each commits its own batches)")
+	messageChars := fs.Int("journal-message-chars", journal.DefaultMessageChars,
+		fmt.Sprintf("characters of each attempt's error message the journal keeps (%d..%d); longer ones are cut", journal.MinMessageChars, journal.MaxMessageChars))
 	metricsListen := fs.String("metrics-listen", os.Getenv("POLICYD_METRICS_LISTEN"),
 		"`address` (host:port) to serve Prometheus /metrics, /healthz and /readyz on over HTTP; empty: off (env POLICYD_METRICS_LISTEN)")
 	profiling := fs.Bool("pprof", false,
@@ -190,7 +192,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *batchWindow < 0 || *writers < 1 {
 			return usageErrorf("serve: --journal-batch-window must be ≥ 0 and --journal-writers ≥ 1")
 		}
-		jOpts = append(jOpts, journal.WithBatchWindow(*batchWindow), journal.WithWriters(*writers))
+		if *messageChars < journal.MinMessageChars || *messageChars > journal.MaxMessageChars {
+			return usageErrorf("serve: --journal-message-chars must be %d..%d, got %d", journal.MinMessageChars, journal.MaxMessageChars, *messageChars)
+		}
+		jOpts = append(jOpts, journal.WithBatchWindow(*batchWindow), journal.WithWriters(*writers),
+			journal.WithMessageChars(*messageChars))
 		store, err = openJournal(ctx, *databaseURL, logger, jOpts...)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)

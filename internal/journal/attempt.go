@@ -117,7 +117,7 @@ func (s *Store) normalizeAttempt(a Attempt) (Attempt, error) {
 	a.Rule = clip(a.Rule, maxNameLen)
 	a.ErrorName = clip(a.ErrorName, maxNameLen)
 	a.ErrorCode = clip(a.ErrorCode, maxNameLen)
-	a.Message = clip(a.Message, maxTextLen)
+	a.Message = clip(a.Message, s.cfg.messageChars)
 	a.RecoveryAction = clip(a.RecoveryAction, maxTextLen)
 	a.Strategy = clip(a.Strategy, maxTextLen)
 	a.StopReason = clip(a.StopReason, maxTextLen)

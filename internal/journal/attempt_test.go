@@ -82,8 +82,11 @@ func TestRecord(t *testing.T) {
 		if !a.At.Equal(t0) {
 			t.Errorf("At = %v, want the clock's %v", a.At, t0)
 		}
-		if n := utf8.RuneCountInString(a.Message); n != 1024 || !strings.HasSuffix(a.Message, "…") {
-			t.Errorf("message has %d characters, want 1024 ending in …", n)
+		if n := utf8.RuneCountInString(a.Message); n != journal.DefaultMessageChars || !strings.HasSuffix(a.Message, "…") {
+			t.Errorf("message has %d characters, want %d ending in …", n, journal.DefaultMessageChars)
+		}
+		if n := utf8.RuneCountInString(a.StopReason); n != 1024 || !strings.HasSuffix(a.StopReason, "…") {
+			t.Errorf("stop reason has %d characters, want 1024 ending in …", n)
 		}
 		if n := utf8.RuneCountInString(a.Rule); n != 256 {
 			t.Errorf("rule has %d characters, want 256", n)
@@ -260,5 +263,29 @@ func TestCloseFlushes(t *testing.T) {
 	}
 	if acked != 10 || len(attempts) != 10 {
 		t.Fatalf("%d acknowledged, %d stored; want all 10", acked, len(attempts))
+	}
+}
+
+// TestRecordMessageChars stores a message longer than the schema's old
+// bound of 1024 characters under a raised WithMessageChars (PostgreSQL no
+// longer re-checks the length: migration 007), and the failed context's
+// report, whose root-cause column keeps its 1024-character bound, still
+// writes.
+func TestRecordMessageChars(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, journal.WithMessageChars(2000))
+	c := begin(t, s, journal.Context{Tenant: "acme"})
+	long := strings.Repeat("m", 3000)
+	record(t, s, "acme", journal.Attempt{ContextID: c.ID, Attempt: 1, Message: long, FailureType: "RATE_LIMIT"})
+	_, attempts, err := s.GetContext(ctx, "acme", c.ID)
+	wantErr(t, err, nil)
+	if n := utf8.RuneCountInString(attempts[0].Message); n != 2000 {
+		t.Errorf("message has %d characters, want 2000 (WithMessageChars)", n)
+	}
+	_, report, err := s.FinishContext(ctx, "acme", c.ID, journal.OutcomeFailed)
+	wantErr(t, err, nil)
+	if n := utf8.RuneCountInString(report.RootCauseMessage); n != 1024 {
+		t.Errorf("report's root-cause message has %d characters, want 1024", n)
 	}
 }

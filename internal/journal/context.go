@@ -63,10 +63,11 @@ type Context struct {
 }
 
 // Limits on what one context or attempt may hold, so that no row grows
-// without bound. The schema repeats them as CHECK constraints.
+// without bound. The store enforces them before a row is queued; the
+// schema no longer re-checks them row by row (migration 007).
 const (
 	maxNameLen       = 256  // characters: tenant, agent, provider, model, ... rule, error code
-	maxTextLen       = 1024 // characters: message, recovery action, strategy, stop reason
+	maxTextLen       = 1024 // characters: recovery action, strategy, stop reason (the message: WithMessageChars)
 	maxLabels        = 64
 	maxLabelKeyLen   = 64   // bytes
 	maxLabelValueLen = 256  // bytes
@@ -85,12 +86,25 @@ func normalizeID(field, id string) (string, error) {
 	return u.String(), nil
 }
 
+// newContextID makes a context id: a time-ordered UUID (version 7), so
+// that new contexts go to the right-hand edge of the primary key's B-tree.
+// Random (version 4) ids land on any of its pages: on a large journal each
+// first write of a page after a checkpoint logs the whole page, measured at
+// +60 % WAL and 6-7 µs more per row. docs/operations.md says the same to
+// clients choosing their own ids.
+func newContextID() string {
+	if u, err := uuid.NewV7(); err == nil {
+		return u.String()
+	}
+	return uuid.NewString() // only when the system's random source fails
+}
+
 // normalizeContext checks c and fills the defaults: a new id when it has
 // none, StartedAt, and an in-progress outcome. The fields a caller cannot
 // set on a new context (outcome, finish, totals) are reset.
 func (s *Store) normalizeContext(c Context, defaultStart time.Time) (Context, error) {
 	if c.ID == "" {
-		c.ID = uuid.NewString()
+		c.ID = newContextID()
 	} else {
 		id, err := normalizeID("context_id", c.ID)
 		if err != nil {

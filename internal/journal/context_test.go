@@ -25,8 +25,15 @@ func TestBeginContext(t *testing.T) {
 		if !created {
 			t.Fatal("created = false for a new context")
 		}
-		if u, err := uuid.Parse(c.ID); err != nil || u.Version() != 4 {
-			t.Fatalf("ID = %q, want a version 4 UUID", c.ID)
+		if u, err := uuid.Parse(c.ID); err != nil || u.Version() != 7 {
+			t.Fatalf("ID = %q, want a version 7 (time-ordered) UUID", c.ID)
+		}
+		// Ids made later sort later (the primary key grows at its right edge).
+		time.Sleep(2 * time.Millisecond)
+		later, _, err := s.BeginContext(ctx, journal.Context{Tenant: "acme"})
+		wantErr(t, err, nil)
+		if later.ID <= c.ID {
+			t.Errorf("a later context's id %s sorts before %s", later.ID, c.ID)
 		}
 		want := journal.Context{ID: c.ID, Tenant: "acme", Agent: "coder", Provider: "openai", Model: "gpt-4o",
 			Operation: "chat", Profile: "default", Labels: map[string]string{"run": "42"}, StartedAt: t0,

@@ -131,3 +131,36 @@ func TestMigrateBadURL(t *testing.T) {
 	err = journal.Migrate(context.Background(), "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
 	wantErr(t, err, journal.ErrUnavailable)
 }
+
+// TestMigrationDropsRowChecks: migration 7 leaves the hot tables with only
+// the context's state checks (the store enforces the bounds before a row is
+// queued), and going down puts the 24 row checks back.
+func TestMigrationDropsRowChecks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := journaltest.EmptyDatabaseURL(t)
+	checks := func() (attempts, contexts string) {
+		_, rows := journaltest.Query(t, url, `
+			SELECT count(*) FILTER (WHERE conrelid = 'retry_attempts'::regclass),
+			       count(*) FILTER (WHERE conrelid = 'retry_contexts'::regclass)
+			FROM pg_constraint WHERE contype = 'c'`)
+		return rows[0][0], rows[0][1]
+	}
+	for _, step := range []struct {
+		name                   string
+		migrate                func() error
+		wantAttempts, wantCtxs string
+	}{
+		{"up", func() error { return journal.Migrate(ctx, url) }, "0", "2"},
+		{"down to the sixth schema", func() error { return journal.MigrateTo(ctx, url, 6) }, "17", "9"},
+		{"up again", func() error { return journal.Migrate(ctx, url) }, "0", "2"},
+	} {
+		if err := step.migrate(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if a, c := checks(); a != step.wantAttempts || c != step.wantCtxs {
+			t.Errorf("%s: CHECK constraints on retry_attempts %s, retry_contexts %s; want %s and %s",
+				step.name, a, c, step.wantAttempts, step.wantCtxs)
+		}
+	}
+}

@@ -48,7 +48,7 @@ func buildReport(c Context, attempts []Attempt, now time.Time, text func(failure
 	r := Report{ContextID: c.ID, Attempts: attempts, CreatedAt: now}
 	if len(attempts) > 0 {
 		last := attempts[len(attempts)-1]
-		r.RootCauseType, r.RootCauseRule, r.RootCauseMessage = last.FailureType, last.Rule, last.Message
+		r.RootCauseType, r.RootCauseRule, r.RootCauseMessage = last.FailureType, last.Rule, clip(last.Message, maxTextLen)
 		var tt TypeText
 		if text != nil {
 			tt = text(last.FailureType)

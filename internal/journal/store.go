@@ -94,8 +94,13 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 	// sequential scans and caches those plans per connection, so every
 	// commit would read the whole table as it grows; with sequential scans
 	// off on the writers' connections the plans use the indexes.
+	// They also plan their prepared statements once (generic plans): the
+	// planner would otherwise re-plan each of the first executions and any
+	// statement whose custom plan it judges cheaper, about 100 µs a batch
+	// for batches under about 10 rows, for the same index plan.
 	writeCfg := poolCfg.Copy()
 	writeCfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	writeCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	writeCfg.MaxConns = int32(cfg.writers)
 	writePool, err := pgxpool.NewWithConfig(ctx, writeCfg)
 	if err != nil {

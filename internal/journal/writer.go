@@ -290,50 +290,59 @@ func (s *Store) rewriteForgotten(rows []*pending, results []result, known knownC
 	return results, nil
 }
 
-// The writer's two statements, sent together in one pipeline that
-// PostgreSQL runs as one implicit transaction (one round trip, one commit).
-const (
-	// ensureContextsSQL begins the contexts that do not exist yet, in the
-	// order given: writeBatch sorts them by id, so that two writers (two
-	// replicas) cannot deadlock. (Sorting in PostgreSQL cost more than the
-	// insert.)
-	ensureContextsSQL = `
-		INSERT INTO retry_contexts (id, tenant, agent, provider, model, operation, profile, labels, started_at)
-		SELECT id, tenant, agent, provider, model, operation, profile, labels::jsonb, started_at
-		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-		            $8::text[], $9::timestamptz[])
-		     AS t(id, tenant, agent, provider, model, operation, profile, labels, started_at)
-		ON CONFLICT (id) DO NOTHING`
-
+// The writer's statements. A batch is one statement, so one round trip and
+// one commit: PostgreSQL runs a lone statement as its own transaction.
+//
+// Contexts not known to the writer are begun in a data-modifying CTE (ens)
+// of the attempts' INSERT. The attempts' statement cannot see the rows its
+// CTE inserts (one snapshot for the whole statement), so it takes an
+// attempt's tenant from retry_contexts, else from ens, through two
+// correlated primary-key lookups. A form with "OR EXISTS (SELECT ... FROM
+// ens)" was planned as a hashed subplan that read the whole contexts table
+// on every batch on a young table. The writers' connections run with
+// sequential scans off and generic plans (Open), so a plan made while the
+// table was small stays an index plan.
+//
+// Contexts are begun in the order given and attempts inserted in (context,
+// attempt) order (writeBatch and writeRows sort them), so that two writers
+// (two replicas) lock rows in one order and cannot deadlock.
+var (
 	// insertAttemptsSQL inserts each attempt whose context belongs to its
-	// tenant (a primary-key probe; the writer's connections run with
-	// sequential scans off, so a young table's plan cannot turn it into a
-	// scan), in the order given (writeBatch sorts them). It is the fast
-	// path: an attempt already recorded fails the whole batch with a unique
-	// violation, and the batch is written again with insertAttemptsAgainSQL.
-	// Checking for conflicts row by row (ON CONFLICT) and returning the rows
-	// inserted cost a third of the insert, for a case that only a client
-	// recording an attempt again meets.
-	insertAttemptsSQL = `
-		INSERT INTO retry_attempts (context_id, tenant, attempt, at, duration_ms, failure_type, retryable, rule,
-			http_status, error_code, message, recovery_action, decision, delay_ms, strategy, stop_reason,
-			fallback, provider, model, error_name)
-		SELECT i.context_id, i.tenant, i.attempt, i.at, i.duration_ms, i.failure_type, i.retryable, i.rule,
-			i.http_status, i.error_code, i.message, i.recovery_action, nullif(i.decision, ''), i.delay_ms,
-			i.strategy, i.stop_reason, i.fallback, i.provider, i.model, i.error_name
-		FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::bigint[], $6::text[],
-		            $7::bool[], $8::text[], $9::int[], $10::text[], $11::text[], $12::text[], $13::text[],
-		            $14::bigint[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[],
-		            $20::text[])
-		     AS i(context_id, tenant, attempt, at, duration_ms, failure_type, retryable, rule,
-		          http_status, error_code, message, recovery_action, decision, delay_ms, strategy,
-		          stop_reason, fallback, provider, model, error_name)
+	// tenant. It is the fast path: an attempt already recorded fails the
+	// whole statement with a unique violation, and the batch is written
+	// again with insertAttemptsAgainSQL. Checking for conflicts row by row
+	// (ON CONFLICT) and returning the rows inserted cost a third of the
+	// insert, for a case that only a client recording an attempt again meets.
+	insertAttemptsSQL = insertAttempts(1) + `
 		WHERE EXISTS (SELECT 1 FROM retry_contexts c WHERE c.id = i.context_id AND c.tenant = i.tenant)`
 
 	// insertAttemptsAgainSQL is insertAttemptsSQL for a batch that holds an
 	// attempt already recorded: it skips those and returns the attempts it
 	// inserted.
-	insertAttemptsAgainSQL = insertAttemptsSQL + `
+	insertAttemptsAgainSQL = insertAttemptsSQL + onConflictReturning
+
+	// ensureAndInsertSQL is insertAttemptsSQL beginning the contexts in
+	// $1..$9 first (ON CONFLICT DO NOTHING: a context that exists is left as
+	// it is).
+	ensureAndInsertSQL = `
+		WITH ens AS (
+			INSERT INTO retry_contexts (id, tenant, agent, provider, model, operation, profile, labels, started_at)
+			SELECT id, tenant, agent, provider, model, operation, profile, labels::jsonb, started_at
+			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+			            $8::text[], $9::timestamptz[])
+			     AS t(id, tenant, agent, provider, model, operation, profile, labels, started_at)
+			ON CONFLICT (id) DO NOTHING
+			RETURNING id, tenant)` + insertAttempts(10) + `
+		WHERE coalesce((SELECT c.tenant FROM retry_contexts c WHERE c.id = i.context_id),
+		               (SELECT e.tenant FROM ens e WHERE e.id = i.context_id)) = i.tenant`
+
+	// ensureAndInsertAgainSQL is ensureAndInsertSQL skipping the attempts
+	// already recorded, returning those it inserted.
+	ensureAndInsertAgainSQL = ensureAndInsertSQL + onConflictReturning
+)
+
+const (
+	onConflictReturning = `
 		ON CONFLICT (context_id, attempt) DO NOTHING
 		RETURNING context_id::text, attempt`
 
@@ -344,6 +353,28 @@ const (
 		WHERE EXISTS (SELECT 1 FROM retry_contexts c WHERE c.id = i.id AND c.tenant = i.tenant)`
 )
 
+// insertAttempts is the attempts' INSERT ... SELECT from the 20 arrays
+// starting at parameter $first, without its WHERE.
+func insertAttempts(first int) string {
+	types := []string{"uuid", "text", "int", "timestamptz", "bigint", "text", "bool", "text", "int", "text", "text",
+		"text", "text", "bigint", "text", "text", "text", "text", "text", "text"}
+	params := make([]string, len(types))
+	for i, t := range types {
+		params[i] = fmt.Sprintf("$%d::%s[]", first+i, t)
+	}
+	return `
+		INSERT INTO retry_attempts (context_id, tenant, attempt, at, duration_ms, failure_type, retryable, rule,
+			http_status, error_code, message, recovery_action, decision, delay_ms, strategy, stop_reason,
+			fallback, provider, model, error_name)
+		SELECT i.context_id, i.tenant, i.attempt, i.at, i.duration_ms, i.failure_type, i.retryable, i.rule,
+			i.http_status, i.error_code, i.message, i.recovery_action, nullif(i.decision, ''), i.delay_ms,
+			i.strategy, i.stop_reason, i.fallback, i.provider, i.model, i.error_name
+		FROM unnest(` + strings.Join(params, ", ") + `)
+		     AS i(context_id, tenant, attempt, at, duration_ms, failure_type, retryable, rule,
+		          http_status, error_code, message, recovery_action, decision, delay_ms, strategy,
+		          stop_reason, fallback, provider, model, error_name)`
+}
+
 // insertedKey identifies an attempt the database reported inserted.
 type insertedKey struct {
 	contextID string
@@ -351,112 +382,47 @@ type insertedKey struct {
 }
 
 // writeRows is the transaction: ensure the contexts and insert the attempts
-// whose context belongs to their tenant, in one pipelined round trip that
-// commits at its end. again selects insertAttemptsAgainSQL (see
+// whose context belongs to their tenant, in one statement that commits
+// before it answers. again selects the ...AgainSQL statements (see
 // insertAttemptsSQL). Only a batch in which some attempt was not inserted
-// (rare: another tenant's context, or a repeat) costs a second, read-only
-// query. A batch that meets an attempt already recorded without again
-// fails with a unique violation (isUniqueViolation).
+// (rare: another tenant's context, a repeat, or a context another writer
+// began at the same moment) costs more statements. A batch that meets an
+// attempt already recorded without again fails with a unique violation
+// (isUniqueViolation).
 func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context, again bool) ([]result, error) {
-	var (
-		n = len(ensure)
-
-		cID, cTenant, cAgent, cProvider, cModel, cOperation, cProfile, cLabels = make([]string, n),
-			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n),
-			make([]string, n), make([]string, n)
-		cStarted = make([]time.Time, n)
-	)
-	for i, c := range ensure {
-		cID[i], cTenant[i], cAgent[i], cProvider[i], cModel[i] = c.ID, c.Tenant, c.Agent, c.Provider, c.Model
-		cOperation[i], cProfile[i], cLabels[i], cStarted[i] = c.Operation, c.Profile, labelsJSON(c.Labels), c.StartedAt
-	}
-
-	m := len(rows)
-	var (
-		aID, aTenant, aFailureType, aRule, aErrorCode, aMessage, aRecovery, aDecision = make([]string, m),
-			make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m),
-			make([]string, m), make([]string, m)
-		aStrategy, aStopReason, aFallback, aProvider, aModel, aErrorName = make([]string, m), make([]string, m),
-			make([]string, m), make([]string, m), make([]string, m), make([]string, m)
-		aAttempt, aStatus     = make([]int32, m), make([]int32, m)
-		aAt                   = make([]time.Time, m)
-		aDurationMS, aDelayMS = make([]int64, m), make([]int64, m)
-		aRetryable            = make([]bool, m)
-	)
-	// Attempts go in (context, attempt) order, so that two writers (two
-	// replicas) inserting the same attempts lock index entries in one order.
-	sorted := slices.Clone(rows)
-	slices.SortFunc(sorted, func(x, y *pending) int {
-		if c := strings.Compare(x.attempt.ContextID, y.attempt.ContextID); c != 0 {
-			return c
-		}
-		return x.attempt.Attempt - y.attempt.Attempt
-	})
-	for i, p := range sorted {
-		a := p.attempt
-		aID[i], aTenant[i], aAttempt[i], aAt[i] = a.ContextID, p.tenant, int32(a.Attempt), a.At
-		aDurationMS[i], aFailureType[i], aRetryable[i], aRule[i] = a.Duration.Milliseconds(), a.FailureType, a.Retryable, a.Rule
-		aStatus[i], aErrorCode[i], aMessage[i], aRecovery[i] = int32(a.HTTPStatus), a.ErrorCode, a.Message, a.RecoveryAction
-		aDecision[i], aDelayMS[i], aStrategy[i], aStopReason[i] = a.Decision, a.Delay.Milliseconds(), a.Strategy, a.StopReason
-		aFallback[i], aProvider[i], aModel[i], aErrorName[i] = a.Fallback, a.Provider, a.Model, a.ErrorName
-	}
-
-	b := &pgx.Batch{}
+	n, m := len(ensure), len(rows)
+	args := attemptArgs(rows)
 	if n > 0 {
-		b.Queue(ensureContextsSQL, cID, cTenant, cAgent, cProvider, cModel, cOperation, cProfile, cLabels, cStarted)
+		args = append(contextArgs(ensure), args...)
 	}
-	insertSQL := insertAttemptsSQL
-	if again {
-		insertSQL = insertAttemptsAgainSQL
+	var sql string
+	switch {
+	case n > 0 && again:
+		sql = ensureAndInsertAgainSQL
+	case n > 0:
+		sql = ensureAndInsertSQL
+	case again:
+		sql = insertAttemptsAgainSQL
+	default:
+		sql = insertAttemptsSQL
 	}
-	b.Queue(insertSQL, aID, aTenant, aAttempt, aAt, aDurationMS, aFailureType, aRetryable, aRule, aStatus,
-		aErrorCode, aMessage, aRecovery, aDecision, aDelayMS, aStrategy, aStopReason, aFallback, aProvider, aModel,
-		aErrorName)
-	// Without BEGIN and COMMIT, the batch is one implicit transaction that
-	// commits when PostgreSQL reaches its end: Close returns only after that
-	// commit (or its failure), so no caller is answered before it.
-	br := s.writePool.SendBatch(ctx, b)
-	if n > 0 {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return nil, fmt.Errorf("ensure contexts: %w", err)
-		}
-	}
+	// One statement outside a transaction block commits before its answer
+	// comes back, so no caller is answered before the commit.
 	// inserted is nil when every attempt that found its context was
 	// inserted (the fast path: it fails on any repeat).
 	var inserted map[insertedKey]bool
 	allKnown := true
 	if !again {
-		tag, err := br.Exec()
+		tag, err := s.writePool.Exec(ctx, sql, args...)
 		if err != nil {
-			_ = br.Close()
 			return nil, fmt.Errorf("insert attempts: %w", err)
 		}
 		allKnown = tag.RowsAffected() == int64(m)
 	} else {
-		inserted = make(map[insertedKey]bool, m)
-		qrows, err := br.Query()
-		if err != nil {
-			_ = br.Close()
-			return nil, fmt.Errorf("insert attempts: %w", err)
+		var err error
+		if inserted, err = s.insertReturning(ctx, sql, args); err != nil {
+			return nil, err
 		}
-		for qrows.Next() {
-			var k insertedKey
-			if err := qrows.Scan(&k.contextID, &k.attempt); err != nil {
-				qrows.Close()
-				_ = br.Close()
-				return nil, fmt.Errorf("insert attempts: %w", err)
-			}
-			inserted[k] = true
-		}
-		qrows.Close()
-		if err := qrows.Err(); err != nil {
-			_ = br.Close()
-			return nil, fmt.Errorf("insert attempts: %w", err)
-		}
-	}
-	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("commit attempts: %w", err)
 	}
 
 	results := make([]result, m)
@@ -492,15 +458,111 @@ func (s *Store) writeRows(ctx context.Context, rows []*pending, ensure []Context
 		return nil, fmt.Errorf("check contexts: %w", err)
 	}
 	isKnown := make([]bool, len(missing))
+	var retry []*pending
 	for _, idx := range known {
 		if idx >= 1 && int(idx) <= len(missing) {
 			isKnown[idx-1] = true
+			retry = append(retry, rows[missing[idx-1]])
+		}
+	}
+	// An attempt whose context exists may still have been left out: when
+	// another writer (another replica) began the same context concurrently,
+	// the CTE's ON CONFLICT waited for its commit, but the statement's
+	// snapshot predates that row. Insert those attempts again, skipping
+	// the ones that are there: rows already inserted by this batch (fast
+	// path) or recorded before (again).
+	var retried map[insertedKey]bool
+	if len(retry) > 0 {
+		if retried, err = s.insertReturning(ctx, insertAttemptsAgainSQL, attemptArgs(retry)); err != nil {
+			return nil, err
 		}
 	}
 	for j, i := range missing {
-		if !isKnown[j] {
+		k := insertedKey{rows[i].attempt.ContextID, int32(rows[i].attempt.Attempt)}
+		switch {
+		case !isKnown[j]:
 			results[i] = result{err: fmt.Errorf("context %s: %w", ids[j], ErrNotFound)}
+		case retried[k]:
+			results[i].inserted = true
+		default:
+			// Not inserted now: the fast path inserted it (it would have
+			// failed on a repeat), or, written again, it was a repeat.
+			results[i].inserted = inserted == nil
 		}
 	}
 	return results, nil
+}
+
+// insertReturning runs one of the ...AgainSQL statements and returns the
+// attempts it inserted.
+func (s *Store) insertReturning(ctx context.Context, sql string, args []any) (map[insertedKey]bool, error) {
+	qrows, err := s.writePool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("insert attempts: %w", err)
+	}
+	defer qrows.Close()
+	inserted := make(map[insertedKey]bool)
+	for qrows.Next() {
+		var k insertedKey
+		if err := qrows.Scan(&k.contextID, &k.attempt); err != nil {
+			return nil, fmt.Errorf("insert attempts: %w", err)
+		}
+		inserted[k] = true
+	}
+	if err := qrows.Err(); err != nil {
+		return nil, fmt.Errorf("insert attempts: %w", err)
+	}
+	return inserted, nil
+}
+
+// contextArgs are the 9 arrays of ensureAndInsertSQL's contexts.
+func contextArgs(ensure []Context) []any {
+	n := len(ensure)
+	var (
+		cID, cTenant, cAgent, cProvider, cModel, cOperation, cProfile, cLabels = make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n)
+		cStarted = make([]time.Time, n)
+	)
+	for i, c := range ensure {
+		cID[i], cTenant[i], cAgent[i], cProvider[i], cModel[i] = c.ID, c.Tenant, c.Agent, c.Provider, c.Model
+		cOperation[i], cProfile[i], cLabels[i], cStarted[i] = c.Operation, c.Profile, labelsJSON(c.Labels), c.StartedAt
+	}
+	return []any{cID, cTenant, cAgent, cProvider, cModel, cOperation, cProfile, cLabels, cStarted}
+}
+
+// attemptArgs are the 20 arrays of the attempts' INSERT, in (context,
+// attempt) order, so that two writers (two replicas) inserting the same
+// attempts lock index entries in one order.
+func attemptArgs(rows []*pending) []any {
+	m := len(rows)
+	var (
+		aID, aTenant, aFailureType, aRule, aErrorCode, aMessage, aRecovery, aDecision = make([]string, m),
+			make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m),
+			make([]string, m), make([]string, m)
+		aStrategy, aStopReason, aFallback, aProvider, aModel, aErrorName = make([]string, m), make([]string, m),
+			make([]string, m), make([]string, m), make([]string, m), make([]string, m)
+		aAttempt, aStatus     = make([]int32, m), make([]int32, m)
+		aAt                   = make([]time.Time, m)
+		aDurationMS, aDelayMS = make([]int64, m), make([]int64, m)
+		aRetryable            = make([]bool, m)
+	)
+	sorted := slices.Clone(rows)
+	slices.SortFunc(sorted, func(x, y *pending) int {
+		if c := strings.Compare(x.attempt.ContextID, y.attempt.ContextID); c != 0 {
+			return c
+		}
+		return x.attempt.Attempt - y.attempt.Attempt
+	})
+	for i, p := range sorted {
+		a := p.attempt
+		aID[i], aTenant[i], aAttempt[i], aAt[i] = a.ContextID, p.tenant, int32(a.Attempt), a.At
+		aDurationMS[i], aFailureType[i], aRetryable[i], aRule[i] = a.Duration.Milliseconds(), a.FailureType, a.Retryable, a.Rule
+		aStatus[i], aErrorCode[i], aMessage[i], aRecovery[i] = int32(a.HTTPStatus), a.ErrorCode, a.Message, a.RecoveryAction
+		aDecision[i], aDelayMS[i], aStrategy[i], aStopReason[i] = a.Decision, a.Delay.Milliseconds(), a.Strategy, a.StopReason
+		aFallback[i], aProvider[i], aModel[i], aErrorName[i] = a.Fallback, a.Provider, a.Model, a.ErrorName
+	}
+	return []any{aID, aTenant, aAttempt, aAt, aDurationMS, aFailureType, aRetryable, aRule, aStatus,
+		aErrorCode, aMessage, aRecovery, aDecision, aDelayMS, aStrategy, aStopReason, aFallback, aProvider, aModel,
+		aErrorName}
 }

@@ -2,6 +2,7 @@ package journal_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,6 +140,46 @@ func TestRowsCarryTheTenant(t *testing.T) {
 		}
 		if tenant != "acme" {
 			t.Errorf("%s.tenant = %q, want acme", table, tenant)
+		}
+	}
+}
+
+// TestTwoStoresBeginTheSameContext: two stores (two replicas) record
+// attempts of the same new context at the same moment, each beginning it.
+// The one whose statement waits for the other's context row cannot see that
+// row in its own snapshot; its attempt must still be written and reported
+// inserted.
+func TestTwoStoresBeginTheSameContext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := journaltest.DatabaseURL(t)
+	a, b := openStoreAt(t, url), openStoreAt(t, url)
+	const contexts = 200
+	ids := make([]string, contexts)
+	for i := range ids {
+		ids[i] = uuid.NewString()
+	}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		start := make(chan struct{})
+		for n, s := range []*journal.Store{a, b} {
+			wg.Go(func() {
+				<-start
+				ok, err := s.Record(ctx, "acme", journal.Attempt{ContextID: id, Attempt: n + 1, FailureType: "RATE_LIMIT"},
+					journal.Context{Provider: "openai"})
+				if err != nil || !ok {
+					t.Errorf("context %s attempt %d: inserted %v, error %v; want inserted", id, n+1, ok, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+	}
+	for _, id := range ids {
+		_, attempts, err := a.GetContext(ctx, "acme", id)
+		wantErr(t, err, nil)
+		if len(attempts) != 2 {
+			t.Errorf("context %s has %d attempts, want 2", id, len(attempts))
 		}
 	}
 }
