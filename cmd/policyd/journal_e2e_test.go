@@ -99,12 +99,14 @@ func TestMigrateAndPruneCommandsE2E(t *testing.T) {
 
 // --journal-message-chars bounds the stored message: a daemon keeping 64
 // characters stores a 200-character message cut to 64; a value out of range
-// is refused naming the flag.
+// (or of --journal-copy-min-rows) is refused naming the flag.
 func TestServeJournalMessageCharsE2E(t *testing.T) {
 	t.Parallel()
 	bin := policydBinary(t)
 	runCommand(t, bin, "", []string{"serve", "--listen", "127.0.0.1:0", "--database-url", "postgres://127.0.0.1:1/none",
 		"--journal-message-chars", "10"}, 2, "", "--journal-message-chars")
+	runCommand(t, bin, "", []string{"serve", "--listen", "127.0.0.1:0", "--database-url", "postgres://127.0.0.1:1/none",
+		"--journal-copy-min-rows", "-1"}, 2, "", "--journal-copy-min-rows")
 
 	grpcurl := grpcurlBinary(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)

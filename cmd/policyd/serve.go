@@ -141,6 +141,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	batchWindow := fs.Duration("journal-batch-window", journal.DefaultBatchWindow,
 		"how long the journal writer waits for concurrent records to share a commit; 0 commits what is queued at once")
 	writers := fs.Int("journal-writers", journal.DefaultWriters, "concurrent journal writers (each commits its own batches)")
+	copyMinRows := fs.Int("journal-copy-min-rows", journal.DefaultCopyMinRows,
+		"write a batch of at least this many attempts with COPY instead of one INSERT; 0: never")
 	messageChars := fs.Int("journal-message-chars", journal.DefaultMessageChars,
 		fmt.Sprintf("characters of each attempt's error message the journal keeps (%d..%d); longer ones are cut", journal.MinMessageChars, journal.MaxMessageChars))
 	metricsListen := fs.String("metrics-listen", os.Getenv("POLICYD_METRICS_LISTEN"),
@@ -192,11 +194,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *batchWindow < 0 || *writers < 1 {
 			return usageErrorf("serve: --journal-batch-window must be ≥ 0 and --journal-writers ≥ 1")
 		}
+		if *copyMinRows < 0 {
+			return usageErrorf("serve: --journal-copy-min-rows must be ≥ 0, got %d", *copyMinRows)
+		}
 		if *messageChars < journal.MinMessageChars || *messageChars > journal.MaxMessageChars {
 			return usageErrorf("serve: --journal-message-chars must be %d..%d, got %d", journal.MinMessageChars, journal.MaxMessageChars, *messageChars)
 		}
 		jOpts = append(jOpts, journal.WithBatchWindow(*batchWindow), journal.WithWriters(*writers),
-			journal.WithMessageChars(*messageChars))
+			journal.WithMessageChars(*messageChars), journal.WithCopyMinRows(*copyMinRows))
 		store, err = openJournal(ctx, *databaseURL, logger, jOpts...)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)

@@ -147,6 +147,16 @@ func TestRecordConcurrently(t *testing.T) {
 			recordConcurrently(t, openStore(t, journal.WithWriters(writers)))
 		})
 	}
+	// Every batch with COPY, repeats (two goroutines record each attempt)
+	// falling back to the INSERT that skips them.
+	t.Run("copy", func(t *testing.T) {
+		t.Parallel()
+		s := openStore(t, journal.WithCopyMinRows(1), journal.WithBatchWindow(2*time.Millisecond))
+		recordConcurrently(t, s)
+		if journal.Copies(s) == 0 {
+			t.Error("no batch was written with COPY")
+		}
+	})
 }
 
 func recordConcurrently(t *testing.T, s *journal.Store) {

@@ -18,3 +18,6 @@ func WithPruneBatch(n int) Option {
 func WithExchangePingInterval(d time.Duration) ExchangeOption {
 	return func(c *exchangeConfig) { c.pingEvery = d }
 }
+
+// Copies returns how many batches the store wrote with COPY.
+func Copies(s *Store) int64 { return s.copies.Load() }

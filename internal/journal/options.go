@@ -27,6 +27,7 @@ type config struct {
 	healthInterval time.Duration
 	writers        int
 	messageChars   int
+	copyMinRows    int
 	observer       Observer
 	// pruneBatch is how many contexts one Prune statement deletes: each
 	// statement is its own short transaction, so pruning a large journal
@@ -45,6 +46,7 @@ func defaultConfig() config {
 		pruneBatch:     10000,
 		writers:        DefaultWriters,
 		messageChars:   DefaultMessageChars,
+		copyMinRows:    DefaultCopyMinRows,
 		observer:       nopObserver{},
 	}
 }
@@ -158,6 +160,19 @@ func WithMessageChars(n int) Option {
 	return func(c *config) {
 		if n >= MinMessageChars && n <= MaxMessageChars {
 			c.messageChars = n
+		}
+	}
+}
+
+// WithCopyMinRows sets from how many attempts on a batch is written with
+// COPY instead of one INSERT statement; 0 never uses COPY. COPY costs
+// PostgreSQL less per row but takes three round trips instead of one
+// (docs/benchmarks.md has the measurements behind the default). Negative
+// values are ignored.
+func WithCopyMinRows(n int) Option {
+	return func(c *config) {
+		if n >= 0 {
+			c.copyMinRows = n
 		}
 	}
 }

@@ -31,6 +31,7 @@ type Store struct {
 	queues []chan *pending // one per writer; a context always goes to the same one
 
 	healthy   atomic.Bool
+	copies    atomic.Int64 // batches written with COPY (tests check the path is taken)
 	lastErrMu sync.Mutex
 	lastErr   error
 

@@ -238,7 +238,7 @@ func (s *Store) writeRowsRetrying(rows []*pending, ensure []Context) ([]result, 
 	again := false
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeoutCause(context.Background(), s.cfg.timeout, errOpTimeout)
-		results, err := s.writeRows(ctx, rows, ensure, again)
+		results, err := s.write(ctx, rows, ensure, again)
 		if err != nil && !again && isUniqueViolation(err) {
 			// An attempt recorded before: the batch rolled back whole;
 			// write it again, skipping repeats. Not a try.
@@ -253,6 +253,19 @@ func (s *Store) writeRowsRetrying(rows []*pending, ensure []Context) ([]result, 
 			return results, err
 		}
 	}
+}
+
+// write writes the rows with COPY when there are enough of them for it to
+// pay (WithCopyMinRows) and none is known to be a repeat, else with
+// writeRows' single statement.
+func (s *Store) write(ctx context.Context, rows []*pending, ensure []Context, again bool) ([]result, error) {
+	if !again && s.cfg.copyMinRows > 0 && len(rows) >= s.cfg.copyMinRows {
+		results, ok, err := s.writeRowsCopy(ctx, rows, ensure)
+		if ok || err != nil {
+			return results, err
+		}
+	}
+	return s.writeRows(ctx, rows, ensure, again)
 }
 
 // rewriteForgotten writes again, this time beginning their contexts, the

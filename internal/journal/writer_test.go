@@ -29,54 +29,79 @@ func attemptRows(t *testing.T, url, id string) int {
 	return n
 }
 
+// writePaths runs test under both of the writers' paths: the single
+// INSERT statement (COPY off) and COPY for every batch, checking that the
+// second took COPY.
+func writePaths(t *testing.T, test func(t *testing.T, opts ...journal.Option) *journal.Store) {
+	t.Helper()
+	t.Run("insert", func(t *testing.T) {
+		t.Parallel()
+		if s := test(t, journal.WithCopyMinRows(0)); journal.Copies(s) != 0 {
+			t.Errorf("%d batches written with COPY, want none", journal.Copies(s))
+		}
+	})
+	t.Run("copy", func(t *testing.T) {
+		t.Parallel()
+		if s := test(t, journal.WithCopyMinRows(1)); journal.Copies(s) == 0 {
+			t.Error("no batch was written with COPY")
+		}
+	})
+}
+
 // A writer remembers the contexts it has written and stops asking
 // PostgreSQL to begin them; when one of them was pruned meanwhile, the next
 // attempt still begins it again, as Record promises.
 func TestRecordAfterItsContextWasPruned(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	clk := newClock(t0)
-	url := journaltest.DatabaseURL(t)
-	s := openStoreAt(t, url, journal.WithClock(clk.Now), journal.WithWriters(1))
-	id := uuid.NewString()
-	ensure := journal.Context{Provider: "openai"}
-	if _, err := s.Record(ctx, "acme", journal.Attempt{ContextID: id, Attempt: 1}, ensure); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := s.Prune(ctx, t0.Add(time.Hour)); err != nil || n != 1 {
-		t.Fatalf("Prune = %d, %v; want 1 context deleted", n, err)
-	}
-	if got := attemptRows(t, url, id); got != 0 {
-		t.Fatalf("after Prune the context has %d attempt rows, want 0: Prune must delete attempts itself", got)
-	}
-	clk.Set(t0.Add(2 * time.Hour))
-	inserted, err := s.Record(ctx, "acme", journal.Attempt{ContextID: id, Attempt: 2}, ensure)
-	wantErr(t, err, nil)
-	if !inserted {
-		t.Fatal("inserted = false for the first attempt after the context was pruned")
-	}
-	c, attempts, err := s.GetContext(ctx, "acme", id)
-	wantErr(t, err, nil)
-	if c.Provider != "openai" || len(attempts) != 1 || attempts[0].Attempt != 2 || c.AttemptCount != 2 {
-		t.Fatalf("context %+v with attempts %+v, want the context begun again with attempt #2", c, attempts)
-	}
+	writePaths(t, func(t *testing.T, opts ...journal.Option) *journal.Store {
+		ctx := context.Background()
+		clk := newClock(t0)
+		url := journaltest.DatabaseURL(t)
+		s := openStoreAt(t, url, append(opts, journal.WithClock(clk.Now), journal.WithWriters(1))...)
+		id := uuid.NewString()
+		ensure := journal.Context{Provider: "openai"}
+		if _, err := s.Record(ctx, "acme", journal.Attempt{ContextID: id, Attempt: 1}, ensure); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.Prune(ctx, t0.Add(time.Hour)); err != nil || n != 1 {
+			t.Fatalf("Prune = %d, %v; want 1 context deleted", n, err)
+		}
+		if got := attemptRows(t, url, id); got != 0 {
+			t.Fatalf("after Prune the context has %d attempt rows, want 0: Prune must delete attempts itself", got)
+		}
+		clk.Set(t0.Add(2 * time.Hour))
+		inserted, err := s.Record(ctx, "acme", journal.Attempt{ContextID: id, Attempt: 2}, ensure)
+		wantErr(t, err, nil)
+		if !inserted {
+			t.Fatal("inserted = false for the first attempt after the context was pruned")
+		}
+		c, attempts, err := s.GetContext(ctx, "acme", id)
+		wantErr(t, err, nil)
+		if c.Provider != "openai" || len(attempts) != 1 || attempts[0].Attempt != 2 || c.AttemptCount != 2 {
+			t.Fatalf("context %+v with attempts %+v, want the context begun again with attempt #2", c, attempts)
+		}
+		return s
+	})
 }
 
 // A writer that knows a context under one tenant still refuses another
 // tenant's attempt on it, and does not learn the wrong tenant.
 func TestRecordKnownContextOtherTenant(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s := openStore(t, journal.WithWriters(1))
-	id := uuid.NewString()
-	record(t, s, "acme", journal.Attempt{ContextID: id, Attempt: 1})
-	for range 2 { // the second time the writer has seen the refusal
-		_, err := s.Record(ctx, "other", journal.Attempt{ContextID: id, Attempt: 2}, journal.Context{})
-		wantErr(t, err, journal.ErrNotFound)
-	}
-	if !record(t, s, "acme", journal.Attempt{ContextID: id, Attempt: 2}) {
-		t.Fatal("the owner's attempt #2 was not inserted")
-	}
+	writePaths(t, func(t *testing.T, opts ...journal.Option) *journal.Store {
+		ctx := context.Background()
+		s := openStore(t, append(opts, journal.WithWriters(1))...)
+		id := uuid.NewString()
+		record(t, s, "acme", journal.Attempt{ContextID: id, Attempt: 1})
+		for range 2 { // the second time the writer has seen the refusal
+			_, err := s.Record(ctx, "other", journal.Attempt{ContextID: id, Attempt: 2}, journal.Context{})
+			wantErr(t, err, journal.ErrNotFound)
+		}
+		if !record(t, s, "acme", journal.Attempt{ContextID: id, Attempt: 2}) {
+			t.Fatal("the owner's attempt #2 was not inserted")
+		}
+		return s
+	})
 }
 
 // Prune also deletes attempts whose context is gone (recorded while Prune
@@ -151,35 +176,38 @@ func TestRowsCarryTheTenant(t *testing.T) {
 // inserted.
 func TestTwoStoresBeginTheSameContext(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	url := journaltest.DatabaseURL(t)
-	a, b := openStoreAt(t, url), openStoreAt(t, url)
-	const contexts = 200
-	ids := make([]string, contexts)
-	for i := range ids {
-		ids[i] = uuid.NewString()
-	}
-	var wg sync.WaitGroup
-	for _, id := range ids {
-		start := make(chan struct{})
-		for n, s := range []*journal.Store{a, b} {
-			wg.Go(func() {
-				<-start
-				ok, err := s.Record(ctx, "acme", journal.Attempt{ContextID: id, Attempt: n + 1, FailureType: "RATE_LIMIT"},
-					journal.Context{Provider: "openai"})
-				if err != nil || !ok {
-					t.Errorf("context %s attempt %d: inserted %v, error %v; want inserted", id, n+1, ok, err)
-				}
-			})
+	writePaths(t, func(t *testing.T, opts ...journal.Option) *journal.Store {
+		ctx := context.Background()
+		url := journaltest.DatabaseURL(t)
+		a, b := openStoreAt(t, url, opts...), openStoreAt(t, url, opts...)
+		const contexts = 200
+		ids := make([]string, contexts)
+		for i := range ids {
+			ids[i] = uuid.NewString()
 		}
-		close(start)
-		wg.Wait()
-	}
-	for _, id := range ids {
-		_, attempts, err := a.GetContext(ctx, "acme", id)
-		wantErr(t, err, nil)
-		if len(attempts) != 2 {
-			t.Errorf("context %s has %d attempts, want 2", id, len(attempts))
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			start := make(chan struct{})
+			for n, s := range []*journal.Store{a, b} {
+				wg.Go(func() {
+					<-start
+					ok, err := s.Record(ctx, "acme", journal.Attempt{ContextID: id, Attempt: n + 1, FailureType: "RATE_LIMIT"},
+						journal.Context{Provider: "openai"})
+					if err != nil || !ok {
+						t.Errorf("context %s attempt %d: inserted %v, error %v; want inserted", id, n+1, ok, err)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
 		}
-	}
+		for _, id := range ids {
+			_, attempts, err := a.GetContext(ctx, "acme", id)
+			wantErr(t, err, nil)
+			if len(attempts) != 2 {
+				t.Errorf("context %s has %d attempts, want 2", id, len(attempts))
+			}
+		}
+		return a
+	})
 }
