@@ -338,13 +338,7 @@ var (
 	// $1..$9 first (ON CONFLICT DO NOTHING: a context that exists is left as
 	// it is).
 	ensureAndInsertSQL = `
-		WITH ens AS (
-			INSERT INTO retry_contexts (id, tenant, agent, provider, model, operation, profile, labels, started_at)
-			SELECT id, tenant, agent, provider, model, operation, profile, labels::jsonb, started_at
-			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-			            $8::text[], $9::timestamptz[])
-			     AS t(id, tenant, agent, provider, model, operation, profile, labels, started_at)
-			ON CONFLICT (id) DO NOTHING
+		WITH ens AS (` + ensureContextsSQL + `
 			RETURNING id, tenant)` + insertAttempts(10) + `
 		WHERE coalesce((SELECT c.tenant FROM retry_contexts c WHERE c.id = i.context_id),
 		               (SELECT e.tenant FROM ens e WHERE e.id = i.context_id)) = i.tenant`
@@ -355,6 +349,15 @@ var (
 )
 
 const (
+	// ensureContextsSQL begins the contexts in $1..$9 that do not exist yet.
+	ensureContextsSQL = `
+		INSERT INTO retry_contexts (id, tenant, agent, provider, model, operation, profile, labels, started_at)
+		SELECT id, tenant, agent, provider, model, operation, profile, labels::jsonb, started_at
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+		            $8::text[], $9::timestamptz[])
+		     AS t(id, tenant, agent, provider, model, operation, profile, labels, started_at)
+		ON CONFLICT (id) DO NOTHING`
+
 	onConflictReturning = `
 		ON CONFLICT (context_id, attempt) DO NOTHING
 		RETURNING context_id::text, attempt`
@@ -560,14 +563,7 @@ func attemptArgs(rows []*pending) []any {
 		aDurationMS, aDelayMS = make([]int64, m), make([]int64, m)
 		aRetryable            = make([]bool, m)
 	)
-	sorted := slices.Clone(rows)
-	slices.SortFunc(sorted, func(x, y *pending) int {
-		if c := strings.Compare(x.attempt.ContextID, y.attempt.ContextID); c != 0 {
-			return c
-		}
-		return x.attempt.Attempt - y.attempt.Attempt
-	})
-	for i, p := range sorted {
+	for i, p := range inAttemptOrder(rows) {
 		a := p.attempt
 		aID[i], aTenant[i], aAttempt[i], aAt[i] = a.ContextID, p.tenant, int32(a.Attempt), a.At
 		aDurationMS[i], aFailureType[i], aRetryable[i], aRule[i] = a.Duration.Milliseconds(), a.FailureType, a.Retryable, a.Rule
@@ -578,4 +574,16 @@ func attemptArgs(rows []*pending) []any {
 	return []any{aID, aTenant, aAttempt, aAt, aDurationMS, aFailureType, aRetryable, aRule, aStatus,
 		aErrorCode, aMessage, aRecovery, aDecision, aDelayMS, aStrategy, aStopReason, aFallback, aProvider, aModel,
 		aErrorName}
+}
+
+// inAttemptOrder returns the rows sorted by (context, attempt).
+func inAttemptOrder(rows []*pending) []*pending {
+	sorted := slices.Clone(rows)
+	slices.SortFunc(sorted, func(x, y *pending) int {
+		if c := strings.Compare(x.attempt.ContextID, y.attempt.ContextID); c != 0 {
+			return c
+		}
+		return x.attempt.Attempt - y.attempt.Attempt
+	})
+	return sorted
 }

@@ -3,8 +3,6 @@ package journal
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -18,16 +16,6 @@ var copyColumns = []string{"context_id", "tenant", "attempt", "at", "duration_ms
 	"stop_reason", "fallback", "provider", "model", "error_name"}
 
 const (
-	// ensureContextsSQL is ensureAndInsertSQL's CTE alone: the COPY path
-	// begins the contexts first, in its own transaction.
-	ensureContextsSQL = `
-		INSERT INTO retry_contexts (id, tenant, agent, provider, model, operation, profile, labels, started_at)
-		SELECT id, tenant, agent, provider, model, operation, profile, labels::jsonb, started_at
-		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-		            $8::text[], $9::timestamptz[])
-		     AS t(id, tenant, agent, provider, model, operation, profile, labels, started_at)
-		ON CONFLICT (id) DO NOTHING`
-
 	// strangersSQL counts the (context, tenant) pairs whose context does not
 	// exist for the tenant.
 	strangersSQL = `
@@ -84,13 +72,7 @@ func (s *Store) writeRowsCopy(ctx context.Context, rows []*pending, ensure []Con
 		return nil, false, nil
 	}
 
-	sorted := slices.Clone(rows)
-	slices.SortFunc(sorted, func(x, y *pending) int {
-		if c := strings.Compare(x.attempt.ContextID, y.attempt.ContextID); c != 0 {
-			return c
-		}
-		return x.attempt.Attempt - y.attempt.Attempt
-	})
+	sorted := inAttemptOrder(rows)
 	if _, err := conn.CopyFrom(ctx, pgx.Identifier{"retry_attempts"}, copyColumns,
 		pgx.CopyFromSlice(len(sorted), func(i int) ([]any, error) { return copyRow(sorted[i]), nil })); err != nil {
 		return nil, false, fmt.Errorf("copy attempts: %w", err)
