@@ -44,7 +44,8 @@ type Call struct {
 
 	// ContextID is the journal's RetryContext id, a UUID; setting it
 	// journals the call whatever WithJournal says. Empty: the client makes
-	// one when the call is journaled.
+	// one, a time-ordered UUIDv7, when the call is journaled (prefer v7 for
+	// ids of your own too: see the README's Journal section).
 	ContextID string
 	// Agent names the agent in the journal; empty: the client's (WithAgent).
 	Agent string

@@ -480,7 +480,7 @@ func (r *run) gateError(v gateVerdict) *Error {
 func (r *run) giveUp(ctx context.Context, err error, f *Failure, attempt int, took time.Duration) error {
 	if r.journal {
 		if r.contextID == "" {
-			r.contextID = newUUID()
+			r.contextID = newContextID()
 		}
 		r.record(f, attempt, took, Decision{})
 	}

@@ -3,6 +3,7 @@ module github.com/policyd/policyd/clients/go
 go 1.26.0
 
 require (
+	github.com/google/uuid v1.6.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -76,6 +77,10 @@ func TestJournal(t *testing.T) {
 		var perr *policyd.Error
 		if !errors.As(err, &perr) || perr.ContextID == "" {
 			t.Fatalf("Do = %v, want a *policyd.Error naming its journal context", err)
+		}
+		// The client made the id: a time-ordered UUIDv7 (RFC 9562).
+		if u, err := uuid.Parse(perr.ContextID); err != nil || u.Version() != 7 || u.Variant() != uuid.RFC4122 {
+			t.Errorf("ContextID = %q, want a UUIDv7 made by the client", perr.ContextID)
 		}
 		got, err := journal.GetContext(ctx, &policydv1.GetContextRequest{ContextId: perr.ContextID})
 		if err != nil {

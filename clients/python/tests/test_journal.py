@@ -74,6 +74,7 @@ def test_failed_run_has_an_error_report(jclient: Client, server: FakeServer) -> 
         jclient.call(get_text(url), provider="web", operation="web_fetch")
     cid = info.value.context_id
     assert cid is not None
+    assert uuid.UUID(cid).version == 7  # the client made it: a time-ordered UUIDv7
     got = context(jclient, cid)
     assert got.context.outcome == journal_pb2.OUTCOME_FAILED
     assert [a.failure_type for a in got.attempts] == [policy_pb2.FAILURE_TYPE_AUTH_INVALID]

@@ -41,4 +41,5 @@ def test_wheel_carries_py_typed_and_the_generated_stubs(tmp_path: Path) -> None:
     text = zipfile.ZipFile(wheel).read(meta).decode()
     assert "Requires-Dist: grpcio<2,>=1.85.1" in text
     assert "Requires-Dist: protobuf<8,>=7.35.1" in text
+    assert 'Requires-Dist: uuid6>=2025.0.1; python_version < "3.14"' in text
     assert "httpx" not in text.split("\n\n", 1)[0]  # not a runtime dependency

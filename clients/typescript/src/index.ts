@@ -38,7 +38,7 @@ export {
   type GateVerdict,
 } from "./gate.js";
 export { checkResponse, HttpError, type HttpErrorInit } from "./http_error.js";
-export type { JournalOutcome } from "./journal.js";
+export { type JournalOutcome, newContextId } from "./journal.js";
 export {
   type Attempt,
   type CallOptions,

@@ -42,7 +42,8 @@ describe("journal", { concurrency: true }, () => {
     );
 
     assert.ok(err instanceof PolicydError, String(err));
-    assert.match(err.contextId, /^[0-9a-f-]{36}$/);
+    // The client made the id: a time-ordered UUIDv7 (RFC 9562).
+    assert.match(err.contextId, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
     const { journal } = rawClients(addr);
     const got = await journal.getContext({ contextId: err.contextId });
     assert.equal(got.context?.outcome, Outcome.FAILED);

@@ -220,7 +220,7 @@ class Client:
         ``deadline`` bounds the whole call: seconds from now, a timedelta or a
         datetime. Setting ``cancel`` stops a sleep at once and raises
         :class:`RetryCancelled`. With ``journal`` the attempts go into a
-        RetryContext (id ``context_id``, else a new UUID), begun at the first
+        RetryContext (id ``context_id``, else a new UUIDv7), begun at the first
         failure and finished RESOLVED (success, or a fallback that returned),
         FAILED (an error report is written) or ABANDONED (cancelled).
         """
