@@ -24,7 +24,9 @@ type Verdict struct {
 	StopUntil time.Time
 	StopWhy   string
 
-	Breaker    BreakerState
+	Breaker BreakerState
+	// OpenUntil is the end of the open period; once the breaker closed,
+	// the moment it closed (its slow start runs from it on every replica).
 	OpenUntil  time.Time
 	OpenPeriod time.Duration
 	OpenWhy    string

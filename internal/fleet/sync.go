@@ -398,8 +398,14 @@ type probeWant struct {
 }
 
 func verdictOf(b *Bucket) Verdict {
-	return Verdict{Key: b.key, HoldUntil: b.holdUntil, HoldSpan: b.holdSpan, StopUntil: b.stopUntil, StopWhy: b.stopWhy,
+	v := Verdict{Key: b.key, HoldUntil: b.holdUntil, HoldSpan: b.holdSpan, StopUntil: b.stopUntil, StopWhy: b.stopWhy,
 		Breaker: b.state, OpenUntil: b.openUntil, OpenPeriod: b.openPeriod, OpenWhy: b.openWhy, Version: b.version}
+	if b.state == Closed && !b.closedAt.IsZero() {
+		// A closed breaker's OpenUntil is when it closed: the others start
+		// their slow start from it, not from when they hear of the close.
+		v.OpenUntil = b.closedAt
+	}
+	return v
 }
 
 // outbox collects, under the lock, what this replica has to push.
@@ -548,7 +554,7 @@ func (b *Bucket) adoptBreaker(v Verdict, now time.Time) {
 	if v.Breaker == b.state && v.OpenUntil.Equal(b.openUntil) {
 		return
 	}
-	prev := b.state
+	prev, prevOpenUntil := b.state, b.openUntil
 	b.state, b.openUntil, b.openPeriod, b.openWhy = v.Breaker, v.OpenUntil, v.OpenPeriod, v.OpenWhy
 	b.probeOK, b.probeSlot = 0, time.Time{}
 	switch v.Breaker {
@@ -556,10 +562,20 @@ func (b *Bucket) adoptBreaker(v Verdict, now time.Time) {
 		b.halfOpenAt, b.nextProbe = v.OpenUntil, v.OpenUntil
 	case Closed:
 		if prev != Closed {
-			b.openPeriod, b.closedAt = 0, now
+			b.openPeriod = 0
 			b.window.reset()
 			b.successes.reset()
 			clear(b.clients)
+		}
+		// The slow start runs from the winner's close (verdictOf), as on
+		// one replica: counted from when this replica hears of it, its
+		// gates would admit less than the winner's for the whole ramp. A
+		// verdict whose OpenUntil is not after the open period this replica
+		// knows carries no close time (a replica before this change sent
+		// the open period's end): the ramp starts now.
+		b.closedAt = now
+		if v.OpenUntil.After(prevOpenUntil) && v.OpenUntil.Before(now) {
+			b.closedAt = v.OpenUntil
 		}
 	}
 }

@@ -4,6 +4,7 @@ package fleet_test
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -393,5 +394,48 @@ func TestSharedFleetSurvivesTheDatabase(t *testing.T) {
 	}
 	if !rs[0].s.Stats().Up {
 		t.Fatal("stats say down after a good round")
+	}
+}
+
+// A replica that hears of a close after the winner made it slow-starts
+// from the close, as the winner does, not from when it heard of it: the
+// gates of both admit the same share of first attempts.
+func TestSharedSlowStartRunsFromTheClose(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
+	rs := replicas(t, journaltest.DatabaseURL(t), 2, clk)
+	a, b := rs[0], rs[1]
+	for j := range 24 {
+		a.f.Decide(failure("c"+string(rune('0'+j%4)), serverError))
+	}
+	stepAll(t, rs)
+	if got := breakerOf(b.f); got != fleet.Open {
+		t.Fatalf("replica b: breaker %v, want open", got)
+	}
+	clk.advance(fleet.Defaults().Breaker.OpenFor + time.Millisecond)
+	for _, r := range rs {
+		r.f.Tick()
+	}
+	stepAll(t, rs)
+	if got := breakerOf(b.f); got != fleet.HalfOpen {
+		t.Fatalf("replica b: breaker %v, want half_open", got)
+	}
+
+	// Two probes succeed on a's streams: a closes; b hears of it 600 ms
+	// later (a lost notification, a slow round).
+	a.f.Report(fleet.Usage{Target: target, ClientID: "c0", Admitted: 2, Succeeded: 2})
+	if got := breakerOf(a.f); got != fleet.Closed {
+		t.Fatalf("replica a: breaker %v after 2 probe successes, want closed", got)
+	}
+	clk.advance(600 * time.Millisecond)
+	stepAll(t, rs)
+	if got := breakerOf(b.f); got != fleet.Closed {
+		t.Fatalf("replica b: breaker %v, want closed", got)
+	}
+	ss := fleet.Defaults().SlowStart
+	want := ss.From + (1-ss.From)*0.6/ss.Window.Seconds()
+	for _, r := range rs {
+		if got := r.f.Assign(target, "x").AdmitFraction; math.Abs(got-want) > 0.005 {
+			t.Errorf("replica %s: admit fraction %.3f 600 ms after the close, want %.3f (the slow start from the close)", r.f.Replica(), got, want)
+		}
 	}
 }
