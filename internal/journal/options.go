@@ -165,10 +165,11 @@ func WithMessageChars(n int) Option {
 }
 
 // WithCopyMinRows sets from how many attempts on a batch is written with
-// COPY instead of one INSERT statement; 0 never uses COPY. COPY costs
-// PostgreSQL less per row but takes three round trips instead of one
-// (docs/benchmarks.md has the measurements behind the default). Negative
-// values are ignored.
+// COPY instead of one INSERT statement; 0 (the default) never uses COPY.
+// COPY costs PostgreSQL less per row but takes three round trips instead
+// of one; on the machine measured it did not pay at any batch size the
+// writer makes (DefaultCopyMinRows). It may where PostgreSQL's CPU, not
+// the commit's latency, limits the journal. Negative values are ignored.
 func WithCopyMinRows(n int) Option {
 	return func(c *config) {
 		if n >= 0 {
