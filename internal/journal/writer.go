@@ -369,26 +369,42 @@ const (
 		WHERE EXISTS (SELECT 1 FROM retry_contexts c WHERE c.id = i.id AND c.tenant = i.tenant)`
 )
 
-// insertAttempts is the attempts' INSERT ... SELECT from the 20 arrays
-// starting at parameter $first, without its WHERE.
-func insertAttempts(first int) string {
-	types := []string{"uuid", "text", "int", "timestamptz", "bigint", "text", "bool", "text", "int", "text", "text",
-		"text", "text", "bigint", "text", "text", "text", "text", "text", "text"}
-	params := make([]string, len(types))
-	for i, t := range types {
-		params[i] = fmt.Sprintf("$%d::%s[]", first+i, t)
+// writtenColumns are the retry_attempts columns the writers fill, with
+// their types, in the order of attemptArgs' arrays and copyRow's values.
+var writtenColumns = []struct{ name, typ string }{
+	{"context_id", "uuid"}, {"tenant", "text"}, {"attempt", "int"}, {"at", "timestamptz"},
+	{"duration_ms", "bigint"}, {"failure_type", "text"}, {"retryable", "bool"}, {"rule", "text"},
+	{"http_status", "int"}, {"error_code", "text"}, {"message", "text"}, {"recovery_action", "text"},
+	{"decision", "text"}, {"delay_ms", "bigint"}, {"strategy", "text"}, {"stop_reason", "text"},
+	{"fallback", "text"}, {"provider", "text"}, {"model", "text"}, {"error_name", "text"},
+}
+
+// writtenColumnNames are writtenColumns' names.
+func writtenColumnNames() []string {
+	names := make([]string, len(writtenColumns))
+	for i, c := range writtenColumns {
+		names[i] = c.name
 	}
+	return names
+}
+
+// insertAttempts is the attempts' INSERT ... SELECT from the arrays of
+// writtenColumns starting at parameter $first, without its WHERE. An empty
+// decision is stored as NULL (no decision recorded).
+func insertAttempts(first int) string {
+	params, values := make([]string, len(writtenColumns)), make([]string, len(writtenColumns))
+	for i, c := range writtenColumns {
+		params[i] = fmt.Sprintf("$%d::%s[]", first+i, c.typ)
+		values[i] = "i." + c.name
+		if c.name == "decision" {
+			values[i] = "nullif(i.decision, '')"
+		}
+	}
+	names := strings.Join(writtenColumnNames(), ", ")
 	return `
-		INSERT INTO retry_attempts (context_id, tenant, attempt, at, duration_ms, failure_type, retryable, rule,
-			http_status, error_code, message, recovery_action, decision, delay_ms, strategy, stop_reason,
-			fallback, provider, model, error_name)
-		SELECT i.context_id, i.tenant, i.attempt, i.at, i.duration_ms, i.failure_type, i.retryable, i.rule,
-			i.http_status, i.error_code, i.message, i.recovery_action, nullif(i.decision, ''), i.delay_ms,
-			i.strategy, i.stop_reason, i.fallback, i.provider, i.model, i.error_name
-		FROM unnest(` + strings.Join(params, ", ") + `)
-		     AS i(context_id, tenant, attempt, at, duration_ms, failure_type, retryable, rule,
-		          http_status, error_code, message, recovery_action, decision, delay_ms, strategy,
-		          stop_reason, fallback, provider, model, error_name)`
+		INSERT INTO retry_attempts (` + names + `)
+		SELECT ` + strings.Join(values, ", ") + `
+		FROM unnest(` + strings.Join(params, ", ") + `) AS i(` + names + `)`
 }
 
 // insertedKey identifies an attempt the database reported inserted.
@@ -547,7 +563,7 @@ func contextArgs(ensure []Context) []any {
 	return []any{cID, cTenant, cAgent, cProvider, cModel, cOperation, cProfile, cLabels, cStarted}
 }
 
-// attemptArgs are the 20 arrays of the attempts' INSERT, in (context,
+// attemptArgs are the arrays of the attempts' INSERT (writtenColumns), in (context,
 // attempt) order, so that two writers (two replicas) inserting the same
 // attempts lock index entries in one order.
 func attemptArgs(rows []*pending) []any {

@@ -14,11 +14,6 @@ import (
 // the batch sizes the writer makes (docs/benchmarks.md).
 const DefaultCopyMinRows = 0
 
-// copyColumns are retry_attempts' columns in the order of copyRow.
-var copyColumns = []string{"context_id", "tenant", "attempt", "at", "duration_ms", "failure_type", "retryable",
-	"rule", "http_status", "error_code", "message", "recovery_action", "decision", "delay_ms", "strategy",
-	"stop_reason", "fallback", "provider", "model", "error_name"}
-
 const (
 	// strangersSQL counts the (context, tenant) pairs whose context does not
 	// exist for the tenant.
@@ -77,7 +72,7 @@ func (s *Store) writeRowsCopy(ctx context.Context, rows []*pending, ensure []Con
 	}
 
 	sorted := inAttemptOrder(rows)
-	if _, err := conn.CopyFrom(ctx, pgx.Identifier{"retry_attempts"}, copyColumns,
+	if _, err := conn.CopyFrom(ctx, pgx.Identifier{"retry_attempts"}, writtenColumnNames(),
 		pgx.CopyFromSlice(len(sorted), func(i int) ([]any, error) { return copyRow(sorted[i]), nil })); err != nil {
 		return nil, false, fmt.Errorf("copy attempts: %w", err)
 	}
@@ -106,7 +101,7 @@ func distinctPairs(rows []*pending) (ids, tenants []string) {
 	return ids, tenants
 }
 
-// copyRow is one attempt's values in copyColumns' order.
+// copyRow is one attempt's values in writtenColumns' order.
 func copyRow(p *pending) []any {
 	a := p.attempt
 	var decision any // NULL: no decision recorded
