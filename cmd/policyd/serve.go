@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/policyd/policyd/internal/fleet"
+	"github.com/policyd/policyd/internal/fleet/pgexchange"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/metrics"
 	"github.com/policyd/policyd/internal/policy"
@@ -238,7 +239,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var (
 		fleetEvents *journal.FleetEventRecorder
-		exchange    *journal.FleetExchange
+		exchange    *pgexchange.Exchange
 		syncer      *fleet.Syncer
 	)
 	if *fleetMode == "on" {
@@ -259,7 +260,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fOpts := []fleet.Option{fleet.WithSink(server.FleetEventSink(logger, rec, counter, sinkReplica))}
 		if *fleetStore == "postgres" {
-			exchange, err = journal.OpenFleetExchange(ctx, *databaseURL, journal.WithExchangeLogger(logger))
+			exchange, err = pgexchange.Open(ctx, *databaseURL, pgexchange.WithLogger(logger))
 			if err != nil {
 				return fmt.Errorf("serve: fleet store: %w", err)
 			}

