@@ -17,7 +17,7 @@ const incidentGap = time.Minute
 // Fleet decides with every agent's failures in mind.
 type Fleet struct {
 	cfg   atomic.Pointer[Config]
-	store Store
+	store *buckets
 	clock func() time.Time
 	sink  Sink
 
@@ -28,7 +28,7 @@ type Fleet struct {
 	streams atomic.Int64 // Coordinate streams connected
 
 	changesMu sync.Mutex
-	changes   chan struct{} // closed at the next transition (Changes)
+	changes   chan struct{} // closed at the next transition (NextTransition)
 
 	shared *shared // nil: one replica (sync.go)
 	// slotStride and slotOffset interleave the replicas' release slots
@@ -45,9 +45,6 @@ func WithClock(now func() time.Time) Option { return func(f *Fleet) { f.clock = 
 // WithSink sends every transition to s.
 func WithSink(s Sink) Option { return func(f *Fleet) { f.sink = s } }
 
-// WithStore keeps the buckets in s (default a MemoryStore of cfg.MaxBuckets).
-func WithStore(s Store) Option { return func(f *Fleet) { f.store = s } }
-
 // New returns a fleet with cfg, which must be valid (Config.Validate).
 func New(cfg Config, opts ...Option) *Fleet {
 	f := &Fleet{clock: time.Now}
@@ -55,9 +52,7 @@ func New(cfg Config, opts ...Option) *Fleet {
 	for _, o := range opts {
 		o(f)
 	}
-	if f.store == nil {
-		f.store = NewMemoryStore(cfg.MaxBuckets)
-	}
+	f.store = newBuckets(cfg.MaxBuckets)
 	return f
 }
 
@@ -66,12 +61,10 @@ func (f *Fleet) Config() Config { return *f.cfg.Load() }
 
 // SetConfig makes cfg (valid, see Config.Validate) apply to decisions from
 // now on, keeping every bucket's state: a policy reload does not forget an
-// open breaker. MaxBuckets takes effect for a MemoryStore too.
+// open breaker. A lower MaxBuckets forgets nothing: it stops new buckets.
 func (f *Fleet) SetConfig(cfg Config) {
 	f.cfg.Store(&cfg)
-	if m, ok := f.store.(*MemoryStore); ok {
-		m.setMax(cfg.MaxBuckets)
-	}
+	f.store.setMax(cfg.MaxBuckets)
 }
 
 // Reason is why the fleet stops a retry.
@@ -181,9 +174,10 @@ func (f *Fleet) Decide(a Ask) Answer {
 	create := [3]bool{tracked && scope == ScopeRateLimit, tracked && scope == ScopeAvailability, tracked && scope == ScopeAuth && a.KeyID != ""}
 	var events []Event
 	emit := func(e Event) { events = append(events, e) }
-	bs := f.store.Acquire(keys, create)
+	f.store.lock()
+	bs := f.store.getThree(keys, create)
 	ans := f.decide(cfg, &a, now, scope, tracked, bs[0], bs[1], bs[2], emit)
-	f.store.Release()
+	f.store.unlock()
 	f.publish(events, a.Tenant)
 	f.maybeSweep(cfg, now)
 	return ans
@@ -426,7 +420,7 @@ func (f *Fleet) maybeSweep(c *Config, now time.Time) {
 	if now.UnixNano()-last < int64(time.Minute) || !f.lastSweep.CompareAndSwap(last, now.UnixNano()) {
 		return
 	}
-	f.store.Sweep(func(b *Bucket) bool {
+	f.store.sweep(func(b *Bucket) bool {
 		return !b.active(now) && now.Sub(b.lastFailure) > c.IdleAfter && now.Sub(b.reportedAt) > c.IdleAfter
 	})
 }
@@ -437,8 +431,9 @@ func (f *Fleet) Available(t Target) (ok bool, why string) {
 	now := f.clock()
 	sc := f.cfg.Load().Scopes
 	keys := [3]Key{sc.key(ScopeAvailability, t), sc.key(ScopeAuth, t), sc.key(ScopeRateLimit, t)}
-	bs := f.store.Acquire(keys, [3]bool{})
-	defer f.store.Release()
+	f.store.lock()
+	bs := f.store.getThree(keys, [3]bool{})
+	defer f.store.unlock()
 	// Read only: the transitions happen (and are journaled) in Decide.
 	if av := bs[0]; av != nil && av.state == Open && now.Before(av.openUntil) {
 		return false, fmt.Sprintf("%s: breaker open", av.key)

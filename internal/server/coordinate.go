@@ -75,7 +75,7 @@ func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.Coord
 	tick := time.NewTicker(tickEvery)
 	defer tick.Stop()
 	for {
-		changes := s.fleet.Changes()
+		changes := s.fleet.NextTransition()
 		select {
 		case m := <-msgs:
 			if err := validate.CoordinateRequest(m, false); err != nil {

@@ -1,10 +1,8 @@
 package fleet
 
 import (
-	"context"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -22,39 +20,6 @@ import (
 //     replica's retry budget is the fleet's times its share of the retries;
 //   - while half-open, a retry decided here goes as a probe only in a probe
 //     slot this replica claimed: one replica per probe interval.
-
-const (
-	// countsEvery: how often a replica publishes its counts.
-	countsEvery = time.Second
-	// readEvery: how often a replica reads the others' changes without a
-	// notification; fullReadEvery: how often it reads every verdict, since
-	// a notification can be missed and sequence numbers can commit out of
-	// order.
-	readEvery     = time.Second
-	fullReadEvery = 5 * time.Second
-	// staleAfter: another replica's counts older than this are ignored (it
-	// stopped, or the database is away and this replica decides alone).
-	staleAfter = 3 * time.Second
-	// maxSharedClients bounds the failing clients a replica names per bucket.
-	maxSharedClients = 16
-	// syncTimeout bounds one round of statements.
-	syncTimeout = 2 * time.Second
-	// sweepEvery and sweepIdle: how often a replica asks the exchange to
-	// forget verdicts and replicas idle for sweepIdle (far longer than any
-	// hold, stop or open period, so nothing in force is forgotten).
-	sweepEvery = 10 * time.Minute
-	sweepIdle  = time.Hour
-)
-
-// Sweeper is an Exchange that forgets idle verdicts and replicas.
-type Sweeper interface {
-	Sweep(ctx context.Context, now time.Time, idle time.Duration) (int64, error)
-}
-
-// SyncTick is how often the daemon's syncer runs a round without being
-// woken: a hold extended or a count changed here reaches the exchange
-// within it (new holds, stops and breaker transitions go at once).
-const SyncTick = 250 * time.Millisecond
 
 // shared is a replica's part of a shared fleet.
 type shared struct {
@@ -125,259 +90,6 @@ func (s *shared) poke() {
 	}
 }
 
-// remoteCounts is another replica's latest counts of a bucket.
-type remoteCounts struct {
-	at time.Time
-	Counts
-}
-
-// fleetCounts are the other replicas' fresh counts of b, summed.
-type fleetCounts struct {
-	failures, successes, admitted, firstAttempts, retries, asks, probeOK int64
-	rpm                                                                  int64
-	replicas                                                             int // others with fresh counts
-	streamed                                                             bool
-}
-
-func (b *Bucket) others(now time.Time) fleetCounts {
-	var fc fleetCounts
-	for _, r := range b.remote {
-		if now.Sub(r.at) > staleAfter {
-			continue
-		}
-		fc.replicas++
-		if r.Version == b.version {
-			// The breaker's counts restart at each transition: another
-			// replica's from before the last one (it has not taken it yet)
-			// would re-open a breaker that just closed.
-			fc.failures += r.Failures
-			fc.successes += r.Successes
-		}
-		fc.admitted += r.Admitted
-		fc.firstAttempts += r.FirstAttempts
-		fc.retries += r.Retries
-		fc.asks += r.Asks
-		if r.Version == b.version && b.state == HalfOpen {
-			fc.probeOK += r.ProbeOK
-		}
-		fc.streamed = fc.streamed || r.Streamed
-		fc.rpm = max(fc.rpm, r.RequestsPerMinute)
-	}
-	return fc
-}
-
-// otherClients counts the failing clients other replicas name that b's own
-// window does not have.
-func (b *Bucket) otherClients(now time.Time, window time.Duration) int {
-	seen := map[string]bool{}
-	for _, r := range b.remote {
-		if now.Sub(r.at) > staleAfter {
-			continue
-		}
-		if r.Version != b.version {
-			continue
-		}
-		for _, id := range r.Clients {
-			if at, ok := b.clients[id]; ok && now.Sub(at) < window {
-				continue
-			}
-			seen[id] = true
-		}
-	}
-	return len(seen)
-}
-
-// share is this replica's part of the bucket's retry budget: its share of
-// the retries the replicas were asked for over the window, an even split
-// among the replicas active on the bucket while nobody asked for any. Its
-// own asks are taken as last published, like the others': counted live,
-// a replica's own would outweigh the others' (a second old) and the shares
-// would add up to more than the whole.
-func (b *Bucket) share(now time.Time) float64 {
-	if len(b.remote) == 0 {
-		return 1
-	}
-	o := b.others(now)
-	own := b.asksPublished
-	if total := own + o.asks; total > 0 {
-		// At least a small share: a replica whose first retry comes after a
-		// quiet window still gets some budget until its asks count.
-		return max(float64(own)/float64(total), 1/float64(4*(o.replicas+1)))
-	}
-	return 1 / float64(o.replicas+1)
-}
-
-// Syncer exchanges a shared fleet's verdicts and counts with the other
-// replicas through an Exchange.
-type Syncer struct {
-	f  *Fleet
-	ex Exchange
-
-	seq, countsSeq                 int64
-	readAt, fullAt, pubAt, sweepAt time.Time
-	lastEmpty, needFull            bool
-	up                             atomic.Bool
-	peers                          atomic.Int32
-	won, lost, errs, steps         atomic.Int64
-	pushes                         atomic.Int64
-	lastErr                        atomic.Pointer[string]
-}
-
-// NewSyncer returns the syncer of f, which must have been made WithReplica.
-func NewSyncer(f *Fleet, ex Exchange) *Syncer {
-	if f.shared == nil {
-		panic("fleet.NewSyncer: the fleet was not made WithReplica")
-	}
-	s := &Syncer{f: f, ex: ex, needFull: true}
-	return s
-}
-
-// SyncStats is what a Syncer shows in metrics and health.
-type SyncStats struct {
-	// Up: the last round reached the exchange.
-	Up bool
-	// Replicas: this one plus the others whose counts are fresh.
-	Replicas int
-	// Transitions this replica proposed that won and lost, rounds that
-	// failed, rounds in all, rounds that pushed a register or a transition.
-	Won, Lost, Errors, Rounds, Pushes int64
-	LastError                         string
-}
-
-// Stats returns the syncer's state.
-func (s *Syncer) Stats() SyncStats {
-	st := SyncStats{Up: s.up.Load(), Replicas: 1 + int(s.peers.Load()), Won: s.won.Load(), Lost: s.lost.Load(),
-		Errors: s.errs.Load(), Rounds: s.steps.Load(), Pushes: s.pushes.Load()}
-	if p := s.lastErr.Load(); p != nil {
-		st.LastError = *p
-	}
-	return st
-}
-
-// Run syncs until ctx ends: at once after a local transition or another
-// replica's notification, and every tick otherwise. It also runs the
-// fleet's timers (Tick), so that a breaker half-opens on time whether or
-// not streams are connected.
-func (s *Syncer) Run(ctx context.Context, tick time.Duration) {
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	wake := s.ex.Wake()
-	for {
-		woken := false
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.f.shared.wake:
-		case <-wake:
-			woken = true
-		case <-t.C:
-		}
-		s.f.Tick()
-		sctx, cancel := context.WithTimeout(ctx, syncTimeout)
-		_ = s.Step(sctx, woken)
-		cancel()
-	}
-}
-
-// Step runs one round: push the registers raised and the breaker moves
-// made here, claim wanted probe slots, publish the counts when due, and
-// read the others' changes when woken or due. It returns the first error;
-// the replica then decides from its own state until a round succeeds.
-func (s *Syncer) Step(ctx context.Context, woken bool) error {
-	s.steps.Add(1)
-	err := s.step(ctx, woken)
-	if err != nil {
-		s.errs.Add(1)
-		msg := err.Error()
-		s.lastErr.Store(&msg)
-		s.up.Store(false)
-		s.needFull = true
-		s.peers.Store(0)
-		s.f.slotStride.Store(1)
-		return err
-	}
-	s.up.Store(true)
-	return nil
-}
-
-func (s *Syncer) step(ctx context.Context, woken bool) error {
-	f := s.f
-	now, c := f.clock(), f.cfg.Load()
-	urgent := f.countsUrgent()
-	out := f.outbox(now, c, urgent || !now.Before(s.pubAt.Add(countsEvery)))
-	if out.counts != nil {
-		out.counts.Urgent = urgent
-	}
-
-	if len(out.raise)+len(out.moves) > 0 || urgent {
-		s.pushes.Add(1)
-	}
-	if len(out.raise) > 0 {
-		if err := s.ex.RaiseRegisters(ctx, out.raise); err != nil {
-			return err
-		}
-		f.raised(out.raise)
-	}
-	for _, m := range out.moves {
-		cur, won, err := s.ex.MoveBreaker(ctx, m.v, m.base)
-		if err != nil {
-			return err
-		}
-		if won {
-			s.won.Add(1)
-		} else {
-			s.lost.Add(1)
-		}
-		f.settle(m, cur, won, c)
-	}
-	for _, p := range out.probes {
-		ok, err := s.ex.ClaimProbe(ctx, p.key, p.version, now, c.Breaker.ProbeInterval, f.shared.replica)
-		if err != nil {
-			return err
-		}
-		f.probeClaimed(p, ok, now.Add(c.Breaker.ProbeInterval))
-	}
-	if out.counts != nil && !(len(out.counts.Buckets) == 0 && s.lastEmpty) {
-		if err := s.ex.PublishCounts(ctx, *out.counts); err != nil {
-			return err
-		}
-		s.pubAt, s.lastEmpty = now, len(out.counts.Buckets) == 0
-	} else if out.counts != nil {
-		s.pubAt = now
-	}
-
-	full := s.needFull || !now.Before(s.fullAt.Add(fullReadEvery))
-	if !full && !woken && len(out.moves) == 0 && now.Before(s.readAt.Add(readEvery)) {
-		return nil
-	}
-	seq, cseq := s.seq, s.countsSeq
-	if full {
-		seq, cseq = 0, 0
-	}
-	ch, err := s.ex.Read(ctx, f.shared.replica, seq, cseq)
-	if err != nil {
-		return err
-	}
-	s.seq, s.countsSeq = max(s.seq, ch.Seq), max(s.countsSeq, ch.CountsSeq)
-	s.readAt = now
-	if full {
-		s.fullAt, s.needFull = now, false
-	}
-	f.apply(now, c, ch)
-	s.peers.Store(int32(f.livePeers(now)))
-	if sw, ok := s.ex.(Sweeper); ok && full && !now.Before(s.sweepAt.Add(sweepEvery)) {
-		if s.sweepAt.IsZero() {
-			s.sweepAt = now // not at start: a restarted replica has other work first
-			return nil
-		}
-		s.sweepAt = now
-		if _, err := sw.Sweep(ctx, now, sweepIdle); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // outbox is what a round pushes.
 type outbox struct {
 	raise  []Verdict
@@ -414,7 +126,7 @@ func (f *Fleet) outbox(now time.Time, c *Config, counts bool) outbox {
 	if counts {
 		out.counts = &ReplicaCounts{Replica: f.shared.replica, At: now}
 	}
-	f.store.Each(func(b *Bucket) {
+	f.store.each(func(b *Bucket) {
 		if !shareable(b.key) {
 			return
 		}
@@ -439,45 +151,9 @@ func (f *Fleet) outbox(now time.Time, c *Config, counts bool) outbox {
 	return out
 }
 
-// maxSharedName is the longest tenant, provider, model or key id the
-// exchange keeps (the journal's limit, as for fleet events). A bucket with a
-// longer name stays this replica's own.
-const maxSharedName = 256
-
 func shareable(k Key) bool {
 	return len(k.Tenant) <= maxSharedName && len(k.Provider) <= maxSharedName &&
 		len(k.Model) <= maxSharedName && len(k.KeyID) <= maxSharedName
-}
-
-// ownCounts are b's counts of this replica's own over the window, and
-// false when it has none to share.
-func (b *Bucket) ownCounts(now time.Time, c *Config) (Counts, bool) {
-	if b.window.secs == nil {
-		return Counts{}, false
-	}
-	bc := Counts{Key: b.key, Failures: int64(b.window.sum(now)), Successes: int64(b.successes.sum(now)),
-		Admitted: int64(b.admitted.sum(now)), FirstAttempts: int64(b.firstAttempts.sum(now)), Retries: int64(b.retries.sum(now)),
-		Streamed: b.streamed(now, &c.Breaker), RequestsPerMinute: b.rpm}
-	b.rpmShared = b.rpm
-	if b.asks.secs != nil {
-		bc.Asks = int64(b.asks.sum(now))
-		b.asksPublished = bc.Asks
-	}
-	bc.Version = b.version
-	if b.state == HalfOpen {
-		bc.ProbeOK = int64(b.probeOK)
-	}
-	b.probeOKShared = b.probeOK
-	for id, at := range b.clients {
-		if now.Sub(at) < c.Breaker.Window && len(bc.Clients) < maxSharedClients {
-			bc.Clients = append(bc.Clients, id)
-		}
-	}
-	sort.Strings(bc.Clients)
-	if bc.Failures+bc.Successes+bc.FirstAttempts+bc.Retries+bc.Asks+bc.ProbeOK == 0 && !bc.Streamed {
-		return Counts{}, false
-	}
-	return bc, true
 }
 
 // countsUrgent says whether the counts should go now, not at the next
@@ -487,7 +163,7 @@ func (b *Bucket) ownCounts(now time.Time, c *Config) (Counts, bool) {
 // fleet's probe successes; a second's wait is a second more of shedding).
 func (f *Fleet) countsUrgent() bool {
 	urgent := false
-	f.store.Each(func(b *Bucket) {
+	f.store.each(func(b *Bucket) {
 		urgent = urgent || (b.rpm > 0 && b.rpmShared != b.rpm) || (b.state == HalfOpen && b.probeOK != b.probeOKShared)
 	})
 	return urgent
@@ -496,8 +172,8 @@ func (f *Fleet) countsUrgent() bool {
 // raised marks registers pushed (unless they moved again meanwhile).
 func (f *Fleet) raised(vs []Verdict) {
 	for _, v := range vs {
-		bs := f.store.Acquire([3]Key{v.Key}, [3]bool{})
-		if b := bs[0]; b != nil {
+		f.store.lock()
+		if b := f.store.get(v.Key, false); b != nil {
 			if !b.holdUntil.After(v.HoldUntil) {
 				b.raisedHold = false
 			}
@@ -505,7 +181,7 @@ func (f *Fleet) raised(vs []Verdict) {
 				b.raisedStop = false
 			}
 		}
-		f.store.Release()
+		f.store.unlock()
 	}
 }
 
@@ -513,8 +189,8 @@ func (f *Fleet) raised(vs []Verdict) {
 // the winner's state and drops them (the winner journaled its own).
 func (f *Fleet) settle(m move, cur Verdict, won bool, c *Config) {
 	var events []Event
-	bs := f.store.Acquire([3]Key{m.v.Key}, [3]bool{true})
-	b := bs[0]
+	f.store.lock()
+	b := f.store.get(m.v.Key, true)
 	if b != nil {
 		if won {
 			b.version = cur.Version
@@ -531,7 +207,7 @@ func (f *Fleet) settle(m move, cur Verdict, won bool, c *Config) {
 			b.adoptBreaker(cur, f.clock())
 		}
 	}
-	f.store.Release()
+	f.store.unlock()
 	if len(events) > 0 && f.sink != nil {
 		f.sink(events)
 	}
@@ -581,14 +257,14 @@ func (b *Bucket) adoptBreaker(v Verdict, now time.Time) {
 }
 
 func (f *Fleet) probeClaimed(p probeWant, ok bool, until time.Time) {
-	bs := f.store.Acquire([3]Key{p.key}, [3]bool{})
-	if b := bs[0]; b != nil {
+	f.store.lock()
+	if b := f.store.get(p.key, false); b != nil {
 		b.wantProbe = false
 		if ok && b.version == p.version {
 			b.probeSlot = until
 		}
 	}
-	f.store.Release()
+	f.store.unlock()
 }
 
 // apply takes the other replicas' verdicts and counts.
@@ -597,8 +273,8 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 	var events []Event
 	emit := func(e Event) { events = append(events, e) }
 	for _, v := range ch.Verdicts {
-		bs := f.store.Acquire([3]Key{v.Key}, [3]bool{true})
-		if b := bs[0]; b != nil {
+		f.store.lock()
+		if b := f.store.get(v.Key, true); b != nil {
 			if b.adoptRegisters(v, now) {
 				changed = true
 			}
@@ -609,7 +285,7 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 				changed = changed || b.state != before
 			}
 		}
-		f.store.Release()
+		f.store.unlock()
 	}
 	for _, rc := range ch.Counts {
 		if rc.Replica == f.shared.replica {
@@ -618,8 +294,8 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 		listed := make(map[Key]bool, len(rc.Buckets))
 		for _, bc := range rc.Buckets {
 			listed[bc.Key] = true
-			bs := f.store.Acquire([3]Key{bc.Key}, [3]bool{true})
-			if b := bs[0]; b != nil {
+			f.store.lock()
+			if b := f.store.get(bc.Key, true); b != nil {
 				if b.remote == nil {
 					b.remote = map[string]remoteCounts{}
 				}
@@ -640,10 +316,10 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 					b.maybeOpen(now, first, "failures counted by other replicas", &c.Breaker, emit)
 				}
 			}
-			f.store.Release()
+			f.store.unlock()
 		}
 		// A bucket the replica no longer lists has no counts there.
-		f.store.Each(func(b *Bucket) {
+		f.store.each(func(b *Bucket) {
 			if r, ok := b.remote[rc.Replica]; ok && !listed[b.key] && r.at.Before(rc.At) {
 				delete(b.remote, rc.Replica)
 			}
@@ -681,7 +357,7 @@ func (b *Bucket) adoptRegisters(v Verdict, now time.Time) bool {
 // spread as evenly as one replica's, instead of N waiters on every slot.
 func (f *Fleet) livePeers(now time.Time) int {
 	seen := map[string]bool{}
-	f.store.Each(func(b *Bucket) {
+	f.store.each(func(b *Bucket) {
 		for id, r := range b.remote {
 			if now.Sub(r.at) <= staleAfter {
 				seen[id] = true

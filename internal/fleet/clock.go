@@ -1,0 +1,80 @@
+package fleet
+
+import (
+	"time"
+)
+
+// tickMin is the least time between two Ticks' walks over the buckets.
+const tickMin = 200 * time.Millisecond
+
+// Tick moves every breaker along its timers (open → half-open, a quiet
+// half-open → closed), so that the streams hear of it when it happens, not
+// at the next decision. The server calls it a few times a second.
+func (f *Fleet) Tick() {
+	now, c := f.clock(), f.cfg.Load()
+	last := f.lastTick.Load()
+	if now.UnixNano()-last < int64(tickMin) || !f.lastTick.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	var events []Event
+	emit := func(e Event) { events = append(events, e) }
+	f.store.each(func(b *Bucket) {
+		if b.state != Closed {
+			b.advance(now, c, emit)
+		}
+	})
+	// Events carry their bucket's tenant already (Each sees whole keys).
+	f.publish(events, "")
+	f.maybeSweep(c, now)
+}
+
+// NextTransition returns a channel that is closed at the fleet's next transition
+// (a hold set, a key stopped, a breaker opened, half-opened or closed):
+// the streams push assignments then.
+func (f *Fleet) NextTransition() <-chan struct{} {
+	f.changesMu.Lock()
+	defer f.changesMu.Unlock()
+	if f.changes == nil {
+		f.changes = make(chan struct{})
+	}
+	return f.changes
+}
+
+// publish sends events to the sink (with tenant, when the events lack it)
+// and wakes the streams.
+func (f *Fleet) publish(events []Event, tenant string) {
+	if len(events) == 0 {
+		return
+	}
+	for i := range events {
+		if events[i].Key.Tenant == "" {
+			events[i].Key.Tenant = tenant
+		}
+	}
+	all := events
+	if f.shared != nil {
+		f.shared.poke()
+		events = f.shared.holdBack(events)
+	}
+	if f.sink != nil && len(events) > 0 {
+		f.sink(events)
+	}
+	wake := false
+	for _, e := range all {
+		if e.Kind != EventShed && e.Kind != EventBudgetExhausted {
+			wake = true
+		}
+	}
+	if !wake {
+		return
+	}
+	f.changesMu.Lock()
+	if f.changes != nil {
+		close(f.changes)
+		f.changes = nil
+	}
+	f.changesMu.Unlock()
+}
+
+// Now is the fleet's clock.
+func (f *Fleet) Now() time.Time { return f.clock() }
