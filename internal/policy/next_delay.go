@@ -30,7 +30,7 @@ type Call struct {
 }
 
 // Decide answers what to do after a failed attempt. The request must be
-// valid (see server.ValidateNextDelayRequest); an unknown profile is the
+// valid (see validate.NextDelayRequest); an unknown profile is the
 // caller's to reject first.
 func (p *Policy) Decide(req *policydv1.NextDelayRequest, c Call) *policydv1.Decision {
 	now, rnd := c.Now, c.Rand

@@ -43,7 +43,7 @@ func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.Coord
 	profile := policy.ProfileName(first.GetProfile())
 	if s.policies != nil {
 		if _, ok := s.policies.Policy().Profiles[profile]; !ok {
-			return fieldErrorf("profile", "unknown profile %q", profile)
+			return validate.Fieldf("profile", "unknown profile %q", profile)
 		}
 	}
 	c := &coordination{s: s, stream: stream, tenant: auth.TenantFrom(ctx), client: first.GetClientId(), profile: profile,
@@ -145,7 +145,7 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 		sub := c.subs[t]
 		if sub == nil {
 			if len(c.subs) >= maxStreamTargets {
-				return fieldErrorf("usage", "more than %d targets on one stream", maxStreamTargets)
+				return validate.Fieldf("usage", "more than %d targets on one stream", maxStreamTargets)
 			}
 			sub = &subscription{}
 			c.subs[t] = sub

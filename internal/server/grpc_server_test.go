@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyd/policyd/internal/validate"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -118,7 +120,7 @@ func TestClassifyInvalidArgument(t *testing.T) {
 		{name: "too many causes", req: req(&policydv1.Failure{Causes: make([]*policydv1.Cause, classifier.MaxCauses+1)}), wantField: "failure.causes"},
 		{
 			name:      "oversize header value",
-			req:       req(&policydv1.Failure{Headers: map[string]string{"retry-after": strings.Repeat("1", maxFieldBytes+1)}}),
+			req:       req(&policydv1.Failure{Headers: map[string]string{"retry-after": strings.Repeat("1", validate.MaxFieldBytes+1)}}),
 			wantField: `failure.headers["retry-after"]`,
 		},
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyd/policyd/internal/validate"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -467,13 +469,13 @@ func TestMalformedRequests(t *testing.T) {
 			wantCode: codes.InvalidArgument, wantField: "elapsed"},
 		{name: "65 causes", call: classify(&policydv1.Failure{Causes: causes(classifier.MaxCauses+1, "x")}),
 			wantCode: codes.InvalidArgument, wantField: "failure.causes"},
-		{name: "a cause message over 8 KiB", call: classify(&policydv1.Failure{Causes: causes(3, strings.Repeat("x", maxFieldBytes+1))}),
+		{name: "a cause message over 8 KiB", call: classify(&policydv1.Failure{Causes: causes(3, strings.Repeat("x", validate.MaxFieldBytes+1))}),
 			wantCode: codes.InvalidArgument, wantField: "failure.causes[0].message"},
 		{name: "huge cause chain over the message size", call: classify(&policydv1.Failure{Causes: causes(100000, "connection reset")}),
 			wantCode: codes.ResourceExhausted},
 		{name: "body over the message size", call: classify(&policydv1.Failure{HttpStatus: 500, Body: strings.Repeat("b", 300<<10)}),
 			wantCode: codes.ResourceExhausted},
-		{name: "message over 64 KiB", call: classify(&policydv1.Failure{Message: strings.Repeat("m", maxMessageBytes+1)}),
+		{name: "message over 64 KiB", call: classify(&policydv1.Failure{Message: strings.Repeat("m", validate.MaxMessageBytes+1)}),
 			wantCode: codes.InvalidArgument, wantField: "failure.message"},
 		{name: "non-UTF-8 message", call: raw(classifyMethod, wireWith(t, req(&policydv1.Failure{Message: "PLACEHOLDER"}), bad)),
 			wantCode: codes.InvalidArgument, wantField: "failure.message"},
