@@ -13,6 +13,7 @@ import (
 
 	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/fleet/pgexchange"
+	"github.com/policyd/policyd/internal/fleetevents"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/metrics"
 	"github.com/policyd/policyd/internal/policy"
@@ -246,11 +247,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if store != nil {
 			fleetEvents = store.FleetEventRecorder()
 		}
-		var rec server.FleetEventRecorder
+		var rec fleetevents.Recorder
 		if fleetEvents != nil {
 			rec = fleetEvents
 		}
-		var counter server.FleetEventCounter
+		var counter fleetevents.Counter
 		if ms != nil {
 			counter = ms
 		}
@@ -258,7 +259,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *fleetStore == "postgres" {
 			sinkReplica = *replicaID // fleet_events.replica: which replica journaled each transition
 		}
-		fOpts := []fleet.Option{fleet.WithSink(server.FleetEventSink(logger, rec, counter, sinkReplica))}
+		fOpts := []fleet.Option{fleet.WithSink(fleetevents.Sink(logger, rec, counter, sinkReplica))}
 		if *fleetStore == "postgres" {
 			exchange, err = pgexchange.Open(ctx, *databaseURL, pgexchange.WithLogger(logger))
 			if err != nil {

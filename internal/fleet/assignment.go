@@ -31,12 +31,50 @@ type Assignment struct {
 	Reason        string
 	TTL           time.Duration
 	// Cause names what keeps the gate from admitting everything, for the
-	// fallback's kind: "" (nothing), "breaker", "stop", "hold" or "pacing".
-	Cause string
+	// fallback's kind.
+	Cause Cause
 }
 
+// Cause is what keeps a gate from admitting every first attempt.
+type Cause uint8
+
+const (
+	// CauseNone: nothing; the gate admits everything.
+	CauseNone Cause = iota
+	// CauseStop: the key is stopped.
+	CauseStop
+	// CauseBreaker: the model's breaker is open or probing.
+	CauseBreaker
+	// CauseHold: a shared cooldown is in force.
+	CauseHold
+	// CausePacing: the admitted share is paced below the demand.
+	CausePacing
+)
+
 // Admits says whether the assignment lets every first attempt through now.
-func (a Assignment) Admits() bool { return a.Cause == "" }
+func (a Assignment) Admits() bool { return a.Cause == CauseNone }
+
+// Masked is a as a gate under switches sw sees it: what a profile turns off
+// (a stop, the breaker, a hold) neither shows nor gates, and the cause
+// falls back to pacing (or none) when it was one of those.
+func (a Assignment) Masked(sw Switches) Assignment {
+	if !sw.Stop {
+		a.Stop = 0
+	}
+	if !sw.Breaker {
+		a.Breaker, a.ProbePermits = Closed, 0
+	}
+	if !sw.Hold {
+		a.Hold = 0
+	}
+	if a.Cause == CauseStop && !sw.Stop || a.Cause == CauseBreaker && !sw.Breaker || a.Cause == CauseHold && !sw.Hold {
+		a.Cause = CauseNone
+		if a.AdmitFraction < 1 {
+			a.Cause = CausePacing
+		}
+	}
+	return a
+}
 
 // maxHoldSlots bounds a bucket's memory of which client has which slot.
 const maxHoldSlots = 10_000
@@ -125,7 +163,7 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 	for _, b := range []*Bucket{au, rl} {
 		if b != nil && now.Before(b.stopUntil) && b.stopUntil.Sub(now) > a.Stop {
 			a.Stop = b.stopUntil.Sub(now)
-			a.Cause = "stop"
+			a.Cause = CauseStop
 			why = append(why, "stopped: "+b.stopWhy)
 		}
 	}
@@ -138,8 +176,8 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 		case HalfOpen:
 			why = append(why, "breaker half-open: probing")
 		}
-		if av.state != Closed && a.Cause == "" {
-			a.Cause = "breaker"
+		if av.state != Closed && a.Cause == CauseNone {
+			a.Cause = CauseBreaker
 		}
 	}
 	for _, b := range []*Bucket{rl, av} {
@@ -163,8 +201,8 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 	}
 	if a.Hold > 0 {
 		why = append(why, fmt.Sprintf("shared cooldown: first attempts wait %v (this client's slot included)", a.Hold.Round(100*time.Millisecond)))
-		if a.Cause == "" {
-			a.Cause = "hold"
+		if a.Cause == CauseNone {
+			a.Cause = CauseHold
 		}
 	}
 	if av != nil && av.state == HalfOpen {
@@ -178,8 +216,8 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 		if fr, w := b.admitFraction(now, c); fr < a.AdmitFraction {
 			a.AdmitFraction = fr
 			why = append(why, w)
-			if a.Cause == "" {
-				a.Cause = "pacing"
+			if a.Cause == CauseNone {
+				a.Cause = CausePacing
 			}
 		}
 	}

@@ -175,7 +175,7 @@ func (c *coordination) push(refresh bool) error {
 			delete(c.subs, t)
 			continue
 		}
-		a := mask(c.s.fleet.Assign(t, c.client), sw)
+		a := c.s.fleet.Assign(t, c.client).Masked(sw)
 		due := sub.sentAt.IsZero() || (refresh && now.Sub(sub.sentAt) >= cfg.Stream.TTL*2/3)
 		if !due && !a.Differs(sub.sent, sub.sentAt, now) {
 			continue
@@ -200,26 +200,6 @@ func (c *coordination) switches() fleet.Switches {
 		return p.Fleet
 	}
 	return fleet.AllOn
-}
-
-// mask drops what the profile's switches turn off.
-func mask(a fleet.Assignment, sw fleet.Switches) fleet.Assignment {
-	if !sw.Stop {
-		a.Stop = 0
-	}
-	if !sw.Breaker {
-		a.Breaker, a.ProbePermits = fleet.Closed, 0
-	}
-	if !sw.Hold {
-		a.Hold = 0
-	}
-	if a.Cause == "stop" && !sw.Stop || a.Cause == "breaker" && !sw.Breaker || a.Cause == "hold" && !sw.Hold {
-		a.Cause = ""
-		if a.AdmitFraction < 1 {
-			a.Cause = "pacing"
-		}
-	}
-	return a
 }
 
 func (c *coordination) target(t *policydv1.BucketTarget) fleet.Target {
