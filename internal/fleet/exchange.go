@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// What replicas of one fleet share (part 3). Every replica keeps the whole
+// What replicas of one fleet share. Every replica keeps the whole
 // fleet in its own memory and decides from it; a Syncer exchanges, in the
 // background, the verdicts (holds, stops, breakers) and each replica's
 // counts through an Exchange, an existing engine the replicas already share
