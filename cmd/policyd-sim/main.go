@@ -12,8 +12,8 @@
 // replicas behind a per-call balancer, sharing their fleet through the
 // PostgreSQL at -database-url (cleared before each run), or in memory
 // without one (the same exchange contract, no database). `make simulate`
-// runs it with -svg-dir docs/fleet -doc docs/fleet.md -replicas 1,3 on a
-// throwaway cluster.
+// runs it with -svg-dir docs/fleet -doc docs/fleet-simulation.md
+// -replicas 1,3 on a throwaway cluster.
 package main
 
 import (

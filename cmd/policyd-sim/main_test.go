@@ -16,7 +16,7 @@ func TestMain(m *testing.M) { journaltest.Main(m) }
 // replicas=3, and the table names them.
 func TestRunReplicas(t *testing.T) {
 	dir := t.TempDir()
-	doc := filepath.Join(dir, "fleet.md")
+	doc := filepath.Join(dir, "fleet-simulation.md")
 	if err := os.WriteFile(doc, []byte(beginMarker+"\n"+endMarker+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestRunReplicas(t *testing.T) {
 
 func TestRunWritesLinesChartAndTable(t *testing.T) {
 	dir := t.TempDir()
-	doc := filepath.Join(dir, "fleet.md")
+	doc := filepath.Join(dir, "fleet-simulation.md")
 	before, after := "# Title\n\ntext\n\n", "\n## Configuration\n"
 	if err := os.WriteFile(doc, []byte(before+beginMarker+"\nold table\n"+endMarker+after), 0o644); err != nil {
 		t.Fatal(err)

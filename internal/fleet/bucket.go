@@ -159,7 +159,8 @@ func (b *Bucket) advance(now time.Time, cfg *Config, emit func(Event)) {
 // probes fleet-wide (about one a second), so a failed probe costs a single
 // attempt, and a long open period only delays the recovery: in the
 // simulation, 55 s from the provider's recovery to 95 % goodput with
-// doubling; with two probe intervals, a median of about 8 s (docs/fleet.md).
+// doubling; with two probe intervals, a median of about 8 s
+// (docs/fleet-simulation.md).
 func (b *Bucket) reopenPeriod(now time.Time, c *BreakerConfig) time.Duration {
 	if b.streamed(now, c) {
 		return min(c.OpenFor, 2*c.ProbeInterval)

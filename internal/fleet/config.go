@@ -35,7 +35,7 @@ type HoldConfig struct {
 	// it did not catch (thinking meanwhile) come back too, and the waiters
 	// released over one and a half windows plus them stay near the fleet's
 	// usual rate (measured in the simulation: 1.46× at 2,000 agents with 1.5,
-	// 1.68× with 1; docs/fleet.md).
+	// 1.68× with 1; docs/fleet-simulation.md).
 	Spread float64
 	// MinSpread and MaxSpread bound that window.
 	MinSpread, MaxSpread time.Duration

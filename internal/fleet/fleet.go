@@ -429,8 +429,8 @@ func (f *Fleet) spread(c *Config, b *Bucket) time.Duration {
 // or an empty budget: two first open periods (10 s by default). The daemon
 // cannot wake an agent it told to sleep, so an agent sent to sleep through a
 // 60-s open period, or to the end of a queue of paced retries, sleeps through
-// the provider's recovery too: in the simulation (docs/fleet.md, `make
-// simulate`) waits of up to the strategy's 120-s ceiling kept goodput below
+// the provider's recovery too: in the simulation (`make simulate`,
+// docs/fleet-simulation.md) waits of up to the strategy's 120-s ceiling kept goodput below
 // 95 % for 80 s after a full outage ended, and every paced retry past the
 // budget's refill was one more attempt on a provider that was down
 // (amplification 1.13). Past this wait the agent stops (CIRCUIT_OPEN or

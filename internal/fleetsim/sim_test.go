@@ -132,7 +132,7 @@ func TestStreamGoals(t *testing.T) {
 
 // Recovery to 95 % goodput within 2 open periods, as the median of five
 // seeds: one run's recovery depends on where in the breaker's cycle the
-// provider comes back (docs/fleet.md shows the spread).
+// provider comes back (docs/fleet-simulation.md shows the spread).
 func TestStreamRecovery(t *testing.T) {
 	openPeriods := 2 * fleet.Defaults().Breaker.OpenFor.Seconds()
 	var ttr []float64
