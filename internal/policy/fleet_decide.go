@@ -115,9 +115,8 @@ func fleetStateProto(s *fleet.State) *policydv1.FleetState {
 	return out
 }
 
-// breakerStateProto is the API's value for a breaker state, by their
+// BreakerStateProto is the API's value for the breaker state s, by their
 // shared name ("half_open" is BREAKER_STATE_HALF_OPEN).
-// BreakerStateProto is s as the API names it.
 func BreakerStateProto(s fleet.BreakerState) policydv1.BreakerState {
 	return byName[policydv1.BreakerState](s)
 }
