@@ -430,10 +430,10 @@ func (f *Fleet) spread(c *Config, b *Bucket) time.Duration {
 // cannot wake an agent it told to sleep, so an agent sent to sleep through a
 // 60-s open period, or to the end of a queue of paced retries, sleeps through
 // the provider's recovery too: in the simulation (`make simulate`,
-// docs/fleet-simulation.md) waits of up to the strategy's 120-s ceiling kept goodput below
-// 95 % for 80 s after a full outage ended, and every paced retry past the
-// budget's refill was one more attempt on a provider that was down
-// (amplification 1.13). Past this wait the agent stops (CIRCUIT_OPEN or
+// docs/fleet-simulation.md) waits of up to the strategy's 120-s ceiling
+// kept goodput below 95 % for 80 s after a full outage ended, and every
+// paced retry past the budget's refill was one more attempt on a provider
+// that was down (amplification 1.13). Past this wait the agent stops (CIRCUIT_OPEN or
 // RETRY_BUDGET_EXHAUSTED) and its caller decides, as a breaker's callers
 // do elsewhere (Hystrix and Polly fail fast while open).
 func longestWait(c *Config) time.Duration { return 2 * c.Breaker.OpenFor }
