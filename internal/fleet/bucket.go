@@ -60,7 +60,7 @@ type Bucket struct {
 	tokensAt  time.Time
 	exhausted bool
 
-	// What Coordinate streams report (stream.go): outcomes and first
+	// What Coordinate streams report (assignment.go): outcomes and first
 	// attempts per second over the breaker's window, successes since the
 	// breaker went half-open, the end of the last close (slow start), the
 	// provider's request limit, and the stream clients' hold slots.
@@ -76,10 +76,10 @@ type Bucket struct {
 	shedEventAt                                 time.Time
 	totals                                      streamTotals
 
-	// A shared fleet's (sync.go): the breaker's shared version, local
-	// transitions made and pushed, registers raised here and not pushed yet,
-	// the other replicas' counts, this replica's probe slot, the retries
-	// decisions were asked for (its share of the budget).
+	// A shared fleet's (replica.go, shared_counts.go): the breaker's shared
+	// version, local transitions made and pushed, registers raised here and
+	// not pushed yet, the other replicas' counts, this replica's probe slot,
+	// the retries decisions were asked for (its share of the budget).
 	version, moves, movesPushed int64
 	raisedHold, raisedStop      bool
 	rpmShared, asksPublished    int64

@@ -30,9 +30,9 @@ type Fleet struct {
 	changesMu sync.Mutex
 	changes   chan struct{} // closed at the next transition (NextTransition)
 
-	shared *shared // nil: one replica (sync.go)
+	shared *shared // nil: one replica (replica.go)
 	// slotStride and slotOffset interleave the replicas' release slots
-	// (sync.go): the i-th waiter here takes slot i×stride+offset.
+	// (replica.go): the i-th waiter here takes slot i×stride+offset.
 	slotStride, slotOffset atomic.Int32
 }
 
