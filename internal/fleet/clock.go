@@ -1,15 +1,58 @@
 package fleet
 
 import (
+	"context"
 	"time"
 )
+
+// The fleet's time has one owner, Run, which the daemon's composition root
+// starts: it moves the breakers along their timers and wakes the Coordinate
+// streams and the Syncer, which have no timers of their own. (Decisions
+// and reports still advance the buckets they touch, so that an answer never
+// reads a timer that ran out; the simulation drives Tick on its own clock.)
+
+// TickEvery is how often Run ticks: a breaker's open period that ends
+// reaches the streams within it, and a stream's refreshes and a Syncer's
+// rounds run on it.
+const TickEvery = 250 * time.Millisecond
 
 // tickMin is the least time between two Ticks' walks over the buckets.
 const tickMin = 200 * time.Millisecond
 
+// Run owns the fleet's clock until ctx ends: every TickEvery it runs Tick
+// and then wakes whoever waits on NextTick.
+func (f *Fleet) Run(ctx context.Context) {
+	t := time.NewTicker(TickEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f.Tick()
+		f.ticksMu.Lock()
+		if f.ticks != nil {
+			close(f.ticks)
+			f.ticks = nil
+		}
+		f.ticksMu.Unlock()
+	}
+}
+
+// NextTick returns a channel that is closed at Run's next tick.
+func (f *Fleet) NextTick() <-chan struct{} {
+	f.ticksMu.Lock()
+	defer f.ticksMu.Unlock()
+	if f.ticks == nil {
+		f.ticks = make(chan struct{})
+	}
+	return f.ticks
+}
+
 // Tick moves every breaker along its timers (open → half-open, a quiet
 // half-open → closed), so that the streams hear of it when it happens, not
-// at the next decision. The server calls it a few times a second.
+// at the next decision. Run calls it every TickEvery.
 func (f *Fleet) Tick() {
 	now, c := f.clock(), f.cfg.Load()
 	last := f.lastTick.Load()

@@ -29,6 +29,8 @@ type Fleet struct {
 
 	changesMu sync.Mutex
 	changes   chan struct{} // closed at the next transition (NextTransition)
+	ticksMu   sync.Mutex
+	ticks     chan struct{} // closed at Run's next tick (NextTick)
 
 	shared *shared // nil: one replica (replica.go)
 	// slotStride and slotOffset interleave the replicas' release slots

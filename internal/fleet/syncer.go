@@ -34,11 +34,6 @@ type Sweeper interface {
 	Sweep(ctx context.Context, now time.Time, idle time.Duration) (int64, error)
 }
 
-// SyncTick is how often the daemon's syncer runs a round without being
-// woken: a hold extended or a count changed here reaches the exchange
-// within it (new holds, stops and breaker transitions go at once).
-const SyncTick = 250 * time.Millisecond
-
 // Syncer exchanges a shared fleet's verdicts and counts with the other
 // replicas through an Exchange.
 type Syncer struct {
@@ -87,12 +82,10 @@ func (s *Syncer) Stats() SyncStats {
 }
 
 // Run syncs until ctx ends: at once after a local transition or another
-// replica's notification, and every tick otherwise. It also runs the
-// fleet's timers (Tick), so that a breaker half-opens on time whether or
-// not streams are connected.
-func (s *Syncer) Run(ctx context.Context, tick time.Duration) {
-	t := time.NewTicker(tick)
-	defer t.Stop()
+// replica's notification, and at each of the fleet's ticks (Fleet.Run)
+// otherwise, so that a hold extended or a count changed here reaches the
+// exchange within a tick.
+func (s *Syncer) Run(ctx context.Context) {
 	wake := s.ex.Wake()
 	for {
 		woken := false
@@ -102,9 +95,8 @@ func (s *Syncer) Run(ctx context.Context, tick time.Duration) {
 		case <-s.f.shared.wake:
 		case <-wake:
 			woken = true
-		case <-t.C:
+		case <-s.f.NextTick():
 		}
-		s.f.Tick()
 		sctx, cancel := context.WithTimeout(ctx, syncTimeout)
 		_ = s.Step(sctx, woken)
 		cancel()

@@ -214,7 +214,8 @@ func TestSharedHoldPropagatesWithinASecond(t *testing.T) {
 		f := fleet.New(fleet.Defaults(), fleet.WithReplica(id))
 		r := &replica{f: f, s: fleet.NewSyncer(f, ex), ex: ex}
 		rs = append(rs, r)
-		wg.Go(func() { r.s.Run(ctx, fleet.SyncTick) })
+		wg.Go(func() { f.Run(ctx) })
+		wg.Go(func() { r.s.Run(ctx) })
 	}
 	var lags []time.Duration
 	for i := range 20 {

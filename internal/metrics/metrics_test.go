@@ -55,7 +55,9 @@ func startDaemon(t *testing.T) *daemon {
 	t.Cleanup(store.Close)
 	ms.ObserveJournal(store)
 	ps := server.NewPolicyServer(policy.Builtin(), server.WithJournal(store, 2*time.Second), server.WithDecisionObserver(ms))
-	gs, hs := server.NewGRPCServer(ps, quiet, server.WithMonitoring(ms.UnaryServerInterceptor(), ms.StreamServerInterceptor()))
+	gs, hs := server.NewGRPCServer(ps, server.NewJournalServer(store, ps), server.NewFleetServer(nil, ps), quiet,
+		server.WithMonitoring(ms.UnaryServerInterceptor(), ms.StreamServerInterceptor()))
+	go server.WatchJournal(t.Context(), hs, store)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -21,11 +21,6 @@ import (
 // process calls a handful of models with a handful of keys.
 const maxStreamTargets = 1024
 
-// tickEvery is how often a stream checks its assignments' refreshes and
-// idle targets, and runs the fleet's timers (Tick), so that a breaker's
-// open period ending reaches the streams when it ends.
-const tickEvery = 250 * time.Millisecond
-
 // Coordinate implements FleetService.Coordinate: reports up, assignments
 // down, for one client process (docs/fleet.md, "The Coordinate stream").
 func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.CoordinateRequest, policydv1.CoordinateResponse]) error {
@@ -72,10 +67,10 @@ func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.Coord
 	if err := c.report(first); err != nil {
 		return err
 	}
-	tick := time.NewTicker(tickEvery)
-	defer tick.Stop()
 	for {
-		changes := s.fleet.NextTransition()
+		// The fleet's clock (fleet.Fleet.Run) ticks for every stream: a
+		// tick checks this stream's refreshes and idle targets.
+		changes, tick := s.fleet.NextTransition(), s.fleet.NextTick()
 		select {
 		case m := <-msgs:
 			if err := validate.CoordinateRequest(m, false); err != nil {
@@ -90,8 +85,7 @@ func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.Coord
 			if err := c.push(false); err != nil {
 				return err
 			}
-		case <-tick.C:
-			s.fleet.Tick() // at most a few times a second, whatever the streams
+		case <-tick:
 			if err := c.push(true); err != nil {
 				return err
 			}

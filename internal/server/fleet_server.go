@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 
-	"github.com/policyd/policyd/internal/validate"
-
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/auth"
 	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/policy"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 // FleetServer implements policydv1.FleetServiceServer: what fleet memory

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"time"
 
-	"github.com/policyd/policyd/internal/validate"
-
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/auth"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/policy"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 // ErrJournalOff is every journal RPC's answer when the daemon runs without a

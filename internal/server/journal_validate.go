@@ -1,8 +1,9 @@
 package server
 
 import (
-	"github.com/policyd/policyd/internal/validate"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/policyd/policyd/internal/validate"
 )
 
 // validateDuration checks an optional duration: valid, non-negative, at most 30 days.

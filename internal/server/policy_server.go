@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/policyd/policyd/internal/validate"
-
 	"google.golang.org/grpc/peer"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
@@ -17,6 +15,7 @@ import (
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/strategy"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 // PolicyServer implements policydv1.PolicyServiceServer on a policy. The

@@ -5,13 +5,10 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/policyd/policyd/internal/validate"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,6 +30,7 @@ import (
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/journal/journaltest"
 	"github.com/policyd/policyd/internal/policy"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 const (
@@ -53,15 +51,8 @@ func tokenAuth(t *testing.T) *auth.Authenticator {
 // serveSecured serves ps with sec on 127.0.0.1:0 and returns the address.
 func serveSecured(t testing.TB, ps *PolicyServer, sec Security) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	logger := slog.New(slog.DiscardHandler)
-	gs, _ := NewGRPCServer(ps, logger, WithServerOptions(sec.ServerOptions(logger)...))
-	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
-	t.Cleanup(gs.Stop)
-	return lis.Addr().String()
+	return serveTest(t, ps, logger, WithServerOptions(sec.ServerOptions(logger)...)).addr
 }
 
 func dialT(t testing.TB, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
@@ -264,16 +255,9 @@ func TestMutualTLSTenant(t *testing.T) {
 	echoTenant := grpc.ChainUnaryInterceptor(func(ctx context.Context, _ any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
 		return nil, status.Error(codes.Aborted, "tenant="+auth.TenantFrom(ctx))
 	})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	logger := slog.New(slog.DiscardHandler)
-	gs, _ := NewGRPCServer(builtinServer(), logger,
-		WithServerOptions(append(Security{Auth: auth.NewCertAuthenticator(), TLS: cfg}.ServerOptions(logger), echoTenant)...))
-	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
-	t.Cleanup(gs.Stop)
-	addr := lis.Addr().String()
+	addr := serveTest(t, builtinServer(), logger,
+		WithServerOptions(append(Security{Auth: auth.NewCertAuthenticator(), TLS: cfg}.ServerOptions(logger), echoTenant)...)).addr
 
 	tests := []struct {
 		name     string

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/policyd/policyd/internal/validate"
-
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/policyd/policyd/internal/auth"
 	"github.com/policyd/policyd/internal/journal"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 // NotFoundError is a request for something that does not exist, e.g. an

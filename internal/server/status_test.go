@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/policyd/policyd/internal/validate"
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/policyd/policyd/internal/auth"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 func TestToStatus(t *testing.T) {
