@@ -167,12 +167,13 @@ func (s *PolicyServer) NextDelay(ctx context.Context, req *policydv1.NextDelayRe
 	if err := validate.NextDelayRequest(req, p); err != nil {
 		return nil, err
 	}
-	d := p.Decide(req, policy.Call{Now: s.now(), Rand: s.rand, Fleet: s.fleet,
+	profile := policy.ProfileName(req.GetProfile()) // resolved once for the call
+	d := p.Decide(req, policy.Call{Now: s.now(), Rand: s.rand, Profile: profile, Fleet: s.fleet,
 		Tenant: auth.TenantFrom(ctx), ClientID: clientID(ctx, req)})
 	j := s.journalDecision(ctx, req, d)
 	d.Journaled = j == JournalCommitted
 	if s.observer != nil {
-		s.observer.Decided(policy.ProfileName(req.GetProfile()), d, j)
+		s.observer.Decided(profile, d, j)
 	}
 	return &policydv1.NextDelayResponse{Decision: d}, nil
 }
