@@ -102,7 +102,7 @@ func run(args []string, stdout io.Writer) error {
 	case *databaseURL == "":
 		// The replicas meet in memory: the same contract as PostgreSQL's
 		// exchange (fleettest.ExerciseExchange checks both), no database.
-		exchanges = memoryExchanges
+		exchanges = fleettest.Exchanges
 	default:
 		ctx := context.Background()
 		if err := journal.Migrate(ctx, *databaseURL); err != nil {
@@ -296,16 +296,6 @@ func rewriteTable(path string, results []*fleetsim.Result, agents int, seed uint
 	return os.WriteFile(path, b.Bytes(), 0o644)
 }
 
-// memoryExchanges gives a run n exchanges on a fresh in-memory space.
-func memoryExchanges(n int) ([]fleet.Exchange, func(), error) {
-	space := fleettest.NewMemorySpace()
-	exs := make([]fleet.Exchange, 0, n)
-	for range n {
-		exs = append(exs, space.Open())
-	}
-	return exs, func() {}, nil
-}
-
 // postgresExchanges gives a run n exchanges on the database at url, its
 // fleet tables cleared first: the replicas meet in PostgreSQL, as the
 // daemon's do.
@@ -314,22 +304,6 @@ func postgresExchanges(ctx context.Context, url string) func(n int) ([]fleet.Exc
 		if err := pgexchange.Clear(ctx, url); err != nil {
 			return nil, nil, err
 		}
-		var opened []*pgexchange.Exchange
-		closeAll := func() {
-			for _, x := range opened {
-				x.Close()
-			}
-		}
-		exs := make([]fleet.Exchange, 0, n)
-		for range n {
-			x, err := pgexchange.Open(ctx, url)
-			if err != nil {
-				closeAll()
-				return nil, nil, err
-			}
-			opened = append(opened, x)
-			exs = append(exs, x)
-		}
-		return exs, closeAll, nil
+		return pgexchange.OpenN(ctx, url, n)
 	}
 }

@@ -363,17 +363,9 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 	}
 	logger.Info("shutting down", "timeout", shutdownTimeout)
 	hs.Shutdown() // NOT_SERVING, so load balancers stop sending first
-	stopped := make(chan struct{})
-	go func() {
-		gs.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(shutdownTimeout):
+	if !finishesWithin(shutdownTimeout, gs.GracefulStop) {
 		logger.Warn("graceful stop timed out, closing connections")
-		gs.Stop()
-		<-stopped
+		gs.Stop() // GracefulStop then returns too
 	}
 	<-served // nil after a stop
 	lc.stop()
@@ -431,15 +423,26 @@ func openFleet(ctx context.Context, cfg *serveConfig, store *journal.Store, ms *
 // closeJournal commits what the journal's writers still hold, giving up
 // after journalCloseTimeout.
 func closeJournal(store *journal.Store, logger *slog.Logger) {
-	closed := make(chan struct{})
-	go func() {
-		store.Close()
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-time.After(journalCloseTimeout):
+	if !finishesWithin(journalCloseTimeout, store.Close) {
 		logger.Warn("journal flush timed out; exiting without it", "timeout", journalCloseTimeout)
+	}
+}
+
+// finishesWithin runs fn and reports whether it returned within d; when it did
+// not, fn goes on running in the background.
+func finishesWithin(d time.Duration, fn func()) bool {
+	done := make(chan struct{})
+	go func() {
+		fn()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -31,23 +32,13 @@ func (f *Fleet) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		f.Tick()
-		f.ticksMu.Lock()
-		if f.ticks != nil {
-			close(f.ticks)
-			f.ticks = nil
-		}
-		f.ticksMu.Unlock()
+		f.ticks.fire()
 	}
 }
 
 // NextTick returns a channel that is closed at Run's next tick.
 func (f *Fleet) NextTick() <-chan struct{} {
-	f.ticksMu.Lock()
-	defer f.ticksMu.Unlock()
-	if f.ticks == nil {
-		f.ticks = make(chan struct{})
-	}
-	return f.ticks
+	return f.ticks.wait()
 }
 
 // Tick moves every breaker along its timers (open → half-open, a quiet
@@ -75,12 +66,7 @@ func (f *Fleet) Tick() {
 // (a hold set, a key stopped, a breaker opened, half-opened or closed):
 // the streams push assignments then.
 func (f *Fleet) NextTransition() <-chan struct{} {
-	f.changesMu.Lock()
-	defer f.changesMu.Unlock()
-	if f.changes == nil {
-		f.changes = make(chan struct{})
-	}
-	return f.changes
+	return f.changes.wait()
 }
 
 // publish sends events to the sink (with tenant, when the events lack it)
@@ -111,13 +97,34 @@ func (f *Fleet) publish(events []Event, tenant string) {
 	if !wake {
 		return
 	}
-	f.changesMu.Lock()
-	if f.changes != nil {
-		close(f.changes)
-		f.changes = nil
-	}
-	f.changesMu.Unlock()
+	f.changes.fire()
 }
 
 // Now is the fleet's clock.
 func (f *Fleet) Now() time.Time { return f.clock() }
+
+// broadcast wakes every waiter at once: wait returns a channel that the
+// next fire closes. (A condition variable with a channel, so that waiters
+// can select on it with their other events.)
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) fire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+}

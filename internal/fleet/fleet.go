@@ -3,7 +3,6 @@ package fleet
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,10 +26,8 @@ type Fleet struct {
 
 	streams atomic.Int64 // Coordinate streams connected
 
-	changesMu sync.Mutex
-	changes   chan struct{} // closed at the next transition (NextTransition)
-	ticksMu   sync.Mutex
-	ticks     chan struct{} // closed at Run's next tick (NextTick)
+	changes broadcast // at each transition (NextTransition)
+	ticks   broadcast // at each of Run's ticks (NextTick)
 
 	shared *shared // nil: one replica (replica.go)
 	// slotStride and slotOffset interleave the replicas' release slots

@@ -386,10 +386,5 @@ func (f *Fleet) slot(i int, window time.Duration) time.Duration {
 
 // wakeStreams tells the streams the fleet changed.
 func (f *Fleet) wakeStreams() {
-	f.changesMu.Lock()
-	if f.changes != nil {
-		close(f.changes)
-		f.changes = nil
-	}
-	f.changesMu.Unlock()
+	f.changes.fire()
 }

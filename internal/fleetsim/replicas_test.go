@@ -13,39 +13,12 @@ import (
 
 func TestMain(m *testing.M) { journaltest.Main(m) }
 
-// memoryExchanges gives each run n exchanges on a fresh in-memory space.
-func memoryExchanges(n int) ([]fleet.Exchange, func(), error) {
-	space := fleettest.NewMemorySpace()
-	exs := make([]fleet.Exchange, 0, n)
-	for range n {
-		exs = append(exs, space.Open())
-	}
-	return exs, func() {}, nil
-}
-
 // postgresExchanges gives each run a fresh database with the journal's
 // schema and n real exchanges on it: the replicas meet in PostgreSQL, as
 // the daemon's do.
 func postgresExchanges(t *testing.T) func(n int) ([]fleet.Exchange, func(), error) {
 	return func(n int) ([]fleet.Exchange, func(), error) {
-		url := journaltest.DatabaseURL(t)
-		var exs []fleet.Exchange
-		var opened []*pgexchange.Exchange
-		closeAll := func() {
-			for _, x := range opened {
-				x.Close()
-			}
-		}
-		for range n {
-			x, err := pgexchange.Open(context.Background(), url)
-			if err != nil {
-				closeAll()
-				return nil, nil, err
-			}
-			opened = append(opened, x)
-			exs = append(exs, x)
-		}
-		return exs, closeAll, nil
+		return pgexchange.OpenN(context.Background(), journaltest.DatabaseURL(t), n)
 	}
 }
 
@@ -62,7 +35,7 @@ func within(got, want float64) bool {
 // (fleettest.ExerciseExchange); TestReplicaGoalsOverPostgres runs one
 // scenario over a real PostgreSQL, as the daemon's replicas meet.
 func TestReplicaGoals(t *testing.T) {
-	replicaGoals(t, memoryExchanges, []string{PolicyFleet, PolicyFleetStream}, []string{Outage, Quota, Herd})
+	replicaGoals(t, fleettest.Exchanges, []string{PolicyFleet, PolicyFleetStream}, []string{Outage, Quota, Herd})
 }
 
 func TestReplicaGoalsOverPostgres(t *testing.T) {

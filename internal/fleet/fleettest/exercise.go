@@ -96,15 +96,16 @@ func verdictOf(t testing.TB, vs []fleet.Verdict, key fleet.Key) fleet.Verdict {
 	return fleet.Verdict{}
 }
 
-func wantVerdict(t testing.TB, got, want fleet.Verdict) {
+// WantVerdict fails t unless got is want.
+func WantVerdict(t testing.TB, got, want fleet.Verdict) {
 	t.Helper()
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("verdict =\n  %+v\nwant\n  %+v", got, want)
 	}
 }
 
-// wantField fails t unless err is a *dberr.InvalidError naming field.
-func wantField(t testing.TB, err error, field string) {
+// WantField fails t unless err is a *dberr.InvalidError naming field.
+func WantField(t testing.TB, err error, field string) {
 	t.Helper()
 	ie, ok := errors.AsType[*dberr.InvalidError](err)
 	if !ok || !errors.Is(err, dberr.ErrInvalid) {
@@ -126,7 +127,7 @@ func exerciseRegisters(t *testing.T, open Open) {
 		t.Fatalf("first read: %+v", ch)
 	}
 	want := fleet.Verdict{Key: rlKey, HoldUntil: T0.Add(10 * time.Second), HoldSpan: 10 * time.Second}
-	wantVerdict(t, ch.Verdicts[0], want)
+	WantVerdict(t, ch.Verdicts[0], want)
 	seq := ch.Seq
 
 	// A lower hold moves nothing: no new seq, the hold and its span stay.
@@ -135,7 +136,7 @@ func exerciseRegisters(t *testing.T, open Open) {
 	if ch := read(t, b, "b", seq, 0); len(ch.Verdicts) != 0 || ch.Seq != seq {
 		t.Fatalf("after lower holds: %+v, want nothing newer than seq %d", ch, seq)
 	}
-	wantVerdict(t, read(t, a, "a", 0, 0).Verdicts[0], want)
+	WantVerdict(t, read(t, a, "a", 0, 0).Verdicts[0], want)
 
 	// A stop, with a lower hold: only the stop moves.
 	raise(t, b, fleet.Verdict{Key: rlKey, HoldUntil: T0.Add(time.Second), HoldSpan: time.Second,
@@ -145,7 +146,7 @@ func exerciseRegisters(t *testing.T, open Open) {
 	if len(ch.Verdicts) != 1 || ch.Seq <= seq {
 		t.Fatalf("after the stop: %+v, want one verdict newer than seq %d", ch, seq)
 	}
-	wantVerdict(t, ch.Verdicts[0], want)
+	WantVerdict(t, ch.Verdicts[0], want)
 	seq = ch.Seq
 
 	// A lower stop moves nothing.
@@ -167,7 +168,7 @@ func exerciseRegisters(t *testing.T, open Open) {
 	if len(ch.Verdicts) != 1 || ch.Seq <= seq {
 		t.Fatalf("after the batch: %+v, want only the new key", ch)
 	}
-	wantVerdict(t, ch.Verdicts[0], fleet.Verdict{Key: avKey, HoldUntil: T0.Add(7 * time.Second), HoldSpan: 7 * time.Second,
+	WantVerdict(t, ch.Verdicts[0], fleet.Verdict{Key: avKey, HoldUntil: T0.Add(7 * time.Second), HoldSpan: 7 * time.Second,
 		StopUntil: T0.Add(time.Minute), StopWhy: "down"})
 	seq = ch.Seq
 
@@ -179,7 +180,7 @@ func exerciseRegisters(t *testing.T, open Open) {
 	if len(ch.Verdicts) != 1 {
 		t.Fatalf("after a later hold: %+v", ch)
 	}
-	wantVerdict(t, ch.Verdicts[0], want)
+	WantVerdict(t, ch.Verdicts[0], want)
 
 	// Every verdict for seq 0, in seq order.
 	ch = read(t, b, "b", 0, 0)
@@ -189,7 +190,7 @@ func exerciseRegisters(t *testing.T, open Open) {
 	raise(t, a) // nothing to do
 
 	err := a.RaiseRegisters(context.Background(), []fleet.Verdict{{Key: fleet.Key{Tenant: "acme"}, HoldUntil: T0}})
-	wantField(t, err, "scope")
+	WantField(t, err, "scope")
 }
 
 // exerciseMoveBreakerOnce: of the concurrent compare-and-sets from
@@ -251,9 +252,9 @@ func exerciseMoveBreakerOnce(t *testing.T, open Open) {
 		if !hold.IsZero() {
 			want.HoldSpan = time.Minute
 		}
-		wantVerdict(t, winner.cur, want)
+		WantVerdict(t, winner.cur, want)
 		for _, r := range results {
-			wantVerdict(t, r.cur, want)
+			WantVerdict(t, r.cur, want)
 		}
 		return want
 	}
@@ -269,8 +270,8 @@ func exerciseMoveBreakerOnce(t *testing.T, open Open) {
 		if err != nil || won {
 			t.Fatalf("MoveBreaker from a stale base: won %v, %v", won, err)
 		}
-		wantVerdict(t, cur, want)
-		wantVerdict(t, verdictOf(t, read(t, xs[1], "b", 0, 0).Verdicts, tc.key), want)
+		WantVerdict(t, cur, want)
+		WantVerdict(t, verdictOf(t, read(t, xs[1], "b", 0, 0).Verdicts, tc.key), want)
 	}
 
 	// Nothing to move from a version the key never had.
@@ -279,9 +280,9 @@ func exerciseMoveBreakerOnce(t *testing.T, open Open) {
 	if err != nil || won {
 		t.Fatalf("MoveBreaker on a missing row from base 3: won %v, %v", won, err)
 	}
-	wantVerdict(t, cur, fleet.Verdict{Key: key})
+	WantVerdict(t, cur, fleet.Verdict{Key: key})
 	_, _, err = xs[0].MoveBreaker(ctx, fleet.Verdict{Key: key, Breaker: fleet.BreakerState(7)}, 0)
-	wantField(t, err, "breaker")
+	WantField(t, err, "breaker")
 }
 
 // exerciseClaimProbe: a half-open breaker's probe slot goes to one
@@ -428,7 +429,7 @@ func exerciseCounts(t *testing.T, open Open) {
 	}
 
 	err := a.PublishCounts(ctx, fleet.ReplicaCounts{At: T0})
-	wantField(t, err, "replica")
+	WantField(t, err, "replica")
 }
 
 // exerciseWake: a change on one replica wakes the others (LISTEN/

@@ -58,6 +58,17 @@ func NewMemorySpace() *MemorySpace {
 	return &MemorySpace{verdicts: make(map[fleet.Key]*verdictRow), replicas: make(map[string]*countsRow)}
 }
 
+// Exchanges returns n replicas' exchanges on a new space, and a no-op
+// close: the shape the simulation's replica runs take.
+func Exchanges(n int) ([]fleet.Exchange, func(), error) {
+	space := NewMemorySpace()
+	exs := make([]fleet.Exchange, 0, n)
+	for range n {
+		exs = append(exs, space.Open())
+	}
+	return exs, func() {}, nil
+}
+
 // Open returns a new replica's exchange on the space.
 func (s *MemorySpace) Open() *MemoryExchange {
 	x := &MemoryExchange{space: s, wake: make(chan struct{}, 1)}

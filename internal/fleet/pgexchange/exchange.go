@@ -181,6 +181,29 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Exchange, e
 	return x, nil
 }
 
+// OpenN opens n exchanges on the database at databaseURL, as n replicas
+// would, and returns them with a function that closes them all: the
+// simulation's replica runs over PostgreSQL.
+func OpenN(ctx context.Context, databaseURL string, n int, opts ...Option) ([]fleet.Exchange, func(), error) {
+	var opened []*Exchange
+	closeAll := func() {
+		for _, x := range opened {
+			x.Close()
+		}
+	}
+	exs := make([]fleet.Exchange, 0, n)
+	for range n {
+		x, err := Open(ctx, databaseURL, opts...)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		opened = append(opened, x)
+		exs = append(exs, x)
+	}
+	return exs, closeAll, nil
+}
+
 // Close stops the listener and closes its connection and the pool. Calls
 // after Close fail with ErrUnavailable. Close is safe to call more than
 // once.

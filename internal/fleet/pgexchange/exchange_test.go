@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -77,27 +76,11 @@ func read(t testing.TB, x *pgexchange.Exchange, replica string, seq, countsSeq i
 	return ch
 }
 
-func wantVerdict(t testing.TB, got, want fleet.Verdict) {
-	t.Helper()
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("verdict =\n  %+v\nwant\n  %+v", got, want)
-	}
-}
-
 // wantErr fails t unless err matches want.
 func wantErr(t testing.TB, err, want error) {
 	t.Helper()
 	if !errors.Is(err, want) {
 		t.Fatalf("error = %v, want %v", err, want)
-	}
-}
-
-// wantField fails t unless err is a *dberr.InvalidError naming field.
-func wantField(t testing.TB, err error, field string) {
-	t.Helper()
-	ie, ok := errors.AsType[*dberr.InvalidError](err)
-	if !ok || ie.Field != field {
-		t.Fatalf("error = %v, want an InvalidError naming %q", err, field)
 	}
 }
 
@@ -114,22 +97,10 @@ func openExchange(t testing.TB, url string) *pgexchange.Exchange {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(x.Close)
-	if !woke(x, wakeWait) {
+	if !fleettest.Woke(x, wakeWait) {
 		t.Fatal("the listener did not connect (no first Wake)")
 	}
 	return x
-}
-
-// woke waits up to d for x's Wake.
-func woke(x *pgexchange.Exchange, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-x.Wake():
-		return true
-	case <-t.C:
-		return false
-	}
 }
 
 func drainWake(x *pgexchange.Exchange) {
@@ -151,16 +122,16 @@ func TestExchangeIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
-	if !woke(b, wakeWait) {
+	if !fleettest.Woke(b, wakeWait) {
 		t.Fatal("the listener did not connect")
 	}
 	for i := range 5 {
 		// About 20 idle waits and pings; a wake here would be a reconnection.
-		if woke(b, 200*time.Millisecond) {
+		if fleettest.Woke(b, 200*time.Millisecond) {
 			t.Fatalf("round %d: b woken while idle (its listener reconnected?)", i)
 		}
 		raise(t, a, fleet.Verdict{Key: rlKey, HoldUntil: t0.Add(time.Duration(i+1) * time.Second)})
-		if !woke(b, wakeWait) {
+		if !fleettest.Woke(b, wakeWait) {
 			t.Fatalf("round %d: b not woken after idling", i)
 		}
 	}
@@ -176,7 +147,7 @@ func TestExchangeOutage(t *testing.T) {
 	url := srv.DatabaseURL(t)
 	a, b := openExchange(t, url), openExchange(t, url)
 	raise(t, a, fleet.Verdict{Key: rlKey, HoldUntil: t0.Add(time.Second), HoldSpan: time.Second})
-	if !woke(b, wakeWait) {
+	if !fleettest.Woke(b, wakeWait) {
 		t.Fatal("b not woken before the outage")
 	}
 	seq := read(t, b, "b", 0, 0).Seq
@@ -223,7 +194,7 @@ func TestExchangeOutage(t *testing.T) {
 	// Let the listeners' backoff grow (without asserting anything on time),
 	// so that a's write below likely lands before b listens again.
 	time.Sleep(1500 * time.Millisecond)
-	if woke(b, 0) {
+	if fleettest.Woke(b, 0) {
 		t.Fatal("b woken while the database is down")
 	}
 
@@ -248,12 +219,12 @@ func TestExchangeOutage(t *testing.T) {
 	t.Logf("a wrote %v after the restart, with %s of the 2 listeners back", time.Since(restarted).Round(time.Millisecond), rows[0][0])
 	got := awaitVerdict(t, b, seq, func(v fleet.Verdict) bool { return v.HoldUntil.Equal(hold.HoldUntil) })
 	t.Logf("b saw the hold %v after the restart", time.Since(restarted).Round(time.Millisecond))
-	wantVerdict(t, got, hold)
+	fleettest.WantVerdict(t, got, hold)
 
 	// b's listener listens again: a's next change wakes it.
 	drainWake(b)
 	raise(t, a, fleet.Verdict{Key: avKey, HoldUntil: t0.Add(time.Hour)})
-	if !woke(b, wakeWait) {
+	if !fleettest.Woke(b, wakeWait) {
 		t.Fatal("b not woken by a change after the restart")
 	}
 	if ch := read(t, b, "b", 0, 0); len(ch.Verdicts) != 2 {
@@ -274,7 +245,7 @@ func awaitVerdict(t testing.TB, x *pgexchange.Exchange, seq int64, ok func(fleet
 		if left <= 0 {
 			t.Fatalf("no wake with the verdict within %v (last read error: %v)", wakeWait, lastErr)
 		}
-		if needWake && !woke(x, left) {
+		if needWake && !fleettest.Woke(x, left) {
 			continue
 		}
 		ch, err := x.Read(context.Background(), "b", seq, 0)
@@ -311,7 +282,7 @@ func TestExchangePropagation(t *testing.T) {
 		deadline := returned.Add(5 * time.Second)
 	wait:
 		for {
-			if !woke(b, time.Until(deadline)) {
+			if !fleettest.Woke(b, time.Until(deadline)) {
 				t.Fatalf("hold %d: b not woken within 5s", i)
 			}
 			ch := read(t, b, "b", seq, 0)
@@ -403,7 +374,7 @@ func TestOpenUnreachable(t *testing.T) {
 		t.Fatalf("Open took %v to fail", d)
 	}
 	_, err = pgexchange.Open(context.Background(), "postgres://%zz")
-	wantField(t, err, "database_url")
+	fleettest.WantField(t, err, "database_url")
 
 	// A closed exchange answers ErrUnavailable.
 	x := openExchange(t, journaltest.DatabaseURL(t))
