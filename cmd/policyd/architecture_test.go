@@ -29,7 +29,7 @@ func TestArchitectureLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	layer := map[string]int{}
-	row := regexp.MustCompile("(?m)^\\| [a-z ]+ \\| ([^|]+) \\|")
+	row := regexp.MustCompile(`(?m)^\| [a-z ]+ \| ([^|]+) \|`)
 	name := regexp.MustCompile("`([a-z0-9/-]+)`")
 	for i, m := range row.FindAllStringSubmatch(string(doc), -1) {
 		for _, n := range name.FindAllStringSubmatch(m[1], -1) {
