@@ -394,6 +394,12 @@ func TestDoFallsBack(t *testing.T) {
 			perr.Decision.Fallback != policyd.FallbackLargerContextModel {
 			t.Fatalf("Do = %v, want a *policyd.Error carrying the FALL_BACK hint", err)
 		}
+		// It says the call stopped, why, and where it would have gone.
+		msg := err.Error()
+		if !strings.Contains(msg, "stopped after 1 attempt: policyd advised a fallback to LARGER_CONTEXT_MODEL, "+
+			"and the call has no fallback function") || strings.Contains(msg, "(policyd: fall back to") {
+			t.Errorf("message = %q, want it to say it stopped because no fallback function was given", msg)
+		}
 	})
 
 	t.Run("a fallback function's error is returned", func(t *testing.T) {

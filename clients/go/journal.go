@@ -28,7 +28,8 @@ func (r *run) journalID() string {
 }
 
 // begin starts the RetryContext once, at the first failure. It returns the
-// RPC's error when policyd could not be reached.
+// RPC's error when policyd could not be reached, or refused the call's
+// configuration (callerMistake).
 func (r *run) begin(ctx context.Context) error {
 	if !r.journal || r.begun {
 		return nil
@@ -53,11 +54,10 @@ func (r *run) begin(ctx context.Context) error {
 		r.c.warnOnce("journal-off", "policyd: the daemon's journal is off; journaled calls are not recorded "+
 			"(start policyd serve with --database-url)", "error", err)
 	case refused(err):
-		// e.g. a ContextID that is not a UUID, or an unknown profile: sending
-		// it again with every decision would only get it refused again.
+		// Sending it again with every decision would only get it refused again.
 		r.journal = false
-		if status.Code(err) == codes.Unauthenticated {
-			break // NextDelay's refusal, which follows, stops the call and says why
+		if st := status.Convert(err); callerMistake(st.Code(), st.Message()) {
+			return err // e.g. a ContextID that is not a UUID: the caller's to fix (refusal)
 		}
 		r.c.warnOnce("journal-refused/"+status.Code(err).String(), "policyd: the daemon refused to begin a journal "+
 			"context; such calls are not journaled", "context_id", r.contextID, "profile", r.call.Profile, "error", err)
