@@ -43,6 +43,8 @@ type Client struct {
 	coord         *coordinator
 	streamStarted atomic.Bool   // started once, or the client is closed
 	kick          chan struct{} // urgent reports to send (coordinate.go)
+	closing       chan struct{} // closed by Close: background retries stop
+	closeOnce     sync.Once
 }
 
 // Dial returns a Client of the policyd at addr; an empty addr means
@@ -111,6 +113,7 @@ func newClient(conn grpc.ClientConnInterface, cfg config) *Client {
 		journal: policydv1.NewJournalServiceClient(conn),
 		fleet:   policydv1.NewFleetServiceClient(conn),
 		kick:    make(chan struct{}, 1),
+		closing: make(chan struct{}),
 	}
 	if cfg.fleetGate {
 		c.gate = newGate(cfg.gateGrace)
@@ -120,9 +123,11 @@ func newClient(conn grpc.ClientConnInterface, cfg config) *Client {
 
 // Close closes the fleet stream (its last report sent, at most a quarter
 // of a second), waits for journal records still being sent (each bounded
-// by the daemon timeout) and closes the connection Dial opened.
+// by the daemon timeout; retries waiting for policyd to come back are
+// dropped) and closes the connection Dial opened.
 func (c *Client) Close() error {
 	c.stopStream()
+	c.closeOnce.Do(func() { close(c.closing) })
 	c.bg.Wait()
 	if c.conn != nil {
 		return c.conn.Close()

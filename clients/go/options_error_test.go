@@ -29,7 +29,7 @@ func TestDoStopsOnInvalidOptions(t *testing.T) {
 			method: "NextDelay", mention: `unknown profile "web_fech"; known:`},
 		{name: "unknown profile, journaled", addr: journalDaemonAddr,
 			opts:   []policyd.Option{policyd.WithProfile("web_fech"), policyd.WithJournal(true)},
-			method: "NextDelay", mention: `"web_fech"`},
+			method: "BeginContext", mention: `"web_fech"`},
 		{name: "too many labels", addr: journalDaemonAddr, opts: []policyd.Option{policyd.WithJournal(true)},
 			call: policyd.Call{Labels: manyLabels(100)}, method: "BeginContext", mention: "labels"},
 	}
