@@ -217,7 +217,11 @@ def test_fallback_hint_is_handed_to_the_fallback_function(client: Client, server
     with pytest.raises(RetryStopped) as info:
         client.call(fetch, provider="openai", operation="chat")
     assert info.value.decision is not None and info.value.decision.action is Action.FALL_BACK
-    assert "OTHER_PROVIDER" in str(info.value)
+    # It says the call stopped, why, and where it would have gone.
+    assert (
+        "stopped after 1 attempt: policyd advised a fallback to OTHER_PROVIDER, and the call has no fallback function"
+        in str(info.value)
+    )
 
 
 def test_deadline_stops_a_retry_that_would_pass_it(client: Client, server: FakeServer) -> None:
