@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 
 import anthropic
@@ -58,6 +59,8 @@ def events() -> Events:
 def test_success_makes_no_rpc(counted: Counted, server: FakeServer) -> None:
     url = server.script("/ok", Reply(200, body="fine"))
     assert counted.client.call(get_text(url), operation="web_fetch", journal=True) == "fine"
+    # Nor with a context id of the caller's (the same test in every client).
+    assert counted.client.call(get_text(url), operation="web_fetch", context_id=str(uuid.uuid4())) == "fine"
     assert counted.rpcs == []
 
 
