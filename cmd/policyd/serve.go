@@ -145,6 +145,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"write a batch of at least this many attempts with COPY instead of one INSERT; 0: never")
 	messageChars := fs.Int("journal-message-chars", journal.DefaultMessageChars,
 		fmt.Sprintf("characters of each attempt's error message the journal keeps (%d..%d); longer ones are cut", journal.MinMessageChars, journal.MaxMessageChars))
+	abandonAfter := fs.Duration("abandon-after", journal.DefaultAbandonAfter,
+		"mark a context abandoned after this long in progress without a new attempt (its agent is gone); 0: never")
 	metricsListen := fs.String("metrics-listen", os.Getenv("POLICYD_METRICS_LISTEN"),
 		"`address` (host:port) to serve Prometheus /metrics, /healthz and /readyz on over HTTP; empty: off (env POLICYD_METRICS_LISTEN)")
 	profiling := fs.Bool("pprof", false,
@@ -194,6 +196,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *batchWindow < 0 || *writers < 1 {
 			return usageErrorf("serve: --journal-batch-window must be ≥ 0 and --journal-writers ≥ 1")
 		}
+		if *abandonAfter < 0 {
+			return usageErrorf("serve: --abandon-after must be ≥ 0 (0: never), got %v", *abandonAfter)
+		}
 		if *copyMinRows < 0 {
 			return usageErrorf("serve: --journal-copy-min-rows must be ≥ 0, got %d", *copyMinRows)
 		}
@@ -207,6 +212,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("serve: %w", err)
 		}
 		defer store.Close() // on an early return; shutdown closes it in order
+		if err := store.StartAbandoner(*abandonAfter); err != nil {
+			return fmt.Errorf("serve: --abandon-after: %w", err)
+		}
 		psOpts = append(psOpts, server.WithJournal(store, *journalTimeout))
 		if ms != nil {
 			ms.ObserveJournal(store)

@@ -41,6 +41,7 @@ type Store struct {
 	stop       chan struct{}
 	writers    sync.WaitGroup
 	healthDone chan struct{}
+	sweeps     sync.WaitGroup // StartAbandoner's loop
 	closeOnce  sync.Once
 
 	typeText atomic.Pointer[func(failureType string) TypeText]
@@ -142,6 +143,7 @@ func (s *Store) Close() {
 		s.writers.Wait()
 		close(s.stop)
 		<-s.healthDone
+		s.sweeps.Wait()
 		s.writePool.Close()
 		s.pool.Close()
 	})
