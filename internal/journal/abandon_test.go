@@ -6,14 +6,16 @@ import (
 	"time"
 
 	"github.com/policyd/policyd/internal/journal"
+	"github.com/policyd/policyd/internal/journal/journaltest"
 )
 
 func TestAbandonIdle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clk := newClock(t0.Add(3 * time.Hour))
+	url := journaltest.DatabaseURL(t)
 	// Two contexts per statement, so that AbandonIdle has to loop.
-	s := openStore(t, journal.WithPruneBatch(2), journal.WithClock(clk.Now))
+	s := openStoreAt(t, url, journal.WithPruneBatch(2), journal.WithClock(clk.Now))
 	idleSince := t0.Add(2 * time.Hour)
 	tests := []struct {
 		name     string
@@ -56,6 +58,12 @@ func TestAbandonIdle(t *testing.T) {
 		if tc.want == journal.OutcomeAbandoned && !c.FinishedAt.Equal(clk.Now().Truncate(time.Microsecond)) {
 			t.Errorf("%s: finished at %v, want the sweep's time %v", tc.name, c.FinishedAt, clk.Now())
 		}
+	}
+	// The views count them finished, not in progress.
+	_, rows := journaltest.Query(t, url, `SELECT count(*) FILTER (WHERE outcome = 'in_progress'),
+		count(*) FILTER (WHERE outcome = 'abandoned') FROM journal_wait_per_context`)
+	if len(rows) != 1 || rows[0][0] != "2" || rows[0][1] != "3" {
+		t.Errorf("journal_wait_per_context: in progress, abandoned = %v, want 2 and 3", rows)
 	}
 	if n, err := s.AbandonIdle(ctx, idleSince); err != nil || n != 0 {
 		t.Errorf("second AbandonIdle = %d, %v; want 0, nil", n, err)
