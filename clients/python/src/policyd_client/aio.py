@@ -416,7 +416,11 @@ class AsyncClient:
     async def _retry_flush(self, spec: Spec, st: State, outcome: jpb.Outcome) -> None:
         for delay in _core.FINISH_RETRY_DELAYS:
             await asyncio.sleep(delay)
-            if await self._flush(spec, st, outcome, self.timeout):
+            try:
+                if await self._flush(spec, st, outcome, self.timeout):
+                    return
+            except Exception as err:  # e.g. the channel closed meanwhile: never an unretrieved task error
+                self._log.debug("policyd journal: finishing %s: %s", st.context_id, err)
                 return
         self._log.warning(
             "policyd journal: gave up finishing context %s; policyd will mark it abandoned", st.context_id

@@ -463,7 +463,11 @@ class Client:
         for delay in _core.FINISH_RETRY_DELAYS:
             if self._closing.wait(delay):
                 return
-            if self._flush(spec, st, outcome, self.timeout):
+            try:
+                if self._flush(spec, st, outcome, self.timeout):
+                    return
+            except Exception as err:  # e.g. the channel closed meanwhile: never a traceback from this thread
+                self._log.debug("policyd journal: finishing %s: %s", st.context_id, err)
                 return
         self._log.warning(
             "policyd journal: gave up finishing context %s; policyd will mark it abandoned", st.context_id
