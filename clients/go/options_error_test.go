@@ -72,3 +72,18 @@ func manyLabels(n int) map[string]string {
 	}
 	return m
 }
+
+// An address in the shared grammar with a scheme reaches the daemon as
+// host:port does (docs/clients.md, "The daemon address").
+func TestDialHTTPURL(t *testing.T) {
+	t.Parallel()
+	srv := newFlaky(t, step{status: 503, body: overloadedBody}, step{status: 200})
+	var decided decisions
+	c := newClient(t, "http://"+daemonAddr(t)+"/", policyd.WithClock(newFakeClock()), decided.option())
+	if err := c.Do(context.Background(), openai, chat(srv.URL)); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if ds := decided.get(); len(ds) != 1 || ds[0].FailOpen {
+		t.Errorf("decisions = %+v, want one of policyd's", ds)
+	}
+}

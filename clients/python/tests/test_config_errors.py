@@ -55,3 +55,13 @@ def test_async_unknown_profile_raises(daemon: Daemon, server: FakeServer) -> Non
                 await c.call(attempt, operation="web_fetch")
 
     asyncio.run(main())
+
+
+def test_an_http_url_address_reaches_the_daemon(daemon: Daemon, server: FakeServer) -> None:
+    url = server.script("/u", Reply(503), Reply(200, body="ok"))
+    sources: list[str] = []
+    with Client(
+        f"http://{daemon.addr}/", timeout=10, sleep=lambda s: None, on_retry=lambda e: sources.append(e.decision.source)
+    ) as c:
+        assert c.call(lambda: fetch(url), operation="web_fetch") == "ok"
+    assert sources == ["policyd"]
