@@ -199,10 +199,10 @@ bench-growth: build ## The journal's cost as it grows: empty, 1 M, 10 M attempt 
 	./bin/policyd-bench --policyd bin/policyd --database-url "$$url" --doc docs/benchmarks.md --growth $(BENCH_GROWTH_SIZES)
 
 .PHONY: simulate
-simulate: ## The fleet simulation: every scenario, lifetime and policy, one line each, and 3 replicas over PostgreSQL (DATABASE_URL, else a throwaway cluster); redraws docs/fleet/*.svg and the table in docs/fleet.md.
+simulate: ## The fleet simulation: every scenario, lifetime and policy, one line each, and 3 replicas over PostgreSQL (DATABASE_URL, else a throwaway cluster); redraws docs/fleet/*.svg and the table in docs/fleet-simulation.md.
 	go build -o bin/policyd-sim ./cmd/policyd-sim
 	@$(call database_or_throwaway_pg,$(SIM_PG_DIR),$(SIM_PG_PORT)); \
-	./bin/policyd-sim -svg-dir docs/fleet -doc docs/fleet.md -replicas 1,3 -database-url "$$url"
+	./bin/policyd-sim -svg-dir docs/fleet -doc docs/fleet-simulation.md -replicas 1,3 -database-url "$$url"
 
 .PHONY: tools
 tools: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(STAMPS)/golangci-lint-$(GOLANGCI_LINT_VERSION) $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Install the pinned tools into .bin.

@@ -1,4 +1,4 @@
--- Fleet memory, part 2: the Coordinate streams' transitions join the fleet
+-- Fleet memory's Coordinate streams: the streams' transitions join the fleet
 -- events. 'shed': clients' gates did not admit first attempts (journaled at
 -- most once a second per bucket, counts.shed the number); 'slow_start': a
 -- breaker closed and the gates admit a rising share of first attempts

@@ -1,4 +1,4 @@
--- Fleet memory, part 3: replicas share the fleet. Every daemon replica
+-- Replicas share the fleet memory. Every daemon replica
 -- keeps the whole fleet in its own memory and decides from it; in the
 -- background it exchanges here (journal.FleetExchange) the verdicts that
 -- must be the same on every replica and its own counts. Decisions never

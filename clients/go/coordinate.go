@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"regexp"
 	"sort"
@@ -110,8 +109,7 @@ func (co *coordinator) run() {
 			failures = 0
 		}
 		failures++
-		ceiling := min(reconnectMax, reconnectInitial<<min(failures-1, 5))
-		wait := time.Duration(rand.Float64() * float64(ceiling))
+		wait := co.reconnectWait(failures)
 		co.c.cfg.logger.Debug("policyd: fleet stream reconnecting", "in", wait.Round(time.Millisecond))
 		t := time.NewTimer(wait)
 		select {
@@ -187,9 +185,7 @@ func (co *coordinator) session() (healthy, final bool) {
 		}
 	}()
 	healthyNow := func() bool { return got.Load() || time.Since(started) >= healthyAfter }
-	nextTick := func() time.Duration {
-		return reportEvery + time.Duration((rand.Float64()*2-1)*reportJitter*float64(reportEvery))
-	}
+
 	sendFailed := func(err error) (bool, bool) {
 		if errors.Is(err, io.EOF) {
 			// The stream ended; Recv says why.
@@ -204,13 +200,13 @@ func (co *coordinator) session() (healthy, final bool) {
 	if err := co.sendReports(stream, reportResubscribe); err != nil {
 		return sendFailed(err)
 	}
-	tick := time.NewTimer(nextTick())
+	tick := time.NewTimer(co.reportInterval())
 	defer tick.Stop()
 	for {
 		kind := reportActive
 		select {
 		case <-tick.C:
-			tick.Reset(nextTick())
+			tick.Reset(co.reportInterval())
 		case <-co.c.kick:
 			kind = reportUrgent
 		case err := <-recvErr:
@@ -388,4 +384,19 @@ func rateLimitName(n string) bool {
 		}
 	}
 	return false
+}
+
+// reconnectWait is the wait before the stream's next connection after
+// failures in a row: full jitter under a doubling ceiling, drawn from the
+// client's random source (WithRand).
+func (co *coordinator) reconnectWait(failures int) time.Duration {
+	ceiling := min(reconnectMax, reconnectInitial<<min(failures-1, 5))
+	return time.Duration(co.c.cfg.rand.Float64() * float64(ceiling))
+}
+
+// reportInterval is the time to the next report: reportEvery ± reportJitter,
+// drawn from the client's random source, so that a fleet's processes do
+// not report in step.
+func (co *coordinator) reportInterval() time.Duration {
+	return reportEvery + time.Duration((co.c.cfg.rand.Float64()*2-1)*reportJitter*float64(reportEvery))
 }

@@ -294,3 +294,30 @@ func TestBreakerCountsOnlyAvailabilityFailures(t *testing.T) {
 		}
 	}
 }
+
+// drawRand returns its draws in order, the last one from then on.
+type drawRand struct{ draws []float64 }
+
+func (r *drawRand) Float64() float64 {
+	d := r.draws[0]
+	if len(r.draws) > 1 {
+		r.draws = r.draws[1:]
+	}
+	return d
+}
+
+// The stream's report interval and reconnect backoff draw from the
+// client's random source (WithRand), so a test (or a caller) controls them.
+func TestStreamJitterFromWithRand(t *testing.T) {
+	r := &drawRand{draws: []float64{0, 0.5, 1, 0.5}}
+	c := newClient(nil, newConfig([]Option{WithRand(r), WithLogger(slog.New(slog.DiscardHandler))}))
+	co := &coordinator{c: c, ctx: context.Background()}
+	for _, want := range []time.Duration{900 * time.Millisecond, time.Second, 1100 * time.Millisecond} {
+		if got := co.reportInterval(); got != want {
+			t.Fatalf("report interval = %v, want %v", got, want)
+		}
+	}
+	if got, want := co.reconnectWait(3), 2*time.Second; got != want { // half of the 4 s ceiling after three failures
+		t.Fatalf("reconnect wait = %v, want %v", got, want)
+	}
+}

@@ -23,7 +23,7 @@ import (
 // The fleet end to end: a real policyd process, agents as goroutines each
 // with its own Client (its own client id), and a fake provider on
 // 127.0.0.1. Short timings, from the policy file below, bound each run to a
-// few seconds; docs/fleet.md has the simulation at full scale.
+// few seconds; docs/fleet-simulation.md has the simulation at full scale.
 const fleetPolicy = `
 profiles:
   fleet_e2e:

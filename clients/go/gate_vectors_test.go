@@ -8,7 +8,7 @@ import (
 )
 
 // clients/testdata/gate.json, which the daemon's reference gate
-// (internal/fleet/gate.go) and the Python and TypeScript gates replay too
+// (internal/refgate/gate.go) and the Python and TypeScript gates replay too
 // (docs/clients.md, "The fleet gate"): each case is one target's row over
 // a monotonic clock.
 

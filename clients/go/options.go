@@ -141,8 +141,9 @@ func WithClock(clock Clock) Option {
 	}
 }
 
-// WithRand makes r the fail-open policy's jitter source (default
-// math/rand/v2's global source). r must be safe for concurrent use if the
+// WithRand makes r the client's jitter source (default math/rand/v2's
+// global source): the fail-open policy's delays, the gate's draws, and the
+// fleet stream's report interval and reconnect backoff. r must be safe for concurrent use if the
 // client is.
 func WithRand(r Rand) Option {
 	return func(c *config) {

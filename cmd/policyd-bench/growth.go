@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/policyd/policyd/internal/journal"
+	"github.com/policyd/policyd/internal/journal/bulkload"
 )
 
 // runGrowth measures the journal's write throughput (RecordAttempt) and the
@@ -21,7 +21,7 @@ func runGrowth(ctx context.Context, c config, s *servers, out io.Writer) error {
 		time.Now().UTC().Format("2006-01-02"), describeMachine(), c.rounds, perRound, c.concurrency)
 	b.WriteString("| attempt rows | fill (COPY) | RecordAttempt RPS | RecordAttempt p99 | journaled NextDelay RPS | journaled NextDelay p99 |\n|---:|---:|---:|---:|---:|---:|\n")
 	for _, size := range c.growth {
-		have, err := journal.AttemptRows(ctx, c.databaseURL)
+		have, err := bulkload.AttemptRows(ctx, c.databaseURL)
 		if err != nil {
 			return err
 		}
@@ -30,7 +30,7 @@ func runGrowth(ctx context.Context, c config, s *servers, out io.Writer) error {
 			t0 := time.Now()
 			contexts := int((size - have + attemptsPerContext - 1) / attemptsPerContext)
 			for done := 0; done < contexts; done += 200_000 { // a transaction per 1 M rows
-				if _, err := journal.BulkLoad(ctx, c.databaseURL, min(200_000, contexts-done), attemptsPerContext, time.Now()); err != nil {
+				if _, err := bulkload.Load(ctx, c.databaseURL, min(200_000, contexts-done), attemptsPerContext, time.Now()); err != nil {
 					return err
 				}
 			}
@@ -41,7 +41,7 @@ func runGrowth(ctx context.Context, c config, s *servers, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		rows, err := journal.AttemptRows(ctx, c.databaseURL)
+		rows, err := bulkload.AttemptRows(ctx, c.databaseURL)
 		if err != nil {
 			return err
 		}

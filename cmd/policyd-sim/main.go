@@ -10,9 +10,10 @@
 // <!-- sim:table:begin --> and <!-- sim:table:end -->. With -replicas 1,3
 // it also runs the outage, quota and herd scenarios with three policyd
 // replicas behind a per-call balancer, sharing their fleet through the
-// PostgreSQL at -database-url (cleared before each run). `make simulate`
-// runs it with -svg-dir docs/fleet -doc docs/fleet.md -replicas 1,3 on a
-// throwaway cluster.
+// PostgreSQL at -database-url (cleared before each run), or in memory
+// without one (the same exchange contract, no database). `make simulate`
+// runs it with -svg-dir docs/fleet -doc docs/fleet-simulation.md
+// -replicas 1,3 on a throwaway cluster.
 package main
 
 import (
@@ -35,6 +36,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/policyd/policyd/internal/fleet"
+	"github.com/policyd/policyd/internal/fleet/fleettest"
+	"github.com/policyd/policyd/internal/fleet/pgexchange"
 	"github.com/policyd/policyd/internal/fleetsim"
 	"github.com/policyd/policyd/internal/journal"
 )
@@ -55,8 +58,8 @@ func run(args []string, stdout io.Writer) error {
 	seed := fs.Uint64("seed", 1, "the run's seed")
 	svgDir := fs.String("svg-dir", "", "draw <dir>/<scenario>.svg (attempts per second, life inf, every policy asked for)")
 	doc := fs.String("doc", "", "rewrite this Markdown file's table between <!-- sim:table:begin --> and <!-- sim:table:end -->")
-	replicaList := fs.String("replicas", "1", "policyd replicas, comma-separated (e.g. 1,3): more than one runs the outage, quota and herd scenarios of the policies with fleet memory, sharing it through -database-url")
-	databaseURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL `url` the replicas share (migrated; its fleet tables are cleared before each run) (env DATABASE_URL)")
+	replicaList := fs.String("replicas", "1", "policyd replicas, comma-separated (e.g. 1,3): more than one runs the outage, quota and herd scenarios of the policies with fleet memory, sharing it through -database-url, or in memory without one")
+	databaseURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL `url` the replicas share (migrated; its fleet tables are cleared before each run); empty: they share an in-memory exchange (env DATABASE_URL)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -94,36 +97,18 @@ func run(args []string, stdout io.Writer) error {
 		replicas = append(replicas, n)
 	}
 	var exchanges func(n int) ([]fleet.Exchange, func(), error)
-	if slices.ContainsFunc(replicas, func(n int) bool { return n > 1 }) {
-		if *databaseURL == "" {
-			return errors.New("-replicas above 1 need -database-url (or DATABASE_URL): the replicas share their fleet through PostgreSQL")
-		}
+	switch {
+	case !slices.ContainsFunc(replicas, func(n int) bool { return n > 1 }):
+	case *databaseURL == "":
+		// The replicas meet in memory: the same contract as PostgreSQL's
+		// exchange (fleettest.ExerciseExchange checks both), no database.
+		exchanges = fleettest.Exchanges
+	default:
 		ctx := context.Background()
 		if err := journal.Migrate(ctx, *databaseURL); err != nil {
 			return fmt.Errorf("-database-url: %w", err)
 		}
-		exchanges = func(n int) ([]fleet.Exchange, func(), error) {
-			if err := journal.ClearFleet(ctx, *databaseURL); err != nil {
-				return nil, nil, err
-			}
-			var opened []*journal.FleetExchange
-			closeAll := func() {
-				for _, x := range opened {
-					x.Close()
-				}
-			}
-			exs := make([]fleet.Exchange, 0, n)
-			for range n {
-				x, err := journal.OpenFleetExchange(ctx, *databaseURL)
-				if err != nil {
-					closeAll()
-					return nil, nil, err
-				}
-				opened = append(opened, x)
-				exs = append(exs, x)
-			}
-			return exs, closeAll, nil
-		}
+		exchanges = postgresExchanges(ctx, *databaseURL)
 	}
 
 	var results []*fleetsim.Result
@@ -309,4 +294,16 @@ func rewriteTable(path string, results []*fleetsim.Result, agents int, seed uint
 	b.WriteString("\n")
 	b.Write(data[j:])
 	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// postgresExchanges gives a run n exchanges on the database at url, its
+// fleet tables cleared first: the replicas meet in PostgreSQL, as the
+// daemon's do.
+func postgresExchanges(ctx context.Context, url string) func(n int) ([]fleet.Exchange, func(), error) {
+	return func(n int) ([]fleet.Exchange, func(), error) {
+		if err := pgexchange.Clear(ctx, url); err != nil {
+			return nil, nil, err
+		}
+		return pgexchange.OpenN(ctx, url, n)
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/policyd/policyd/internal/fleet"
+	"github.com/policyd/policyd/internal/fleet/pgexchange"
+	"github.com/policyd/policyd/internal/fleetevents"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/metrics"
 	"github.com/policyd/policyd/internal/policy"
@@ -126,6 +128,39 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
+	cfg, err := parseServeConfig(args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	return runDaemon(ctx, cfg)
+}
+
+// serveConfig is `policyd serve`'s configuration, parsed and checked: run
+// starts from it and reads no flag or environment variable itself.
+type serveConfig struct {
+	listen        string
+	metricsListen string // "": no HTTP endpoint
+	profiling     bool
+	policyFile    string
+	policy        *policy.Policy
+	logger        *slog.Logger
+
+	databaseURL    string // "": the journal is off
+	journalTimeout time.Duration
+	journalOpts    []journal.Option
+	abandonAfter   time.Duration // 0: contexts left in progress stay so
+
+	fleetOn    bool
+	fleetStore string // "memory" or "postgres"
+	replicaID  string
+
+	security server.Security
+	sf       *securityFlags // for SIGHUP's reloads and the auth mode logged
+}
+
+// parseServeConfig reads serve's flags and environment; a bad value is a
+// usage error naming the flag.
+func parseServeConfig(args []string, stdout, stderr io.Writer) (*serveConfig, error) {
 	fs := newFlagSet("serve", serveUsage)
 	listen := fs.String("listen", envOr("POLICYD_LISTEN", defaultListen),
 		"`address` to listen on, host:port; port 0 picks a free port (env POLICYD_LISTEN)")
@@ -159,183 +194,171 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"this replica's `id` in a fleet shared through PostgreSQL; default host name, process id and a random suffix (env POLICYD_REPLICA_ID)")
 	sf := defineSecurityFlags(fs)
 	if err := parseFlags(fs, args, stdout); err != nil {
-		return err
+		return nil, err
 	}
-	sec, err := sf.security()
-	if err != nil {
-		return err
+	cfg := &serveConfig{listen: *listen, metricsListen: *metricsListen, profiling: *profiling, policyFile: *policyFile,
+		databaseURL: *databaseURL, journalTimeout: *journalTimeout, abandonAfter: *abandonAfter, sf: sf}
+	var err error
+	if cfg.security, err = sf.security(); err != nil {
+		return nil, err
 	}
-	logger, err := newLogger(stderr, *level, *format)
-	if err != nil {
-		return err
+	if cfg.logger, err = newLogger(stderr, *level, *format); err != nil {
+		return nil, err
 	}
-	pol, err := policy.Load(*policyFile, os.Getenv)
-	if err != nil {
-		return usageErrorf("serve: %v", err)
+	if cfg.policy, err = policy.Load(*policyFile, os.Getenv); err != nil {
+		return nil, usageErrorf("serve: %v", err)
 	}
+	if cfg.metricsListen != "" {
+		if _, _, err := net.SplitHostPort(cfg.metricsListen); err != nil {
+			return nil, usageErrorf("serve: --metrics-listen (or POLICYD_METRICS_LISTEN): want host:port, got %q", cfg.metricsListen)
+		}
+	} else if cfg.profiling {
+		return nil, usageErrorf("serve: --pprof needs --metrics-listen: the profiles are served on that address")
+	}
+	if cfg.databaseURL != "" {
+		if *batchWindow < 0 || *writers < 1 {
+			return nil, usageErrorf("serve: --journal-batch-window must be ≥ 0 and --journal-writers ≥ 1")
+		}
+		if *abandonAfter < 0 {
+			return nil, usageErrorf("serve: --abandon-after must be ≥ 0 (0: never), got %v", *abandonAfter)
+		}
+		if *copyMinRows < 0 {
+			return nil, usageErrorf("serve: --journal-copy-min-rows must be ≥ 0, got %d", *copyMinRows)
+		}
+		if *messageChars < journal.MinMessageChars || *messageChars > journal.MaxMessageChars {
+			return nil, usageErrorf("serve: --journal-message-chars must be %d..%d, got %d", journal.MinMessageChars, journal.MaxMessageChars, *messageChars)
+		}
+		cfg.journalOpts = []journal.Option{journal.WithBatchWindow(*batchWindow), journal.WithWriters(*writers),
+			journal.WithMessageChars(*messageChars), journal.WithCopyMinRows(*copyMinRows)}
+	}
+	switch *fleetMode {
+	case "on", "off":
+		cfg.fleetOn = *fleetMode == "on"
+	default:
+		return nil, usageErrorf("serve: --fleet (or POLICYD_FLEET): want on or off, got %q", *fleetMode)
+	}
+	switch cfg.fleetStore = *fleetStore; cfg.fleetStore {
+	case "":
+		cfg.fleetStore = "memory"
+		if cfg.databaseURL != "" {
+			cfg.fleetStore = "postgres"
+		}
+	case "memory":
+	case "postgres":
+		if cfg.databaseURL == "" {
+			return nil, usageErrorf("serve: --fleet-store postgres needs --database-url (or DATABASE_URL): the replicas share the journal's database")
+		}
+	default:
+		return nil, usageErrorf("serve: --fleet-store (or POLICYD_FLEET_STORE): want memory or postgres, got %q", cfg.fleetStore)
+	}
+	switch cfg.replicaID = *replicaID; {
+	case cfg.replicaID == "":
+		cfg.replicaID = defaultReplicaID()
+	case len(cfg.replicaID) > 128:
+		return nil, usageErrorf("serve: --replica-id (or POLICYD_REPLICA_ID): at most 128 bytes, got %d", len(cfg.replicaID))
+	}
+	return cfg, nil
+}
+
+// runDaemon is the daemon's composition root: it opens the journal, the fleet
+// and its exchange, builds the three services, starts every background part
+// through one lifecycle, serves until ctx ends and then stops gracefully:
+// the gRPC server first, then the background parts in the reverse order of
+// their start, the metrics endpoint last.
+func runDaemon(ctx context.Context, cfg *serveConfig) error {
+	logger := cfg.logger
 	var (
 		psOpts []server.Option
-		jOpts  []journal.Option
 		gOpts  []server.GRPCOption
 		ms     *metrics.Metrics
 	)
-	if *metricsListen != "" {
-		if _, _, err := net.SplitHostPort(*metricsListen); err != nil {
-			return usageErrorf("serve: --metrics-listen (or POLICYD_METRICS_LISTEN): want host:port, got %q", *metricsListen)
-		}
+	jOpts := cfg.journalOpts
+	if cfg.metricsListen != "" {
 		ms = metrics.New()
 		psOpts = append(psOpts, server.WithDecisionObserver(ms))
 		jOpts = append(jOpts, journal.WithObserver(ms))
 		gOpts = append(gOpts, server.WithMonitoring(ms.UnaryServerInterceptor(), ms.StreamServerInterceptor()))
 	}
-	if *profiling && ms == nil {
-		return usageErrorf("serve: --pprof needs --metrics-listen: the profiles are served on that address")
-	}
+	lc := newLifecycle()
+	defer lc.stop() // on an early return; a graceful stop has stopped it already
+
 	var store *journal.Store
-	if *databaseURL != "" {
-		if *batchWindow < 0 || *writers < 1 {
-			return usageErrorf("serve: --journal-batch-window must be ≥ 0 and --journal-writers ≥ 1")
-		}
-		if *abandonAfter < 0 {
-			return usageErrorf("serve: --abandon-after must be ≥ 0 (0: never), got %v", *abandonAfter)
-		}
-		if *copyMinRows < 0 {
-			return usageErrorf("serve: --journal-copy-min-rows must be ≥ 0, got %d", *copyMinRows)
-		}
-		if *messageChars < journal.MinMessageChars || *messageChars > journal.MaxMessageChars {
-			return usageErrorf("serve: --journal-message-chars must be %d..%d, got %d", journal.MinMessageChars, journal.MaxMessageChars, *messageChars)
-		}
-		jOpts = append(jOpts, journal.WithBatchWindow(*batchWindow), journal.WithWriters(*writers),
-			journal.WithMessageChars(*messageChars), journal.WithCopyMinRows(*copyMinRows))
-		store, err = openJournal(ctx, *databaseURL, logger, jOpts...)
-		if err != nil {
+	if cfg.databaseURL != "" {
+		var err error
+		if store, err = openJournal(ctx, cfg.databaseURL, logger, jOpts...); err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
-		defer store.Close() // on an early return; shutdown closes it in order
-		if err := store.StartAbandoner(*abandonAfter); err != nil {
-			return fmt.Errorf("serve: --abandon-after: %w", err)
-		}
-		psOpts = append(psOpts, server.WithJournal(store, *journalTimeout))
+		lc.onStop(func() { closeJournal(store, logger) })
+		psOpts = append(psOpts, server.WithJournal(store, cfg.journalTimeout))
 		if ms != nil {
 			ms.ObserveJournal(store)
 		}
 	} else {
 		logger.Info("journal off: pass --database-url or DATABASE_URL to record RetryContexts")
 	}
-	if *fleetMode != "on" && *fleetMode != "off" {
-		return usageErrorf("serve: --fleet (or POLICYD_FLEET): want on or off, got %q", *fleetMode)
-	}
-	switch *fleetStore {
-	case "":
-		*fleetStore = "memory"
-		if *databaseURL != "" {
-			*fleetStore = "postgres"
-		}
-	case "memory":
-	case "postgres":
-		if *databaseURL == "" {
-			return usageErrorf("serve: --fleet-store postgres needs --database-url (or DATABASE_URL): the replicas share the journal's database")
-		}
-	default:
-		return usageErrorf("serve: --fleet-store (or POLICYD_FLEET_STORE): want memory or postgres, got %q", *fleetStore)
-	}
-	if *replicaID == "" {
-		*replicaID = defaultReplicaID()
-	} else if len(*replicaID) > 128 {
-		return usageErrorf("serve: --replica-id (or POLICYD_REPLICA_ID): at most 128 bytes, got %d", len(*replicaID))
-	}
-	var (
-		fleetEvents *journal.FleetEventRecorder
-		exchange    *journal.FleetExchange
-		syncer      *fleet.Syncer
-	)
-	if *fleetMode == "on" {
-		if store != nil {
-			fleetEvents = store.FleetEventRecorder()
-		}
-		var rec server.FleetEventRecorder
-		if fleetEvents != nil {
-			rec = fleetEvents
-		}
-		var counter server.FleetEventCounter
-		if ms != nil {
-			counter = ms
-		}
-		sinkReplica := ""
-		if *fleetStore == "postgres" {
-			sinkReplica = *replicaID // fleet_events.replica: which replica journaled each transition
-		}
-		fOpts := []fleet.Option{fleet.WithSink(server.FleetEventSink(logger, rec, counter, sinkReplica))}
-		if *fleetStore == "postgres" {
-			exchange, err = journal.OpenFleetExchange(ctx, *databaseURL, journal.WithExchangeLogger(logger))
-			if err != nil {
-				return fmt.Errorf("serve: fleet store: %w", err)
-			}
-			defer exchange.Close()
-			fOpts = append(fOpts, fleet.WithReplica(*replicaID))
-		}
-		f := fleet.New(pol.Fleet, fOpts...)
-		psOpts = append(psOpts, server.WithFleet(f))
-		if ms != nil {
-			ms.ObserveFleet(f)
-		}
-		if exchange != nil {
-			syncer = fleet.NewSyncer(f, exchange)
-			if ms != nil {
-				ms.ObserveFleetSync(syncer)
-			}
-			logger.Info("fleet shared through PostgreSQL", "replica", *replicaID)
-		}
-	}
-	ps := server.NewPolicyServer(pol, psOpts...)
-	rl, err := newReloader(*policyFile, os.Getenv, ps.SetPolicy, logger)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	defer rl.close()
-	if *sf.tokensFile != "" {
-		rl.onSIGHUP(func() { reloadTokens(*sf.tokensFile, sec.Auth, logger) })
-	}
-	if sf.tls != nil {
-		rl.onSIGHUP(func() { reloadTLS(sf.tls, logger) })
-	}
-	reloadCtx, stopReload := context.WithCancel(ctx)
-	defer stopReload()
-	go rl.run(reloadCtx)
 
-	lis, err := new(net.ListenConfig).Listen(ctx, "tcp", *listen)
+	var (
+		f      *fleet.Fleet
+		syncer *fleet.Syncer
+	)
+	if cfg.fleetOn {
+		var err error
+		if f, syncer, err = openFleet(ctx, cfg, store, ms, lc); err != nil {
+			return err
+		}
+		psOpts = append(psOpts, server.WithFleet(f))
+	}
+
+	ps := server.NewPolicyServer(cfg.policy, psOpts...)
+	rl, err := newReloader(cfg.policyFile, os.Getenv, ps.SetPolicy, logger)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	gOpts = append(gOpts, server.WithServerOptions(sec.ServerOptions(logger)...))
-	gs, hs := server.NewGRPCServer(ps, logger, gOpts...)
-	syncCtx, stopSync := context.WithCancel(context.Background())
-	defer stopSync()
-	syncDone := make(chan struct{})
-	if syncer != nil {
-		go func() {
-			defer close(syncDone)
-			syncer.Run(syncCtx, fleet.SyncTick)
-		}()
-		server.WatchFleetSync(syncCtx, hs, syncer, logger)
-	} else {
-		close(syncDone)
+	lc.onStop(rl.close)
+	if *cfg.sf.tokensFile != "" {
+		rl.onSIGHUP(func() { reloadTokens(*cfg.sf.tokensFile, cfg.security.Auth, logger) })
 	}
+	if cfg.sf.tls != nil {
+		rl.onSIGHUP(func() { reloadTLS(cfg.sf.tls, logger) })
+	}
+
+	lis, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	gOpts = append(gOpts, server.WithServerOptions(cfg.security.ServerOptions(logger)...))
+	gs, hs := server.NewGRPCServer(ps, server.NewJournalServer(store, ps), server.NewFleetServer(f, ps), logger, gOpts...)
+
+	// The background parts, stopped in the reverse order.
+	lc.run(rl.run)
+	if f != nil {
+		lc.run(f.Run) // the fleet's one clock: breakers' timers, streams' ticks, the syncer's rounds
+	}
+	if syncer != nil {
+		lc.run(syncer.Run)
+		server.SetFleetSyncHealth(hs, true) // until a round says otherwise: the exchange answered at start
+		lc.run(func(ctx context.Context) { server.WatchFleetSync(ctx, hs, syncer, logger) })
+	}
+	lc.run(func(ctx context.Context) { server.WatchJournal(ctx, hs, store) })
+	if store != nil && cfg.abandonAfter > 0 {
+		lc.run(func(ctx context.Context) { store.RunAbandoner(ctx, cfg.abandonAfter) })
+	}
+
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 	var metricsSrv *metrics.HTTPServer
 	metricsServed := make(chan error, 1)
 	if ms != nil {
-		if metricsSrv, err = ms.Listen(ctx, *metricsListen, hs, logger, *profiling); err != nil {
+		if metricsSrv, err = ms.Listen(ctx, cfg.metricsListen, hs, logger, cfg.profiling); err != nil {
 			gs.Stop()
 			return fmt.Errorf("serve: %w", err)
 		}
 		go func() { metricsServed <- metricsSrv.Serve() }()
 		logger.Info("serving metrics", "addr", metricsSrv.Addr().String())
 	}
-	logger.Info("serving", "addr", lis.Addr().String(), "policy", pol.Source, "profiles", len(pol.Profiles),
-		"journal", *databaseURL != "", "tls", sec.TLS != nil, "auth", sf.authMode())
-	if sec.Auth == nil && !isLoopback(lis.Addr()) {
+	logger.Info("serving", "addr", lis.Addr().String(), "policy", cfg.policy.Source, "profiles", len(cfg.policy.Profiles),
+		"journal", store != nil, "tls", cfg.security.TLS != nil, "auth", cfg.sf.authMode())
+	if cfg.security.Auth == nil && !isLoopback(lis.Addr()) {
 		logger.Warn("serving beyond loopback without authentication: pass --auth-tokens or --tls-client-ca", "addr", lis.Addr().String())
 	}
 
@@ -349,39 +372,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger.Info("shutting down", "timeout", shutdownTimeout)
 	hs.Shutdown() // NOT_SERVING, so load balancers stop sending first
-	stopped := make(chan struct{})
-	go func() {
-		gs.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(shutdownTimeout):
+	if !finishesWithin(shutdownTimeout, gs.GracefulStop) {
 		logger.Warn("graceful stop timed out, closing connections")
-		gs.Stop()
-		<-stopped
+		gs.Stop() // GracefulStop then returns too
 	}
 	<-served // nil after a stop
-	stopSync()
-	<-syncDone
-	if exchange != nil {
-		exchange.Close()
-	}
-	if fleetEvents != nil {
-		fleetEvents.Close() // before the store it writes to
-	}
-	if store != nil {
-		closed := make(chan struct{})
-		go func() {
-			store.Close() // commits what the writers still hold
-			close(closed)
-		}()
-		select {
-		case <-closed:
-		case <-time.After(journalCloseTimeout):
-			logger.Warn("journal flush timed out; exiting without it", "timeout", journalCloseTimeout)
-		}
-	}
+	lc.stop()
 	if metricsSrv != nil { // last: /readyz says NOT_SERVING until the end
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = metricsSrv.Shutdown(sctx)
@@ -389,6 +385,74 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// openFleet makes the fleet: its events' sink (the log, the journal's
+// fleet_events, the metrics) and, for a fleet shared through PostgreSQL,
+// its exchange and Syncer (nil otherwise). What it opens, lc closes.
+func openFleet(ctx context.Context, cfg *serveConfig, store *journal.Store, ms *metrics.Metrics, lc *lifecycle) (*fleet.Fleet, *fleet.Syncer, error) {
+	var rec fleetevents.Recorder
+	if store != nil {
+		events := store.FleetEventRecorder()
+		lc.onStop(events.Close) // before the store it writes to
+		rec = events
+	}
+	var counter fleetevents.Counter
+	if ms != nil {
+		counter = ms
+	}
+	shared := cfg.fleetStore == "postgres"
+	sinkReplica := ""
+	if shared {
+		sinkReplica = cfg.replicaID // fleet_events.replica: which replica journaled each transition
+	}
+	opts := []fleet.Option{fleet.WithSink(fleetevents.Sink(cfg.logger, rec, counter, sinkReplica))}
+	if !shared {
+		f := fleet.New(cfg.policy.Fleet, opts...)
+		if ms != nil {
+			ms.ObserveFleet(f)
+		}
+		return f, nil, nil
+	}
+	exchange, err := pgexchange.Open(ctx, cfg.databaseURL, pgexchange.WithLogger(cfg.logger))
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve: fleet store: %w", err)
+	}
+	lc.onStop(exchange.Close)
+	f := fleet.New(cfg.policy.Fleet, append(opts, fleet.WithReplica(cfg.replicaID))...)
+	syncer := fleet.NewSyncer(f, exchange)
+	if ms != nil {
+		ms.ObserveFleet(f)
+		ms.ObserveFleetSync(syncer)
+	}
+	cfg.logger.Info("fleet shared through PostgreSQL", "replica", cfg.replicaID)
+	return f, syncer, nil
+}
+
+// closeJournal commits what the journal's writers still hold, giving up
+// after journalCloseTimeout.
+func closeJournal(store *journal.Store, logger *slog.Logger) {
+	if !finishesWithin(journalCloseTimeout, store.Close) {
+		logger.Warn("journal flush timed out; exiting without it", "timeout", journalCloseTimeout)
+	}
+}
+
+// finishesWithin runs fn and reports whether it returned within d; when it did
+// not, fn goes on running in the background.
+func finishesWithin(d time.Duration, fn func()) bool {
+	done := make(chan struct{})
+	go func() {
+		fn()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // newLogger returns a slog.Logger writing level and above to w as format.

@@ -14,6 +14,10 @@ import (
 // RuleUnknown is the rule id of the answer given when no rule matched.
 const RuleUnknown = "unknown"
 
+// DefaultProfile is the profile of a request that names none (policy's
+// DefaultProfile is this one): profile-scoped rules match it.
+const DefaultProfile = "default"
+
 // RuleShouldRetryHeader is the rule id of an answer that the server's
 // x-should-retry header decided.
 const RuleShouldRetryHeader = "header.x-should-retry"
@@ -82,7 +86,8 @@ func (c *Classifier) RuleIDs() []string {
 	return ids
 }
 
-// Classify classifies f. opts may be nil; an empty profile means "default".
+// Classify classifies f. opts may be nil; an empty profile means
+// DefaultProfile.
 // It never fails: a failure no rule recognises is FAILURE_TYPE_UNKNOWN,
 // not retryable, under rule "unknown".
 func (c *Classifier) Classify(f *policydv1.Failure, opts *policydv1.ClassifyOptions, profile string) *policydv1.Classification {
@@ -98,7 +103,7 @@ func (c *Classifier) ClassifyAt(f *policydv1.Failure, opts *policydv1.ClassifyOp
 		f = &policydv1.Failure{}
 	}
 	if profile == "" {
-		profile = "default"
+		profile = DefaultProfile
 	}
 	fx := c.pool.Get().(*facts)
 	fx.reset(c.nblocks)

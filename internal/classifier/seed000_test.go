@@ -77,7 +77,7 @@ func TestSeed000PrecedenceTable(t *testing.T) {
 	runClassifyCases(t, cases)
 }
 
-// Every network code the issue names, at the top and 5 causes deep, with
+// Every network code seed 000's table covers (docs/seeds.md), at the top and 5 causes deep, with
 // retry_fetch_errors off: always retried.
 func TestSeed000NetworkCodes(t *testing.T) {
 	t.Parallel()

@@ -60,7 +60,7 @@ type Bucket struct {
 	tokensAt  time.Time
 	exhausted bool
 
-	// What Coordinate streams report (stream.go): outcomes and first
+	// What Coordinate streams report (assignment.go): outcomes and first
 	// attempts per second over the breaker's window, successes since the
 	// breaker went half-open, the end of the last close (slow start), the
 	// provider's request limit, and the stream clients' hold slots.
@@ -76,10 +76,10 @@ type Bucket struct {
 	shedEventAt                                 time.Time
 	totals                                      streamTotals
 
-	// A shared fleet's (sync.go): the breaker's shared version, local
-	// transitions made and pushed, registers raised here and not pushed yet,
-	// the other replicas' counts, this replica's probe slot, the retries
-	// decisions were asked for (its share of the budget).
+	// A shared fleet's (replica.go, shared_counts.go): the breaker's shared
+	// version, local transitions made and pushed, registers raised here and
+	// not pushed yet, the other replicas' counts, this replica's probe slot,
+	// the retries decisions were asked for (its share of the budget).
 	version, moves, movesPushed int64
 	raisedHold, raisedStop      bool
 	rpmShared, asksPublished    int64
@@ -159,7 +159,8 @@ func (b *Bucket) advance(now time.Time, cfg *Config, emit func(Event)) {
 // probes fleet-wide (about one a second), so a failed probe costs a single
 // attempt, and a long open period only delays the recovery: in the
 // simulation, 55 s from the provider's recovery to 95 % goodput with
-// doubling; with two probe intervals, a median of about 8 s (docs/fleet.md).
+// doubling; with two probe intervals, a median of about 8 s
+// (docs/fleet-simulation.md).
 func (b *Bucket) reopenPeriod(now time.Time, c *BreakerConfig) time.Duration {
 	if b.streamed(now, c) {
 		return min(c.OpenFor, 2*c.ProbeInterval)

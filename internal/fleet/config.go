@@ -35,7 +35,7 @@ type HoldConfig struct {
 	// it did not catch (thinking meanwhile) come back too, and the waiters
 	// released over one and a half windows plus them stay near the fleet's
 	// usual rate (measured in the simulation: 1.46× at 2,000 agents with 1.5,
-	// 1.68× with 1; docs/fleet.md).
+	// 1.68× with 1; docs/fleet-simulation.md).
 	Spread float64
 	// MinSpread and MaxSpread bound that window.
 	MinSpread, MaxSpread time.Duration
@@ -84,17 +84,19 @@ type BudgetConfig struct {
 	Floor, Ratio float64
 }
 
-// SlowStartConfig: after a breaker closes, the share of first attempts the
-// gates admit rises linearly from From to 1 over Window, so that the fleet
-// does not come back as one herd (Envoy's slow start; its floor is 10 %).
+// SlowStartConfig is how a closed breaker lets the fleet back in: the share
+// of first attempts the gates admit rises linearly from From to 1 over
+// Window, so that the fleet does not come back as one herd (Envoy's slow
+// start; its floor is 10 %).
 type SlowStartConfig struct {
 	Window time.Duration
 	From   float64
 }
 
-// PacingConfig: when the rate-limit headers a client reports give the
-// provider's request limit per minute, the gates admit first attempts at
-// Share of that limit, split evenly by demand; 0 turns pacing off.
+// PacingConfig is quota pacing: when the rate-limit headers a client
+// reports give the provider's request limit per minute, the gates admit
+// first attempts at Share of that limit, split evenly by demand; 0 turns
+// pacing off.
 type PacingConfig struct {
 	Share float64
 }

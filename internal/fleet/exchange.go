@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// What replicas of one fleet share (part 3). Every replica keeps the whole
+// What replicas of one fleet share. Every replica keeps the whole
 // fleet in its own memory and decides from it; a Syncer exchanges, in the
 // background, the verdicts (holds, stops, breakers) and each replica's
 // counts through an Exchange, an existing engine the replicas already share
-// (journal.FleetExchange: PostgreSQL). Decisions never wait on it.
+// (pgexchange.Exchange: PostgreSQL). Decisions never wait on it.
 
 // Verdict is a bucket's durable state as replicas share it: two registers
 // that only move forward (hold and stop: the latest end wins), and the

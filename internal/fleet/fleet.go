@@ -3,7 +3,6 @@ package fleet
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,7 +16,7 @@ const incidentGap = time.Minute
 // Fleet decides with every agent's failures in mind.
 type Fleet struct {
 	cfg   atomic.Pointer[Config]
-	store Store
+	store *buckets
 	clock func() time.Time
 	sink  Sink
 
@@ -27,12 +26,12 @@ type Fleet struct {
 
 	streams atomic.Int64 // Coordinate streams connected
 
-	changesMu sync.Mutex
-	changes   chan struct{} // closed at the next transition (Changes)
+	changes broadcast // at each transition (NextTransition)
+	ticks   broadcast // at each of Run's ticks (NextTick)
 
-	shared *shared // nil: one replica (sync.go)
+	shared *shared // nil: one replica (replica.go)
 	// slotStride and slotOffset interleave the replicas' release slots
-	// (sync.go): the i-th waiter here takes slot i×stride+offset.
+	// (replica.go): the i-th waiter here takes slot i×stride+offset.
 	slotStride, slotOffset atomic.Int32
 }
 
@@ -45,9 +44,6 @@ func WithClock(now func() time.Time) Option { return func(f *Fleet) { f.clock = 
 // WithSink sends every transition to s.
 func WithSink(s Sink) Option { return func(f *Fleet) { f.sink = s } }
 
-// WithStore keeps the buckets in s (default a MemoryStore of cfg.MaxBuckets).
-func WithStore(s Store) Option { return func(f *Fleet) { f.store = s } }
-
 // New returns a fleet with cfg, which must be valid (Config.Validate).
 func New(cfg Config, opts ...Option) *Fleet {
 	f := &Fleet{clock: time.Now}
@@ -55,9 +51,7 @@ func New(cfg Config, opts ...Option) *Fleet {
 	for _, o := range opts {
 		o(f)
 	}
-	if f.store == nil {
-		f.store = NewMemoryStore(cfg.MaxBuckets)
-	}
+	f.store = newBuckets(cfg.MaxBuckets)
 	return f
 }
 
@@ -66,12 +60,10 @@ func (f *Fleet) Config() Config { return *f.cfg.Load() }
 
 // SetConfig makes cfg (valid, see Config.Validate) apply to decisions from
 // now on, keeping every bucket's state: a policy reload does not forget an
-// open breaker. MaxBuckets takes effect for a MemoryStore too.
+// open breaker. A lower MaxBuckets forgets nothing: it stops new buckets.
 func (f *Fleet) SetConfig(cfg Config) {
 	f.cfg.Store(&cfg)
-	if m, ok := f.store.(*MemoryStore); ok {
-		m.setMax(cfg.MaxBuckets)
-	}
+	f.store.setMax(cfg.MaxBuckets)
 }
 
 // Reason is why the fleet stops a retry.
@@ -170,193 +162,254 @@ func (f *Fleet) Effects() map[string]int64 {
 // wait to its release slot, and every retry draws from the budget.
 func (f *Fleet) Decide(a Ask) Answer {
 	now := f.clock()
-	scope, tracked := ScopeOf(a.FailureType)
 	if a.Provider == "" {
 		// No provider, no failure domain to share.
 		return Answer{Retry: a.Retry, Delay: a.Delay}
 	}
 	cfg := f.cfg.Load()
+	d := decision{f: f, c: cfg, a: &a, now: now}
+	d.scope, d.tracked = ScopeOf(a.FailureType)
 	sc := cfg.Scopes
 	keys := [3]Key{sc.key(ScopeRateLimit, a.Target), sc.key(ScopeAvailability, a.Target), sc.key(ScopeAuth, a.Target)}
-	create := [3]bool{tracked && scope == ScopeRateLimit, tracked && scope == ScopeAvailability, tracked && scope == ScopeAuth && a.KeyID != ""}
-	var events []Event
-	emit := func(e Event) { events = append(events, e) }
-	bs := f.store.Acquire(keys, create)
-	ans := f.decide(cfg, &a, now, scope, tracked, bs[0], bs[1], bs[2], emit)
-	f.store.Release()
-	f.publish(events, a.Tenant)
+	create := [3]bool{d.tracked && d.scope == ScopeRateLimit, d.tracked && d.scope == ScopeAvailability,
+		d.tracked && d.scope == ScopeAuth && a.KeyID != ""}
+	f.store.lock()
+	bs := f.store.getThree(keys, create)
+	d.rl, d.av, d.au = bs[0], bs[1], bs[2]
+	ans := d.run()
+	f.store.unlock()
+	f.publish(d.events, a.Tenant)
 	f.maybeSweep(cfg, now)
 	return ans
 }
 
-func (f *Fleet) decide(c *Config, a *Ask, now time.Time, scope Scope, tracked bool, rl, av, au *Bucket, emit func(Event)) Answer {
-	sw := a.Switches
-	if av != nil {
-		av.advance(now, c, emit)
-	}
-	var own *Bucket
-	if tracked {
-		own = [...]*Bucket{nil, rl, av, au}[scope]
-	}
+// decision is one Decide under the buckets' lock: the failure, its three
+// buckets (rate limit, availability, auth; nil where the fleet has none)
+// and the answer as the steps build it.
+type decision struct {
+	f       *Fleet
+	c       *Config
+	a       *Ask
+	now     time.Time
+	scope   Scope
+	tracked bool
 
-	// Record what this failure says.
-	if rl != nil && a.RequestsPerMinute > 0 {
-		rl.rpm = a.RequestsPerMinute
-	}
-	if rl != nil && a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT {
-		rl.throttled(now)
-	}
-	if own != nil {
-		if own.lastFailure.IsZero() || now.Sub(own.lastFailure) >= incidentGap {
-			own.firstClient = a.ClientID // the first failure of a new run of them
-		}
-		own.lastFailure = now
-		if sw.Hold && a.RetryAfter > 0 {
-			own.setHold(now, a.RetryAfter, a.ClientID, emit)
-		}
-		if sw.Stop && stopsKey(a.FailureType) && a.KeyID != "" {
-			if !now.Before(own.stopUntil) {
-				own.stopWhy = fmt.Sprintf("%s on key %q: %s", typeName(a.FailureType), a.KeyID, strings.TrimSpace(a.Recovery))
-				emit(Event{At: now, Key: own.key, Kind: EventFleetStop, ClientID: a.ClientID, Reason: own.stopWhy,
-					Counts: map[string]int64{"stop_ms": c.Stop.For.Milliseconds()}})
-			}
-			own.stopUntil = now.Add(c.Stop.For)
-			own.raisedStop = true
-		}
-		if sw.Breaker && own == av && countedForBreaker(a.FailureType) {
-			av.countFailure(now, a.ClientID, a.FailureType, &c.Breaker, emit)
-		}
-	}
+	rl, av, au *Bucket
+	own        *Bucket // the failure's own bucket (nil: not tracked)
 
-	ans := Answer{Retry: a.Retry, Delay: a.Delay}
-	show := own
-	changed := func(b *Bucket, e effect) {
-		b.changed++
-		f.effects[e].Add(1)
-		show = b
-	}
-	stopped := func(b *Bucket, r Reason, e effect, why string) Answer {
-		changed(b, e)
-		return Answer{Reason: r, Why: why, State: f.state(c, b, now, true)}
-	}
-	if !a.Retry {
-		return Answer{Delay: a.Delay, State: f.stateIfActive(c, own, now, false)}
-	}
-	fits := func(d time.Duration) bool { return a.MaxWait == 0 || d <= a.MaxWait }
+	delay  time.Duration // the wait so far (the strategy's, then longer)
+	probe  bool          // the retry goes as the half-open breaker's probe
+	show   *Bucket       // the bucket the answer's State shows
+	events []Event
+}
 
-	// 1. A stopped key: nothing on it can succeed.
-	if sw.Stop {
-		for _, b := range []*Bucket{au, rl} {
-			if b != nil && now.Before(b.stopUntil) {
-				return stopped(b, ReasonStop, effectStop, fmt.Sprintf("the fleet stopped this key for %v more: %s",
-					b.stopUntil.Sub(now).Round(time.Second), b.stopWhy))
-			}
+func (d *decision) emit(e Event) { d.events = append(d.events, e) }
+
+// run records the failure, then decides a retry in four steps, each of
+// which may stop it or lengthen its wait: 1. a stopped key, 2. the breaker,
+// 3. the shared cooldowns, 4. the retry budget.
+func (d *decision) run() Answer {
+	if d.av != nil {
+		d.av.advance(d.now, d.c, d.emit)
+	}
+	if d.tracked {
+		d.own = [...]*Bucket{nil, d.rl, d.av, d.au}[d.scope]
+	}
+	d.record()
+	d.show = d.own
+	if !d.a.Retry {
+		return Answer{Delay: d.a.Delay, State: d.f.stateIfActive(d.c, d.own, d.now, false)}
+	}
+	d.delay = d.a.Delay
+	for _, step := range [...]func() (Answer, bool){d.stopStep, d.breakerStep, d.holdStep, d.budgetStep} {
+		if ans, stop := step(); stop {
+			return ans
 		}
 	}
-
-	delay, probe := ans.Delay, false
-	// 2. The breaker.
-	if sw.Breaker && av != nil && av.state != Closed {
-		wait, what := av.openUntil.Sub(now), "open"
-		if av.state == HalfOpen {
-			if !av.nextProbe.After(now.Add(c.Breaker.ProbeInterval)) {
-				at := av.nextProbe
-				if at.Before(now) {
-					at = now
-				}
-				// A shared fleet's probe goes in this replica's claimed slot
-				// (one replica per interval); without one, the syncer claims.
-				slotted := f.shared == nil || now.Before(av.probeSlot)
-				if !slotted {
-					av.wantProbe = true
-					f.shared.poke()
-				}
-				if p := at.Sub(now); slotted && fits(max(delay, p)) {
-					av.probeSlot = time.Time{}
-					av.nextProbe = at.Add(c.Breaker.ProbeInterval)
-					probe = true
-					if p > delay {
-						delay = p
-					}
-					changed(av, effectProbe)
-				}
-			}
-			wait, what = av.nextProbe.Sub(now)+c.Breaker.CloseAfter, "half-open (probing)"
-		}
-		if !probe {
-			why := fmt.Sprintf("the fleet's breaker for %s is %s for %v more: %s", av.key, what, wait.Round(time.Second), av.openWhy)
-			if a.CanFallBack {
-				return stopped(av, ReasonCircuitOpen, effectCircuit, why)
-			}
-			wait += f.spread(c, av)
-			if wait > longestWait(c) || !fits(max(delay, wait)) {
-				return stopped(av, ReasonCircuitOpen, effectCircuit, why)
-			}
-			if wait > delay {
-				delay = wait
-			}
-			changed(av, effectCircuit)
-		}
-	}
-
-	// 3. Holds: the key's and the model's shared cooldowns.
-	if sw.Hold {
-		for _, b := range []*Bucket{rl, av} {
-			if b == nil || !now.Before(b.holdUntil) {
-				continue
-			}
-			// Every retry under the hold takes the next slot, even one whose
-			// own delay is longer: the slots count the waiters.
-			wait := b.holdUntil.Sub(now) + f.slot(b.waiters, b.releaseWindow(&c.Hold))
-			b.waiters++
-			if wait <= delay {
-				continue
-			}
-			if !fits(wait) {
-				return stopped(b, ReasonDeadline, effectDeadline, fmt.Sprintf("the fleet's shared cooldown on %s (%v left, with this agent's release slot) would pass the deadline or the ceiling",
-					b.key, wait.Round(time.Second)))
-			}
-			delay = wait
-			changed(b, effectHold)
-		}
-	}
-
-	// 4. The retry budget (probes are already limited fleet-wide), for the
-	// retries of a failing model: a rate limit's retries are paced by its
-	// hold, the server's own word, and a key's by its stop.
-	if sw.Budget && av != nil && !probe && (!tracked || scope == ScopeAvailability) {
-		av.ensureRings(&c.Breaker)
-		av.asks.add(now, 1)
-		av.refill(now, c)
-		if av.tokens < 1 {
-			if !av.exhausted {
-				av.exhausted = true
-				emit(Event{At: now, Key: av.key, Kind: EventBudgetExhausted, ClientID: a.ClientID,
-					Reason: fmt.Sprintf("retries outran the budget of %.2g per second (burst %.2g)", av.refillRate(now, c), av.burst(now, c))})
-			}
-			rate := av.refillRate(now, c)
-			why := fmt.Sprintf("the fleet's retry budget for %s is spent (%.2g retries per second)", av.key, rate)
-			if a.CanFallBack {
-				return stopped(av, ReasonBudget, effectBudget, why)
-			}
-			wait := time.Duration((1 - av.tokens) / rate * float64(time.Second))
-			if wait > longestWait(c) || !fits(max(delay, wait)) {
-				return stopped(av, ReasonBudget, effectBudget, why)
-			}
-			if wait > delay {
-				delay = wait
-				changed(av, effectPaced)
-			}
-		}
-		av.tokens--
-	}
-
-	ans.Retry, ans.Delay = true, delay
-	ans.State = f.stateIfActive(c, show, now, delay != a.Delay)
-	if ans.State == nil && av != nil && av != show {
-		ans.State = f.stateIfActive(c, av, now, false)
+	ans := Answer{Retry: true, Delay: d.delay}
+	ans.State = d.f.stateIfActive(d.c, d.show, d.now, d.delay != d.a.Delay)
+	if ans.State == nil && d.av != nil && d.av != d.show {
+		ans.State = d.f.stateIfActive(d.c, d.av, d.now, false)
 	}
 	return ans
+}
+
+// record takes what the failure says: a request limit, a 429 for pacing,
+// a hold from its delay hint, a stop of its key, a failure for the breaker.
+func (d *decision) record() {
+	a, c, now, sw := d.a, d.c, d.now, d.a.Switches
+	if d.rl != nil && a.RequestsPerMinute > 0 {
+		d.rl.rpm = a.RequestsPerMinute
+	}
+	if d.rl != nil && a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT {
+		d.rl.throttled(now)
+	}
+	own := d.own
+	if own == nil {
+		return
+	}
+	if own.lastFailure.IsZero() || now.Sub(own.lastFailure) >= incidentGap {
+		own.firstClient = a.ClientID // the first failure of a new run of them
+	}
+	own.lastFailure = now
+	if sw.Hold && a.RetryAfter > 0 {
+		own.setHold(now, a.RetryAfter, a.ClientID, d.emit)
+	}
+	if sw.Stop && stopsKey(a.FailureType) && a.KeyID != "" {
+		if !now.Before(own.stopUntil) {
+			own.stopWhy = fmt.Sprintf("%s on key %q: %s", typeName(a.FailureType), a.KeyID, strings.TrimSpace(a.Recovery))
+			d.emit(Event{At: now, Key: own.key, Kind: EventFleetStop, ClientID: a.ClientID, Reason: own.stopWhy,
+				Counts: map[string]int64{"stop_ms": c.Stop.For.Milliseconds()}})
+		}
+		own.stopUntil = now.Add(c.Stop.For)
+		own.raisedStop = true
+	}
+	if sw.Breaker && own == d.av && countedForBreaker(a.FailureType) {
+		d.av.countFailure(now, a.ClientID, a.FailureType, &c.Breaker, d.emit)
+	}
+}
+
+// changed counts a decision the fleet changed through b, and shows b.
+func (d *decision) changed(b *Bucket, e effect) {
+	b.changed++
+	d.f.effects[e].Add(1)
+	d.show = b
+}
+
+// stopped is the answer that stops the retry for r, showing b.
+func (d *decision) stopped(b *Bucket, r Reason, e effect, why string) (Answer, bool) {
+	d.changed(b, e)
+	return Answer{Reason: r, Why: why, State: d.f.state(d.c, b, d.now, true)}, true
+}
+
+// fits says whether a wait of w fits the caller's deadline and ceiling.
+func (d *decision) fits(w time.Duration) bool { return d.a.MaxWait == 0 || w <= d.a.MaxWait }
+
+// stopStep (1): a stopped key: nothing on it can succeed.
+func (d *decision) stopStep() (Answer, bool) {
+	if !d.a.Switches.Stop {
+		return Answer{}, false
+	}
+	for _, b := range []*Bucket{d.au, d.rl} {
+		if b != nil && d.now.Before(b.stopUntil) {
+			return d.stopped(b, ReasonStop, effectStop, fmt.Sprintf("the fleet stopped this key for %v more: %s",
+				b.stopUntil.Sub(d.now).Round(time.Second), b.stopWhy))
+		}
+	}
+	return Answer{}, false
+}
+
+// breakerStep (2): an open breaker stops the retry or makes it wait out the
+// open period in its slot; a half-open one lets it go as the probe when a
+// probe is due (in this replica's claimed slot, for a shared fleet).
+func (d *decision) breakerStep() (Answer, bool) {
+	av, c, now := d.av, d.c, d.now
+	if !d.a.Switches.Breaker || av == nil || av.state == Closed {
+		return Answer{}, false
+	}
+	wait, what := av.openUntil.Sub(now), "open"
+	if av.state == HalfOpen {
+		if !av.nextProbe.After(now.Add(c.Breaker.ProbeInterval)) {
+			at := av.nextProbe
+			if at.Before(now) {
+				at = now
+			}
+			// A shared fleet's probe goes in this replica's claimed slot
+			// (one replica per interval); without one, the syncer claims.
+			slotted := d.f.shared == nil || now.Before(av.probeSlot)
+			if !slotted {
+				av.wantProbe = true
+				d.f.shared.poke()
+			}
+			if p := at.Sub(now); slotted && d.fits(max(d.delay, p)) {
+				av.probeSlot = time.Time{}
+				av.nextProbe = at.Add(c.Breaker.ProbeInterval)
+				d.probe = true
+				if p > d.delay {
+					d.delay = p
+				}
+				d.changed(av, effectProbe)
+			}
+		}
+		wait, what = av.nextProbe.Sub(now)+c.Breaker.CloseAfter, "half-open (probing)"
+	}
+	if d.probe {
+		return Answer{}, false
+	}
+	why := fmt.Sprintf("the fleet's breaker for %s is %s for %v more: %s", av.key, what, wait.Round(time.Second), av.openWhy)
+	if d.a.CanFallBack {
+		return d.stopped(av, ReasonCircuitOpen, effectCircuit, why)
+	}
+	wait += d.f.spread(c, av)
+	if wait > longestWait(c) || !d.fits(max(d.delay, wait)) {
+		return d.stopped(av, ReasonCircuitOpen, effectCircuit, why)
+	}
+	if wait > d.delay {
+		d.delay = wait
+	}
+	d.changed(av, effectCircuit)
+	return Answer{}, false
+}
+
+// holdStep (3): the key's and the model's shared cooldowns. Every retry
+// under a hold takes the next release slot, even one whose own delay is
+// longer: the slots count the waiters.
+func (d *decision) holdStep() (Answer, bool) {
+	if !d.a.Switches.Hold {
+		return Answer{}, false
+	}
+	for _, b := range []*Bucket{d.rl, d.av} {
+		if b == nil || !d.now.Before(b.holdUntil) {
+			continue
+		}
+		wait := b.holdUntil.Sub(d.now) + d.f.slot(b.waiters, b.releaseWindow(&d.c.Hold))
+		b.waiters++
+		if wait <= d.delay {
+			continue
+		}
+		if !d.fits(wait) {
+			return d.stopped(b, ReasonDeadline, effectDeadline, fmt.Sprintf("the fleet's shared cooldown on %s (%v left, with this agent's release slot) would pass the deadline or the ceiling",
+				b.key, wait.Round(time.Second)))
+		}
+		d.delay = wait
+		d.changed(b, effectHold)
+	}
+	return Answer{}, false
+}
+
+// budgetStep (4): the retry budget (probes are already limited fleet-wide),
+// for the retries of a failing model: a rate limit's retries are paced by
+// its hold, the server's own word, and a key's by its stop.
+func (d *decision) budgetStep() (Answer, bool) {
+	av, c, now, a := d.av, d.c, d.now, d.a
+	if !a.Switches.Budget || av == nil || d.probe || (d.tracked && d.scope != ScopeAvailability) {
+		return Answer{}, false
+	}
+	av.ensureRings(&c.Breaker)
+	av.asks.add(now, 1)
+	av.refill(now, c)
+	if av.tokens < 1 {
+		if !av.exhausted {
+			av.exhausted = true
+			d.emit(Event{At: now, Key: av.key, Kind: EventBudgetExhausted, ClientID: a.ClientID,
+				Reason: fmt.Sprintf("retries outran the budget of %.2g per second (burst %.2g)", av.refillRate(now, c), av.burst(now, c))})
+		}
+		rate := av.refillRate(now, c)
+		why := fmt.Sprintf("the fleet's retry budget for %s is spent (%.2g retries per second)", av.key, rate)
+		if a.CanFallBack {
+			return d.stopped(av, ReasonBudget, effectBudget, why)
+		}
+		wait := time.Duration((1 - av.tokens) / rate * float64(time.Second))
+		if wait > longestWait(c) || !d.fits(max(d.delay, wait)) {
+			return d.stopped(av, ReasonBudget, effectBudget, why)
+		}
+		if wait > d.delay {
+			d.delay = wait
+			d.changed(av, effectPaced)
+		}
+	}
+	av.tokens--
+	return Answer{}, false
 }
 
 // spread is a waiter's slot behind an open breaker, over the open period,
@@ -375,11 +428,11 @@ func (f *Fleet) spread(c *Config, b *Bucket) time.Duration {
 // or an empty budget: two first open periods (10 s by default). The daemon
 // cannot wake an agent it told to sleep, so an agent sent to sleep through a
 // 60-s open period, or to the end of a queue of paced retries, sleeps through
-// the provider's recovery too: in the simulation (docs/fleet.md, `make
-// simulate`) waits of up to the strategy's 120-s ceiling kept goodput below
-// 95 % for 80 s after a full outage ended, and every paced retry past the
-// budget's refill was one more attempt on a provider that was down
-// (amplification 1.13). Past this wait the agent stops (CIRCUIT_OPEN or
+// the provider's recovery too: in the simulation (`make simulate`,
+// docs/fleet-simulation.md) waits of up to the strategy's 120-s ceiling
+// kept goodput below 95 % for 80 s after a full outage ended, and every
+// paced retry past the budget's refill was one more attempt on a provider
+// that was down (amplification 1.13). Past this wait the agent stops (CIRCUIT_OPEN or
 // RETRY_BUDGET_EXHAUSTED) and its caller decides, as a breaker's callers
 // do elsewhere (Hystrix and Polly fail fast while open).
 func longestWait(c *Config) time.Duration { return 2 * c.Breaker.OpenFor }
@@ -426,7 +479,7 @@ func (f *Fleet) maybeSweep(c *Config, now time.Time) {
 	if now.UnixNano()-last < int64(time.Minute) || !f.lastSweep.CompareAndSwap(last, now.UnixNano()) {
 		return
 	}
-	f.store.Sweep(func(b *Bucket) bool {
+	f.store.sweep(func(b *Bucket) bool {
 		return !b.active(now) && now.Sub(b.lastFailure) > c.IdleAfter && now.Sub(b.reportedAt) > c.IdleAfter
 	})
 }
@@ -437,8 +490,9 @@ func (f *Fleet) Available(t Target) (ok bool, why string) {
 	now := f.clock()
 	sc := f.cfg.Load().Scopes
 	keys := [3]Key{sc.key(ScopeAvailability, t), sc.key(ScopeAuth, t), sc.key(ScopeRateLimit, t)}
-	bs := f.store.Acquire(keys, [3]bool{})
-	defer f.store.Release()
+	f.store.lock()
+	bs := f.store.getThree(keys, [3]bool{})
+	defer f.store.unlock()
 	// Read only: the transitions happen (and are journaled) in Decide.
 	if av := bs[0]; av != nil && av.state == Open && now.Before(av.openUntil) {
 		return false, fmt.Sprintf("%s: breaker open", av.key)

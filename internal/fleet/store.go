@@ -2,82 +2,69 @@ package fleet
 
 import "sync"
 
-// Store holds the buckets. MemoryStore is the one-replica store; a store
-// shared by replicas keeps the same memory (decisions never wait on a
-// database) and exchanges verdicts in the background.
-type Store interface {
-	// Acquire takes the store's lock and returns the bucket of each key:
-	// created when create[i], else nil when the store has none (or is full).
-	// Release gives the lock back. (Arrays, not a callback: a decision
-	// allocates nothing to find its buckets.)
-	Acquire(keys [3]Key, create [3]bool) [3]*Bucket
-	Release()
-	// Each runs fn on every bucket under the lock.
-	Each(fn func(*Bucket))
-	// Sweep forgets the buckets idle says can go.
-	Sweep(idle func(*Bucket) bool)
+// buckets is the fleet's memory: its buckets in a map behind one mutex. A
+// decision holds it for a few hundred nanoseconds, far below a gRPC call's
+// cost. Replicas each keep their own (decisions never wait on a database)
+// and exchange verdicts in the background (Syncer).
+type buckets struct {
+	mu  sync.Mutex
+	m   map[Key]*Bucket
+	max int
 }
 
-// MemoryStore keeps buckets in a map behind one mutex: a decision holds it
-// for a few hundred nanoseconds, far below a gRPC call's cost.
-type MemoryStore struct {
-	mu      sync.Mutex
-	buckets map[Key]*Bucket
-	max     int
+func newBuckets(max int) *buckets {
+	return &buckets{m: make(map[Key]*Bucket), max: max}
 }
 
-// NewMemoryStore returns a store of at most max buckets.
-func NewMemoryStore(max int) *MemoryStore {
-	return &MemoryStore{buckets: make(map[Key]*Bucket), max: max}
+// lock takes the lock that every bucket's fields are read and written
+// under; unlock gives it back.
+func (s *buckets) lock()   { s.mu.Lock() }
+func (s *buckets) unlock() { s.mu.Unlock() }
+
+// get returns k's bucket (under lock): created when create and the fleet
+// is not full, else nil when there is none.
+func (s *buckets) get(k Key, create bool) *Bucket {
+	b := s.m[k]
+	if b == nil && create && len(s.m) < s.max {
+		b = &Bucket{key: k}
+		s.m[k] = b
+	}
+	return b
 }
 
-// Acquire implements Store.
-func (m *MemoryStore) Acquire(keys [3]Key, create [3]bool) [3]*Bucket {
+// getThree returns the bucket of each key (under lock), as get does with
+// create[i]. (Arrays, not a slice: a decision allocates nothing to find its
+// buckets.)
+func (s *buckets) getThree(keys [3]Key, create [3]bool) [3]*Bucket {
 	var bs [3]*Bucket
-	m.mu.Lock()
 	for i, k := range keys {
-		b := m.buckets[k]
-		if b == nil && create[i] && len(m.buckets) < m.max {
-			b = &Bucket{key: k}
-			m.buckets[k] = b
-		}
-		bs[i] = b
+		bs[i] = s.get(k, create[i])
 	}
 	return bs
 }
 
-// Release implements Store.
-func (m *MemoryStore) Release() { m.mu.Unlock() }
-
-// Each implements Store.
-func (m *MemoryStore) Each(fn func(*Bucket)) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, b := range m.buckets {
+// each runs fn on every bucket, taking the lock.
+func (s *buckets) each(fn func(*Bucket)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.m {
 		fn(b)
 	}
 }
 
-// Sweep implements Store.
-func (m *MemoryStore) Sweep(idle func(*Bucket) bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for k, b := range m.buckets {
+// sweep forgets the buckets idle says can go, taking the lock.
+func (s *buckets) sweep(idle func(*Bucket) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, b := range s.m {
 		if idle(b) {
-			delete(m.buckets, k)
+			delete(s.m, k)
 		}
 	}
 }
 
-func (m *MemoryStore) setMax(max int) {
-	m.mu.Lock()
-	m.max = max
-	m.mu.Unlock()
-}
-
-// Len is the number of buckets.
-func (m *MemoryStore) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.buckets)
+func (s *buckets) setMax(max int) {
+	s.mu.Lock()
+	s.max = max
+	s.mu.Unlock()
 }

@@ -103,7 +103,7 @@ func TestPacingFromRateLimitHeaders(t *testing.T) {
 	rpm := RequestsPerMinute("openai", map[string]string{"x-ratelimit-limit-requests": "600"})
 	f.Report(Usage{Target: streamTarget, ClientID: "a", Admitted: 200, RequestsPerMinute: rpm}) // 20/s against 10/s
 	a := f.Assign(streamTarget, "a")
-	if want := 0.93 * 10 / 20; a.AdmitFraction < want-0.01 || a.AdmitFraction > want+0.01 || a.Cause != "pacing" {
+	if want := 0.93 * 10 / 20; a.AdmitFraction < want-0.01 || a.AdmitFraction > want+0.01 || a.Cause != CausePacing {
 		t.Fatalf("paced: %+v, want about %.3f", a, want)
 	}
 }

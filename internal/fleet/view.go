@@ -51,7 +51,7 @@ func (f *Fleet) view(c *Config, b *Bucket, now time.Time) BucketView {
 func (f *Fleet) Buckets(tenant, provider, model string) []BucketView {
 	now, c := f.clock(), f.cfg.Load()
 	var out []BucketView
-	f.store.Each(func(b *Bucket) {
+	f.store.each(func(b *Bucket) {
 		k := b.key
 		if k.Tenant != tenant || (provider != "" && k.Provider != provider) || (model != "" && k.Model != model) {
 			return
@@ -67,7 +67,7 @@ func (f *Fleet) Bucket(tenant, name string) (BucketView, bool) {
 	now, c := f.clock(), f.cfg.Load()
 	var v BucketView
 	found := false
-	f.store.Each(func(b *Bucket) {
+	f.store.each(func(b *Bucket) {
 		if !found && b.key.Tenant == tenant && b.key.String() == name {
 			v, found = f.view(c, b, now), true
 		}
@@ -90,7 +90,7 @@ type Stats struct {
 func (f *Fleet) Stats() Stats {
 	now, c := f.clock(), f.cfg.Load()
 	s := Stats{Breakers: map[BreakerState]int{Closed: 0, Open: 0, HalfOpen: 0}, MinTokens: c.Budget.Burst}
-	f.store.Each(func(b *Bucket) {
+	f.store.each(func(b *Bucket) {
 		s.Buckets++
 		st := b.state
 		if st == Open && !now.Before(b.openUntil) {

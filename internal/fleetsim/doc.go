@@ -2,8 +2,8 @@
 // of AI agents retrying against a modelled LLM provider. It runs the real
 // classifier, strategies and fleet memory in process (policy.Decide, no
 // sockets) next to small models of the anchors' published retry defaults,
-// and measures what docs/fleet.md reports: amplification, load, the herd
-// after a hint ends, time to recover, goodput and loss.
+// and measures what docs/fleet-simulation.md reports: amplification, load,
+// the herd after a hint ends, time to recover, goodput and loss.
 //
 // A run is a virtual clock and an event heap: N agents in a closed loop
 // (think, one logical call of up to a policy's attempts, think again)

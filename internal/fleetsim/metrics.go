@@ -123,8 +123,8 @@ type Result struct {
 	OwnAdmitted, OwnBound int64
 	// Shed: calls the gates did not send ÷ calls started, during the incident.
 	Shed float64
-	// StreamMessages per client process per second (fleet-stream): reports
-	// up and assignment messages down.
+	// StreamRate is stream messages per client process per second
+	// (fleet-stream): reports up and assignment messages down.
 	StreamRate float64
 	// Load: the failing bucket's attempt rate during the incident ÷ its
 	// baseline attempt rate (the mean from 10 s to the incident's start).

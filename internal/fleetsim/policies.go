@@ -357,7 +357,7 @@ func (pp *policydProcess) Failed(a *Attempt) (bool, time.Duration) {
 		ClientId: pp.id,
 	}
 	pp.decisions++
-	d := p.pol.Decide(req, policy.Call{Now: a.Now, Rand: a.Rand, Fleet: pp.in.pick(), ClientID: pp.id})
+	d := p.pol.Decide(req, policy.Call{Now: a.Now, Rand: a.Rand, Profile: policy.ProfileName(req.GetProfile()), Fleet: pp.in.pick(), ClientID: pp.id})
 	if d.GetAction() != policydv1.Action_ACTION_RETRY {
 		return false, 0 // a stop, or a fallback with nowhere to go
 	}

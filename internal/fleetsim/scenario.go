@@ -33,8 +33,8 @@ const (
 	Restart = "restart"
 )
 
-// RestartDown: the restart scenario kills policyd this long into the
-// outage, and restarts it this long after.
+// RestartDown is how long into the outage the restart scenario kills
+// policyd, and how long after that it restarts it.
 const RestartDown = 30 * time.Second
 
 // ScenarioNames are the scenarios in the order the reports list them.
@@ -49,7 +49,7 @@ type Timing struct {
 	Start, End time.Duration
 }
 
-// DefaultTiming: 6 minutes, an incident from 1 to 3 minutes (the herd's
+// DefaultTiming is 6 minutes, an incident from 1 to 3 minutes (the herd's
 // hint from 60 s to 70 s), a minute of baseline before it and three after.
 var DefaultTiming = Timing{Duration: 360 * time.Second, Start: 60 * time.Second, End: 180 * time.Second}
 

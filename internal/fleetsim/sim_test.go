@@ -30,7 +30,7 @@ func simulate(t *testing.T, scenario, pol string, life int, seed uint64) *Result
 	return res
 }
 
-// The goals, on fleet memory, for both process lifetimes; the
+// Fleet memory's goals (docs/fleet-simulation.md), for both process lifetimes; the
 // stateless policy (today's answers) runs alongside as the contrast.
 func TestFleetGoals(t *testing.T) {
 	openPeriods := 2 * fleet.Defaults().Breaker.OpenFor.Seconds()
@@ -85,7 +85,7 @@ func TestFleetGoals(t *testing.T) {
 	}
 }
 
-// Fleet memory part 2's goals (200 agents): with each process's stream and
+// The Coordinate stream's goals (200 agents): with each process's stream and
 // gate, the fleet skips first attempts that are sure to fail.
 func TestStreamGoals(t *testing.T) {
 	for _, life := range []int{0, 3} {
@@ -132,7 +132,7 @@ func TestStreamGoals(t *testing.T) {
 
 // Recovery to 95 % goodput within 2 open periods, as the median of five
 // seeds: one run's recovery depends on where in the breaker's cycle the
-// provider comes back (docs/fleet.md shows the spread).
+// provider comes back (docs/fleet-simulation.md shows the spread).
 func TestStreamRecovery(t *testing.T) {
 	openPeriods := 2 * fleet.Defaults().Breaker.OpenFor.Seconds()
 	var ttr []float64

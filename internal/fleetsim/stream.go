@@ -5,11 +5,12 @@ import (
 	"time"
 
 	"github.com/policyd/policyd/internal/fleet"
+	"github.com/policyd/policyd/internal/refgate"
 )
 
 // The fleet-stream policy: fleet memory with each process's Coordinate
 // stream and gate, as the clients implement them (docs/clients.md, "The
-// fleet gate"; the gate is fleet.Gate, which the clients' shared vectors
+// fleet gate"; the gate is refgate.Gate, which the clients' shared vectors
 // pin). The stream is modelled without latency: a report or a push is
 // applied when it is sent, which on a local daemon is within a
 // millisecond. What the model keeps from the wire is its timing: reports
@@ -45,7 +46,7 @@ type streamInstance struct {
 
 func (in *streamInstance) NewProcess(id string) Process {
 	now := in.now()
-	p := &streamProcess{policydProcess: policydProcess{in: in.policydInstance, id: id}, sin: in, gate: fleet.NewGate(), born: now,
+	p := &streamProcess{policydProcess: policydProcess{in: in.policydInstance, id: id}, sin: in, gate: refgate.New(), born: now,
 		replica: len(in.procs) % len(in.fleets),
 		jit:     rand.New(rand.NewPCG(uint64(len(in.procs)), 0x57ea)), connected: in.up()}
 	// The process it replaces (a CLI invocation's end) closes its stream.
@@ -102,7 +103,7 @@ func (in *streamInstance) Advance(now time.Time) {
 			}
 		}
 		if in.changes[i] == nil {
-			in.changes[i] = f.Changes()
+			in.changes[i] = f.NextTransition()
 		}
 	}
 	// The processes' timers (reports, the daemon's re-evaluations) are
@@ -157,7 +158,7 @@ type streamProcess struct {
 	sin       *streamInstance
 	agent     string
 	replica   int // the replica its stream goes to
-	gate      *fleet.Gate
+	gate      *refgate.Gate
 	jit       *rand.Rand
 	born      time.Time
 	modelName string
@@ -230,7 +231,7 @@ func (p *streamProcess) deliver(now time.Time, force bool) {
 	}
 	p.sin.msgs++
 	p.sent, p.sentAt = a, now
-	p.gate.Assign(now, &fleet.GateAssignment{TTL: a.TTL, Breaker: a.Breaker, Hold: a.Hold, Stop: a.Stop,
+	p.gate.Assign(now, &refgate.Assignment{TTL: a.TTL, Breaker: a.Breaker, Hold: a.Hold, Stop: a.Stop,
 		AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason})
 }
 
@@ -242,7 +243,7 @@ func (p *streamProcess) Admit(now time.Time, model string, r *rand.Rand) (bool, 
 		// local daemon answers in well under the clients' 100-ms limit).
 		p.report(now)
 	}
-	if !p.sin.up() && p.gate.Assigned() && p.gate.Age(now) >= p.sent.TTL+fleet.GateGrace && p.localSince.IsZero() {
+	if !p.sin.up() && p.gate.Assigned() && p.gate.Age(now) >= p.sent.TTL+refgate.Grace && p.localSince.IsZero() {
 		p.localSince = now
 		p.ownBound += 5 + int64(0.1*(RestartDown+reconnectMax).Seconds())
 	}
@@ -252,7 +253,7 @@ func (p *streamProcess) Admit(now time.Time, model string, r *rand.Rand) (bool, 
 	v := p.gate.Check(now, -1, false, r.Float64())
 	p.activity(now)
 	switch v.Action {
-	case fleet.GateAdmit, fleet.GateWait:
+	case refgate.Admit, refgate.Wait:
 		p.admitted++
 		return true, v.Wait
 	}

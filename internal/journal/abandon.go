@@ -7,7 +7,7 @@ import (
 )
 
 // DefaultAbandonAfter is how long a context may stay in progress with no
-// activity before the sweeper (StartAbandoner) marks it abandoned. A retry
+// activity before the sweeper (RunAbandoner) marks it abandoned. A retry
 // context lasts seconds or minutes, and the clients retry finishing one for
 // about a minute when policyd was away at its end, so an hour without a new
 // attempt means the agent died or could not reach policyd again.
@@ -62,46 +62,29 @@ func (s *Store) AbandonIdle(ctx context.Context, idleSince time.Time) (int64, er
 	}
 }
 
-// StartAbandoner runs AbandonIdle in the background until the store is
-// closed, with idleSince after before the store's clock, every tenth of
-// after (between a second and a minute). after 0 turns it off; a negative
-// after is an error. A sweep that fails (the database is away) is logged
-// and tried again at the next tick.
-func (s *Store) StartAbandoner(after time.Duration) error {
-	if after < 0 {
-		return fmt.Errorf("abandon after: %w", invalid("abandon_after", "must be ≥ 0 (0: never), got %v", after))
+// RunAbandoner runs AbandonIdle until ctx is done, with idleSince after
+// before the store's clock, every tenth of after (between a second and a
+// minute); after ≤ 0 returns at once. A sweep that fails (the database is
+// away) is logged and tried again at the next tick. Every replica may run
+// one: the sweeps skip the rows another one holds.
+func (s *Store) RunAbandoner(ctx context.Context, after time.Duration) {
+	if after <= 0 {
+		return
 	}
-	if after == 0 {
-		return nil
-	}
-	s.sweeps.Add(1)
-	go func() {
-		defer s.sweeps.Done()
-		t := time.NewTicker(abandonEvery(after))
-		defer t.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			go func() {
-				select {
-				case <-s.stop:
-				case <-ctx.Done():
-				}
-				cancel()
-			}()
-			n, err := s.AbandonIdle(ctx, s.cfg.now().Add(-after))
-			cancel()
-			switch {
-			case err != nil:
-				s.cfg.logger.Debug("journal: marking idle contexts abandoned failed; trying again later", "error", err)
-			case n > 0:
-				s.cfg.logger.Info("journal: marked idle contexts abandoned", "contexts", n, "idle_for", after)
-			}
+	t := time.NewTicker(abandonEvery(after))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-	}()
-	return nil
+		n, err := s.AbandonIdle(ctx, s.cfg.now().Add(-after))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.cfg.logger.Debug("journal: marking idle contexts abandoned failed; trying again later", "error", err)
+		case n > 0:
+			s.cfg.logger.Info("journal: marked idle contexts abandoned", "contexts", n, "idle_for", after)
+		}
+	}
 }

@@ -70,29 +70,35 @@ func TestAbandonIdle(t *testing.T) {
 	}
 	_, err = s.AbandonIdle(ctx, time.Time{})
 	wantField(t, err, "idle_since")
-	wantField(t, s.StartAbandoner(-time.Second), "abandon_after")
 }
 
-// The sweeper runs by itself once started, and Close stops it.
-func TestStartAbandoner(t *testing.T) {
+// The sweeper runs by itself until its context ends.
+func TestRunAbandoner(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	s := openStore(t)
 	c := begin(t, s, journal.Context{Tenant: "acme", StartedAt: time.Now().Add(-time.Hour)})
-	if err := s.StartAbandoner(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.RunAbandoner(ctx, 10*time.Second) // sweeps every second
+	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got, _, err := s.GetContext(ctx, "acme", c.ID)
+		got, _, err := s.GetContext(context.Background(), "acme", c.ID)
 		wantErr(t, err, nil)
 		if got.Outcome == journal.OutcomeAbandoned {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("outcome %s after 10s, want abandoned by the sweeper (every second)", got.Outcome)
+			t.Fatalf("outcome %s after 10s, want abandoned by the sweeper", got.Outcome)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	s.Close()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("RunAbandoner did not return after its context ended")
+	}
 }

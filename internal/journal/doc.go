@@ -4,8 +4,11 @@
 // recovery action and the full attempt history. Post-mortems are SQL over
 // the tables and the journal_* views (see migrations/001_journal.sql).
 //
-// It is the only package that talks to PostgreSQL (through pgx). It has its
-// own types, and turns database errors into its own: ErrNotFound,
+// It owns the journal's tables, views and migrations (the fleet's tables
+// too: one schema, one migrator), and nothing of fleet memory itself: the
+// replicas' exchange is internal/fleet/pgexchange. It is one of the few
+// storage packages that talk to PostgreSQL (through pgx), and turns database
+// errors into the storage errors of package dberr: ErrNotFound,
 // ErrUnavailable (down, unreachable or too slow) and ErrInvalid (an
 // *InvalidError naming the field).
 //

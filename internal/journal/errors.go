@@ -2,139 +2,46 @@ package journal
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"net"
-	"strings"
-	"syscall"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/policyd/policyd/internal/dberr"
 )
 
-// The store's errors. Every error a Store method returns either wraps one of
+// The store's errors: the storage errors of package dberr, under the
+// journal's names. Every error a Store method returns either wraps one of
 // these (test with errors.Is), is the caller's context error, or is an
 // unexpected failure that callers should log and report as internal.
 var (
 	// ErrNotFound is a context (or error report) that does not exist for the
 	// tenant. A context that exists under another tenant is also not found,
 	// so that one tenant cannot learn about another's ids.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = dberr.ErrNotFound
 	// ErrUnavailable is a database that is down, unreachable or too slow to
 	// answer within the store's timeout, or a closed store. The call may
 	// succeed later: every write is idempotent, so it can simply be repeated.
-	ErrUnavailable = errors.New("journal database unavailable")
+	ErrUnavailable = dberr.ErrUnavailable
 	// ErrInvalid is bad input. The error is an *InvalidError naming the field.
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = dberr.ErrInvalid
 )
 
-// InvalidError is bad input to a Store method. It matches ErrInvalid with
-// errors.Is, and names the field (in the API's snake_case, e.g.
-// "context_id", "labels", "page_token") so that the server can report it.
-type InvalidError struct {
-	Field       string
-	Description string
-}
-
-// Error returns "field: description", e.g. "context_id: must be a UUID".
-func (e *InvalidError) Error() string { return e.Field + ": " + e.Description }
-
-// Is makes errors.Is(err, ErrInvalid) true.
-func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+// InvalidError is bad input to a Store method: it matches ErrInvalid with
+// errors.Is and names the field (see dberr.InvalidError).
+type InvalidError = dberr.InvalidError
 
 func invalid(field, format string, args ...any) *InvalidError {
-	return &InvalidError{Field: field, Description: fmt.Sprintf(format, args...)}
+	return dberr.Invalid(field, format, args...)
 }
 
 // errOpTimeout is the cause of a context that ran out of the store's own
 // time budget (WithTimeout), as opposed to the caller's deadline.
-var errOpTimeout = errors.New("journal database did not answer in time")
+var errOpTimeout = dberr.ErrOpTimeout
 
-// translate is the one place where errors from pgx and PostgreSQL become the
-// store's errors. op says what was being done ("record attempts"); ctx is
-// the context the operation ran under, whose cause tells the store's own
-// timeout from the caller's deadline. The result wraps the original error so
-// that logs keep the detail.
+// translate turns errors from pgx and PostgreSQL into the store's errors
+// (dberr.Translate, shared with the fleet's exchange).
 func translate(ctx context.Context, op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	switch {
-	case errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalid), errors.Is(err, ErrUnavailable):
-		return fmt.Errorf("%s: %w", op, err)
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%s: %w", op, ErrNotFound)
-	case ctx != nil && errors.Is(context.Cause(ctx), errOpTimeout):
-		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, errOpTimeout)
-	case ctx != nil && ctx.Err() != nil:
-		// The caller gave up: its own error, not the database's.
-		return fmt.Errorf("%s: %w", op, ctx.Err())
-	}
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		switch {
-		case pgErr.Code == "23503": // foreign_key_violation: the context went away (pruned)
-			return fmt.Errorf("%s: %w: %w", op, ErrNotFound, err)
-		case strings.HasPrefix(pgErr.Code, "22"), // data exception: too long, bad UUID, bad JSON
-			pgErr.Code == "23502", pgErr.Code == "23514": // not_null, check violation
-			return fmt.Errorf("%s: %w: %w", op, &InvalidError{Field: fieldOf(pgErr), Description: pgErr.Message}, err)
-		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
-			strings.HasPrefix(pgErr.Code, "53"),                                 // insufficient resources (too many connections, disk full)
-			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", // shutting down, starting up
-			pgErr.Code == "57014",                        // query_canceled: statement_timeout
-			pgErr.Code == "40P01", pgErr.Code == "40001": // deadlock, serialization: retried, then give up
-			return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
-		}
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if isConnectionError(err) {
-		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
-	}
-	return fmt.Errorf("%s: %w", op, err)
+	return dberr.Translate(ctx, op, err)
 }
 
-// isConnectionError is an error on the way to or from the server, rather
-// than one the server reported.
-func isConnectionError(err error) bool {
-	if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
-		return true
-	}
-	if _, ok := errors.AsType[net.Error](err); ok {
-		return true
-	}
-	return pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) ||
-		strings.Contains(err.Error(), "closed pool") || strings.Contains(err.Error(), "conn closed")
-}
-
-// isRetryableConflict is a transaction that lost a race with another one
-// and can simply run again.
-// isUniqueViolation reports whether err is PostgreSQL's unique_violation,
-// e.g. an attempt recorded twice.
-func isUniqueViolation(err error) bool {
-	pgErr, ok := errors.AsType[*pgconn.PgError](err)
-	return ok && pgErr.Code == "23505"
-}
-
-func isRetryableConflict(err error) bool {
-	pgErr, ok := errors.AsType[*pgconn.PgError](err)
-	return ok && (pgErr.Code == "40P01" || pgErr.Code == "40001")
-}
-
-// fieldOf names the column a data error was about, when PostgreSQL said.
-func fieldOf(pgErr *pgconn.PgError) string {
-	if pgErr.ColumnName != "" {
-		return pgErr.ColumnName
-	}
-	if name, ok := strings.CutSuffix(pgErr.ConstraintName, "_check"); ok {
-		// e.g. retry_attempts_message_check → message
-		if i := strings.IndexByte(name, '_'); i >= 0 {
-			if j := strings.IndexByte(name[i+1:], '_'); j >= 0 {
-				return name[i+1+j+1:]
-			}
-		}
-	}
-	return "request"
-}
+var (
+	isUniqueViolation   = dberr.IsUniqueViolation
+	isRetryableConflict = dberr.IsRetryableConflict
+)

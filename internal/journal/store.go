@@ -41,7 +41,6 @@ type Store struct {
 	stop       chan struct{}
 	writers    sync.WaitGroup
 	healthDone chan struct{}
-	sweeps     sync.WaitGroup // StartAbandoner's loop
 	closeOnce  sync.Once
 
 	typeText atomic.Pointer[func(failureType string) TypeText]
@@ -143,7 +142,6 @@ func (s *Store) Close() {
 		s.writers.Wait()
 		close(s.stop)
 		<-s.healthDone
-		s.sweeps.Wait()
 		s.writePool.Close()
 		s.pool.Close()
 	})

@@ -34,7 +34,8 @@ func BenchmarkNextDelay(b *testing.B) {
 				psOpts = append(psOpts, server.WithDecisionObserver(ms))
 				gOpts = append(gOpts, server.WithMonitoring(ms.UnaryServerInterceptor(), ms.StreamServerInterceptor()))
 			}
-			gs, _ := server.NewGRPCServer(server.NewPolicyServer(policy.Builtin(), psOpts...), quiet, gOpts...)
+			ps := server.NewPolicyServer(policy.Builtin(), psOpts...)
+			gs, _ := server.NewGRPCServer(ps, server.NewJournalServer(nil, ps), server.NewFleetServer(nil, ps), quiet, gOpts...)
 			lis := bufconn.Listen(1 << 20)
 			go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
 			defer gs.Stop()

@@ -23,6 +23,7 @@ import (
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/fleet"
+	"github.com/policyd/policyd/internal/fleet/pgexchange"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/journal/journaltest"
 	"github.com/policyd/policyd/internal/metrics"
@@ -54,7 +55,9 @@ func startDaemon(t *testing.T) *daemon {
 	t.Cleanup(store.Close)
 	ms.ObserveJournal(store)
 	ps := server.NewPolicyServer(policy.Builtin(), server.WithJournal(store, 2*time.Second), server.WithDecisionObserver(ms))
-	gs, hs := server.NewGRPCServer(ps, quiet, server.WithMonitoring(ms.UnaryServerInterceptor(), ms.StreamServerInterceptor()))
+	gs, hs := server.NewGRPCServer(ps, server.NewJournalServer(store, ps), server.NewFleetServer(nil, ps), quiet,
+		server.WithMonitoring(ms.UnaryServerInterceptor(), ms.StreamServerInterceptor()))
+	go server.WatchJournal(t.Context(), hs, store)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -407,7 +410,7 @@ func TestFleetStreamMetrics(t *testing.T) {
 
 func TestFleetSyncMetrics(t *testing.T) {
 	url := journaltest.DatabaseURL(t)
-	ex, err := journal.OpenFleetExchange(context.Background(), url)
+	ex, err := pgexchange.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,6 @@ func BenchmarkNextDelayFleet(b *testing.B) {
 	f := fleet.New(p.Fleet, fleet.WithClock(func() time.Time { return now }))
 	b.ReportAllocs()
 	for b.Loop() {
-		p.Decide(req, Call{Now: now, Rand: r, Fleet: f, ClientID: "bench"})
+		p.Decide(req, Call{Now: now, Rand: r, Profile: DefaultProfile, Fleet: f, ClientID: "bench"})
 	}
 }

@@ -82,7 +82,7 @@ func parseChains(node *yaml.Node, file, section string) (map[string][]ChainTarge
 // target of t's error chain that the fleet says is available, else only the
 // kind — another model when the model's breaker is the obstacle, another
 // provider (or key) otherwise — for the caller's own fallback to choose.
-func (p *Policy) GateFallback(t fleet.Target, cause string, f *fleet.Fleet) *policydv1.Fallback {
+func (p *Policy) GateFallback(t fleet.Target, cause fleet.Cause, f *fleet.Fleet) *policydv1.Fallback {
 	var skipped []string
 	for _, target := range p.Chains.Errors[chainKey(t.Provider, t.Model)] {
 		if f != nil {
@@ -98,7 +98,7 @@ func (p *Policy) GateFallback(t fleet.Target, cause string, f *fleet.Fleet) *pol
 		return &policydv1.Fallback{Kind: kind, Provider: target.Provider, Model: target.Model, Reason: "the fleet's gate does not admit this call; fall back to " + target.String()}
 	}
 	kind := policydv1.FallbackKind_FALLBACK_KIND_OTHER_PROVIDER
-	if cause == "breaker" {
+	if cause == fleet.CauseBreaker {
 		kind = policydv1.FallbackKind_FALLBACK_KIND_OTHER_MODEL
 	}
 	reason := "the fleet's gate does not admit this call"

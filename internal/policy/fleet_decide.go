@@ -20,10 +20,10 @@ var fleetStopReasons = map[fleet.Reason]policydv1.StopReason{
 	fleet.ReasonDeadline:    policydv1.StopReason_STOP_REASON_DEADLINE,
 }
 
-// applyFleet lets fleet memory record the failure and change d: a longer
+// applyFleet lets fleet memory record the failure and change v: a longer
 // wait (a shared cooldown, an open breaker, a paced budget), a stop or a
 // fallback. Decision.fleet says what it knew and did.
-func (p *Policy) applyFleet(d *policydv1.Decision, c Call, f *policydv1.Failure, t policydv1.FailureType,
+func (p *Policy) applyFleet(v *verdict, c Call, f *policydv1.Failure, t policydv1.FailureType,
 	cls *policydv1.Classification, strat strategy.Strategy, prof *Profile, in strategy.Input, out strategy.Decision) {
 	hasChain := len(p.Chains.Errors[chainKey(f.GetProvider(), f.GetModel())]) > 0
 	ask := fleet.Ask{
@@ -32,7 +32,7 @@ func (p *Policy) applyFleet(d *policydv1.Decision, c Call, f *policydv1.Failure,
 		FailureType: t,
 		Attempt:     in.Attempt,
 		Recovery:    cls.GetRecoveryAction(),
-		Retry:       d.Action == policydv1.Action_ACTION_RETRY,
+		Retry:       v.action == policydv1.Action_ACTION_RETRY,
 		Delay:       out.Delay,
 		CanFallBack: strat.Fallback != strategy.FallbackNone || hasChain,
 		MaxWait:     maxWait(in, strat),
@@ -44,26 +44,24 @@ func (p *Policy) applyFleet(d *policydv1.Decision, c Call, f *policydv1.Failure,
 		ask.RetryAfter = in.RetryAfter
 	}
 	ans := c.Fleet.Decide(ask)
-	d.Fleet = fleetStateProto(ans.State)
+	v.fleet = ans.State
 	if !ask.Retry {
 		return
 	}
 	if ans.Retry {
-		if ans.Delay != out.Delay {
-			d.Delay = durationpb.New(ans.Delay)
-		}
+		v.delay = ans.Delay
 		return
 	}
-	d.Delay = nil
-	d.StopReason, d.StopText = fleetStopReasons[ans.Reason], ans.Why
-	d.Action = policydv1.Action_ACTION_STOP
+	v.delay = 0
+	v.stopReason, v.stopText = fleetStopReasons[ans.Reason], ans.Why
+	v.action = policydv1.Action_ACTION_STOP
 	if ans.Reason != fleet.ReasonDeadline && ask.CanFallBack {
 		kind := fallbackProto(strat.Fallback)
 		if kind == policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED {
 			kind = policydv1.FallbackKind_FALLBACK_KIND_OTHER_PROVIDER
 		}
-		d.Action = policydv1.Action_ACTION_FALL_BACK
-		d.Fallback = &policydv1.Fallback{Kind: kind, Reason: ans.Why}
+		v.action = policydv1.Action_ACTION_FALL_BACK
+		v.fallback = &policydv1.Fallback{Kind: kind, Reason: ans.Why}
 	}
 }
 
@@ -115,9 +113,8 @@ func fleetStateProto(s *fleet.State) *policydv1.FleetState {
 	return out
 }
 
-// breakerStateProto is the API's value for a breaker state, by their
+// BreakerStateProto is the API's value for the breaker state s, by their
 // shared name ("half_open" is BREAKER_STATE_HALF_OPEN).
-// BreakerStateProto is s as the API names it.
 func BreakerStateProto(s fleet.BreakerState) policydv1.BreakerState {
 	return byName[policydv1.BreakerState](s)
 }
@@ -146,10 +143,10 @@ var chainTypes = map[policydv1.FailureType]bool{
 }
 
 // applyChain names the next target from the policy file's fallback chains
-// when d falls back, or stops where a chain can take over; targets whose
+// when v falls back, or stops where a chain can take over; targets whose
 // breaker is open or whose key is stopped are skipped.
-func (p *Policy) applyChain(d *policydv1.Decision, c Call, f *policydv1.Failure, t policydv1.FailureType, strat strategy.Strategy) {
-	if f == nil || d.Action == policydv1.Action_ACTION_RETRY {
+func (p *Policy) applyChain(v *verdict, c Call, f *policydv1.Failure, t policydv1.FailureType, strat strategy.Strategy) {
+	if f == nil || v.action == policydv1.Action_ACTION_RETRY {
 		return
 	}
 	chains, kind := p.Chains.Errors, policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED
@@ -163,8 +160,8 @@ func (p *Policy) applyChain(d *policydv1.Decision, c Call, f *policydv1.Failure,
 	if len(chain) == 0 {
 		return
 	}
-	eligible := d.Action == policydv1.Action_ACTION_FALL_BACK || chainEndings[d.StopReason] ||
-		(d.StopReason == policydv1.StopReason_STOP_REASON_NOT_RETRYABLE && chainTypes[t])
+	eligible := v.action == policydv1.Action_ACTION_FALL_BACK || chainEndings[v.stopReason] ||
+		(v.stopReason == policydv1.StopReason_STOP_REASON_NOT_RETRYABLE && chainTypes[t])
 	if !eligible {
 		return
 	}
@@ -183,23 +180,23 @@ func (p *Policy) applyChain(d *policydv1.Decision, c Call, f *policydv1.Failure,
 				k = policydv1.FallbackKind_FALLBACK_KIND_OTHER_PROVIDER
 			}
 		}
-		reason := d.StopText
-		if reason == "" && d.Fallback != nil {
-			reason = d.Fallback.GetReason()
+		reason := v.stopText
+		if reason == "" && v.fallback != nil {
+			reason = v.fallback.GetReason()
 		}
 		reason = strings.TrimSuffix(reason, "; fall back to "+strat.Fallback.String())
 		reason += "; fall back to " + target.String()
 		if len(skipped) > 0 {
 			reason += ", skipping " + strings.Join(skipped, ", ")
 		}
-		d.Action, d.Delay = policydv1.Action_ACTION_FALL_BACK, nil
-		d.Fallback = &policydv1.Fallback{Kind: k, Reason: reason, Provider: target.Provider, Model: target.Model}
+		v.action, v.delay = policydv1.Action_ACTION_FALL_BACK, 0
+		v.fallback = &policydv1.Fallback{Kind: k, Reason: reason, Provider: target.Provider, Model: target.Model}
 		return
 	}
 	// Every target is unavailable: nothing to fall back to.
-	d.Action, d.Fallback = policydv1.Action_ACTION_STOP, nil
-	if d.StopReason == policydv1.StopReason_STOP_REASON_UNSPECIFIED {
-		d.StopReason = policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN
+	v.action, v.fallback = policydv1.Action_ACTION_STOP, nil
+	if v.stopReason == policydv1.StopReason_STOP_REASON_UNSPECIFIED {
+		v.stopReason = policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN
 	}
-	d.StopText = strings.TrimSpace(d.StopText + "; every fallback target is unavailable: " + strings.Join(skipped, ", "))
+	v.stopText = strings.TrimSpace(v.stopText + "; every fallback target is unavailable: " + strings.Join(skipped, ", "))
 }

@@ -14,13 +14,16 @@ import (
 // NextDelay answers what to do after a failed attempt as if the caller were
 // alone (no fleet memory). now is the current time, rnd the jitter source.
 func (p *Policy) NextDelay(req *policydv1.NextDelayRequest, now time.Time, rnd strategy.Rand) *policydv1.Decision {
-	return p.Decide(req, Call{Now: now, Rand: rnd})
+	return p.Decide(req, Call{Now: now, Rand: rnd, Profile: ProfileName(req.GetProfile())})
 }
 
 // Call is what a decision depends on besides the request.
 type Call struct {
 	Now  time.Time
 	Rand strategy.Rand
+	// Profile is the request's profile, resolved (ProfileName) by the
+	// caller once for the whole call.
+	Profile string
 	// Fleet, when not nil, shares this failure with every agent on the same
 	// provider, model and key, and lets theirs change this answer.
 	Fleet *fleet.Fleet
@@ -29,14 +32,29 @@ type Call struct {
 	Tenant, ClientID string
 }
 
+// verdict is a NextDelay decision as its steps build it: the strategy's
+// answer (or a stream rule's stop), then what fleet memory and the
+// fallback chains change. It is rendered once, as a policydv1.Decision, at
+// the end.
+type verdict struct {
+	action       policydv1.Action
+	delay        time.Duration // of a RETRY
+	attemptsLeft int32
+	stopReason   policydv1.StopReason
+	stopText     string
+	fallback     *policydv1.Fallback // of a FALL_BACK
+	fleet        *fleet.State
+}
+
 // Decide answers what to do after a failed attempt. The request must be
-// valid (see server.ValidateNextDelayRequest); an unknown profile is the
+// valid (see validate.NextDelayRequest); an unknown profile is the
 // caller's to reject first.
 func (p *Policy) Decide(req *policydv1.NextDelayRequest, c Call) *policydv1.Decision {
-	now, rnd := c.Now, c.Rand
-	prof := p.Profiles[ProfileName(req.GetProfile())]
+	now := c.Now
+	prof := p.Profiles[c.Profile]
 	opts := req.GetOptions()
 
+	// 1. Classify (or take the caller's failure type).
 	var cls *policydv1.Classification
 	failureType := req.GetFailureType()
 	if req.GetFailure() != nil {
@@ -72,37 +90,52 @@ func (p *Policy) Decide(req *policydv1.NextDelayRequest, c Call) *policydv1.Deci
 		in.RetryAfter, in.HasRetryAfter = ra.AsDuration(), true
 	}
 
-	d := &policydv1.Decision{
-		Classification: cls,
-		Safety:         safety,
-		Strategy:       applied.proto,
+	var v verdict
+	// 2. The stream rules apply to failures that would otherwise be
+	// retried, so a connect-phase 401 still stops as not retryable.
+	if cls.GetRetryable() && strat.Retry {
+		if stop, why := streamStop(prof, req.GetFailure(), failureType, opts); stop != policydv1.StopReason_STOP_REASON_UNSPECIFIED {
+			v = verdict{action: policydv1.Action_ACTION_STOP, stopReason: stop, stopText: why}
+			return v.render(cls, safety, applied.proto)
+		}
 	}
-	// Stream rules apply to failures that would otherwise be retried, so a
-	// connect-phase 401 still stops as not retryable.
-	if !cls.GetRetryable() || !strat.Retry {
-		// fall through to Decide, which stops or falls back
-	} else if stop, why := streamStop(prof, req.GetFailure(), failureType, opts); stop != policydv1.StopReason_STOP_REASON_UNSPECIFIED {
-		d.Action, d.StopReason, d.StopText = policydv1.Action_ACTION_STOP, stop, why
-		return d
-	}
-	out := strat.Decide(in, rnd)
-	d.Action = actionProto(out.Action)
-	d.AttemptsLeft = int32(out.AttemptsLeft)
-	d.StopReason = stopReasonProto(out.StopReason)
-	d.StopText = out.Why
+	// 3. The strategy.
+	out := strat.Decide(in, c.Rand)
+	v = verdict{action: actionProto(out.Action), attemptsLeft: int32(out.AttemptsLeft),
+		stopReason: stopReasonProto(out.StopReason), stopText: out.Why}
 	if out.Action == strategy.ActionRetry {
-		d.Delay = durationpb.New(out.Delay)
+		v.delay = out.Delay
 	}
 	if out.Action == strategy.ActionFallBack {
-		d.Fallback = &policydv1.Fallback{Kind: fallbackProto(out.Fallback), Reason: out.Why}
+		v.fallback = &policydv1.Fallback{Kind: fallbackProto(out.Fallback), Reason: out.Why}
 	}
-	if d.Action == policydv1.Action_ACTION_STOP && d.StopReason == policydv1.StopReason_STOP_REASON_NOT_RETRYABLE {
-		d.StopText = "not retryable: " + cls.GetRecoveryAction()
+	if v.action == policydv1.Action_ACTION_STOP && v.stopReason == policydv1.StopReason_STOP_REASON_NOT_RETRYABLE {
+		v.stopText = "not retryable: " + cls.GetRecoveryAction()
 	}
+	// 4. Fleet memory, then 5. the fallback chains.
 	if c.Fleet != nil && req.GetFailure() != nil {
-		p.applyFleet(d, c, req.GetFailure(), failureType, cls, strat, prof, in, out)
+		p.applyFleet(&v, c, req.GetFailure(), failureType, cls, strat, prof, in, out)
 	}
-	p.applyChain(d, c, req.GetFailure(), failureType, strat)
+	p.applyChain(&v, c, req.GetFailure(), failureType, strat)
+	return v.render(cls, safety, applied.proto)
+}
+
+// render is v as the API's Decision.
+func (v *verdict) render(cls *policydv1.Classification, safety policydv1.OperationSafety, strat *policydv1.AppliedStrategy) *policydv1.Decision {
+	d := &policydv1.Decision{
+		Action:         v.action,
+		AttemptsLeft:   v.attemptsLeft,
+		Classification: cls,
+		StopReason:     v.stopReason,
+		StopText:       v.stopText,
+		Fallback:       v.fallback,
+		Safety:         safety,
+		Strategy:       strat,
+		Fleet:          fleetStateProto(v.fleet),
+	}
+	if v.action == policydv1.Action_ACTION_RETRY {
+		d.Delay = durationpb.New(v.delay)
+	}
 	return d
 }
 

@@ -22,8 +22,9 @@ import (
 //go:embed builtin_profiles.yaml
 var builtinProfilesYAML []byte
 
-// DefaultProfile is the profile used when a request names none.
-const DefaultProfile = "default"
+// DefaultProfile is the profile used when a request names none: the
+// classifier's, so that one name serves rules and profiles.
+const DefaultProfile = classifier.DefaultProfile
 
 // Policy is one immutable snapshot of the policy in force. A reload builds a
 // new Policy; requests in flight keep the one they started with.

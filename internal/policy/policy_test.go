@@ -2,12 +2,13 @@ package policy
 
 import (
 	"errors"
-	"github.com/policyd/policyd/internal/fleet"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/policyd/policyd/internal/fleet"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -395,7 +396,7 @@ fallbacks:
 func TestFailureTypeOnlyRecoveryFromRules(t *testing.T) {
 	p := Builtin()
 	d := p.Decide(&policydv1.NextDelayRequest{FailureType: policydv1.FailureType_FAILURE_TYPE_TIMEOUT, Attempt: 1},
-		Call{Now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Rand: fixedRand(0.5)})
+		Call{Now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Rand: fixedRand(0.5), Profile: DefaultProfile})
 	want := p.Classifier.TypeText(policydv1.FailureType_FAILURE_TYPE_TIMEOUT).Recovery
 	if got := d.GetClassification().GetRecoveryAction(); want == "" || got != want {
 		t.Errorf("recovery %q, want the rules data's %q", got, want)

@@ -4,13 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/policy"
@@ -55,25 +51,15 @@ func TestCallLogging(t *testing.T) {
 			t.Parallel()
 			var buf logBuffer
 			logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: tt.level}))
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			gs, _ := NewGRPCServer(NewPolicyServer(policy.Builtin()), logger)
-			go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
-			defer gs.Stop()
-			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = conn.Close() }()
+			ts := serveTest(t, NewPolicyServer(policy.Builtin()), logger)
+			gs, conn := ts.gs, ts.conn
 			req := &policydv1.ClassifyRequest{Failure: &policydv1.Failure{HttpStatus: 503}}
 			if !tt.ok {
 				req.Failure.HttpStatus = 1000
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
-			_, err = policydv1.NewPolicyServiceClient(conn).Classify(ctx, req)
+			_, err := policydv1.NewPolicyServiceClient(conn).Classify(ctx, req)
 			if (err == nil) != tt.ok {
 				t.Fatalf("Classify error = %v, want ok=%v", err, tt.ok)
 			}

@@ -21,11 +21,6 @@ import (
 // process calls a handful of models with a handful of keys.
 const maxStreamTargets = 1024
 
-// tickEvery is how often a stream checks its assignments' refreshes and
-// idle targets, and runs the fleet's timers (Tick), so that a breaker's
-// open period ending reaches the streams when it ends.
-const tickEvery = 250 * time.Millisecond
-
 // Coordinate implements FleetService.Coordinate: reports up, assignments
 // down, for one client process (docs/fleet.md, "The Coordinate stream").
 func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.CoordinateRequest, policydv1.CoordinateResponse]) error {
@@ -43,7 +38,7 @@ func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.Coord
 	profile := policy.ProfileName(first.GetProfile())
 	if s.policies != nil {
 		if _, ok := s.policies.Policy().Profiles[profile]; !ok {
-			return fieldErrorf("profile", "unknown profile %q", profile)
+			return validate.Fieldf("profile", "unknown profile %q", profile)
 		}
 	}
 	c := &coordination{s: s, stream: stream, tenant: auth.TenantFrom(ctx), client: first.GetClientId(), profile: profile,
@@ -72,10 +67,10 @@ func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.Coord
 	if err := c.report(first); err != nil {
 		return err
 	}
-	tick := time.NewTicker(tickEvery)
-	defer tick.Stop()
 	for {
-		changes := s.fleet.Changes()
+		// The fleet's clock (fleet.Fleet.Run) ticks for every stream: a
+		// tick checks this stream's refreshes and idle targets.
+		changes, tick := s.fleet.NextTransition(), s.fleet.NextTick()
 		select {
 		case m := <-msgs:
 			if err := validate.CoordinateRequest(m, false); err != nil {
@@ -90,8 +85,7 @@ func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.Coord
 			if err := c.push(false); err != nil {
 				return err
 			}
-		case <-tick.C:
-			s.fleet.Tick() // at most a few times a second, whatever the streams
+		case <-tick:
 			if err := c.push(true); err != nil {
 				return err
 			}
@@ -145,7 +139,7 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 		sub := c.subs[t]
 		if sub == nil {
 			if len(c.subs) >= maxStreamTargets {
-				return fieldErrorf("usage", "more than %d targets on one stream", maxStreamTargets)
+				return validate.Fieldf("usage", "more than %d targets on one stream", maxStreamTargets)
 			}
 			sub = &subscription{}
 			c.subs[t] = sub
@@ -175,7 +169,7 @@ func (c *coordination) push(refresh bool) error {
 			delete(c.subs, t)
 			continue
 		}
-		a := mask(c.s.fleet.Assign(t, c.client), sw)
+		a := c.s.fleet.Assign(t, c.client).Masked(sw)
 		due := sub.sentAt.IsZero() || (refresh && now.Sub(sub.sentAt) >= cfg.Stream.TTL*2/3)
 		if !due && !a.Differs(sub.sent, sub.sentAt, now) {
 			continue
@@ -200,26 +194,6 @@ func (c *coordination) switches() fleet.Switches {
 		return p.Fleet
 	}
 	return fleet.AllOn
-}
-
-// mask drops what the profile's switches turn off.
-func mask(a fleet.Assignment, sw fleet.Switches) fleet.Assignment {
-	if !sw.Stop {
-		a.Stop = 0
-	}
-	if !sw.Breaker {
-		a.Breaker, a.ProbePermits = fleet.Closed, 0
-	}
-	if !sw.Hold {
-		a.Hold = 0
-	}
-	if a.Cause == "stop" && !sw.Stop || a.Cause == "breaker" && !sw.Breaker || a.Cause == "hold" && !sw.Hold {
-		a.Cause = ""
-		if a.AdmitFraction < 1 {
-			a.Cause = "pacing"
-		}
-	}
-	return a
 }
 
 func (c *coordination) target(t *policydv1.BucketTarget) fleet.Target {

@@ -2,13 +2,9 @@ package server
 
 import (
 	"context"
-	"log/slog"
-	"net"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
@@ -25,18 +21,7 @@ import (
 func BenchmarkCoordinateReport(b *testing.B) {
 	p := policy.Builtin()
 	f := fleet.New(p.Fleet)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	gs, _ := NewGRPCServer(NewPolicyServer(p, WithFleet(f)), slog.New(slog.DiscardHandler))
-	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serveTest(b, NewPolicyServer(p, WithFleet(f)), nil).conn
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	fc := policydv1.NewFleetServiceClient(conn)

@@ -10,6 +10,7 @@ import (
 	"github.com/policyd/policyd/internal/auth"
 	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/policy"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 // FleetServer implements policydv1.FleetServiceServer: what fleet memory
@@ -44,8 +45,8 @@ func (s *FleetServer) ListBuckets(ctx context.Context, req *policydv1.ListBucket
 		return nil, err
 	}
 	for _, f := range [...]struct{ name, value string }{{"provider", req.GetProvider()}, {"model", req.GetModel()}} {
-		if len(f.value) > maxFieldBytes {
-			return nil, fieldErrorf(f.name, "%d bytes, at most %d allowed", len(f.value), maxFieldBytes)
+		if len(f.value) > validate.MaxFieldBytes {
+			return nil, validate.Fieldf(f.name, "%d bytes, at most %d allowed", len(f.value), validate.MaxFieldBytes)
 		}
 	}
 	resp := &policydv1.ListBucketsResponse{}
@@ -62,10 +63,10 @@ func (s *FleetServer) GetBucket(ctx context.Context, req *policydv1.GetBucketReq
 	}
 	name := req.GetBucket()
 	if name == "" {
-		return nil, fieldErrorf("bucket", "required (a name as Decision.fleet.bucket shows it, e.g. availability:openai/gpt-4o)")
+		return nil, validate.Fieldf("bucket", "required (a name as Decision.fleet.bucket shows it, e.g. availability:openai/gpt-4o)")
 	}
-	if len(name) > 4*maxFieldBytes {
-		return nil, fieldErrorf("bucket", "%d bytes, too long for a bucket name", len(name))
+	if len(name) > 4*validate.MaxFieldBytes {
+		return nil, validate.Fieldf("bucket", "%d bytes, too long for a bucket name", len(name))
 	}
 	v, ok := s.fleet.Bucket(auth.TenantFrom(ctx), name)
 	if !ok {

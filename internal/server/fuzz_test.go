@@ -18,7 +18,7 @@ import (
 
 // Request fuzzing: arbitrary wire bytes decoded as a request, then
 // validated and answered by the handler. A request either decodes and gets
-// an answer or a *FieldError (INVALID_ARGUMENT) — never a panic and never
+// an answer or a *validate.FieldError (INVALID_ARGUMENT) — never a panic and never
 // another error, which the client would see as INTERNAL.
 
 func addSeeds(f *testing.F, msgs ...proto.Message) {
@@ -36,12 +36,12 @@ func checkHandlerError(t *testing.T, err error) {
 	if err == nil {
 		return
 	}
-	if _, ok := errors.AsType[*FieldError](err); !ok {
-		t.Fatalf("error %v (%T) is not a *FieldError", err, err)
+	if _, ok := errors.AsType[*validate.FieldError](err); !ok {
+		t.Fatalf("error %v (%T) is not a *validate.FieldError", err, err)
 	}
 }
 
-// FuzzValidateClassifyRequest fuzzes ValidateClassifyRequest and Classify.
+// FuzzValidateClassifyRequest fuzzes validate.ClassifyRequest and Classify.
 func FuzzValidateClassifyRequest(f *testing.F) {
 	addSeeds(f,
 		&policydv1.ClassifyRequest{Failure: &policydv1.Failure{HttpStatus: 429, Headers: map[string]string{"retry-after": "7"}}},
@@ -55,7 +55,7 @@ func FuzzValidateClassifyRequest(f *testing.F) {
 		if proto.Unmarshal(b, &req) != nil {
 			return
 		}
-		verr := ValidateClassifyRequest(&req)
+		verr := validate.ClassifyRequest(&req)
 		resp, err := ps.Classify(context.Background(), &req)
 		checkHandlerError(t, err)
 		if (verr == nil) != (err == nil) {
@@ -67,7 +67,7 @@ func FuzzValidateClassifyRequest(f *testing.F) {
 	})
 }
 
-// FuzzValidateNextDelayRequest fuzzes ValidateNextDelayRequest and
+// FuzzValidateNextDelayRequest fuzzes validate.NextDelayRequest and
 // NextDelay (without a journal).
 func FuzzValidateNextDelayRequest(f *testing.F) {
 	addSeeds(f,
@@ -82,7 +82,7 @@ func FuzzValidateNextDelayRequest(f *testing.F) {
 		if proto.Unmarshal(b, &req) != nil {
 			return
 		}
-		verr := ValidateNextDelayRequest(&req, policy.Builtin())
+		verr := validate.NextDelayRequest(&req, policy.Builtin())
 		resp, err := ps.NextDelay(context.Background(), &req)
 		checkHandlerError(t, err)
 		if (verr == nil) != (err == nil) {
@@ -119,7 +119,7 @@ func FuzzUTF8Codec(f *testing.F) {
 		if err != nil {
 			return // still an unmarshal error: grpc-go answers it
 		}
-		fe, ok := errors.AsType[*FieldError](invalidUTF8(&got))
+		fe, ok := errors.AsType[*validate.FieldError](invalidUTF8(&got))
 		if !ok || fe.Field == "" {
 			t.Fatalf("decoded a bad request (%v) without a mark: %v", wantErr, invalidUTF8(&got))
 		}

@@ -52,14 +52,18 @@ func WithMonitoring(unary grpc.UnaryServerInterceptor, stream grpc.StreamServerI
 	}
 }
 
-// NewGRPCServer returns a grpc.Server serving ps, the standard
-// grpc.health.v1 health service and server reflection (so that
-// `grpcurl -plaintext ADDR list` works), and the health server.
+// NewGRPCServer returns a grpc.Server serving the three services (ps, js,
+// fs), the standard grpc.health.v1 health service and server reflection
+// (so that `grpcurl -plaintext ADDR list` works), and the health server.
+// It starts nothing in the background: the daemon's composition root runs
+// WatchJournal and WatchFleetSync, and the fleet's clock (fleet.Fleet.Run)
+// that Coordinate streams tick on.
 //
 // Health: "" and "policyd.v1.PolicyService" are SERVING (NextDelay answers
 // with or without the journal); "policyd.v1.JournalService" follows the
 // journal: SERVING while the store is ready, NOT_SERVING while its database
-// is down, after the store is closed, or when there is no journal at all.
+// is down, after the store is closed, or when there is no journal at all
+// (set here, and kept current by WatchJournal).
 // The caller turns everything NOT_SERVING with Shutdown before stopping,
 // which also ends the health Watch streams so they do not hold a graceful
 // stop (see Health).
@@ -78,7 +82,7 @@ func WithMonitoring(unary grpc.UnaryServerInterceptor, stream grpc.StreamServerI
 //
 // Requests are decoded by utf8Codec, so that invalid UTF-8 in a string
 // field is INVALID_ARGUMENT naming the field instead of grpc-go's INTERNAL.
-func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*grpc.Server, *Health) {
+func NewGRPCServer(ps *PolicyServer, js *JournalServer, fs *FleetServer, logger *slog.Logger, opts ...GRPCOption) (*grpc.Server, *Health) {
 	var cfg grpcConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -117,38 +121,37 @@ func NewGRPCServer(ps *PolicyServer, logger *slog.Logger, opts ...GRPCOption) (*
 	// The journal service is always registered, so that without a database
 	// its RPCs say how to turn it on (FAILED_PRECONDITION) instead of
 	// UNIMPLEMENTED.
-	policydv1.RegisterJournalServiceServer(gs, NewJournalServer(ps.journal, ps))
+	policydv1.RegisterJournalServiceServer(gs, js)
 	hs := newHealth()
-	fs := NewFleetServer(ps.fleet, ps)
 	fs.drain = hs.drain // Coordinate streams end at Shutdown, as health watches do
 	policydv1.RegisterFleetServiceServer(gs, fs)
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(policydv1.PolicyService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	watchJournal(hs, ps.journal)
+	setJournalHealth(hs, js.store != nil && js.store.Ready(context.Background()) == nil) // no window in which the service is unknown
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	return gs, hs
 }
 
-// watchJournal makes the health of policyd.v1.JournalService follow store:
-// it is set now, and a goroutine updates it whenever the store marks its
-// database down or back, until the store is closed. Once hs is shut down it
-// ignores the updates, so shutdown's NOT_SERVING stays.
-func watchJournal(hs *Health, store *journal.Store) {
-	name := policydv1.JournalService_ServiceDesc.ServiceName
-	set := func(ready bool) {
-		st := healthpb.HealthCheckResponse_NOT_SERVING
-		if ready {
-			st = healthpb.HealthCheckResponse_SERVING
-		}
-		hs.SetServingStatus(name, st)
+// setJournalHealth sets policyd.v1.JournalService's health.
+func setJournalHealth(hs *Health, ready bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ready {
+		st = healthpb.HealthCheckResponse_SERVING
 	}
+	hs.SetServingStatus(policydv1.JournalService_ServiceDesc.ServiceName, st)
+}
+
+// WatchJournal makes the health of policyd.v1.JournalService follow store
+// until ctx ends or the store is closed: it is updated whenever the store
+// marks its database down or back. Once hs is shut down it ignores the
+// updates, so shutdown's NOT_SERVING stays. It returns at once for no
+// store (the service stays NOT_SERVING).
+func WatchJournal(ctx context.Context, hs *Health, store *journal.Store) {
 	if store == nil {
-		set(false)
 		return
 	}
-	set(store.Ready(context.Background()) == nil) // no window in which the service is unknown
-	go store.WatchReady(context.Background(), set)
+	store.WatchReady(ctx, func(ready bool) { setJournalHealth(hs, ready) })
 }
 
 // slogAdapter lets the logging interceptor write to an slog.Logger.
@@ -165,39 +168,40 @@ func slogAdapter(l *slog.Logger) logging.Logger {
 // never wait on the database.
 const FleetSyncService = "policyd.fleet.sync"
 
+// SetFleetSyncHealth sets FleetSyncService's health: up while the
+// replica's rounds reach the exchange.
+func SetFleetSyncHealth(hs *Health, up bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if up {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	hs.SetServingStatus(FleetSyncService, st)
+}
+
 // WatchFleetSync makes FleetSyncService follow s every second until ctx
 // ends, logging each change. (The syncer's rounds run at least every
-// fleet.SyncTick; a second is as fresh as an operator needs.)
+// fleet.TickEvery; a second is as fresh as an operator needs.) It assumes
+// SERVING at the start (SetFleetSyncHealth).
 func WatchFleetSync(ctx context.Context, hs *Health, s *fleet.Syncer, logger *slog.Logger) {
-	set := func(up bool) {
-		st := healthpb.HealthCheckResponse_NOT_SERVING
-		if up {
-			st = healthpb.HealthCheckResponse_SERVING
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	was := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-		hs.SetServingStatus(FleetSyncService, st)
+		st := s.Stats()
+		if st.Rounds == 0 || st.Up == was {
+			continue
+		}
+		was = st.Up
+		SetFleetSyncHealth(hs, st.Up)
+		if st.Up {
+			logger.Info("fleet sync: back in step with the other replicas", "replicas", st.Replicas)
+		} else {
+			logger.Warn("fleet sync: the database is unreachable; this replica decides from its own state", "error", st.LastError)
+		}
 	}
-	set(true) // until a round says otherwise: the exchange answered at start
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		was := true
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			st := s.Stats()
-			if st.Rounds == 0 || st.Up == was {
-				continue
-			}
-			was = st.Up
-			set(st.Up)
-			if st.Up {
-				logger.Info("fleet sync: back in step with the other replicas", "replicas", st.Replicas)
-			} else {
-				logger.Warn("fleet sync: the database is unreachable; this replica decides from its own state", "error", st.LastError)
-			}
-		}
-	}()
 }

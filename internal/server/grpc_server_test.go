@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -11,13 +9,13 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/classifier"
 	"github.com/policyd/policyd/internal/policy"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 // testNow is the test servers' clock.
@@ -40,19 +38,7 @@ func startServer(t *testing.T, opts ...grpc.ServerOption) *grpc.ClientConn {
 // startPolicyServer serves ps like startServer.
 func startPolicyServer(t *testing.T, ps *PolicyServer, opts ...grpc.ServerOption) *grpc.ClientConn {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs, _ := NewGRPCServer(ps, slog.New(slog.DiscardHandler), WithServerOptions(opts...))
-	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
+	return serveTest(t, ps, nil, WithServerOptions(opts...)).conn
 }
 
 func testContext(t *testing.T) context.Context {
@@ -118,7 +104,7 @@ func TestClassifyInvalidArgument(t *testing.T) {
 		{name: "too many causes", req: req(&policydv1.Failure{Causes: make([]*policydv1.Cause, classifier.MaxCauses+1)}), wantField: "failure.causes"},
 		{
 			name:      "oversize header value",
-			req:       req(&policydv1.Failure{Headers: map[string]string{"retry-after": strings.Repeat("1", maxFieldBytes+1)}}),
+			req:       req(&policydv1.Failure{Headers: map[string]string{"retry-after": strings.Repeat("1", validate.MaxFieldBytes+1)}}),
 			wantField: `failure.headers["retry-after"]`,
 		},
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/policyd/policyd/internal/auth"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/policy"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 // ErrJournalOff is every journal RPC's answer when the daemon runs without a
@@ -58,11 +59,11 @@ func (s *JournalServer) BeginContext(ctx context.Context, req *policydv1.BeginCo
 	if err := s.on(); err != nil {
 		return nil, err
 	}
-	if err := validateContextID(req.GetContextId(), false); err != nil {
+	if err := validate.ContextID(req.GetContextId(), false); err != nil {
 		return nil, err
 	}
 	if req.GetProfile() != "" {
-		if err := validateProfileIn(s.policies.Policy(), req.GetProfile()); err != nil {
+		if err := validate.ProfileIn(s.policies.Policy(), req.GetProfile()); err != nil {
 			return nil, err
 		}
 	}
@@ -82,16 +83,16 @@ func (s *JournalServer) RecordAttempt(ctx context.Context, req *policydv1.Record
 	if err := s.on(); err != nil {
 		return nil, err
 	}
-	if err := validateContextID(req.GetContextId(), true); err != nil {
+	if err := validate.ContextID(req.GetContextId(), true); err != nil {
 		return nil, err
 	}
-	if req.GetAttempt() < 1 || req.GetAttempt() > maxAttempt {
-		return nil, fieldErrorf("attempt", "must be 1..%d, got %d", maxAttempt, req.GetAttempt())
+	if req.GetAttempt() < 1 || req.GetAttempt() > validate.MaxAttempt {
+		return nil, validate.Fieldf("attempt", "must be 1..%d, got %d", validate.MaxAttempt, req.GetAttempt())
 	}
 	if req.GetFailure() == nil {
-		return nil, fieldErrorf("failure", "required")
+		return nil, validate.Fieldf("failure", "required")
 	}
-	if err := validateFailure(req.GetFailure()); err != nil {
+	if err := validate.Failure(req.GetFailure()); err != nil {
 		return nil, err
 	}
 	if err := validateDuration("duration", req.GetDuration()); err != nil {
@@ -100,7 +101,7 @@ func (s *JournalServer) RecordAttempt(ctx context.Context, req *policydv1.Record
 	p := s.policies.Policy()
 	profile := req.GetProfile()
 	if profile != "" {
-		if err := validateProfileIn(p, profile); err != nil {
+		if err := validate.ProfileIn(p, profile); err != nil {
 			return nil, err
 		}
 	}
@@ -118,12 +119,12 @@ func (s *JournalServer) FinishContext(ctx context.Context, req *policydv1.Finish
 	if err := s.on(); err != nil {
 		return nil, err
 	}
-	if err := validateContextID(req.GetContextId(), true); err != nil {
+	if err := validate.ContextID(req.GetContextId(), true); err != nil {
 		return nil, err
 	}
 	outcome, ok := outcomes[req.GetOutcome()]
 	if !ok || outcome == journal.OutcomeInProgress {
-		return nil, fieldErrorf("outcome", "must be OUTCOME_RESOLVED, OUTCOME_FAILED or OUTCOME_ABANDONED, got %v", req.GetOutcome())
+		return nil, validate.Fieldf("outcome", "must be OUTCOME_RESOLVED, OUTCOME_FAILED or OUTCOME_ABANDONED, got %v", req.GetOutcome())
 	}
 	c, report, err := s.store.FinishContext(ctx, tenantOf(ctx), req.GetContextId(), outcome)
 	if err != nil {
@@ -141,7 +142,7 @@ func (s *JournalServer) GetContext(ctx context.Context, req *policydv1.GetContex
 	if err := s.on(); err != nil {
 		return nil, err
 	}
-	if err := validateContextID(req.GetContextId(), true); err != nil {
+	if err := validate.ContextID(req.GetContextId(), true); err != nil {
 		return nil, err
 	}
 	c, attempts, err := s.store.GetContext(ctx, tenantOf(ctx), req.GetContextId())
@@ -160,7 +161,7 @@ func (s *JournalServer) GetErrorReport(ctx context.Context, req *policydv1.GetEr
 	if err := s.on(); err != nil {
 		return nil, err
 	}
-	if err := validateContextID(req.GetContextId(), true); err != nil {
+	if err := validate.ContextID(req.GetContextId(), true); err != nil {
 		return nil, err
 	}
 	r, err := s.store.GetErrorReport(ctx, tenantOf(ctx), req.GetContextId())
@@ -179,18 +180,18 @@ func (s *JournalServer) ListContexts(ctx context.Context, req *policydv1.ListCon
 	if req.GetOutcome() != policydv1.Outcome_OUTCOME_UNSPECIFIED {
 		o, ok := outcomes[req.GetOutcome()]
 		if !ok {
-			return nil, fieldErrorf("outcome", "unknown value %d", req.GetOutcome())
+			return nil, validate.Fieldf("outcome", "unknown value %d", req.GetOutcome())
 		}
 		f.Outcome = o
 	}
 	if t := req.GetFailureType(); t != policydv1.FailureType_FAILURE_TYPE_UNSPECIFIED {
 		if _, ok := policydv1.FailureType_name[int32(t)]; !ok {
-			return nil, fieldErrorf("failure_type", "unknown value %d", t)
+			return nil, validate.Fieldf("failure_type", "unknown value %d", t)
 		}
 		f.FailureType = failureTypeName(t)
 	}
 	if req.GetPageSize() < 0 {
-		return nil, fieldErrorf("page_size", "must not be negative, got %d", req.GetPageSize())
+		return nil, validate.Fieldf("page_size", "must not be negative, got %d", req.GetPageSize())
 	}
 	for _, ts := range []struct {
 		field string
@@ -201,7 +202,7 @@ func (s *JournalServer) ListContexts(ctx context.Context, req *policydv1.ListCon
 			continue
 		}
 		if err := ts.v.CheckValid(); err != nil {
-			return nil, fieldErrorf(ts.field, "%v", err)
+			return nil, validate.Fieldf(ts.field, "%v", err)
 		}
 		*ts.dst = ts.v.AsTime()
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/strategy"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 // PolicyServer implements policydv1.PolicyServiceServer on a policy. The
@@ -149,7 +150,7 @@ func (s *PolicyServer) Policy() *policy.Policy { return s.policy.Load() }
 // failure. A validation error is returned as is; NewGRPCServer's interceptor
 // turns it into codes.InvalidArgument.
 func (s *PolicyServer) Classify(_ context.Context, req *policydv1.ClassifyRequest) (*policydv1.ClassifyResponse, error) {
-	if err := ValidateClassifyRequest(req); err != nil {
+	if err := validate.ClassifyRequest(req); err != nil {
 		return nil, err
 	}
 	c := s.policy.Load().Classifier.Classify(req.GetFailure(), req.GetOptions(), req.GetProfile())
@@ -163,15 +164,16 @@ func (s *PolicyServer) Classify(_ context.Context, req *policydv1.ClassifyReques
 // committed. A journal that is down or slow never fails the call.
 func (s *PolicyServer) NextDelay(ctx context.Context, req *policydv1.NextDelayRequest) (*policydv1.NextDelayResponse, error) {
 	p := s.policy.Load()
-	if err := ValidateNextDelayRequest(req, p); err != nil {
+	if err := validate.NextDelayRequest(req, p); err != nil {
 		return nil, err
 	}
-	d := p.Decide(req, policy.Call{Now: s.now(), Rand: s.rand, Fleet: s.fleet,
+	profile := policy.ProfileName(req.GetProfile()) // resolved once for the call
+	d := p.Decide(req, policy.Call{Now: s.now(), Rand: s.rand, Profile: profile, Fleet: s.fleet,
 		Tenant: auth.TenantFrom(ctx), ClientID: clientID(ctx, req)})
 	j := s.journalDecision(ctx, req, d)
 	d.Journaled = j == JournalCommitted
 	if s.observer != nil {
-		s.observer.Decided(policy.ProfileName(req.GetProfile()), d, j)
+		s.observer.Decided(profile, d, j)
 	}
 	return &policydv1.NextDelayResponse{Decision: d}, nil
 }
@@ -191,9 +193,9 @@ func (s *PolicyServer) ListProfiles(context.Context, *policydv1.ListProfilesRequ
 func (s *PolicyServer) GetProfile(_ context.Context, req *policydv1.GetProfileRequest) (*policydv1.GetProfileResponse, error) {
 	name := req.GetName()
 	if name == "" {
-		return nil, fieldErrorf("name", "required")
+		return nil, validate.Fieldf("name", "required")
 	}
-	if err := validateName("name", name); err != nil {
+	if err := validate.Name("name", name); err != nil {
 		return nil, err
 	}
 	p := s.policy.Load()

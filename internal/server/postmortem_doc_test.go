@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyd/policyd/internal/fleetevents"
+
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/journal"
@@ -91,7 +93,7 @@ func TestPostmortemDocQueries(t *testing.T) {
 	// the next retries fall back.
 	events := store.FleetEventRecorder(journal.WithFleetBatch(1, 10*time.Millisecond))
 	f := fleet.New(policy.Builtin().Fleet, fleet.WithClock(func() time.Time { return testNow }),
-		fleet.WithSink(FleetEventSink(slog.New(slog.DiscardHandler), events, nil, "")))
+		fleet.WithSink(fleetevents.Sink(slog.New(slog.DiscardHandler), events, nil, "")))
 	fleetConn := startPolicyServer(t, NewPolicyServer(policy.Builtin(), WithClock(func() time.Time { return testNow }),
 		WithRand(fixedRand(0.5)), WithJournal(store, 2*time.Second), WithFleet(f)))
 	fleetPC := policydv1.NewPolicyServiceClient(fleetConn)

@@ -2,12 +2,9 @@ package server
 
 import (
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
@@ -31,18 +28,8 @@ func TestReadinessFollowsJournal(t *testing.T) {
 	}
 	t.Cleanup(store.Close)
 	ps := NewPolicyServer(policy.Builtin(), WithJournal(store, time.Second))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs, hs := NewGRPCServer(ps, slog.New(slog.DiscardHandler))
-	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	ts := serveTest(t, ps, nil)
+	hs, conn := ts.hs, ts.conn
 	hc := healthpb.NewHealthClient(conn)
 	pc := policydv1.NewPolicyServiceClient(conn)
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"regexp"
 	"strings"
 	"sync"
@@ -13,7 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -45,20 +43,8 @@ func startLoggedServer(t *testing.T) (*grpc.ClientConn, *logBuffer) {
 	t.Helper()
 	logs := &logBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ps := NewPolicyServer(policy.Builtin(), WithClock(func() time.Time { return testNow }), WithRand(fixedRand(0.5)))
-	gs, _ := NewGRPCServer(ps, logger)
-	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn, logs
+	return serveTest(t, ps, logger).conn, logs
 }
 
 var generatedID = regexp.MustCompile(`^[0-9a-f]{32}$`)

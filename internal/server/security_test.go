@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,6 +30,7 @@ import (
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/journal/journaltest"
 	"github.com/policyd/policyd/internal/policy"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 const (
@@ -51,15 +51,8 @@ func tokenAuth(t *testing.T) *auth.Authenticator {
 // serveSecured serves ps with sec on 127.0.0.1:0 and returns the address.
 func serveSecured(t testing.TB, ps *PolicyServer, sec Security) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	logger := slog.New(slog.DiscardHandler)
-	gs, _ := NewGRPCServer(ps, logger, WithServerOptions(sec.ServerOptions(logger)...))
-	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
-	t.Cleanup(gs.Stop)
-	return lis.Addr().String()
+	return serveTest(t, ps, logger, WithServerOptions(sec.ServerOptions(logger)...)).addr
 }
 
 func dialT(t testing.TB, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
@@ -262,16 +255,9 @@ func TestMutualTLSTenant(t *testing.T) {
 	echoTenant := grpc.ChainUnaryInterceptor(func(ctx context.Context, _ any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
 		return nil, status.Error(codes.Aborted, "tenant="+auth.TenantFrom(ctx))
 	})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	logger := slog.New(slog.DiscardHandler)
-	gs, _ := NewGRPCServer(builtinServer(), logger,
-		WithServerOptions(append(Security{Auth: auth.NewCertAuthenticator(), TLS: cfg}.ServerOptions(logger), echoTenant)...))
-	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
-	t.Cleanup(gs.Stop)
-	addr := lis.Addr().String()
+	addr := serveTest(t, builtinServer(), logger,
+		WithServerOptions(append(Security{Auth: auth.NewCertAuthenticator(), TLS: cfg}.ServerOptions(logger), echoTenant)...)).addr
 
 	tests := []struct {
 		name     string
@@ -467,13 +453,13 @@ func TestMalformedRequests(t *testing.T) {
 			wantCode: codes.InvalidArgument, wantField: "elapsed"},
 		{name: "65 causes", call: classify(&policydv1.Failure{Causes: causes(classifier.MaxCauses+1, "x")}),
 			wantCode: codes.InvalidArgument, wantField: "failure.causes"},
-		{name: "a cause message over 8 KiB", call: classify(&policydv1.Failure{Causes: causes(3, strings.Repeat("x", maxFieldBytes+1))}),
+		{name: "a cause message over 8 KiB", call: classify(&policydv1.Failure{Causes: causes(3, strings.Repeat("x", validate.MaxFieldBytes+1))}),
 			wantCode: codes.InvalidArgument, wantField: "failure.causes[0].message"},
 		{name: "huge cause chain over the message size", call: classify(&policydv1.Failure{Causes: causes(100000, "connection reset")}),
 			wantCode: codes.ResourceExhausted},
 		{name: "body over the message size", call: classify(&policydv1.Failure{HttpStatus: 500, Body: strings.Repeat("b", 300<<10)}),
 			wantCode: codes.ResourceExhausted},
-		{name: "message over 64 KiB", call: classify(&policydv1.Failure{Message: strings.Repeat("m", maxMessageBytes+1)}),
+		{name: "message over 64 KiB", call: classify(&policydv1.Failure{Message: strings.Repeat("m", validate.MaxMessageBytes+1)}),
 			wantCode: codes.InvalidArgument, wantField: "failure.message"},
 		{name: "non-UTF-8 message", call: raw(classifyMethod, wireWith(t, req(&policydv1.Failure{Message: "PLACEHOLDER"}), bad)),
 			wantCode: codes.InvalidArgument, wantField: "failure.message"},

@@ -1,14 +1,11 @@
 package server
 
 import (
-	"log/slog"
-	"net"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -24,18 +21,8 @@ import (
 // shutdown timeout.
 func TestShutdownEndsHealthWatches(t *testing.T) {
 	t.Parallel()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs, hs := NewGRPCServer(NewPolicyServer(policy.Builtin()), slog.New(slog.DiscardHandler))
-	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	ts := serveTest(t, NewPolicyServer(policy.Builtin()), nil)
+	gs, hs, conn := ts.gs, ts.hs, ts.conn
 
 	tests := []struct {
 		name    string
@@ -100,19 +87,9 @@ func TestShutdownEndsHealthWatches(t *testing.T) {
 // not wait for it until the shutdown timeout.
 func TestShutdownEndsCoordinateStreams(t *testing.T) {
 	t.Parallel()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := policy.Builtin()
-	gs, hs := NewGRPCServer(NewPolicyServer(p, WithFleet(fleet.New(p.Fleet))), slog.New(slog.DiscardHandler))
-	go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	ts := serveTest(t, NewPolicyServer(p, WithFleet(fleet.New(p.Fleet))), nil)
+	gs, hs, conn := ts.gs, ts.hs, ts.conn
 	s, err := policydv1.NewFleetServiceClient(conn).Coordinate(t.Context())
 	if err != nil {
 		t.Fatal(err)

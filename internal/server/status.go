@@ -16,6 +16,7 @@ import (
 
 	"github.com/policyd/policyd/internal/auth"
 	"github.com/policyd/policyd/internal/journal"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 // NotFoundError is a request for something that does not exist, e.g. an
@@ -32,7 +33,7 @@ func notFoundf(format string, args ...any) *NotFoundError {
 // toStatus turns a handler error into the status a client sees; it is the
 // only place errors become gRPC codes.
 //
-//   - a *FieldError becomes codes.InvalidArgument naming the field, with an
+//   - a *validate.FieldError becomes codes.InvalidArgument naming the field, with an
 //     errdetails.BadRequest FieldViolation detail;
 //   - a *NotFoundError becomes codes.NotFound with its message;
 //   - journal errors: *journal.InvalidError is InvalidArgument naming the
@@ -51,7 +52,7 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 	if err == nil {
 		return nil
 	}
-	if fe, ok := errors.AsType[*FieldError](err); ok {
+	if fe, ok := errors.AsType[*validate.FieldError](err); ok {
 		st := status.New(codes.InvalidArgument, fe.Error())
 		if d, derr := st.WithDetails(&errdetails.BadRequest{
 			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.Field, Description: fe.Description}},
@@ -64,7 +65,7 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 		return status.Error(codes.NotFound, nf.Error())
 	}
 	if ie, ok := errors.AsType[*journal.InvalidError](err); ok {
-		return toStatus(ctx, logger, method, &FieldError{Field: ie.Field, Description: ie.Description})
+		return toStatus(ctx, logger, method, &validate.FieldError{Field: ie.Field, Description: ie.Description})
 	}
 	if rl, ok := errors.AsType[*RateLimitedError](err); ok {
 		ms := (rl.RetryIn + time.Millisecond - 1) / time.Millisecond
@@ -93,7 +94,7 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 
 // statusInterceptor applies toStatus to every unary handler's error, and
 // answers a request utf8Codec marked as holding invalid UTF-8 with its
-// *FieldError without calling the handler.
+// *validate.FieldError without calling the handler.
 func statusInterceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if err := invalidUTF8(req); err != nil {

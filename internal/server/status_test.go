@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/policyd/policyd/internal/auth"
+	"github.com/policyd/policyd/internal/validate"
 )
 
 func TestToStatus(t *testing.T) {
@@ -24,8 +25,8 @@ func TestToStatus(t *testing.T) {
 		wantField string
 	}{
 		{name: "nil", err: nil, wantCode: codes.OK},
-		{name: "field error", err: fieldErrorf("failure.http_status", "bad"), wantCode: codes.InvalidArgument, wantField: "failure.http_status"},
-		{name: "wrapped field error", err: fmt.Errorf("validate: %w", fieldErrorf("profile", "bad")), wantCode: codes.InvalidArgument, wantField: "profile"},
+		{name: "field error", err: validate.Fieldf("failure.http_status", "bad"), wantCode: codes.InvalidArgument, wantField: "failure.http_status"},
+		{name: "wrapped field error", err: fmt.Errorf("validate: %w", validate.Fieldf("profile", "bad")), wantCode: codes.InvalidArgument, wantField: "profile"},
 		{name: "not found", err: fmt.Errorf("get: %w", notFoundf("profile %q not found", "x")), wantCode: codes.NotFound},
 		{name: "canceled", err: context.Canceled, wantCode: codes.Canceled},
 		{name: "deadline", err: fmt.Errorf("x: %w", context.DeadlineExceeded), wantCode: codes.DeadlineExceeded},

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/policyd/policyd/internal/validate"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -24,7 +26,7 @@ import (
 // bytes replaced by U+FFFD and marks the message with utf8MarkField, an
 // unknown field holding the first bad field's path; statusInterceptor (and,
 // for streams, utf8StreamInterceptor) answers a marked request with a
-// *FieldError before the handler sees it. Valid requests take grpc-go's
+// *validate.FieldError before the handler sees it. Valid requests take grpc-go's
 // codec unchanged; the check costs a look at the unknown fields.
 
 // utf8MarkField is the field number of the mark: the largest a proto field
@@ -67,7 +69,7 @@ func (c utf8Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
-// invalidUTF8 returns the *FieldError utf8Codec marked req with, or nil.
+// invalidUTF8 returns the *validate.FieldError utf8Codec marked req with, or nil.
 func invalidUTF8(req any) error {
 	m, ok := req.(proto.Message)
 	if !ok {
@@ -83,7 +85,7 @@ func invalidUTF8(req any) error {
 		if num == utf8MarkField && typ == protowire.BytesType {
 			v, _ := protowire.ConsumeString(u)
 			field, desc, _ := bytes.Cut([]byte(v), []byte{0})
-			return &FieldError{Field: string(field), Description: string(desc)}
+			return &validate.FieldError{Field: string(field), Description: string(desc)}
 		}
 		if n = protowire.ConsumeFieldValue(num, typ, u); n < 0 {
 			return nil
@@ -95,14 +97,14 @@ func invalidUTF8(req any) error {
 
 // sanitizeUTF8 returns the wire-format message b of descriptor md with
 // invalid UTF-8 in its string fields (nested ones included) replaced by
-// U+FFFD, and the first such field as a *FieldError whose path starts with
+// U+FFFD, and the first such field as a *validate.FieldError whose path starts with
 // prefix. An error means b is malformed; the caller keeps its first error.
-func sanitizeUTF8(b []byte, md protoreflect.MessageDescriptor, prefix string, depth int) ([]byte, *FieldError, error) {
+func sanitizeUTF8(b []byte, md protoreflect.MessageDescriptor, prefix string, depth int) ([]byte, *validate.FieldError, error) {
 	if depth > maxUTF8Depth {
 		return nil, nil, errors.New("nested too deeply")
 	}
 	out := make([]byte, 0, len(b))
-	var first *FieldError
+	var first *validate.FieldError
 	counts := map[protowire.Number]int{}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -131,7 +133,7 @@ func sanitizeUTF8(b []byte, md protoreflect.MessageDescriptor, prefix string, de
 			counts[num]++
 		}
 		inner, _ := protowire.ConsumeBytes(val)
-		var bad *FieldError
+		var bad *validate.FieldError
 		switch {
 		case fd.IsMap():
 			var err error
@@ -141,7 +143,7 @@ func sanitizeUTF8(b []byte, md protoreflect.MessageDescriptor, prefix string, de
 		case fd.Kind() == protoreflect.StringKind:
 			if !utf8.Valid(inner) {
 				inner = bytes.ToValidUTF8(inner, []byte("\uFFFD"))
-				bad = &FieldError{Field: path, Description: "not valid UTF-8"}
+				bad = &validate.FieldError{Field: path, Description: "not valid UTF-8"}
 			}
 		case fd.Kind() == protoreflect.MessageKind:
 			var err error
@@ -160,13 +162,13 @@ func sanitizeUTF8(b []byte, md protoreflect.MessageDescriptor, prefix string, de
 // sanitizeMapEntry is sanitizeUTF8 for an entry of the map field fd at
 // path: a bad key is reported as the map ("a key is not valid UTF-8"), a
 // bad value under its key, e.g. failure.headers["retry-after"].
-func sanitizeMapEntry(b []byte, fd protoreflect.FieldDescriptor, path string) ([]byte, *FieldError, error) {
+func sanitizeMapEntry(b []byte, fd protoreflect.FieldDescriptor, path string) ([]byte, *validate.FieldError, error) {
 	clean, bad, err := sanitizeUTF8(b, fd.Message(), "", 1)
 	if err != nil || bad == nil {
 		return clean, bad, err
 	}
 	if bad.Field == "key" {
-		return clean, &FieldError{Field: path, Description: "a key is not valid UTF-8"}, nil
+		return clean, &validate.FieldError{Field: path, Description: "a key is not valid UTF-8"}, nil
 	}
 	key := ""
 	for e := clean; len(e) > 0; {
@@ -185,11 +187,11 @@ func sanitizeMapEntry(b []byte, fd protoreflect.FieldDescriptor, path string) ([
 		}
 		e = e[vn:]
 	}
-	return clean, &FieldError{Field: path + "[" + strconv.Quote(truncate(key, 64)) + "]", Description: "not valid UTF-8"}, nil
+	return clean, &validate.FieldError{Field: path + "[" + strconv.Quote(validate.Truncate(key, 64)) + "]", Description: "not valid UTF-8"}, nil
 }
 
 // utf8StreamInterceptor answers a streamed message utf8Codec marked with
-// its *FieldError, as statusInterceptor does for unary calls.
+// its *validate.FieldError, as statusInterceptor does for unary calls.
 func utf8StreamInterceptor(logger *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		return handler(srv, utf8Stream{ServerStream: ss, logger: logger, method: info.FullMethod})

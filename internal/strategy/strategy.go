@@ -74,13 +74,13 @@ func ParseJitter(s string) (JitterKind, error) {
 	return 0, fmt.Errorf("%q is not a jitter kind (want none, full, equal, decorrelated, proportional or down)", s)
 }
 
-// HintMode is how the server's delay hint combines with the computed backoff.
+// RetryAfterMode is how the server's delay hint combines with the computed backoff.
 type RetryAfterMode int
 
 const (
-	// HintOverride waits the hint (plus padding) instead of the backoff (seed 004).
+	// RetryAfterOverride waits the hint (plus padding) instead of the backoff (seed 004).
 	RetryAfterOverride RetryAfterMode = iota
-	// HintAtLeast waits the larger of the hint and the backoff (seed 003).
+	// RetryAfterAtLeast waits the larger of the hint and the backoff (seed 003).
 	RetryAfterAtLeast
 )
 
@@ -88,7 +88,7 @@ var retryAfterModeNames = map[RetryAfterMode]string{RetryAfterOverride: "overrid
 
 func (h RetryAfterMode) String() string { return retryAfterModeNames[h] }
 
-// ParseHintMode reads "override" or "at_least".
+// ParseRetryAfterMode reads "override" or "at_least".
 func ParseRetryAfterMode(s string) (RetryAfterMode, error) {
 	for h, name := range retryAfterModeNames {
 		if strings.EqualFold(s, name) {
@@ -175,20 +175,20 @@ type Strategy struct {
 	Jitter         JitterKind
 	JitterFraction float64
 	// HonorRetryAfter uses the server's delay hint when there is one. A hint
-	// is honoured up to HintCeiling whatever Max is: Max caps the backoff,
+	// is honoured up to RetryAfterCeiling whatever Max is: Max caps the backoff,
 	// not the wait the server asked for. A hint of zero or less is no hint
 	// (the SDKs back off instead of retrying at once).
 	HonorRetryAfter bool
-	// HintMode combines hint and backoff; HintPadding is added to the hint
+	// RetryAfterMode combines hint and backoff; RetryAfterPadding is added to the hint
 	// (seed 004: 0.10, i.e. +10 %).
 	RetryAfterMode    RetryAfterMode
 	RetryAfterPadding float64
-	// HintJitter adds uniformly up to this fraction of the hint on top of
+	// RetryAfterJitter adds uniformly up to this fraction of the hint on top of
 	// it, so agents given the same Retry-After do not return in the same
 	// second; never less than the server asked. 0 means none.
 	RetryAfterJitter float64
-	// HintCeiling: a hint above it is not waited for; AboveCeiling says what
-	// happens instead. 0 means no ceiling.
+	// RetryAfterCeiling is the longest hint waited for; AboveCeiling says
+	// what happens above it. 0 means no ceiling.
 	RetryAfterCeiling time.Duration
 	AboveCeiling      AboveCeiling
 	// Fallback is what to fall back to; FallbackAfter is after how many

@@ -1,5 +1,5 @@
 """The fleet gate's shared vectors (clients/testdata/gate.json, docs/clients.md "The fleet gate");
-internal/fleet/gate_vectors_test.go and the Go and TypeScript suites replay the same file."""
+internal/refgate/gate_vectors_test.go and the Go and TypeScript suites replay the same file."""
 
 from __future__ import annotations
 

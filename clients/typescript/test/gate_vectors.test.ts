@@ -1,5 +1,5 @@
 // clients/testdata/gate.json, the fleet gate's shared vectors (docs/clients.md,
-// "The fleet gate"), replayed as internal/fleet/gate_vectors_test.go does:
+// "The fleet gate"), replayed as internal/refgate/gate_vectors_test.go does:
 // each case is one target's gate over a monotonic ms clock.
 
 import assert from "node:assert/strict";

@@ -65,10 +65,20 @@ var shared struct {
 // DatabaseURL returns the URL of a fresh database for t, with the journal's
 // schema, dropped when t ends. It uses TEST_DATABASE_URL when set, else the
 // test binary's private cluster (started on first use; call Main from
-// TestMain to stop it afterwards).
+// TestMain to stop it afterwards). Under -short it skips t: the quick run
+// needs no PostgreSQL.
 func DatabaseURL(t testing.TB) string {
 	t.Helper()
+	skipShort(t)
 	return sharedServer(t).DatabaseURL(t)
+}
+
+// skipShort skips t under -short: every database test goes through here.
+func skipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL (skipped under -short)")
+	}
 }
 
 // sharedServer is the test binary's server, started on first use.
@@ -123,9 +133,10 @@ func Run(m *testing.M) int {
 
 // NewServer starts a private cluster for t alone, stopped and removed when
 // t ends, for tests that stop and start PostgreSQL (Stop, Start) and so
-// must not share a server.
+// must not share a server. Under -short it skips t.
 func NewServer(t testing.TB) *Server {
 	t.Helper()
+	skipShort(t)
 	s, err := startCluster()
 	if err != nil {
 		t.Fatalf("journaltest: start PostgreSQL: %v", err)

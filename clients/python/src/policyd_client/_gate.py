@@ -2,7 +2,7 @@
 
 Pure logic over a monotonic clock in seconds, shared by the sync and asyncio
 clients (through the table in ``_fleet``) and replayed against
-clients/testdata/gate.json. The Go reference is internal/fleet/gate.go. Not
+clients/testdata/gate.json. The Go reference is internal/refgate/gate.go. Not
 thread-safe: the table serialises access.
 """
 

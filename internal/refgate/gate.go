@@ -1,7 +1,14 @@
-package fleet
+// Package refgate is the reference fleet gate: the client side of fleet
+// memory, one client process's gate for one target, as docs/clients.md ("The
+// fleet gate") states it and clients/testdata/gate.json pins it. The three
+// clients implement it in their languages; the simulation (internal/fleetsim)
+// runs this one, and its vector test replays the shared vectors against it.
+package refgate
 
 import (
 	"time"
+
+	"github.com/policyd/policyd/internal/fleet"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 )
@@ -11,7 +18,7 @@ import (
 // three clients implement it in their languages, and the simulation runs
 // this one. It is not safe for concurrent use.
 type Gate struct {
-	a          *GateAssignment
+	a          *Assignment
 	receivedAt time.Time
 	permits    uint32
 
@@ -25,8 +32,8 @@ type Gate struct {
 
 // The gate's constants (docs/clients.md).
 const (
-	// GateGrace is how long an expired assignment is kept.
-	GateGrace = 10 * time.Second
+	// Grace is how long an expired assignment is kept.
+	Grace = 10 * time.Second
 	// The process's own budget: gRPC A6's retry throttling, with a refill
 	// by time so that a process that sends nothing tries again.
 	ownMaxTokens   = 10.0
@@ -35,10 +42,10 @@ const (
 	ownRefill      = 0.1 // tokens a second
 )
 
-// GateAssignment is an assignment as the gate keeps it.
-type GateAssignment struct {
+// Assignment is an assignment as the gate keeps it.
+type Assignment struct {
 	TTL           time.Duration
-	Breaker       BreakerState
+	Breaker       fleet.BreakerState
 	Hold, Stop    time.Duration
 	AdmitFraction float64
 	ProbePermits  uint32
@@ -46,19 +53,19 @@ type GateAssignment struct {
 	Fallback      *policydv1.Fallback
 }
 
-// GateAction is what the gate does with a first attempt.
-type GateAction uint8
+// Action is what the gate does with a first attempt.
+type Action uint8
 
 const (
-	GateAdmit GateAction = iota
-	GateWait
-	GateFallBack
-	GateStop
+	Admit Action = iota
+	Wait
+	FallBack
+	Stop
 )
 
-// GateVerdict is the gate's answer.
-type GateVerdict struct {
-	Action GateAction
+// Verdict is the gate's answer.
+type Verdict struct {
+	Action Action
 	Wait   time.Duration
 	Probe  bool
 	// StopReason says why a first attempt was not admitted.
@@ -67,11 +74,11 @@ type GateVerdict struct {
 	Reason     string
 }
 
-// NewGate returns a gate with a full budget.
-func NewGate() *Gate { return &Gate{tokens: ownMaxTokens} }
+// New returns a gate with a full budget.
+func New() *Gate { return &Gate{tokens: ownMaxTokens} }
 
 // Assign receives a (nil: abandon).
-func (g *Gate) Assign(now time.Time, a *GateAssignment) {
+func (g *Gate) Assign(now time.Time, a *Assignment) {
 	g.a, g.receivedAt = a, now
 	if a != nil {
 		g.permits = a.ProbePermits
@@ -85,7 +92,7 @@ func (g *Gate) Assigned() bool { return g.a != nil }
 func (g *Gate) Age(now time.Time) time.Duration { return now.Sub(g.receivedAt) }
 
 // Current is the assignment the gate holds (nil: none).
-func (g *Gate) Current() *GateAssignment { return g.a }
+func (g *Gate) Current() *Assignment { return g.a }
 
 // Record counts an attempt's outcome in the process's own budget.
 func (g *Gate) Record(now time.Time, ok bool) {
@@ -110,12 +117,12 @@ func (g *Gate) refill(now time.Time) {
 
 // Check gates a first attempt: deadline is the time left before the
 // caller's deadline (negative: none), draw uniform in [0, 1).
-func (g *Gate) Check(now time.Time, deadline time.Duration, canFallBack bool, draw float64) GateVerdict {
+func (g *Gate) Check(now time.Time, deadline time.Duration, canFallBack bool, draw float64) Verdict {
 	v := g.check(now, deadline, draw)
-	if v.Action == GateStop {
+	if v.Action == Stop {
 		g.Shed++
 		if canFallBack && g.a != nil && g.a.Fallback != nil {
-			v.Action, v.Fallback = GateFallBack, g.a.Fallback
+			v.Action, v.Fallback = FallBack, g.a.Fallback
 		}
 	} else {
 		g.Admitted++
@@ -123,36 +130,36 @@ func (g *Gate) Check(now time.Time, deadline time.Duration, canFallBack bool, dr
 	return v
 }
 
-func (g *Gate) check(now time.Time, deadline time.Duration, draw float64) GateVerdict {
+func (g *Gate) check(now time.Time, deadline time.Duration, draw float64) Verdict {
 	g.refill(now)
 	a := g.a
 	if a == nil {
-		return GateVerdict{}
+		return Verdict{}
 	}
-	stop := func(r policydv1.StopReason) GateVerdict {
-		return GateVerdict{Action: GateStop, StopReason: r, Reason: a.Reason}
+	stop := func(r policydv1.StopReason) Verdict {
+		return Verdict{Action: Stop, StopReason: r, Reason: a.Reason}
 	}
 	age := now.Sub(g.receivedAt)
-	if age >= a.TTL+GateGrace {
+	if age >= a.TTL+Grace {
 		if g.tokens > ownThreshold {
 			g.OwnAdmitted++
-			return GateVerdict{}
+			return Verdict{}
 		}
-		return GateVerdict{Action: GateStop, StopReason: policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED,
+		return Verdict{Action: Stop, StopReason: policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED,
 			Reason: "policyd is unreachable and this process's own budget for the target is spent"}
 	}
 	switch {
 	case a.Stop > age:
 		return stop(policydv1.StopReason_STOP_REASON_FLEET_STOP)
-	case a.Breaker == Open:
+	case a.Breaker == fleet.Open:
 		return stop(policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN)
-	case a.Breaker == HalfOpen:
+	case a.Breaker == fleet.HalfOpen:
 		if g.permits > 0 {
 			g.permits--
-			return GateVerdict{Probe: true}
+			return Verdict{Probe: true}
 		}
 		if draw < a.AdmitFraction {
-			return GateVerdict{Probe: true}
+			return Verdict{Probe: true}
 		}
 		return stop(policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN)
 	case a.AdmitFraction < 1 && draw >= a.AdmitFraction:
@@ -162,7 +169,7 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64) GateVe
 		if deadline >= 0 && left > deadline {
 			return stop(policydv1.StopReason_STOP_REASON_DEADLINE)
 		}
-		return GateVerdict{Action: GateWait, Wait: left}
+		return Verdict{Action: Wait, Wait: left}
 	}
-	return GateVerdict{}
+	return Verdict{}
 }

@@ -1,6 +1,7 @@
 package fleet_test
 
-// Replicas sharing one fleet through a real PostgreSQL (journal.FleetExchange).
+// Replicas sharing one fleet through an in-memory exchange (fleettest), which
+// meets the same contract as the PostgreSQL one (internal/fleet/pgexchange).
 
 import (
 	"context"
@@ -11,11 +12,8 @@ import (
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/fleet"
-	"github.com/policyd/policyd/internal/journal"
-	"github.com/policyd/policyd/internal/journal/journaltest"
+	"github.com/policyd/policyd/internal/fleet/fleettest"
 )
-
-func TestMain(m *testing.M) { journaltest.Main(m) }
 
 const (
 	serverError = policydv1.FailureType_FAILURE_TYPE_SERVER_ERROR
@@ -68,19 +66,16 @@ func (e *events) count(kind fleet.EventKind) int {
 type replica struct {
 	f  *fleet.Fleet
 	s  *fleet.Syncer
-	ex *journal.FleetExchange
+	ex *fleettest.MemoryExchange
 	ev *events
 }
 
-// replicas starts n replicas of one fleet on the database at url.
-func replicas(t *testing.T, url string, n int, clk *clock) []*replica {
+// replicas starts n replicas of one fleet on space.
+func replicas(t *testing.T, space *fleettest.MemorySpace, n int, clk *clock) []*replica {
 	t.Helper()
 	var rs []*replica
 	for i := range n {
-		ex, err := journal.OpenFleetExchange(context.Background(), url)
-		if err != nil {
-			t.Fatalf("OpenFleetExchange: %v", err)
-		}
+		ex := space.Open()
 		t.Cleanup(ex.Close)
 		ev := &events{}
 		f := fleet.New(fleet.Defaults(), fleet.WithClock(clk.now), fleet.WithSink(ev.sink),
@@ -114,7 +109,7 @@ func breakerOf(f *fleet.Fleet) fleet.BreakerState { return f.Assign(target, "pro
 
 func TestSharedBreakerMakesEachTransitionOnce(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
-	rs := replicas(t, journaltest.DatabaseURL(t), 3, clk)
+	rs := replicas(t, fleettest.NewMemorySpace(), 3, clk)
 
 	// Every replica gets failures from its own clients, concurrently, each
 	// under the threshold alone (8 of MinVolume 20); a second later the
@@ -185,7 +180,7 @@ func TestSharedBreakerMakesEachTransitionOnce(t *testing.T) {
 
 func TestSharedHoldReachesTheOtherReplicas(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
-	rs := replicas(t, journaltest.DatabaseURL(t), 2, clk)
+	rs := replicas(t, fleettest.NewMemorySpace(), 2, clk)
 	a := failure("agent-1", rateLimited)
 	a.RetryAfter = 30 * time.Second
 	rs[0].f.Decide(a)
@@ -207,22 +202,20 @@ func TestSharedHoldReachesTheOtherReplicas(t *testing.T) {
 }
 
 func TestSharedHoldPropagatesWithinASecond(t *testing.T) {
-	// Real time and the daemon's loops: LISTEN/NOTIFY wakes the reader.
-	url := journaltest.DatabaseURL(t)
+	// Real time and the daemon's loops: the exchange's Wake wakes the reader.
+	space := fleettest.NewMemorySpace()
 	var rs []*replica
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	for _, id := range []string{"a", "b"} {
-		ex, err := journal.OpenFleetExchange(context.Background(), url)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ex := space.Open()
 		t.Cleanup(ex.Close)
 		f := fleet.New(fleet.Defaults(), fleet.WithReplica(id))
 		r := &replica{f: f, s: fleet.NewSyncer(f, ex), ex: ex}
 		rs = append(rs, r)
-		wg.Go(func() { r.s.Run(ctx, fleet.SyncTick) })
+		wg.Go(func() { f.Run(ctx) })
+		wg.Go(func() { r.s.Run(ctx) })
 	}
 	var lags []time.Duration
 	for i := range 20 {
@@ -253,7 +246,7 @@ func TestSharedHoldPropagatesWithinASecond(t *testing.T) {
 
 func TestSharedProbeSlotGoesToOneReplica(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
-	rs := replicas(t, journaltest.DatabaseURL(t), 3, clk)
+	rs := replicas(t, fleettest.NewMemorySpace(), 3, clk)
 	for i := range 24 {
 		rs[i%3].f.Decide(failure(string(rune('a'+i%6)), serverError))
 	}
@@ -299,7 +292,7 @@ func TestSharedProbeSlotGoesToOneReplica(t *testing.T) {
 func TestSharedCountsOpenTheBreaker(t *testing.T) {
 	// Failures spread over three replicas, each below the threshold alone.
 	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
-	rs := replicas(t, journaltest.DatabaseURL(t), 3, clk)
+	rs := replicas(t, fleettest.NewMemorySpace(), 3, clk)
 	for i := range 18 { // 6 each: under MinVolume (20) on every replica
 		rs[i%3].f.Decide(failure(string(rune('a'+i%6)), serverError))
 	}
@@ -327,7 +320,7 @@ func TestSharedBudgetHoldsForTheFleet(t *testing.T) {
 	// A retry budget of 10 for the fleet: two replicas asked in turn allow
 	// about 10 retries between them, not 10 each.
 	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
-	rs := replicas(t, journaltest.DatabaseURL(t), 2, clk)
+	rs := replicas(t, fleettest.NewMemorySpace(), 2, clk)
 	cfg := fleet.Defaults()
 	cfg.Breaker.MinVolume = 1000 // the budget alone
 	for _, r := range rs {
@@ -357,13 +350,12 @@ func TestSharedBudgetHoldsForTheFleet(t *testing.T) {
 }
 
 func TestSharedFleetSurvivesTheDatabase(t *testing.T) {
-	srv := journaltest.NewServer(t)
-	url := srv.DatabaseURL(t)
+	space := fleettest.NewMemorySpace()
 	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
-	rs := replicas(t, url, 2, clk)
+	rs := replicas(t, space, 2, clk)
 	stepAll(t, rs)
 
-	srv.Stop(t)
+	space.SetDown(true)
 	a := failure("agent-1", rateLimited)
 	a.RetryAfter = 30 * time.Second
 	if got := rs[0].f.Decide(a); !got.Retry || got.Delay < 29*time.Second {
@@ -379,7 +371,7 @@ func TestSharedFleetSurvivesTheDatabase(t *testing.T) {
 		t.Fatalf("stats with the database down = %+v, want down with an error", st)
 	}
 
-	srv.Start(t)
+	space.SetDown(false)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err0 := rs[0].s.Step(context.Background(), true)
@@ -402,7 +394,7 @@ func TestSharedFleetSurvivesTheDatabase(t *testing.T) {
 // gates of both admit the same share of first attempts.
 func TestSharedSlowStartRunsFromTheClose(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
-	rs := replicas(t, journaltest.DatabaseURL(t), 2, clk)
+	rs := replicas(t, fleettest.NewMemorySpace(), 2, clk)
 	a, b := rs[0], rs[1]
 	for j := range 24 {
 		a.f.Decide(failure("c"+string(rune('0'+j%4)), serverError))

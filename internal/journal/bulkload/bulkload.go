@@ -1,23 +1,30 @@
-package journal
+// Package bulkload fills a journal with finished contexts fast (COPY), for
+// the benchmark that measures how the journal's cost grows with its size.
+// It is not part of the daemon: RecordAttempt is the only way the daemon
+// writes attempts.
+package bulkload
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/policyd/policyd/internal/dberr"
+	"github.com/policyd/policyd/internal/journal"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
-// BulkLoad adds contexts finished contexts of attemptsPerContext attempts
+// Load adds contexts finished contexts of attemptsPerContext attempts
 // each to the journal at databaseURL with COPY, spread over the hour before
 // at, and returns how many attempt rows it wrote. It exists for the
 // benchmark that measures how the journal's cost grows with its size: COPY
 // writes millions of rows in seconds, where RecordAttempt would take
 // minutes.
-func BulkLoad(ctx context.Context, databaseURL string, contexts, attemptsPerContext int, at time.Time) (int64, error) {
-	if contexts < 0 || attemptsPerContext < 1 || attemptsPerContext > MaxAttempt {
-		return 0, fmt.Errorf("bulk load: %w", invalid("attempts_per_context", "must be 1..%d", MaxAttempt))
+func Load(ctx context.Context, databaseURL string, contexts, attemptsPerContext int, at time.Time) (int64, error) {
+	if contexts < 0 || attemptsPerContext < 1 || attemptsPerContext > journal.MaxAttempt {
+		return 0, fmt.Errorf("bulk load: %w", dberr.Invalid("attempts_per_context", "must be 1..%d", journal.MaxAttempt))
 	}
 	conn, err := pgx.Connect(ctx, databaseURL)
 	if err != nil {
@@ -44,9 +51,9 @@ func BulkLoad(ctx context.Context, databaseURL string, contexts, attemptsPerCont
 				return nil, nil
 			}
 			start := startOf(i)
-			outcome := OutcomeResolved
+			outcome := journal.OutcomeResolved
 			if i%10 == 0 {
-				outcome = OutcomeFailed
+				outcome = journal.OutcomeFailed
 			}
 			row := []any{ids[i], "bench", []string{"openai", "anthropic", "google"}[i%3], "model-x", "chat", "default",
 				start, start.Add(time.Minute), string(outcome)}
@@ -65,7 +72,7 @@ func BulkLoad(ctx context.Context, databaseURL string, contexts, attemptsPerCont
 				return nil, nil
 			}
 			row := []any{ids[c], "bench", a, startOf(c).Add(time.Duration(a) * time.Second), types[(c+a)%len(types)], true, "bench",
-				503, "The server is overloaded", DecisionRetry, int64(1000), "default/OVERLOADED", "openai", "model-x"}
+				503, "The server is overloaded", journal.DecisionRetry, int64(1000), "default/OVERLOADED", "openai", "model-x"}
 			if a++; a > attemptsPerContext {
 				c, a = c+1, 1
 			}

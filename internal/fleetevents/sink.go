@@ -1,4 +1,8 @@
-package server
+// Package fleetevents is where the fleet's transitions go (fleet.Sink): a
+// log line each, a row in the journal's fleet_events, a count in the
+// metrics. The fleet only emits events; the daemon's composition root
+// decides where they go.
+package fleetevents
 
 import (
 	"context"
@@ -8,17 +12,17 @@ import (
 	"github.com/policyd/policyd/internal/journal"
 )
 
-// FleetEventRecorder queues fleet events for the journal without blocking
+// Recorder queues fleet events for the journal without blocking
 // (*journal.FleetEventRecorder).
-type FleetEventRecorder interface{ Record(journal.FleetEvent) }
+type Recorder interface{ Record(journal.FleetEvent) }
 
-// FleetEventCounter counts fleet events by kind (internal/metrics).
-type FleetEventCounter interface{ FleetEvent(kind string) }
+// Counter counts fleet events by kind (internal/metrics).
+type Counter interface{ FleetEvent(kind string) }
 
-// FleetEventSink logs each fleet transition, journals it when rec is not nil
+// Sink logs each fleet transition, journals it when rec is not nil
 // and counts it when counter is not nil. It never blocks: the recorder
 // queues, and drops when its queue is full.
-func FleetEventSink(logger *slog.Logger, rec FleetEventRecorder, counter FleetEventCounter, replica string) fleet.Sink {
+func Sink(logger *slog.Logger, rec Recorder, counter Counter, replica string) fleet.Sink {
 	return func(events []fleet.Event) {
 		for _, e := range events {
 			level := slog.LevelInfo

@@ -1,35 +1,11 @@
-package journal
-
-import (
-	"context"
-	"encoding/json"
-	"fmt"
-	"log/slog"
-	"slices"
-	"strings"
-	"sync"
-	"time"
-	"unicode/utf8"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/policyd/policyd/internal/fleet"
-)
-
-// FleetExchange is where the replicas of one fleet meet in PostgreSQL
-// (tables fleet_state and fleet_replicas, migrations/006_fleet_state.sql):
-// it implements fleet.Exchange. It is safe for concurrent use.
-//
-// It has its own small pool (two connections, application_name
-// "policyd-fleet") and, besides it, one dedicated connection that LISTENs on
-// the channel policyd_fleet: a write that changes a verdict notifies the
-// channel in its own statement, so that the notification goes out exactly
-// when the change commits, and the listener signals Wake. The listener
-// pings while idle, reconnects with a backoff when its connection fails,
-// and signals Wake after every (re)connect as well, since a notification
-// sent while it was away is lost.
+// Package pgexchange is where the replicas of one fleet meet in PostgreSQL:
+// it implements fleet.Exchange over the tables fleet_state and
+// fleet_replicas (migrations/006_fleet_state.sql), with holds and stops as
+// forward-only registers, the breaker moved by compare-and-set, probe slots
+// and each replica's counts. Every write that changes a verdict notifies the
+// channel policyd_fleet in its own statement, so that the notification goes
+// out exactly when the change commits; a pgnotify.Notifier on a session of
+// its own turns notifications into Wake.
 //
 // Two rules follow from LISTEN/NOTIFY:
 //
@@ -46,10 +22,34 @@ import (
 // the breaker's open end, the probe slot's time, counts' At); PostgreSQL's
 // clock only stamps updated_at, for Sweep. Durations are stored as
 // milliseconds and times to the microsecond.
-type FleetExchange struct {
-	pool      *pgxpool.Pool
-	listenCfg *pgx.ConnConfig
-	cfg       exchangeConfig
+package pgexchange
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/policyd/policyd/internal/dberr"
+	"github.com/policyd/policyd/internal/fleet"
+	"github.com/policyd/policyd/internal/pgnotify"
+)
+
+// Exchange is the PostgreSQL fleet.Exchange. It is safe for concurrent use.
+// It has its own small pool (two connections, application_name
+// "policyd-fleet") and, besides it, the notifier's listening session.
+type Exchange struct {
+	pool *pgxpool.Pool
+	cfg  config
 
 	wake chan struct{}
 	// ownPIDs are the backend process ids of the pool's connections: the
@@ -61,7 +61,7 @@ type FleetExchange struct {
 	closeOnce sync.Once
 }
 
-var _ fleet.Exchange = (*FleetExchange)(nil)
+var _ fleet.Exchange = (*Exchange)(nil)
 
 // fleetChannel is the channel of the verdicts' notifications.
 const fleetChannel = "policyd_fleet"
@@ -79,74 +79,83 @@ const fleetLock = `SELECT pg_advisory_xact_lock(hashtextextended('policyd_fleet_
 
 // The exchange's default settings.
 const (
-	exchangeMaxConns    = 2
-	exchangeAppName     = "policyd-fleet"
-	exchangePingEvery   = 5 * time.Second
-	exchangeMinBackoff  = 100 * time.Millisecond
-	exchangeMaxBackoff  = 5 * time.Second
-	exchangeDefaultTime = 5 * time.Second
+	maxConns       = 2
+	appName        = "policyd-fleet"
+	defaultTimeout = 5 * time.Second
 	// maxWhyLen is the longest reason stored (stop_why, open_why; the
 	// schema checks it): a reason is cut rather than refused.
 	maxWhyLen = 1024
 )
 
-// ExchangeOption configures a FleetExchange in OpenFleetExchange.
-type ExchangeOption func(*exchangeConfig)
+// Option configures an Exchange in Open.
+type Option func(*config)
 
-type exchangeConfig struct {
+type config struct {
 	logger    *slog.Logger
 	timeout   time.Duration
 	pingEvery time.Duration
 }
 
-// WithExchangeLogger sets where the exchange logs its listener's outages and
+// WithLogger sets where the exchange logs its listener's outages and
 // recoveries. Default slog.Default().
-func WithExchangeLogger(l *slog.Logger) ExchangeOption {
-	return func(c *exchangeConfig) {
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
 		if l != nil {
 			c.logger = l
 		}
 	}
 }
 
-// WithExchangeTimeout bounds every database round of the exchange (besides
-// the caller's context), so that a database that hangs rather than refuses
+// WithTimeout bounds every database round of the exchange (besides the
+// caller's context), so that a database that hangs rather than refuses
 // still gives an error. Default 5s. Values of zero or less are ignored.
-func WithExchangeTimeout(d time.Duration) ExchangeOption {
-	return func(c *exchangeConfig) {
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) {
 		if d > 0 {
 			c.timeout = d
 		}
 	}
 }
 
-// OpenFleetExchange connects to the database at databaseURL (as Open
-// accepts it; the schema must be migrated) and starts the listener. It pings
-// the database once, so that a wrong URL shows at start-up; after that the
-// exchange survives outages: calls fail with an error wrapping
-// ErrUnavailable while the database is away, and the pool and the listener
-// reconnect by themselves. The pool has two connections whatever the URL's
+// Open connects to the database at databaseURL (the schema must be
+// migrated: journal.Migrate) and starts the listener. It pings the database
+// once, so that a wrong URL shows at start-up; after that the exchange
+// survives outages: calls fail with an error wrapping dberr.ErrUnavailable
+// while the database is away, and the pool and the listener reconnect by
+// themselves. The pool has two connections whatever the URL's
 // pool_max_conns says; application_name is "policyd-fleet" unless the URL
 // sets one. Close it when done.
-func OpenFleetExchange(ctx context.Context, databaseURL string, opts ...ExchangeOption) (*FleetExchange, error) {
-	cfg := exchangeConfig{logger: slog.Default(), timeout: exchangeDefaultTime, pingEvery: exchangePingEvery}
+func Open(ctx context.Context, databaseURL string, opts ...Option) (*Exchange, error) {
+	cfg := config{logger: slog.Default(), timeout: defaultTimeout, pingEvery: pgnotify.DefaultPingEvery}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	poolCfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("open fleet exchange: %w", invalid("database_url", "%v", err))
+		return nil, fmt.Errorf("open fleet exchange: %w", dberr.Invalid("database_url", "%v", err))
 	}
 	if poolCfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		poolCfg.ConnConfig.RuntimeParams["application_name"] = exchangeAppName
+		poolCfg.ConnConfig.RuntimeParams["application_name"] = appName
 	}
-	poolCfg.MaxConns = exchangeMaxConns
+	poolCfg.MaxConns = maxConns
 	poolCfg.MinConns = 0
-	x := &FleetExchange{
-		listenCfg: poolCfg.ConnConfig.Copy(),
-		cfg:       cfg,
-		wake:      make(chan struct{}, 1),
-		done:      make(chan struct{}),
+	x := &Exchange{
+		cfg:  cfg,
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+	notifier := &pgnotify.Notifier{
+		ConnConfig: poolCfg.ConnConfig.Copy(),
+		Channel:    fleetChannel,
+		Name:       "fleet exchange",
+		Logger:     cfg.logger,
+		Timeout:    cfg.timeout,
+		PingEvery:  cfg.pingEvery,
+		Ignore: func(pid uint32) bool {
+			_, own := x.ownPIDs.Load(pid)
+			return own
+		},
+		Notify: x.signal,
 	}
 	poolCfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 		x.ownPIDs.Store(c.PgConn().PID(), struct{}{})
@@ -157,22 +166,48 @@ func OpenFleetExchange(ctx context.Context, databaseURL string, opts ...Exchange
 	if err != nil {
 		return nil, fmt.Errorf("open fleet exchange: %w", err)
 	}
-	pingCtx, cancel := context.WithTimeoutCause(ctx, cfg.timeout, errOpTimeout)
+	pingCtx, cancel := context.WithTimeoutCause(ctx, cfg.timeout, dberr.ErrOpTimeout)
 	defer cancel()
 	if err := x.pool.Ping(pingCtx); err != nil {
 		x.pool.Close()
-		return nil, translate(pingCtx, "open fleet exchange: ping database", err)
+		return nil, dberr.Translate(pingCtx, "open fleet exchange: ping database", err)
 	}
 	listenCtx, stop := context.WithCancel(context.Background())
 	x.cancel = stop
-	go x.listen(listenCtx)
+	go func() {
+		defer close(x.done)
+		notifier.Run(listenCtx)
+	}()
 	return x, nil
+}
+
+// OpenN opens n exchanges on the database at databaseURL, as n replicas
+// would, and returns them with a function that closes them all: the
+// simulation's replica runs over PostgreSQL.
+func OpenN(ctx context.Context, databaseURL string, n int, opts ...Option) ([]fleet.Exchange, func(), error) {
+	var opened []*Exchange
+	closeAll := func() {
+		for _, x := range opened {
+			x.Close()
+		}
+	}
+	exs := make([]fleet.Exchange, 0, n)
+	for range n {
+		x, err := Open(ctx, databaseURL, opts...)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		opened = append(opened, x)
+		exs = append(exs, x)
+	}
+	return exs, closeAll, nil
 }
 
 // Close stops the listener and closes its connection and the pool. Calls
 // after Close fail with ErrUnavailable. Close is safe to call more than
 // once.
-func (x *FleetExchange) Close() {
+func (x *Exchange) Close() {
 	x.closeOnce.Do(func() {
 		x.cancel()
 		<-x.done
@@ -183,116 +218,27 @@ func (x *FleetExchange) Close() {
 // Wake is signalled (a buffered channel of one: signals while nobody reads
 // merge into one) when another replica changed a verdict, and after the
 // listener (re)connected.
-func (x *FleetExchange) Wake() <-chan struct{} { return x.wake }
+func (x *Exchange) Wake() <-chan struct{} { return x.wake }
 
-func (x *FleetExchange) signal() {
+func (x *Exchange) signal() {
 	select {
 	case x.wake <- struct{}{}:
 	default:
 	}
 }
 
-// listen keeps a connection LISTENing on fleetChannel until ctx ends.
-func (x *FleetExchange) listen(ctx context.Context) {
-	defer close(x.done)
-	backoff := exchangeMinBackoff
-	failing := false // since the last successful LISTEN
-	for {
-		conn, err := x.connectListener(ctx)
-		if err == nil {
-			if failing {
-				x.cfg.logger.Info("fleet exchange: listener connected again")
-			}
-			failing, backoff = false, exchangeMinBackoff
-			x.signal() // a notification may have been missed while away
-			err = x.waitLoop(ctx, conn)
-			closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = conn.Close(closeCtx)
-			cancel()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if !failing {
-			x.cfg.logger.Warn("fleet exchange: listener lost the database; reconnecting", "error", err)
-			failing = true
-		} else {
-			x.cfg.logger.Debug("fleet exchange: listener still cannot reach the database", "error", err, "retry_in", backoff)
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, exchangeMaxBackoff)
-	}
-}
-
-// connectListener opens the listener's connection and LISTENs.
-func (x *FleetExchange) connectListener(ctx context.Context) (*pgx.Conn, error) {
-	cctx, cancel := context.WithTimeoutCause(ctx, x.cfg.timeout, errOpTimeout)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, x.listenCfg)
-	if err != nil {
-		return nil, translate(cctx, "fleet exchange: listener: connect", err)
-	}
-	if _, err := conn.Exec(cctx, "LISTEN "+fleetChannel); err != nil {
-		_ = conn.Close(context.WithoutCancel(cctx))
-		return nil, translate(cctx, "fleet exchange: listener: listen", err)
-	}
-	return conn, nil
-}
-
-// waitLoop waits for notifications on conn, pinging it when idle, until
-// the connection fails or ctx ends.
-func (x *FleetExchange) waitLoop(ctx context.Context, conn *pgx.Conn) error {
-	for {
-		wctx, cancel := context.WithTimeout(ctx, x.cfg.pingEvery)
-		n, err := conn.WaitForNotification(wctx)
-		idle := wctx.Err() != nil
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case err == nil:
-			if n == nil {
-				continue
-			}
-			if _, own := x.ownPIDs.Load(n.PID); !own {
-				x.signal()
-			}
-			continue
-		case !idle || conn.IsClosed():
-			return translate(ctx, "fleet exchange: listener: wait", err)
-		}
-		// Idle: the wait's deadline interrupted the read, which leaves the
-		// connection usable. A ping finds a connection that died silently.
-		pctx, cancel := context.WithTimeoutCause(ctx, x.cfg.timeout, errOpTimeout)
-		err = conn.Ping(pctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return translate(pctx, "fleet exchange: listener: ping", err)
-		}
-	}
-}
-
 // run runs fn under the exchange's timeout and translates its error.
-func (x *FleetExchange) run(ctx context.Context, op string, fn func(ctx context.Context) error) error {
-	opCtx, cancel := context.WithTimeoutCause(ctx, x.cfg.timeout, errOpTimeout)
+func (x *Exchange) run(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	opCtx, cancel := context.WithTimeoutCause(ctx, x.cfg.timeout, dberr.ErrOpTimeout)
 	defer cancel()
-	return translate(opCtx, "fleet exchange: "+op, fn(opCtx))
+	return dberr.Translate(opCtx, "fleet exchange: "+op, fn(opCtx))
 }
 
 // keyArgs are the key's columns: tenant, scope, provider, model, key_id.
 func keyArgs(k fleet.Key) ([]any, error) {
 	scope := k.Scope.String()
 	if scope == "" {
-		return nil, invalid("scope", "%d is not a fleet scope", k.Scope)
+		return nil, dberr.Invalid("scope", "%d is not a fleet scope", k.Scope)
 	}
 	return []any{k.Tenant, scope, k.Provider, k.Model, k.KeyID}, nil
 }
@@ -361,7 +307,7 @@ SELECT pg_notify('` + fleetChannel + `', 'registers') FROM (SELECT 1 FROM up LIM
 // time raises nothing. The breaker fields are ignored. Verdicts of the same
 // key are merged. Changed rows take a new seq and notify the other replicas,
 // all in one statement.
-func (x *FleetExchange) RaiseRegisters(ctx context.Context, vs []fleet.Verdict) error {
+func (x *Exchange) RaiseRegisters(ctx context.Context, vs []fleet.Verdict) error {
 	const op = "raise registers"
 	merged := make(map[fleet.Key]fleet.Verdict, len(vs))
 	for _, v := range vs {
@@ -508,14 +454,14 @@ const verdictColumns = `tenant, scope, provider, model, key_id, hold_until, hold
 // new one when won, the winner's otherwise; Verdict{Key: v.Key} when the
 // row does not exist and base is not 0). The registers are left as they
 // are; a transition clears the probe slot.
-func (x *FleetExchange) MoveBreaker(ctx context.Context, v fleet.Verdict, base int64) (fleet.Verdict, bool, error) {
+func (x *Exchange) MoveBreaker(ctx context.Context, v fleet.Verdict, base int64) (fleet.Verdict, bool, error) {
 	const op = "move breaker"
 	args, err := keyArgs(v.Key)
 	if err == nil && base < 0 {
-		err = invalid("version", "must not be negative, got %d", base)
+		err = dberr.Invalid("version", "must not be negative, got %d", base)
 	}
 	if err == nil && v.Breaker > fleet.HalfOpen {
-		err = invalid("breaker", "%d is not a breaker state", v.Breaker)
+		err = dberr.Invalid("breaker", "%d is not a breaker state", v.Breaker)
 	}
 	if err != nil {
 		return fleet.Verdict{}, false, fmt.Errorf("fleet exchange: %s: %w", op, err)
@@ -577,7 +523,7 @@ func (x *FleetExchange) MoveBreaker(ctx context.Context, v fleet.Verdict, base i
 // before now). Concurrent claims of the same row queue on it, and the ones
 // after the winner find its claim: exactly one gets true per interval. It
 // draws no seq and notifies nobody: the slot is no verdict.
-func (x *FleetExchange) ClaimProbe(ctx context.Context, key fleet.Key, version int64, now time.Time, interval time.Duration, replica string) (bool, error) {
+func (x *Exchange) ClaimProbe(ctx context.Context, key fleet.Key, version int64, now time.Time, interval time.Duration, replica string) (bool, error) {
 	const op = "claim probe"
 	args, err := keyArgs(key)
 	if err != nil {
@@ -631,10 +577,10 @@ type bucketCountsJSON struct {
 // draws a new seq for its row. It notifies the others only when rc.Urgent:
 // otherwise they read counts when they read anyway (every second). An empty Clients reads back as nil;
 // At is kept to the microsecond.
-func (x *FleetExchange) PublishCounts(ctx context.Context, rc fleet.ReplicaCounts) error {
+func (x *Exchange) PublishCounts(ctx context.Context, rc fleet.ReplicaCounts) error {
 	const op = "publish counts"
 	if rc.Replica == "" {
-		return fmt.Errorf("fleet exchange: %s: %w", op, invalid("replica", "is required"))
+		return fmt.Errorf("fleet exchange: %s: %w", op, dberr.Invalid("replica", "is required"))
 	}
 	buckets := make([]bucketCountsJSON, 0, len(rc.Buckets))
 	for _, c := range rc.Buckets {
@@ -670,7 +616,7 @@ func (x *FleetExchange) PublishCounts(ctx context.Context, rc fleet.ReplicaCount
 // of the replicas other than replica with a seq above countsSeq (all for
 // 0), each in seq order, and the highest seqs seen (the ones given when
 // nothing is newer). Both queries go in one round trip.
-func (x *FleetExchange) Read(ctx context.Context, replica string, seq, countsSeq int64) (fleet.Changes, error) {
+func (x *Exchange) Read(ctx context.Context, replica string, seq, countsSeq int64) (fleet.Changes, error) {
 	ch := fleet.Changes{Seq: seq, CountsSeq: countsSeq}
 	err := x.run(ctx, "read", func(ctx context.Context) error {
 		b := &pgx.Batch{}
@@ -794,7 +740,7 @@ func readCounts(rows pgx.Rows) (fleet.ReplicaCounts, int64, error) {
 // A swept verdict reads as new (version 0) the next time a replica writes
 // it, so idle should be well above the breaker's window and any hold. Rare
 // calls suffice (the Syncer's).
-func (x *FleetExchange) Sweep(ctx context.Context, now time.Time, idle time.Duration) (int64, error) {
+func (x *Exchange) Sweep(ctx context.Context, now time.Time, idle time.Duration) (int64, error) {
 	var n int64
 	err := x.run(ctx, "sweep", func(ctx context.Context) error {
 		b := &pgx.Batch{}
@@ -824,17 +770,17 @@ func (x *FleetExchange) Sweep(ctx context.Context, now time.Time, idle time.Dura
 	return n, nil
 }
 
-// ClearFleet forgets every shared verdict and every replica's counts in the
+// Clear forgets every shared verdict and every replica's counts in the
 // database at databaseURL: a fresh start for a simulation's run (policyd-sim
 // runs its scenarios one after another on one database). Never on a
 // database that serving replicas share: they would lose their open breakers
 // and holds.
-func ClearFleet(ctx context.Context, databaseURL string) error {
+func Clear(ctx context.Context, databaseURL string) error {
 	conn, err := pgx.Connect(ctx, databaseURL)
 	if err != nil {
-		return translate(ctx, "clear fleet: connect", err)
+		return dberr.Translate(ctx, "clear fleet: connect", err)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
 	_, err = conn.Exec(ctx, `TRUNCATE fleet_state, fleet_replicas`)
-	return translate(ctx, "clear fleet", err)
+	return dberr.Translate(ctx, "clear fleet", err)
 }

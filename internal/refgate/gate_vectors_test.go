@@ -1,4 +1,4 @@
-package fleet
+package refgate
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/enums"
+	"github.com/policyd/policyd/internal/fleet"
 )
 
 // gateVectors is clients/testdata/gate.json, which the three clients' gates
@@ -61,7 +62,7 @@ func (f *vectorFallback) proto(t *testing.T) *policydv1.Fallback {
 	return &policydv1.Fallback{Kind: k, Provider: f.Provider, Model: f.Model, Reason: f.Reason}
 }
 
-var gateActionNames = map[GateAction]string{GateAdmit: "admit", GateWait: "wait", GateFallBack: "fall_back", GateStop: "stop"}
+var gateActionNames = map[Action]string{Admit: "admit", Wait: "wait", FallBack: "fall_back", Stop: "stop"}
 
 func TestGateVectors(t *testing.T) {
 	b, err := os.ReadFile("../../clients/testdata/gate.json")
@@ -75,11 +76,11 @@ func TestGateVectors(t *testing.T) {
 	if len(v.Cases) == 0 {
 		t.Fatal("no cases")
 	}
-	breakers := map[string]BreakerState{"CLOSED": Closed, "OPEN": Open, "HALF_OPEN": HalfOpen}
+	breakers := map[string]fleet.BreakerState{"CLOSED": fleet.Closed, "OPEN": fleet.Open, "HALF_OPEN": fleet.HalfOpen}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
-			g := NewGate()
+			g := New()
 			for i, s := range c.Steps {
 				now := t0.Add(time.Duration(s.AtMs) * time.Millisecond)
 				switch {
@@ -89,7 +90,7 @@ func TestGateVectors(t *testing.T) {
 					if !ok {
 						t.Fatalf("step %d: breaker %q", i, a.Breaker)
 					}
-					g.Assign(now, &GateAssignment{TTL: ms(a.TTLMs), Breaker: br, Hold: ms(a.HoldMs), Stop: ms(a.StopMs),
+					g.Assign(now, &Assignment{TTL: ms(a.TTLMs), Breaker: br, Hold: ms(a.HoldMs), Stop: ms(a.StopMs),
 						AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason, Fallback: a.Fallback.proto(t)})
 				case s.Abandon:
 					g.Assign(now, nil)

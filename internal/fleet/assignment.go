@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// What the Coordinate streams bring: reports of each client's counts, and
-// assignments of each bucket's state to the clients' gates.
+// What the Coordinate streams bring and take: reports of each client's counts,
+// and assignments of each bucket's state to the clients' gates.
 
 // Usage is one client's counts on one target over one interval.
 type Usage struct {
@@ -31,15 +31,50 @@ type Assignment struct {
 	Reason        string
 	TTL           time.Duration
 	// Cause names what keeps the gate from admitting everything, for the
-	// fallback's kind: "" (nothing), "breaker", "stop", "hold" or "pacing".
-	Cause string
+	// fallback's kind.
+	Cause Cause
 }
 
-// Admits says whether the assignment lets every first attempt through now.
-func (a Assignment) Admits() bool { return a.Cause == "" }
+// Cause is what keeps a gate from admitting every first attempt.
+type Cause uint8
 
-// tickMin is the least time between two Ticks' walks over the buckets.
-const tickMin = 200 * time.Millisecond
+const (
+	// CauseNone: nothing; the gate admits everything.
+	CauseNone Cause = iota
+	// CauseStop: the key is stopped.
+	CauseStop
+	// CauseBreaker: the model's breaker is open or probing.
+	CauseBreaker
+	// CauseHold: a shared cooldown is in force.
+	CauseHold
+	// CausePacing: the admitted share is paced below the demand.
+	CausePacing
+)
+
+// Admits says whether the assignment lets every first attempt through now.
+func (a Assignment) Admits() bool { return a.Cause == CauseNone }
+
+// Masked is a as a gate under switches sw sees it: what a profile turns off
+// (a stop, the breaker, a hold) neither shows nor gates, and the cause
+// falls back to pacing (or none) when it was one of those.
+func (a Assignment) Masked(sw Switches) Assignment {
+	if !sw.Stop {
+		a.Stop = 0
+	}
+	if !sw.Breaker {
+		a.Breaker, a.ProbePermits = Closed, 0
+	}
+	if !sw.Hold {
+		a.Hold = 0
+	}
+	if a.Cause == CauseStop && !sw.Stop || a.Cause == CauseBreaker && !sw.Breaker || a.Cause == CauseHold && !sw.Hold {
+		a.Cause = CauseNone
+		if a.AdmitFraction < 1 {
+			a.Cause = CausePacing
+		}
+	}
+	return a
+}
 
 // maxHoldSlots bounds a bucket's memory of which client has which slot.
 const maxHoldSlots = 10_000
@@ -56,7 +91,8 @@ func (f *Fleet) Report(u Usage) {
 	keys := [3]Key{sc.key(ScopeAvailability, u.Target), sc.key(ScopeRateLimit, u.Target), {}}
 	var events []Event
 	emit := func(e Event) { events = append(events, e) }
-	bs := f.store.Acquire(keys, [3]bool{true, true, false})
+	f.store.lock()
+	bs := f.store.getThree(keys, [3]bool{true, true, false})
 	for _, b := range bs[:2] {
 		if b == nil {
 			continue
@@ -104,7 +140,7 @@ func (f *Fleet) Report(u Usage) {
 	if rl := bs[1]; rl != nil && u.RequestsPerMinute > 0 {
 		rl.rpm = u.RequestsPerMinute
 	}
-	f.store.Release()
+	f.store.unlock()
 	f.publish(events, u.Tenant)
 }
 
@@ -120,13 +156,14 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 	keys := [3]Key{sc.key(ScopeRateLimit, t), sc.key(ScopeAvailability, t), sc.key(ScopeAuth, t)}
 	var events []Event
 	emit := func(e Event) { events = append(events, e) }
-	bs := f.store.Acquire(keys, [3]bool{})
+	f.store.lock()
+	bs := f.store.getThree(keys, [3]bool{})
 	rl, av, au := bs[0], bs[1], bs[2]
 	var why []string
 	for _, b := range []*Bucket{au, rl} {
 		if b != nil && now.Before(b.stopUntil) && b.stopUntil.Sub(now) > a.Stop {
 			a.Stop = b.stopUntil.Sub(now)
-			a.Cause = "stop"
+			a.Cause = CauseStop
 			why = append(why, "stopped: "+b.stopWhy)
 		}
 	}
@@ -139,8 +176,8 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 		case HalfOpen:
 			why = append(why, "breaker half-open: probing")
 		}
-		if av.state != Closed && a.Cause == "" {
-			a.Cause = "breaker"
+		if av.state != Closed && a.Cause == CauseNone {
+			a.Cause = CauseBreaker
 		}
 	}
 	for _, b := range []*Bucket{rl, av} {
@@ -164,8 +201,8 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 	}
 	if a.Hold > 0 {
 		why = append(why, fmt.Sprintf("shared cooldown: first attempts wait %v (this client's slot included)", a.Hold.Round(100*time.Millisecond)))
-		if a.Cause == "" {
-			a.Cause = "hold"
+		if a.Cause == CauseNone {
+			a.Cause = CauseHold
 		}
 	}
 	if av != nil && av.state == HalfOpen {
@@ -179,12 +216,12 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 		if fr, w := b.admitFraction(now, c); fr < a.AdmitFraction {
 			a.AdmitFraction = fr
 			why = append(why, w)
-			if a.Cause == "" {
-				a.Cause = "pacing"
+			if a.Cause == CauseNone {
+				a.Cause = CausePacing
 			}
 		}
 	}
-	f.store.Release()
+	f.store.unlock()
 	a.Reason = strings.Join(why, "; ")
 	f.publish(events, t.Tenant)
 	return a
@@ -211,140 +248,12 @@ func (b *Bucket) probeFraction(now time.Time, c *Config) float64 {
 // FleetService), when the fleet has it.
 func (f *Fleet) CountAssignments(t Target, n int64) {
 	k := f.cfg.Load().Scopes.key(ScopeAvailability, t)
-	bs := f.store.Acquire([3]Key{k}, [3]bool{})
-	if bs[0] != nil {
-		bs[0].totals.assignments += n
+	f.store.lock()
+	if b := f.store.get(k, false); b != nil {
+		b.totals.assignments += n
 	}
-	f.store.Release()
+	f.store.unlock()
 }
-
-// Tick moves every breaker along its timers (open → half-open, a quiet
-// half-open → closed), so that the streams hear of it when it happens, not
-// at the next decision. The server calls it a few times a second.
-func (f *Fleet) Tick() {
-	now, c := f.clock(), f.cfg.Load()
-	last := f.lastTick.Load()
-	if now.UnixNano()-last < int64(tickMin) || !f.lastTick.CompareAndSwap(last, now.UnixNano()) {
-		return
-	}
-	var events []Event
-	emit := func(e Event) { events = append(events, e) }
-	f.store.Each(func(b *Bucket) {
-		if b.state != Closed {
-			b.advance(now, c, emit)
-		}
-	})
-	// Events carry their bucket's tenant already (Each sees whole keys).
-	f.publish(events, "")
-	f.maybeSweep(c, now)
-}
-
-// Changes returns a channel that is closed at the fleet's next transition
-// (a hold set, a key stopped, a breaker opened, half-opened or closed):
-// the streams push assignments then.
-func (f *Fleet) Changes() <-chan struct{} {
-	f.changesMu.Lock()
-	defer f.changesMu.Unlock()
-	if f.changes == nil {
-		f.changes = make(chan struct{})
-	}
-	return f.changes
-}
-
-// publish sends events to the sink (with tenant, when the events lack it)
-// and wakes the streams.
-func (f *Fleet) publish(events []Event, tenant string) {
-	if len(events) == 0 {
-		return
-	}
-	for i := range events {
-		if events[i].Key.Tenant == "" {
-			events[i].Key.Tenant = tenant
-		}
-	}
-	all := events
-	if f.shared != nil {
-		f.shared.poke()
-		events = f.shared.holdBack(events)
-	}
-	if f.sink != nil && len(events) > 0 {
-		f.sink(events)
-	}
-	wake := false
-	for _, e := range all {
-		if e.Kind != EventShed && e.Kind != EventBudgetExhausted {
-			wake = true
-		}
-	}
-	if !wake {
-		return
-	}
-	f.changesMu.Lock()
-	if f.changes != nil {
-		close(f.changes)
-		f.changes = nil
-	}
-	f.changesMu.Unlock()
-}
-
-// StreamOpened and StreamClosed count the Coordinate streams connected.
-func (f *Fleet) StreamOpened() { f.streams.Add(1) }
-func (f *Fleet) StreamClosed() { f.streams.Add(-1) }
-
-// StreamTotals are one provider and model's stream counts (its
-// availability buckets, all tenants), for metrics.
-type StreamTotals struct {
-	Provider, Model                                 string
-	Reports, Assignments, Admitted, Shed, Successes int64
-	Clients                                         int
-	AdmitFraction                                   float64
-}
-
-// StreamStats returns the streams connected and, per provider and model
-// with reports, the totals.
-func (f *Fleet) StreamStats() (streams int64, perModel []StreamTotals) {
-	now, c := f.clock(), f.cfg.Load()
-	idx := map[[2]string]int{}
-	f.store.Each(func(b *Bucket) {
-		if b.key.Scope != ScopeAvailability || b.totals.reports == 0 {
-			return
-		}
-		k := [2]string{b.key.Provider, b.key.Model}
-		i, ok := idx[k]
-		if !ok {
-			i = len(perModel)
-			idx[k] = i
-			perModel = append(perModel, StreamTotals{Provider: k[0], Model: k[1], AdmitFraction: 1})
-		}
-		t := &perModel[i]
-		t.Reports += b.totals.reports
-		t.Assignments += b.totals.assignments
-		t.Admitted += b.totals.admitted
-		t.Shed += b.totals.shed
-		t.Successes += b.totals.successes
-		t.Clients += b.streamingClients(now, c)
-		fr, _ := b.admitFraction(now, c)
-		t.AdmitFraction = min(t.AdmitFraction, fr)
-	})
-	return f.streams.Load(), perModel
-}
-
-// streamingClients counts the clients that reported on b within the
-// breaker's window.
-func (b *Bucket) streamingClients(now time.Time, c *Config) int {
-	n := 0
-	for id, at := range b.streamClients {
-		if now.Sub(at) < c.Breaker.Window {
-			n++
-		} else if now.Sub(at) > c.Stream.AbandonAfter {
-			delete(b.streamClients, id)
-		}
-	}
-	return n
-}
-
-// Now is the fleet's clock.
-func (f *Fleet) Now() time.Time { return f.clock() }
 
 // Differs says whether a, computed at now, tells a gate something other
 // than prev, sent at prevAt: another breaker state or probe permit, a new
