@@ -76,7 +76,8 @@ run: build $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Serve policyd on LISTEN with 
 	echo "policyd: serving on $(LISTEN), journal in $$url"; \
 	echo "  gRPC:   $(BIN)/grpcurl -plaintext $(LISTEN) list"; \
 	echo "  SQL:    psql '$$url' -c 'SELECT * FROM journal_failed_contexts'"; \
-	echo "  demo:   scripts/failing-run.sh $(LISTEN)   (a failed run, its error report, the views)"; \
+	echo "  demo:   scripts/failing-run.sh $(LISTEN) '$$url'"; \
+	echo "          (a failed run, its error report, the views)"; \
 	echo "  stop:   Ctrl-C, then 'make stop' to stop the private PostgreSQL"; \
 	echo; \
 	exec ./bin/policyd serve --listen $(LISTEN) --database-url "$$url"

@@ -7,7 +7,9 @@
 #
 # The run: a chat call to "openai" that gets a 503 (retried), then a 429 with
 # retry-after: 2 (retried after 2.2-2.4s), then a 401 (not retryable: the run fails).
-# It prints the context id on its last line, as "context_id=<uuid>".
+# It prints every answer, then the error report's text as the readable block it is
+# (grpcurl shows it as an escaped JSON string), and the context id on its last line,
+# as "context_id=<uuid>".
 set -euo pipefail
 
 addr=${1:-127.0.0.1:7433}
@@ -20,6 +22,33 @@ grpcurl=$(command -v grpcurl || true)
 # A client-chosen context id makes the whole script idempotent per id.
 id=$(cat /proc/sys/kernel/random/uuid 2>/dev/null || uuidgen 2>/dev/null || python3 -c 'import uuid; print(uuid.uuid4())')
 
+# json_string prints the contents of a JSON string literal (without its quotes)
+# decoded, with a final newline: \n, \t, \", \\, \/ and \uXXXX escapes.
+json_string() {
+	local s=$1 out="" c
+	while [[ -n $s ]]; do
+		c=${s:0:1}
+		if [[ $c != '\' ]]; then
+			out+=$c
+			s=${s:1}
+			continue
+		fi
+		case ${s:1:1} in
+		n) out+=$'\n' ;;
+		t) out+=$'\t' ;;
+		r) out+=$'\r' ;;
+		b | f) ;;
+		u)
+			out+=$(printf "\\u${s:2:4}")
+			s=${s:4}
+			;;
+		*) out+=${s:1:1} ;; # \" \\ \/
+		esac
+		s=${s:2}
+	done
+	printf '%s\n' "$out"
+}
+
 call() { # call METHOD JSON
 	echo "--- $1" >&2
 	"$grpcurl" -plaintext -d "$2" "$addr" "policyd.v1.$1"
@@ -30,7 +59,11 @@ call PolicyService/NextDelay "{\"context_id\":\"$id\",\"attempt\":1,\"failure\":
 call PolicyService/NextDelay "{\"context_id\":\"$id\",\"attempt\":2,\"failure\":{\"provider\":\"openai\",\"model\":\"gpt-4o\",\"operation\":\"chat\",\"http_status\":429,\"headers\":{\"retry-after\":\"2\"},\"body\":\"{\\\"error\\\":{\\\"message\\\":\\\"Rate limit reached for requests\\\",\\\"type\\\":\\\"requests\\\",\\\"code\\\":\\\"rate_limit_exceeded\\\"}}\"}}"
 call PolicyService/NextDelay "{\"context_id\":\"$id\",\"attempt\":3,\"failure\":{\"provider\":\"openai\",\"model\":\"gpt-4o\",\"operation\":\"chat\",\"http_status\":401,\"body\":\"{\\\"error\\\":{\\\"message\\\":\\\"Incorrect API key provided\\\",\\\"code\\\":\\\"invalid_api_key\\\"}}\"}}"
 call JournalService/FinishContext "{\"context_id\":\"$id\",\"outcome\":\"OUTCOME_FAILED\"}" >/dev/null
-call JournalService/GetErrorReport "{\"context_id\":\"$id\"}"
+report=$(call JournalService/GetErrorReport "{\"context_id\":\"$id\"}")
+echo "$report"
+# The report's text, readable: grpcurl prints it as one JSON string.
+echo "--- the error report's text" >&2
+json_string "$(sed -n 's/^ *"text": "\(.*\)",\{0,1\}$/\1/p' <<<"$report")"
 
 if [[ -n $db ]] && command -v psql >/dev/null; then
 	for view in journal_failed_contexts journal_wait_per_provider journal_failures_per_hour; do

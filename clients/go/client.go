@@ -43,11 +43,15 @@ type Client struct {
 	coord         *coordinator
 	streamStarted atomic.Bool   // started once, or the client is closed
 	kick          chan struct{} // urgent reports to send (coordinate.go)
+	closing       chan struct{} // closed by Close: background retries stop
+	closeOnce     sync.Once
 }
 
-// Dial returns a Client of the policyd at addr (host:port); an empty addr
-// means $POLICYD_ADDR, else DefaultAddr. It does not connect: a daemon that
-// is down when Dial runs (or later) makes the client fail open, not fail.
+// Dial returns a Client of the policyd at addr; an empty addr means
+// $POLICYD_ADDR, else DefaultAddr. addr is [http://|https://]host[:port]
+// (port DefaultPort when none is given; https:// turns TLS on); anything
+// else is Dial's error. It does not connect: a daemon that is down when
+// Dial runs (or later) makes the client fail open, not fail.
 // The connection is plaintext unless WithTLS, WithClientCert (or
 // $POLICYD_TLS_CA, $POLICYD_TLS_CERT and $POLICYD_TLS_KEY) or
 // WithDialOptions say otherwise; a token (WithToken, else $POLICYD_TOKEN)
@@ -62,9 +66,14 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 	}
 	cfg := newConfig(opts)
 	cfg.fromEnv()
+	parsed, err := parseAddress(addr)
+	if err != nil {
+		return nil, fmt.Errorf("policyd: dial: %w (from %s or Dial's argument)", err, EnvAddr)
+	}
+	addr = parsed.target
+	cfg.tls = cfg.tls || parsed.tls
 	creds := insecure.NewCredentials()
 	if cfg.tls {
-		var err error
 		if creds, err = cfg.transportCredentials(); err != nil {
 			return nil, fmt.Errorf("policyd: dial %q: %w", addr, err)
 		}
@@ -104,6 +113,7 @@ func newClient(conn grpc.ClientConnInterface, cfg config) *Client {
 		journal: policydv1.NewJournalServiceClient(conn),
 		fleet:   policydv1.NewFleetServiceClient(conn),
 		kick:    make(chan struct{}, 1),
+		closing: make(chan struct{}),
 	}
 	if cfg.fleetGate {
 		c.gate = newGate(cfg.gateGrace)
@@ -113,9 +123,11 @@ func newClient(conn grpc.ClientConnInterface, cfg config) *Client {
 
 // Close closes the fleet stream (its last report sent, at most a quarter
 // of a second), waits for journal records still being sent (each bounded
-// by the daemon timeout) and closes the connection Dial opened.
+// by the daemon timeout; retries waiting for policyd to come back are
+// dropped) and closes the connection Dial opened.
 func (c *Client) Close() error {
 	c.stopStream()
+	c.closeOnce.Do(func() { close(c.closing) })
 	c.bg.Wait()
 	if c.conn != nil {
 		return c.conn.Close()
@@ -176,7 +188,8 @@ func (c *Client) Do(ctx context.Context, call Call, fn AttemptFunc) error {
 		if aerr != nil {
 			// A configuration error, not an outage: failing open would hide
 			// it behind retries that look fine.
-			return &Error{Err: err, Attempts: attempt, ContextID: r.contextID, authErr: aerr}
+			r.finish(ctx, policydv1.Outcome_OUTCOME_FAILED)
+			return &Error{Err: err, Attempts: attempt, ContextID: r.contextID, refusal: aerr}
 		}
 		if !ok {
 			return r.giveUp(ctx, err, f, attempt, took)
@@ -207,7 +220,11 @@ func (c *Client) Do(ctx context.Context, call Call, fn AttemptFunc) error {
 			}
 		}
 		r.finish(ctx, policydv1.Outcome_OUTCOME_FAILED)
-		return &Error{Err: err, Attempts: attempt, Decision: d, ContextID: r.contextID}
+		e := &Error{Err: err, Attempts: attempt, Decision: d, ContextID: r.contextID}
+		if d.Action == ActionFallBack && r.call.Fallback != nil {
+			e.unfollowed = fmt.Sprintf("the call already fell back %d times (MaxFallbacks)", MaxFallbacks)
+		}
+		return e
 	}
 }
 
@@ -240,7 +257,7 @@ func (c *Client) Classify(ctx context.Context, f *Failure, profile string) (Clas
 		resp, err = c.policy.Classify(ctx, &policydv1.ClassifyRequest{Failure: f.proto(), Profile: profile})
 		return err
 	})
-	if aerr := c.authError("Classify", err); aerr != nil {
+	if aerr := c.refusal("Classify", err); aerr != nil {
 		return Classification{}, aerr
 	}
 	if err != nil {
@@ -323,11 +340,15 @@ func (r *run) failure(err error) *Failure {
 }
 
 // decide asks policyd, or the fail-open policy when policyd cannot answer.
-// ok is false only when ctx ended first; aerr is policyd's UNAUTHENTICATED
-// answer, on which the client does not fail open.
-func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Duration) (d Decision, ok bool, aerr *AuthError) {
+// ok is false only when ctx ended first; aerr is policyd's answer that the
+// call's configuration is wrong (refusal), on which the client does not
+// fail open.
+func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Duration) (d Decision, ok bool, aerr error) {
 	c := r.c
 	beginErr := r.begin(ctx)
+	if aerr := c.refusal("BeginContext", beginErr); aerr != nil {
+		return Decision{}, false, aerr
+	}
 	now := c.cfg.clock.Now()
 	req := &policydv1.NextDelayRequest{
 		Failure:   f.proto(),
@@ -353,7 +374,7 @@ func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Dur
 	if ctx.Err() != nil {
 		return Decision{}, false, nil
 	}
-	if aerr := c.authError("NextDelay", err); aerr != nil {
+	if aerr := c.refusal("NextDelay", err); aerr != nil {
 		return Decision{}, false, aerr
 	}
 	if err == nil {

@@ -65,6 +65,17 @@ func TestDoMakesNoRPCOnSuccess(t *testing.T) {
 			t.Errorf("journal %v: RPCs on the success path: %v, want none", journal, got)
 		}
 	}
+	// Nor with a context id of the caller's (the same test in every client).
+	var rpcs0 rpcCounter
+	c0 := newClient(t, daemonAddr(t), rpcs0.option())
+	call := openai
+	call.ContextID = "0191d7a8-7c2e-7b3a-9c1d-2f6e8a4b5c6d"
+	if err := c0.Do(context.Background(), call, chat(srv.URL)); err != nil {
+		t.Fatal(err)
+	}
+	if got := rpcs0.get(); len(got) != 0 {
+		t.Errorf("ContextID: RPCs on the success path: %v, want none", got)
+	}
 	// One failure: one NextDelay, nothing else.
 	srv = newFlaky(t, step{status: 500, body: serverErrBody}, step{status: 200})
 	var rpcs rpcCounter
@@ -393,6 +404,12 @@ func TestDoFallsBack(t *testing.T) {
 		if !errors.As(err, &perr) || perr.Decision.Action != policyd.ActionFallBack ||
 			perr.Decision.Fallback != policyd.FallbackLargerContextModel {
 			t.Fatalf("Do = %v, want a *policyd.Error carrying the FALL_BACK hint", err)
+		}
+		// It says the call stopped, why, and where it would have gone.
+		msg := err.Error()
+		if !strings.Contains(msg, "stopped after 1 attempt: policyd advised a fallback to LARGER_CONTEXT_MODEL, "+
+			"and the call has no fallback function") || strings.Contains(msg, "(policyd: fall back to") {
+			t.Errorf("message = %q, want it to say it stopped because no fallback function was given", msg)
 		}
 	})
 

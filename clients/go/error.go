@@ -1,6 +1,7 @@
 package policyd
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -21,13 +22,17 @@ type Error struct {
 	Decision Decision
 	// ContextID is the journal's RetryContext id; empty when not journaled.
 	ContextID string
-	// authErr is the daemon's UNAUTHENTICATED answer when it stopped the
-	// call (errors.Is(err, ErrUnauthenticated); errors.As reaches the
-	// *AuthError).
-	authErr *AuthError
+	// refusal is the daemon's answer that stopped the call as a
+	// configuration error: an *AuthError (errors.Is(err,
+	// ErrUnauthenticated)) or an *OptionsError (errors.Is(err,
+	// ErrInvalidOptions)); errors.As reaches either.
+	refusal error
 	// ctxErr is the caller's context error (its cause) when the context
 	// ended the call.
 	ctxErr error
+	// unfollowed says why a FALL_BACK decision stopped the call instead:
+	// no FallbackFunc, or MaxFallbacks used up.
+	unfollowed string
 	// gated: the fleet gate stopped the call before its first attempt
 	// (Attempts is 0), or the context ended while it waited out a hold.
 	gated bool
@@ -56,8 +61,8 @@ func (e *Error) Error() string {
 		attempts += "s"
 	}
 	switch {
-	case e.authErr != nil:
-		fmt.Fprintf(&b, "stopped after %s: %s", attempts, strings.TrimPrefix(e.authErr.Error(), "policyd: "))
+	case e.refusal != nil:
+		fmt.Fprintf(&b, "stopped after %s: %s", attempts, strings.TrimPrefix(e.refusal.Error(), "policyd: "))
 	case e.gated && e.ctxErr != nil:
 		fmt.Fprintf(&b, "gave up waiting out the fleet's hold before the first attempt: %v", e.ctxErr)
 	case e.gated:
@@ -65,7 +70,10 @@ func (e *Error) Error() string {
 	case e.ctxErr != nil:
 		fmt.Fprintf(&b, "gave up after %s: %v", attempts, e.ctxErr)
 	case e.Decision.Action == ActionFallBack:
-		fmt.Fprintf(&b, "fall back to %s after %s: %s", e.Decision.Fallback, attempts, e.Decision.why())
+		// Not "fall back to …": the call did not fall back, it stopped.
+		why := cmp.Or(e.unfollowed, "the call has no fallback function")
+		fmt.Fprintf(&b, "stopped after %s: policyd advised a fallback to %s, and %s: %s",
+			attempts, fallbackTarget(e.Decision), why, e.Decision.why())
 	default:
 		fmt.Fprintf(&b, "stopped after %s: %s", attempts, e.Decision.why())
 	}
@@ -74,15 +82,15 @@ func (e *Error) Error() string {
 }
 
 // Unwrap returns the attempt's error and, when the context ended the call,
-// the context's error, or when the daemon refused the client's credentials,
-// the *AuthError.
+// the context's error, or when the daemon refused the client's credentials
+// or the call's options, the *AuthError or *OptionsError.
 func (e *Error) Unwrap() []error {
 	errs := make([]error, 0, 2)
 	if e.Err != nil {
 		errs = append(errs, e.Err)
 	}
-	if e.authErr != nil {
-		errs = append(errs, e.authErr)
+	if e.refusal != nil {
+		errs = append(errs, e.refusal)
 	}
 	if e.ctxErr != nil {
 		errs = append(errs, e.ctxErr)
@@ -95,3 +103,17 @@ func (e *Error) Unwrap() []error {
 // RecoveryAction returns what to do about the failure, as policyd said it
 // (empty when the caller's context ended the call).
 func (e *Error) RecoveryAction() string { return e.Decision.RecoveryAction }
+
+// fallbackTarget names where a FALL_BACK decision pointed: its kind and,
+// when the profile's chain names them, the provider and model, e.g.
+// "OTHER_PROVIDER (anthropic/claude-haiku-4-5)".
+func fallbackTarget(d Decision) string {
+	kind := d.Fallback.String()
+	switch {
+	case d.FallbackProvider != "" && d.FallbackModel != "":
+		return kind + " (" + d.FallbackProvider + "/" + d.FallbackModel + ")"
+	case d.FallbackProvider != "" || d.FallbackModel != "":
+		return kind + " (" + d.FallbackProvider + d.FallbackModel + ")"
+	}
+	return kind
+}

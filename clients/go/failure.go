@@ -1,7 +1,9 @@
 package policyd
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -187,8 +189,35 @@ func FailureFromError(err error) *Failure {
 			// A bare HTTP error: the body says more than "POST …: 401".
 			f.Message = ""
 		}
+		if f.ErrorCode == "" {
+			f.ErrorCode = bodyErrorCode(httpErr.Body)
+		}
 	}
 	return f
+}
+
+// bodyErrorCode is the provider's machine code in a JSON error body, as the
+// SDKs read it: error.code ("insufficient_quota", "rate_limit_exceeded"),
+// else error.status ("RESOURCE_EXHAUSTED"); "" when there is none. The
+// journal keeps it, so post-mortems tell an exhausted quota from a rate
+// limit; every client reads the same two fields (error_mapping.json).
+func bodyErrorCode(body []byte) string {
+	var b struct {
+		Error struct {
+			Code   any `json:"code"`
+			Status any `json:"status"`
+		} `json:"error"`
+	}
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &b) != nil {
+		return ""
+	}
+	for _, v := range []any{b.Error.Code, b.Error.Status} {
+		if s, ok := v.(string); ok && s != "" && len(s) <= 128 && !strings.ContainsAny(s, " \t\n\r") {
+			return s
+		}
+	}
+	return ""
 }
 
 func (f *Failure) setHeader(name, value string) {

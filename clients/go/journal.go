@@ -28,7 +28,8 @@ func (r *run) journalID() string {
 }
 
 // begin starts the RetryContext once, at the first failure. It returns the
-// RPC's error when policyd could not be reached.
+// RPC's error when policyd could not be reached, or refused the call's
+// configuration (callerMistake).
 func (r *run) begin(ctx context.Context) error {
 	if !r.journal || r.begun {
 		return nil
@@ -53,11 +54,10 @@ func (r *run) begin(ctx context.Context) error {
 		r.c.warnOnce("journal-off", "policyd: the daemon's journal is off; journaled calls are not recorded "+
 			"(start policyd serve with --database-url)", "error", err)
 	case refused(err):
-		// e.g. a ContextID that is not a UUID, or an unknown profile: sending
-		// it again with every decision would only get it refused again.
+		// Sending it again with every decision would only get it refused again.
 		r.journal = false
-		if status.Code(err) == codes.Unauthenticated {
-			break // NextDelay's refusal, which follows, stops the call and says why
+		if st := status.Convert(err); callerMistake(st.Code(), st.Message()) {
+			return err // e.g. a ContextID that is not a UUID: the caller's to fix (refusal)
 		}
 		r.c.warnOnce("journal-refused/"+status.Code(err).String(), "policyd: the daemon refused to begin a journal "+
 			"context; such calls are not journaled", "context_id", r.contextID, "profile", r.call.Profile, "error", err)
@@ -92,43 +92,84 @@ func (r *run) record(f *Failure, attempt int, took time.Duration, d Decision) {
 // finish ends a journaled call's RetryContext, if it has one. Normally it
 // does so before returning; once ctx has ended (the caller cancelled), or
 // while policyd is unreachable, it does so in the background (Close waits
-// for it), so that neither delays the caller. Either way it takes at most
-// the daemon timeout.
+// for it), so that neither delays the caller. Either way the caller waits
+// at most the daemon timeout. When policyd does not answer, finishing is
+// retried in the background (finishRetryDelays), so that a run that ended
+// while policyd was away is not left in progress.
 func (r *run) finish(ctx context.Context, outcome policydv1.Outcome) {
 	if !r.journal || !r.failed {
 		return
 	}
-	if ctx.Err() == nil && !r.c.degraded.Load() {
-		r.flush(ctx, outcome)
+	bctx := context.WithoutCancel(ctx)
+	if ctx.Err() == nil && !r.c.degraded.Load() && r.flush(ctx, outcome) {
 		return
 	}
-	bctx := context.WithoutCancel(ctx)
 	r.c.bg.Add(1)
 	go func() {
 		defer r.c.bg.Done()
-		r.flush(bctx, outcome)
+		r.retryFlush(bctx, outcome)
 	}()
 }
 
-func (r *run) flush(ctx context.Context, outcome policydv1.Outcome) {
+// finishRetryDelays are the waits between background attempts to finish a
+// context policyd did not answer for: about a minute in all, long enough
+// for a daemon restart, short enough not to pile up in a long-lived agent.
+// policyd marks a context nobody finished as abandoned after its
+// --abandon-after, so a context these miss does not stay in progress.
+var finishRetryDelays = []time.Duration{
+	250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second,
+	4 * time.Second, 8 * time.Second, 15 * time.Second, 30 * time.Second,
+}
+
+// retryFlush flushes, and again after each of finishRetryDelays while
+// policyd does not answer; it stops early when the client is closed.
+func (r *run) retryFlush(ctx context.Context, outcome policydv1.Outcome) {
+	for i := 0; ; i++ {
+		if r.flush(ctx, outcome) {
+			return
+		}
+		if i == len(finishRetryDelays) {
+			r.c.logger().Warn("policyd: gave up finishing the journal context; policyd will mark it abandoned",
+				"context_id", r.contextID, "outcome", outcome.String())
+			return
+		}
+		t := time.NewTimer(finishRetryDelays[i])
+		select {
+		case <-t.C:
+		case <-r.c.closing:
+			t.Stop()
+			return
+		}
+	}
+}
+
+// flush begins the context if it is not yet, records the pending attempts
+// and finishes it. It reports false when policyd did not answer, so that
+// the caller tries again later (every step is idempotent), and true when
+// it is done, or refused in a way a repeat would not change.
+func (r *run) flush(ctx context.Context, outcome policydv1.Outcome) bool {
 	ctx, cancel := context.WithTimeout(ctx, r.c.cfg.daemonTimeout)
 	defer cancel()
 	c := r.c
 	if !r.begun {
-		if err := r.begin(ctx); err != nil || !r.journal {
-			return
+		if err := r.begin(ctx); err != nil && !refused(err) {
+			return false
+		}
+		if !r.journal {
+			return true
 		}
 	}
-	for _, req := range r.pending {
+	for len(r.pending) > 0 {
+		req := r.pending[0]
 		err := c.rpc(ctx, "RecordAttempt", func(ctx context.Context) error {
 			_, err := c.journal.RecordAttempt(ctx, req)
 			return err
 		})
-		if err != nil && ctx.Err() != nil {
-			return
+		if err != nil && !refused(err) {
+			return false
 		}
+		r.pending = r.pending[1:]
 	}
-	r.pending = nil
 	err := c.rpc(ctx, "FinishContext", func(ctx context.Context) error {
 		_, err := c.journal.FinishContext(ctx, &policydv1.FinishContextRequest{ContextId: r.contextID, Outcome: outcome})
 		return err
@@ -136,7 +177,9 @@ func (r *run) flush(ctx context.Context, outcome policydv1.Outcome) {
 	if err != nil {
 		c.logger().Debug("policyd: could not finish the journal context", "context_id", r.contextID,
 			"outcome", outcome.String(), "error", err)
+		return refused(err)
 	}
+	return true
 }
 
 // newContextID returns a new RetryContext id: a time-ordered UUIDv7 (RFC 9562).

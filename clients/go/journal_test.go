@@ -172,22 +172,18 @@ func TestJournal(t *testing.T) {
 		}
 	})
 
-	t.Run("a context id policyd refuses turns the journal off, not policyd", func(t *testing.T) {
+	t.Run("a context id policyd refuses stops the call: the caller's to fix", func(t *testing.T) {
 		t.Parallel()
 		srv := newFlaky(t, step{status: 503, body: overloadedBody}, step{status: 200})
-		var decided decisions
-		var logs logBuffer
-		c := newClient(t, addr, policyd.WithClock(newFakeClock()), decided.option(), policyd.WithLogger(logs.logger()))
+		c := newClient(t, addr, policyd.WithClock(newFakeClock()))
 		call := openai
 		call.ContextID = "not-a-uuid"
-		if err := c.Do(ctx, call, chat(srv.URL)); err != nil {
-			t.Fatal(err)
+		err := c.Do(ctx, call, chat(srv.URL))
+		if !errors.Is(err, policyd.ErrInvalidOptions) || !strings.Contains(err.Error(), "context_id") {
+			t.Fatalf("Do = %v, want ErrInvalidOptions naming context_id", err)
 		}
-		if ds := decided.get(); len(ds) != 1 || ds[0].FailOpen {
-			t.Errorf("decisions = %+v, want policyd's", ds)
-		}
-		if !strings.Contains(logs.String(), "refused to begin a journal context") {
-			t.Errorf("no warning about the refused context:\n%s", logs.String())
+		if got := srv.hits.Load(); got != 1 {
+			t.Errorf("server saw %d requests, want 1", got)
 		}
 	})
 

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc"
@@ -15,7 +14,8 @@ import (
 // POLICYD_ADDR is unset: `make run`'s default listen address.
 const DefaultAddr = "127.0.0.1:7433"
 
-// EnvAddr names the environment variable holding the daemon's host:port.
+// EnvAddr names the environment variable holding the daemon's address,
+// [http://|https://]host[:port] (see Dial).
 const EnvAddr = "POLICYD_ADDR"
 
 // DefaultDaemonTimeout bounds every RPC to policyd unless WithDaemonTimeout
@@ -59,7 +59,7 @@ func newConfig(opts []Option) config {
 		clock:         systemClock{},
 		rand:          systemRand{},
 		failOpen:      DefaultFailOpenPolicy,
-		agent:         filepath.Base(os.Args[0]),
+		agent:         defaultAgent(os.Args[0]),
 		clientID:      newClientID(),
 		fleetGate:     true,
 		gateGrace:     DefaultGateGrace,
@@ -101,7 +101,7 @@ func WithProfile(name string) Option { return func(c *config) { c.profile = name
 func WithJournal(on bool) Option { return func(c *config) { c.journal = on } }
 
 // WithAgent names the agent in journaled contexts (default: the program's
-// file name).
+// file name without its extension, as in every client; docs/clients.md).
 func WithAgent(name string) Option { return func(c *config) { c.agent = name } }
 
 // WithDaemonTimeout bounds each RPC to policyd (default

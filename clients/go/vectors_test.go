@@ -212,3 +212,79 @@ func TestVectorsErrorMapping(t *testing.T) {
 		checkFailOpen(t, c.ID, f, 1, SafetyUnspecified, now, time.Time{}, c.Want.FailOpen)
 	}
 }
+
+func TestVectorsAddress(t *testing.T) {
+	v := readVectors[struct {
+		Addr   string `json:"addr"`
+		Target string `json:"target"`
+		TLS    bool   `json:"tls"`
+		Error  bool   `json:"error"`
+	}](t, "address.json")
+	for _, c := range v.Cases {
+		a, err := parseAddress(c.Addr)
+		switch {
+		case c.Error && err == nil:
+			t.Errorf("parseAddress(%q) = %+v, want an error", c.Addr, a)
+		case !c.Error && err != nil:
+			t.Errorf("parseAddress(%q): %v", c.Addr, err)
+		case !c.Error && (a.target != c.Target || a.tls != c.TLS):
+			t.Errorf("parseAddress(%q) = %q tls=%v, want %q tls=%v", c.Addr, a.target, a.tls, c.Target, c.TLS)
+		}
+	}
+}
+
+// TestDialRefusesAddress: a malformed POLICYD_ADDR is Dial's error, naming
+// the variable, not an outage the client fails open on.
+func TestDialRefusesAddress(t *testing.T) {
+	t.Setenv(EnvAddr, "grpc://127.0.0.1:7433")
+	_, err := Dial("")
+	if err == nil || !strings.Contains(err.Error(), EnvAddr) || !strings.Contains(err.Error(), "scheme") {
+		t.Fatalf("Dial with %s=grpc://…: %v, want an error naming the variable and the scheme", EnvAddr, err)
+	}
+}
+
+func TestVectorsDefaultAgent(t *testing.T) {
+	v := readVectors[struct {
+		Program string `json:"program"`
+		Agent   string `json:"agent"`
+	}](t, "agent.json")
+	for _, c := range v.Cases {
+		if got := defaultAgent(c.Program); got != c.Agent {
+			t.Errorf("defaultAgent(%q) = %q, want %q", c.Program, got, c.Agent)
+		}
+	}
+}
+
+func TestVectorsRefusals(t *testing.T) {
+	v := readVectors[struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Raise   bool   `json:"raise"`
+	}](t, "refusals.json")
+	byName := map[string]codes.Code{}
+	for c := codes.OK; c <= codes.Unauthenticated; c++ {
+		byName[strings.ToUpper(strings.ReplaceAll(snake(c.String()), " ", "_"))] = c
+	}
+	for _, c := range v.Cases {
+		code, ok := byName[c.Code]
+		if !ok {
+			t.Fatalf("unknown code %q", c.Code)
+		}
+		if got := callerMistake(code, c.Message); got != c.Raise {
+			t.Errorf("callerMistake(%s, %q) = %v, want %v", c.Code, c.Message, got, c.Raise)
+		}
+	}
+}
+
+// snake turns grpc-go's code names (InvalidArgument) into the wire names'
+// spelling (INVALID_ARGUMENT, after ToUpper).
+func snake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -279,7 +279,8 @@ func TestClassifyCommandE2E(t *testing.T) {
 		{name: "version", args: []string{"version"}, wantStdout: "policyd dev go"},
 		{name: "help", args: []string{"help"}, wantStdout: "Commands:"},
 		{name: "command help", args: []string{"classify", "--help"}, wantStdout: "--status"},
-		{name: "unknown command", args: []string{"bogus"}, wantCode: 2, wantStderr: "Usage:"},
+		{name: "unknown command", args: []string{"bogus"}, wantCode: 2, wantStderr: `policyd: unknown command "bogus"; 'policyd help' lists the commands`},
+		{name: "misspelt command", args: []string{"clasify"}, wantCode: 2, wantStderr: `policyd: unknown command "clasify"; did you mean classify?`},
 		{name: "no command", args: nil, wantCode: 2, wantStderr: "Usage:"},
 	}
 	for _, tt := range tests {

@@ -63,6 +63,13 @@ func TestServeJournalFailingRunE2E(t *testing.T) {
 			t.Errorf("failing-run.sh output lacks %q:\n%s", want, out)
 		}
 	}
+	// The report's text is printed as the block it is, not an escaped JSON string.
+	for _, want := range []string{`(?m)^Root cause: AUTH_INVALID \(rule auth\.invalid\)$`, `(?m)^Attempts:$`,
+		`(?m)^  #3  \S+  AUTH_INVALID  401  stop \(NOT_RETRYABLE\)$`, `(?m)^  \{"error":\{"message":"Incorrect API key provided"`} {
+		if !regexp.MustCompile(want).Match(out) {
+			t.Errorf("failing-run.sh output lacks a line matching %s:\n%s", want, out)
+		}
+	}
 	// retry-after: 2, +10 % and up to 10 % of jitter: 2.2 to 2.4 s.
 	if !regexp.MustCompile(`RATE_LIMIT    429  retry in 2\.[234]\d*s`).Match(out) {
 		t.Errorf("failing-run.sh output lacks the 429 retried after 2.2-2.4s:\n%s", out)

@@ -77,7 +77,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
-		fmt.Fprint(stderr, usage)
-		return usageErrorf("unknown command %q", cmd)
+		return unknownCommand(cmd)
 	}
 }

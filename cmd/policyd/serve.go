@@ -148,6 +148,7 @@ type serveConfig struct {
 	databaseURL    string // "": the journal is off
 	journalTimeout time.Duration
 	journalOpts    []journal.Option
+	abandonAfter   time.Duration // 0: contexts left in progress stay so
 
 	fleetOn    bool
 	fleetStore string // "memory" or "postgres"
@@ -179,6 +180,8 @@ func parseServeConfig(args []string, stdout, stderr io.Writer) (*serveConfig, er
 		"write a batch of at least this many attempts with COPY instead of one INSERT; 0: never")
 	messageChars := fs.Int("journal-message-chars", journal.DefaultMessageChars,
 		fmt.Sprintf("characters of each attempt's error message the journal keeps (%d..%d); longer ones are cut", journal.MinMessageChars, journal.MaxMessageChars))
+	abandonAfter := fs.Duration("abandon-after", journal.DefaultAbandonAfter,
+		"mark a context abandoned after this long in progress without a new attempt (its agent is gone); 0: never")
 	metricsListen := fs.String("metrics-listen", os.Getenv("POLICYD_METRICS_LISTEN"),
 		"`address` (host:port) to serve Prometheus /metrics, /healthz and /readyz on over HTTP; empty: off (env POLICYD_METRICS_LISTEN)")
 	profiling := fs.Bool("pprof", false,
@@ -194,7 +197,7 @@ func parseServeConfig(args []string, stdout, stderr io.Writer) (*serveConfig, er
 		return nil, err
 	}
 	cfg := &serveConfig{listen: *listen, metricsListen: *metricsListen, profiling: *profiling, policyFile: *policyFile,
-		databaseURL: *databaseURL, journalTimeout: *journalTimeout, sf: sf}
+		databaseURL: *databaseURL, journalTimeout: *journalTimeout, abandonAfter: *abandonAfter, sf: sf}
 	var err error
 	if cfg.security, err = sf.security(); err != nil {
 		return nil, err
@@ -215,6 +218,9 @@ func parseServeConfig(args []string, stdout, stderr io.Writer) (*serveConfig, er
 	if cfg.databaseURL != "" {
 		if *batchWindow < 0 || *writers < 1 {
 			return nil, usageErrorf("serve: --journal-batch-window must be ≥ 0 and --journal-writers ≥ 1")
+		}
+		if *abandonAfter < 0 {
+			return nil, usageErrorf("serve: --abandon-after must be ≥ 0 (0: never), got %v", *abandonAfter)
 		}
 		if *copyMinRows < 0 {
 			return nil, usageErrorf("serve: --journal-copy-min-rows must be ≥ 0, got %d", *copyMinRows)
@@ -334,6 +340,9 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 		lc.run(func(ctx context.Context) { server.WatchFleetSync(ctx, hs, syncer, logger) })
 	}
 	lc.run(func(ctx context.Context) { server.WatchJournal(ctx, hs, store) })
+	if store != nil && cfg.abandonAfter > 0 {
+		lc.run(func(ctx context.Context) { store.RunAbandoner(ctx, cfg.abandonAfter) })
+	}
 
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()

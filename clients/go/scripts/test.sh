@@ -10,6 +10,8 @@
 #
 # The journal tests are required here (POLICYD_REQUIRE_JOURNAL=1): without a database
 # they fail instead of skipping. Extra arguments go to `go test` (e.g. -run TestJournal).
+# Last, scripts/install-test.sh installs the client as the README says into a fresh
+# module outside the repository (skipped when extra arguments select tests).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd) # clients/go
@@ -55,3 +57,6 @@ if [[ -n $unformatted ]]; then
 fi
 go vet ./...
 go test -race -count=1 -shuffle=on "$@" ./...
+if [[ $# -eq 0 ]]; then
+	"$here/scripts/install-test.sh"
+fi

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 
 import anthropic
@@ -58,6 +59,8 @@ def events() -> Events:
 def test_success_makes_no_rpc(counted: Counted, server: FakeServer) -> None:
     url = server.script("/ok", Reply(200, body="fine"))
     assert counted.client.call(get_text(url), operation="web_fetch", journal=True) == "fine"
+    # Nor with a context id of the caller's (the same test in every client).
+    assert counted.client.call(get_text(url), operation="web_fetch", context_id=str(uuid.uuid4())) == "fine"
     assert counted.rpcs == []
 
 
@@ -217,7 +220,11 @@ def test_fallback_hint_is_handed_to_the_fallback_function(client: Client, server
     with pytest.raises(RetryStopped) as info:
         client.call(fetch, provider="openai", operation="chat")
     assert info.value.decision is not None and info.value.decision.action is Action.FALL_BACK
-    assert "OTHER_PROVIDER" in str(info.value)
+    # It says the call stopped, why, and where it would have gone.
+    assert (
+        "stopped after 1 attempt: policyd advised a fallback to OTHER_PROVIDER, and the call has no fallback function"
+        in str(info.value)
+    )
 
 
 def test_deadline_stops_a_retry_that_would_pass_it(client: Client, server: FakeServer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -172,3 +173,42 @@ def test_async_journaled_failure_and_cancel(journal_daemon: Daemon, server: Fake
     assert failed.context.outcome == journal_pb2.OUTCOME_FAILED
     assert failed.attempts[0].failure_type == policy_pb2.FAILURE_TYPE_NOT_FOUND
     assert cancelled.context.outcome == journal_pb2.OUTCOME_ABANDONED
+
+
+def test_a_run_that_ends_while_the_daemon_is_away_is_finished_when_it_is_back(
+    binary: str, database_url: str, server: FakeServer
+) -> None:
+    first = Daemon(binary, database_url=database_url)
+    addr = first.addr
+    cid = str(uuid.uuid4())
+    url = server.script("/away", Reply(503), Reply(200, body="ok"))
+    calls = 0
+
+    def attempt() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            first.stop()  # policyd goes away after deciding the retry, before the call ends
+        return get_text(url)()
+
+    second: Daemon | None = None
+    try:
+        with Client(addr, timeout=0.3, journal=True, sleep=lambda s: None) as c:
+            start = time.monotonic()
+            assert c.call(attempt, operation="web_fetch", profile="web_fetch", context_id=cid) == "ok"
+            assert time.monotonic() - start < 5, "finishing must not hold the caller"
+            second = Daemon(binary, database_url=database_url, args=("--listen", addr))
+            deadline = time.monotonic() + 30
+            outcome = None
+            while time.monotonic() < deadline:
+                try:
+                    outcome = context(c, cid).context.outcome
+                except grpc.RpcError:
+                    outcome = None
+                if outcome == journal_pb2.OUTCOME_RESOLVED:
+                    break
+                time.sleep(0.1)
+            assert outcome == journal_pb2.OUTCOME_RESOLVED
+    finally:
+        if second is not None:
+            second.stop()

@@ -15,7 +15,16 @@ from typing import Any
 import grpc
 import pytest
 
-from policyd_client import Cause, FailOpenPolicy, Failure, failure_from_exception, failure_from_response, retry_after
+from policyd_client import (
+    Cause,
+    Client,
+    FailOpenPolicy,
+    Failure,
+    failure_from_exception,
+    failure_from_response,
+    retry_after,
+)
+from policyd_client._core import Address, caller_mistake, default_agent, parse_addr
 from policyd_client.fail_open import derive_safety
 
 TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
@@ -144,3 +153,30 @@ def test_error_mapping(case: dict[str, Any]) -> None:
         else:
             assert getattr(f, key) == want, key
     check_fail_open(f, case["want"]["fail_open"], datetime(2026, 1, 1).timestamp())
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c["addr"]) for c in load("address.json")["cases"]])
+def test_address(case: dict[str, Any]) -> None:
+    if case.get("error"):
+        with pytest.raises(ValueError):
+            parse_addr(case["addr"])
+    else:
+        assert parse_addr(case["addr"]) == Address(case["target"], case["tls"])
+
+
+def test_a_bad_policyd_addr_is_an_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POLICYD_ADDR", "grpc://127.0.0.1:7433")
+    with pytest.raises(ValueError, match="POLICYD_ADDR.*scheme"):
+        Client()
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c["program"]) for c in load("agent.json")["cases"]])
+def test_default_agent(case: dict[str, Any]) -> None:
+    assert default_agent(case["program"]) == case["agent"]
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=f"{c['code']}:{c['message']}") for c in load("refusals.json")["cases"]]
+)
+def test_refusals(case: dict[str, Any]) -> None:
+    assert caller_mistake(case["code"], case["message"]) is case["raise"]

@@ -4,7 +4,9 @@
 # tests (strict), lint them (eslint.config.js) and check their layout
 # (prettier; `npm run format` fixes it), and run the tests (node:test)
 # against real policyd processes and real HTTP servers on 127.0.0.1, README
-# examples included.
+# examples included. Last, scripts/install-test.sh packs the client (npm
+# pack) and installs the tarball into a fresh project outside the
+# repository, as the README says.
 #
 # Env: POLICYD_BIN, an absolute path to a built policyd (unset: built here
 # from the repository root); TEST_DATABASE_URL, a PostgreSQL URL for the
@@ -49,3 +51,6 @@ fi
 export POLICYD_REQUIRE_JOURNAL=1
 
 node --test build/test/*.test.js
+
+# The README's install route, in a fresh project outside the repository.
+INSTALL_TEST_NO_BUILD=1 scripts/install-test.sh

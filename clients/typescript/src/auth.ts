@@ -4,7 +4,7 @@
 import { readFileSync } from "node:fs";
 import type { SecureClientSessionOptions } from "node:http2";
 import { isIP } from "node:net";
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { ConnectError, Interceptor } from "@connectrpc/connect";
 
 /** The environment variables read when the matching option is unset. */
 export const ENV_TOKEN = "POLICYD_TOKEN";
@@ -125,7 +125,28 @@ export class PolicydAuthError extends Error {
   }
 }
 
-/** @internal isUnauthenticated reports whether err is the daemon's UNAUTHENTICATED answer. */
-export function isUnauthenticated(err: unknown): err is ConnectError {
-  return err instanceof ConnectError && err.code === Code.Unauthenticated;
+/**
+ * PolicydOptionsError: the daemon answered INVALID_ARGUMENT to a call's own
+ * options — an unknown profile, a contextId that is not a UUID, too many
+ * labels. Like PolicydAuthError a configuration error, not an outage, so the
+ * client does not fail open on it (which would hide it behind retries that
+ * look fine and a journal that stays empty): call rejects with it after the
+ * attempt that failed (`error`), and so does classify. Its message is the
+ * daemon's, naming the field; its `cause` the daemon's ConnectError.
+ */
+export class PolicydOptionsError extends Error {
+  override name = "PolicydOptionsError";
+  declare readonly cause: ConnectError;
+  /** The daemon's address. */
+  readonly address: string;
+  /** The RPC the daemon refused, e.g. "NextDelay". */
+  readonly method: string;
+  /** The failed attempt's error, when a call was running; undefined for classify. */
+  error: unknown;
+
+  constructor(address: string, method: string, cause: ConnectError) {
+    super(`policyd at ${address} refused ${method}: INVALID_ARGUMENT: ${cause.rawMessage}`, { cause });
+    this.address = address;
+    this.method = method;
+  }
 }

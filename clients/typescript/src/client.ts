@@ -6,7 +6,6 @@
 // (run the call; on failure ask policyd, then wait, stop or fall back).
 
 import { create } from "@bufbuild/protobuf";
-import { isUnauthenticated } from "./auth.js";
 import { Coordinator } from "./coordinate.js";
 import { type Classification, classificationFromProto } from "./decision.js";
 import { clipLabel, emptyFailure, type Failure, failureFromError, failureToProto } from "./failure.js";
@@ -108,8 +107,7 @@ export class PolicydClient {
       const res = await this.#daemon.policy.classify(req, callOpts);
       return classificationFromProto(res.classification);
     } catch (err) {
-      if (isUnauthenticated(err)) throw this.#daemon.authError("Classify", err);
-      throw err;
+      throw this.#daemon.refusal("Classify", err) ?? err;
     }
   }
 
@@ -131,10 +129,12 @@ export class PolicydClient {
   /**
    * close ends the fleet stream (after a last report, at most the daemon
    * timeout) and waits for journal records still being sent in the
-   * background (after an aborted call), each bounded by the daemon timeout.
+   * background (after an aborted call), each bounded by the daemon timeout;
+   * retries waiting for policyd to come back are dropped.
    */
   async close(): Promise<void> {
     await this.#coordinator?.close();
+    this.#daemon.close(); // contexts still waiting for policyd to come back are left to its --abandon-after
     await this.#daemon.drain();
   }
 }

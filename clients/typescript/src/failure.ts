@@ -267,6 +267,7 @@ export function failureFromError(err: unknown): Failure {
     f.httpStatus = http.status;
     f.headers = http.headers;
     f.body = clip(http.body, MAX_BODY_CHARS);
+    if (!f.errorCode) f.errorCode = bodyErrorCode(http.body);
     if (http.method) f.method = http.method.toUpperCase();
     if (err instanceof HttpError) f.message = ""; // a bare HTTP error: the body says more than "HTTP 401"
   }
@@ -293,4 +294,29 @@ export function failureToProto(f: Failure): PbFailure {
     phase,
     grpcCode: f.grpcCode,
   });
+}
+
+/**
+ * bodyErrorCode is the provider's machine code in a JSON error body, as the
+ * SDKs read it: error.code ("insufficient_quota", "rate_limit_exceeded"),
+ * else error.status ("RESOURCE_EXHAUSTED"); "" when there is none. The
+ * journal keeps it, so post-mortems tell an exhausted quota from a rate
+ * limit; every client reads the same two fields (error_mapping.json).
+ */
+export function bodyErrorCode(body: string): string {
+  const text = body.trim();
+  if (!text.startsWith("{")) return "";
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return "";
+  }
+  const err = isObject(parsed) ? parsed["error"] : undefined;
+  if (!isObject(err)) return "";
+  for (const key of ["code", "status"]) {
+    const v = err[key];
+    if (typeof v === "string" && v.length > 0 && v.length <= 128 && !/\s/.test(v)) return v;
+  }
+  return "";
 }

@@ -6,7 +6,7 @@
 //     { provider: "web", operation: "web_fetch", profile: "web_fetch" },
 //   );
 
-export { ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY, ENV_TOKEN, PolicydAuthError } from "./auth.js";
+export { ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY, ENV_TOKEN, PolicydAuthError, PolicydOptionsError } from "./auth.js";
 export { createClient, PolicydClient } from "./client.js";
 export { type Clock, type Random, systemClock } from "./clock.js";
 export {

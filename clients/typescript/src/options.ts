@@ -7,9 +7,9 @@
 
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { basename } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import type { Interceptor, Transport } from "@connectrpc/connect";
+import { defaultAgent, parseAddress } from "./address.js";
 import { type Clock, type Random, systemClock } from "./clock.js";
 import type { Target } from "./coordinate.js";
 import type { Decision, Safety } from "./decision.js";
@@ -140,7 +140,11 @@ export interface CallOptions<T> {
 
 /** Options of createClient; every field is optional. */
 export interface ClientOptions {
-  /** The daemon's host:port (or http://host:port); unset: $POLICYD_ADDR, else 127.0.0.1:7433. */
+  /**
+   * The daemon's address, `[http://|https://]host[:port]` (port 7433 when
+   * none is given; https:// turns TLS on); unset: $POLICYD_ADDR, else
+   * 127.0.0.1:7433. Anything else makes the constructor throw.
+   */
   address?: string;
   /** The profile of calls that name none; unset: policyd's "default" (LLM provider calls). */
   profile?: string;
@@ -150,7 +154,7 @@ export interface ClientOptions {
   daemonTimeoutMs?: number;
   /** Where the client warns (once per outage) and logs decisions (debug); default: warnings to console.warn. */
   logger?: Logger;
-  /** The agent named in journaled contexts; default the script's file name. */
+  /** The agent named in journaled contexts; default the script's file name without its extension. */
   agent?: string;
   /**
    * Names this client to policyd (at most 128 bytes); default the host
@@ -209,7 +213,7 @@ export interface ClientOptions {
 
 /** @internal A client's options with their defaults applied. */
 export interface Settings {
-  /** The address as given (trimmed): its scheme, if any, asks for TLS or plaintext. */
+  /** The address with "https://" when its scheme asked for TLS: what the transport is made from. */
   addressGiven: string;
   /** The daemon's host:port. */
   address: string;
@@ -229,17 +233,28 @@ export interface Settings {
   fleetNow: () => number;
 }
 
-/** @internal settingsOf applies the defaults to a client's options; it does not throw. */
+/**
+ * @internal settingsOf applies the defaults to a client's options. It throws
+ * only for an address outside the grammar (parseAddress), naming where it
+ * came from.
+ */
 export function settingsOf(options: ClientOptions): Settings {
-  const addressGiven = (options.address || process.env["POLICYD_ADDR"] || DEFAULT_ADDRESS).trim();
+  let addr;
+  try {
+    addr = parseAddress(options.address || process.env["POLICYD_ADDR"] || DEFAULT_ADDRESS);
+  } catch (err) {
+    throw new Error(`policyd: ${options.address ? "address" : "POLICYD_ADDR"}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
   const clock = options.clock ?? systemClock;
   return {
-    addressGiven,
-    address: addressGiven.replace(/^https?:\/\//, "").replace(/\/+$/, ""),
+    addressGiven: (addr.tls ? "https://" : "") + addr.target,
+    address: addr.target,
     clientId: clipLabel(options.clientId || newClientId()),
     profile: options.profile ?? "",
     journal: options.journal ?? false,
-    agent: options.agent ?? (process.argv[1] ? basename(process.argv[1]) : "node"),
+    agent: options.agent ?? (defaultAgent(process.argv[1] ?? "") || "node"),
     failOpen:
       options.failOpen instanceof FailOpenPolicy ? options.failOpen : new FailOpenPolicy(options.failOpen ?? {}),
     clock,

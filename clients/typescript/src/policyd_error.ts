@@ -44,9 +44,12 @@ export class PolicydError extends Error {
     } else {
       const inner = init.cause instanceof Error ? init.cause.message : String(init.cause);
       const n = `${init.attempts} attempt${init.attempts === 1 ? "" : "s"}`;
-      const what =
-        d.action === "FALL_BACK" ? `fall back to ${d.fallback.kind || "UNSPECIFIED"} after ${n}` : `stopped after ${n}`;
-      super(`${inner} (policyd: ${what}: ${explain(d)})`, { cause: init.cause });
+      // Not "fall back to …": the call did not fall back, it stopped.
+      const why =
+        d.action === "FALL_BACK"
+          ? `policyd advised a fallback to ${fallbackTarget(d)}, and the call has no fallback function: ${explain(d)}`
+          : explain(d);
+      super(`${inner} (policyd: stopped after ${n}: ${why})`, { cause: init.cause });
     }
     this.attempts = init.attempts;
     this.decision = init.decision;
@@ -58,4 +61,15 @@ export class PolicydError extends Error {
   get recoveryAction(): string {
     return this.decision.classification.recoveryAction;
   }
+}
+
+/**
+ * fallbackTarget names where a FALL_BACK decision points: its kind and,
+ * when the profile's chain names them, the provider and model, e.g.
+ * "OTHER_PROVIDER (anthropic/claude-haiku-4-5)".
+ */
+function fallbackTarget(d: Decision): string {
+  const kind = d.fallback.kind || "UNSPECIFIED";
+  const named = [d.fallback.provider, d.fallback.model].filter(Boolean).join("/");
+  return named ? `${kind} (${named})` : kind;
 }

@@ -8,7 +8,7 @@
 // needs from its client named in RunContext.
 
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { isUnauthenticated, PolicydAuthError } from "./auth.js";
+import { PolicydAuthError, PolicydOptionsError } from "./auth.js";
 import { type Coordinator, gateFirstAttempt } from "./coordinate.js";
 import { type Decision, decisionFromProto, durationOf, explain, values } from "./decision.js";
 import { type Failure, failureFromError, failureToProto } from "./failure.js";
@@ -140,10 +140,13 @@ export async function run<T>(
         let decision: Decision | undefined;
         try {
           decision = await decide(ctx, call, failure, attempt, took);
-        } catch (authErr) {
-          // A refused token is a configuration error: failing open would hide it.
-          if (authErr instanceof PolicydAuthError) authErr.error = err;
-          throw authErr;
+        } catch (refusal) {
+          // A refused token or option is a configuration error: failing open would hide it.
+          if (refusal instanceof PolicydAuthError || refusal instanceof PolicydOptionsError) {
+            refusal.error = err;
+            void journal.finish("FAILED", signal);
+          }
+          throw refusal;
         }
         if (callerSignal?.aborted) {
           journal.giveUp(failure, attempt, took, classifyOptions, "ABANDONED", signal);
@@ -232,9 +235,8 @@ async function decide(
     ? await daemon.rpc("NextDelay", signal, deadlineMs, (o) => daemon.policy.nextDelay(req, o))
     : { ok: false, code: undefined };
   if (signal.aborted) return undefined;
-  if (!res.ok && res.error && isUnauthenticated(res.error)) {
-    throw daemon.authError("NextDelay", res.error);
-  }
+  const refusal = res.ok ? undefined : daemon.refusal("NextDelay", res.error);
+  if (refusal) throw refusal;
   let d: Decision;
   if (res.ok) {
     d = decisionFromProto(res.value.decision);

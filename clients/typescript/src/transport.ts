@@ -15,13 +15,13 @@ import {
   type Transport,
 } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { bearerInterceptor, PolicydAuthError, resolveSecurity } from "./auth.js";
+import { bearerInterceptor, PolicydAuthError, PolicydOptionsError, resolveSecurity } from "./auth.js";
 import type { Clock } from "./clock.js";
 import { streamTransport } from "./coordinate.js";
 import { JournalService } from "./gen/policyd/v1/journal_pb.js";
 import { PolicyService } from "./gen/policyd/v1/policy_pb.js";
 import type { ClientOptions, Logger } from "./options.js";
-import { JOURNAL_OFF, REFUSED, type RpcOptions, type RpcResult } from "./rpc.js";
+import { callerMistake, JOURNAL_OFF, REFUSED, type RpcOptions, type RpcResult } from "./rpc.js";
 
 /** @internal What the rest of the client needs from it. */
 export interface ClientInternals {
@@ -37,6 +37,9 @@ export interface ClientInternals {
   ): Promise<RpcResult<R>>;
   warnOnce(key: string, message: string, ...fields: unknown[]): void;
   track(p: Promise<void>): void;
+  refusal(method: string, err: unknown): PolicydAuthError | PolicydOptionsError | undefined;
+  /** Aborts when the client is closed. */
+  readonly closing: AbortSignal;
 }
 
 /** @internal The transports a client talks to policyd over. */
@@ -104,6 +107,7 @@ export class Daemon implements ClientInternals {
   #degraded = false;
   readonly #warned = new Set<string>();
   readonly #pending = new Set<Promise<void>>();
+  readonly #closing = new AbortController();
 
   constructor(address: string, t: Transports, o: { clock: Clock; logger: Logger; daemonTimeoutMs: number }) {
     this.address = address;
@@ -118,6 +122,27 @@ export class Daemon implements ClientInternals {
   /** authError is the error that says policyd refused the client's credentials for method. */
   authError(method: string, err: ConnectError): PolicydAuthError {
     return new PolicydAuthError(this.address, method, err, this.tokenSet);
+  }
+
+  /**
+   * refusal is the configuration error in policyd's answer to method
+   * (callerMistake): a PolicydAuthError or a PolicydOptionsError; undefined
+   * for any other answer.
+   */
+  refusal(method: string, err: unknown): PolicydAuthError | PolicydOptionsError | undefined {
+    if (!(err instanceof ConnectError) || !callerMistake(err.code, err.rawMessage)) return undefined;
+    if (err.code === Code.Unauthenticated) return this.authError(method, err);
+    return new PolicydOptionsError(this.address, method, err);
+  }
+
+  /** closing aborts when the client is closed: background retries stop. */
+  get closing(): AbortSignal {
+    return this.#closing.signal;
+  }
+
+  /** close stops what waits in the background to try again (see closing). */
+  close(): void {
+    this.#closing.abort();
   }
 
   /**
@@ -148,11 +173,11 @@ export class Daemon implements ClientInternals {
       if (JOURNAL_OFF.has(ce.code) && method !== "NextDelay") {
         return { ok: false, code: ce.code }; // the journal is off: journal.ts warns once
       }
-      if (ce.code === Code.Unauthenticated) {
-        // NextDelay's refusal rejects the call (see run.ts, decide), and
-        // BeginContext's is followed by NextDelay's; the journal's others only warn.
+      if (callerMistake(ce.code, ce.rawMessage)) {
+        // NextDelay's and BeginContext's refusals reject the call (see
+        // run.ts, decide); the journal's others only warn.
         if (method !== "NextDelay" && method !== "BeginContext") {
-          this.warnOnce(`${method}/${ce.code}`, this.authError(method, ce).message);
+          this.warnOnce(`${method}/${ce.code}`, this.refusal(method, ce)?.message ?? ce.message);
         }
       } else if (REFUSED.has(ce.code)) {
         this.warnOnce(

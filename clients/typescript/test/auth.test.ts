@@ -88,7 +88,7 @@ describe("bearer tokens", () => {
       );
       assert.ok(err instanceof PolicydAuthError, String(err));
       assert.match(err.message, says);
-      assert.equal(err.method, "NextDelay");
+      assert.equal(err.method, "BeginContext"); // a journaled call's first RPC, as in every client
       assert.equal(err.tokenSet, token !== "");
       assert.ok(err.error instanceof HttpError && err.error.status === 503);
       assert.equal(srv.hits, 1);

@@ -3,18 +3,16 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { type CallOptions, checkResponse, createClient, HttpError, PolicydError } from "@policyd/client";
 import {
-  AUTH_RECOVERY,
-  bodies,
-  closedAddr,
-  daemonAddr,
-  decisions,
-  FakeClock,
-  flaky,
-  memoryLogger,
-  rpcCounter,
-} from "./harness.js";
+  type CallOptions,
+  checkResponse,
+  createClient,
+  HttpError,
+  newContextId,
+  PolicydError,
+  PolicydOptionsError,
+} from "@policyd/client";
+import { AUTH_RECOVERY, bodies, closedAddr, daemonAddr, decisions, FakeClock, flaky, rpcCounter } from "./harness.js";
 
 const openai = { provider: "openai", model: "gpt-4o", operation: "chat" } satisfies CallOptions<unknown>;
 
@@ -71,6 +69,11 @@ describe("client.call against policyd", { concurrency: true }, () => {
       await client.call(chat(ok.url), openai);
       assert.deepEqual(rpcs.calls, [], `journal ${journal}: RPCs on the success path`);
     }
+    // Nor with a context id of the caller's, which journals the call.
+    const rpcs0 = rpcCounter();
+    const client0 = createClient({ address: addr, interceptors: [rpcs0.interceptor] });
+    await client0.call(chat(ok.url), { ...openai, contextId: newContextId() });
+    assert.deepEqual(rpcs0.calls, [], "contextId: RPCs on the success path");
     const srv = await flaky({ status: 500, body: bodies.serverError }, { status: 200, body: bodies.chatOk });
     const rpcs = rpcCounter();
     const client = createClient({ address: addr, clock: new FakeClock(), interceptors: [rpcs.interceptor] });
@@ -278,35 +281,6 @@ describe("client.call against policyd", { concurrency: true }, () => {
     }
   });
 
-  test("a profile policyd does not know: the client warns once and fails open", async () => {
-    const srv = await flaky(
-      { status: 503 },
-      { status: 200, body: bodies.chatOk },
-      { status: 503 },
-      { status: 200, body: bodies.chatOk },
-    );
-    const logger = memoryLogger();
-    const d = decisions();
-    const client = createClient({
-      address: await daemonAddr(),
-      profile: "no_such_profile",
-      clock: new FakeClock(),
-      logger,
-      onDecision: d.onDecision,
-    });
-    await client.call(chat(srv.url), openai);
-    await client.call(chat(srv.url), openai);
-    assert.deepEqual(
-      d.all.map((x) => [x.action, x.failOpen]),
-      [
-        ["RETRY", true],
-        ["RETRY", true],
-      ],
-    );
-    assert.equal(logger.warnings.length, 1, logger.warnings.join("\n"));
-    assert.match(logger.warnings[0]!, /refused a NextDelay request/);
-  });
-
   test("classify: what policyd makes of an error, and no failing open", async () => {
     const client = createClient({ address: await daemonAddr() });
     const c = await client.classify(new HttpError({ status: 401, body: bodies.badKey }));
@@ -443,7 +417,11 @@ describe("client.call against policyd", { concurrency: true }, () => {
       assert.ok(err instanceof PolicydError);
       assert.equal(err.decision.action, "FALL_BACK");
       assert.equal(err.decision.fallback.kind, "LARGER_CONTEXT_MODEL");
-      assert.match(err.message, /fall back to LARGER_CONTEXT_MODEL/);
+      // It says the call stopped, why, and where it would have gone.
+      assert.match(
+        err.message,
+        /stopped after 1 attempt: policyd advised a fallback to LARGER_CONTEXT_MODEL, and the call has no fallback function/,
+      );
     });
 
     test("the fallback function's error is the call's", async () => {
@@ -531,5 +509,19 @@ describe("client.call against policyd", { concurrency: true }, () => {
       assert.equal(d.all[0]!.classification.failureType, "OVERLOADED");
       assert.equal(d.all[0]!.classification.retryAfterMs, 2000);
     });
+  });
+
+  test("an unknown profile rejects with the daemon's message, not a fail-open retry", async () => {
+    const srv = await flaky({ status: 503, body: bodies.overloaded }, { status: 200, body: bodies.chatOk });
+    const client = createClient({ address: await daemonAddr(), clock: new FakeClock(), profile: "web_fech" });
+    const err = await client.call(chat(srv.url), openai).then(
+      () => assert.fail("call succeeded"),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof PolicydOptionsError, String(err));
+    assert.equal(err.method, "NextDelay");
+    assert.match(err.message, /unknown profile "web_fech"; known:/);
+    assert.ok(err.error instanceof HttpError);
+    assert.equal(srv.hits, 1);
   });
 });

@@ -150,7 +150,7 @@ describe("failureFromError", { concurrency: true }, () => {
     const f = failureFromError(err);
     assert.equal(f.httpStatus, 429);
     assert.equal(f.errorName, "RateLimitError");
-    assert.equal(f.errorCode, "", "the API's error code travels in the body, not as a network code");
+    assert.equal(f.errorCode, "rate_limit_exceeded", "the API's error code, read from the body as every client does");
     assert.deepEqual(JSON.parse(f.body), {
       error: { message: "Rate limit reached", type: "requests", code: "rate_limit_exceeded" },
     });

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { describe, test } from "node:test";
-import { type CallOptions, checkResponse, createClient, PolicydError } from "@policyd/client";
+import { type CallOptions, checkResponse, createClient, PolicydError, PolicydOptionsError } from "@policyd/client";
 import { Action, FailureType, Outcome, StopReason } from "@policyd/client/proto";
 import {
   AUTH_RECOVERY,
@@ -17,6 +17,7 @@ import {
   memoryLogger,
   rawClients,
   rpcCounter,
+  startDaemon,
 } from "./harness.js";
 
 const openai = { provider: "openai", model: "gpt-4o", operation: "chat" } satisfies CallOptions<unknown>;
@@ -111,5 +112,53 @@ describe("journal", { concurrency: true }, () => {
     assert.equal(await client.call(get(srv.url), openai), "ok");
     assert.equal(logger.warnings.length, 1, logger.warnings.join("\n"));
     assert.match(logger.warnings[0]!, /journal is off/);
+  });
+
+  test("a run that ends while policyd is away is finished when it is back", async (t) => {
+    if (!(await journalDaemonAddr())) return t.skip("TEST_DATABASE_URL is not set (scripts/test.sh starts a database)");
+    const url = process.env["TEST_DATABASE_URL"]!;
+    const first = await startDaemon(url);
+    const addr = first.addr;
+    const srv = await flaky({ status: 503, body: bodies.overloaded }, { status: 200, body: "ok" });
+    const client = createClient({ address: addr, clock: new FakeClock(), daemonTimeoutMs: 300 });
+    const contextId = randomUUID();
+    const started = Date.now();
+    const out = await client.call(
+      async (a) => {
+        if (a.attempt === 2) await first.stop(); // policyd goes away after deciding the retry
+        return get(srv.url)(a);
+      },
+      { ...openai, contextId },
+    );
+    assert.equal(out, "ok");
+    assert.ok(Date.now() - started < 5000, "finishing must not hold the caller");
+    const second = await startDaemon(url, ["--listen", addr]);
+    t.after(() => second.stop());
+    const { journal } = rawClients(addr);
+    let outcome: Outcome | undefined;
+    for (const end = Date.now() + 30_000; Date.now() < end; await new Promise((r) => setTimeout(r, 100))) {
+      outcome = await journal.getContext({ contextId }).then(
+        (r) => r.context?.outcome,
+        () => undefined,
+      );
+      if (outcome === Outcome.RESOLVED) break;
+    }
+    assert.equal(outcome, Outcome.RESOLVED);
+    await client.close();
+  });
+
+  test("a context id policyd refuses rejects the call, naming it", async (t) => {
+    const addr = await journalDaemonAddr();
+    if (!addr) return t.skip("TEST_DATABASE_URL is not set (scripts/test.sh starts a database)");
+    const srv = await flaky({ status: 503, body: bodies.overloaded }, { status: 200, body: "ok" });
+    const client = createClient({ address: addr, clock: new FakeClock() });
+    const err = await client.call(get(srv.url), { ...openai, contextId: "not-a-uuid" }).then(
+      () => assert.fail("call succeeded"),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof PolicydOptionsError, String(err));
+    assert.equal(err.method, "BeginContext");
+    assert.match(err.message, /context_id/);
+    assert.equal(srv.hits, 1);
   });
 });

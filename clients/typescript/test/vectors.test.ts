@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import {
   deriveSafety,
   emptyFailure,
@@ -13,6 +13,7 @@ import {
   type Failure,
   failureFromError,
   HttpError,
+  PolicydClient,
   retryAfterMs,
   type Safety,
 } from "@policyd/client";
@@ -147,4 +148,53 @@ describe("vectors: error_mapping.json", () => {
 test("vectors: a timeout by name (AbortSignal.timeout) is retried", () => {
   const f = failureFromError(new DOMException("The operation was aborted due to timeout", "TimeoutError"));
   checkFailOpen(f, { action: "retry", failure_type: "TIMEOUT" }, 0);
+});
+
+// The client's internals the vectors below pin, from the built package (dist/).
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- internal modules, not part of the typed API.
+async function internal(module: string): Promise<any> {
+  return import(new URL(`../../dist/${module}`, import.meta.url).href);
+}
+
+describe("vectors: address.json", async () => {
+  const { parseAddress } = await internal("address.js");
+  for (const c of load("address.json").cases) {
+    test(JSON.stringify(c.addr), () => {
+      if (c.error) assert.throws(() => parseAddress(c.addr));
+      else assert.deepEqual(parseAddress(c.addr), { target: c.target, tls: c.tls });
+    });
+  }
+  test("a bad POLICYD_ADDR is the constructor's error, naming it", () => {
+    const saved = process.env["POLICYD_ADDR"];
+    process.env["POLICYD_ADDR"] = "grpc://127.0.0.1:7433";
+    try {
+      assert.throws(() => new PolicydClient({ fleetGate: false }), /POLICYD_ADDR.*scheme/);
+    } finally {
+      if (saved === undefined) delete process.env["POLICYD_ADDR"];
+      else process.env["POLICYD_ADDR"] = saved;
+    }
+  });
+});
+
+describe("vectors: agent.json", async () => {
+  const { defaultAgent } = await internal("address.js");
+  for (const c of load("agent.json").cases) {
+    test(c.program, () => assert.equal(defaultAgent(c.program), c.agent));
+  }
+});
+
+describe("vectors: refusals.json", async () => {
+  const { callerMistake } = await internal("rpc.js");
+  for (const c of load("refusals.json").cases) {
+    test(`${c.code}: ${c.message}`, () => {
+      const code =
+        Code[
+          c.code
+            .toLowerCase()
+            .replace(/(^|_)(\w)/g, (_m: string, _u: string, ch: string) => ch.toUpperCase()) as keyof typeof Code
+        ];
+      assert.notEqual(code, undefined, c.code);
+      assert.equal(callerMistake(code, c.message), c.raise);
+    });
+  }
 });

@@ -27,7 +27,15 @@ from .decision import (
     FleetState,
     RetryEvent,
 )
-from .errors import FleetGateError, PolicydAuthError, PolicydClientError, RetryCancelled, RetryStopped
+from .errors import (
+    FleetGateError,
+    PolicydAuthError,
+    PolicydClientError,
+    PolicydConfigError,
+    PolicydOptionsError,
+    RetryCancelled,
+    RetryStopped,
+)
 from .fail_open import FailOpenPolicy, retry_after
 from .failure import FailureMapper, failure_from_exception, failure_from_response
 
@@ -49,6 +57,8 @@ __all__ = [
     "FleetGateError",
     "FleetState",
     "PolicydAuthError",
+    "PolicydConfigError",
+    "PolicydOptionsError",
     "PolicydClientError",
     "RetryCancelled",
     "RetryEvent",

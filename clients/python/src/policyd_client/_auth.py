@@ -11,8 +11,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from ._core import CHANNEL_OPTIONS, rpc_code
-from .errors import PolicydAuthError
+from ._core import CHANNEL_OPTIONS, caller_mistake, rpc_code
+from .errors import PolicydAuthError, PolicydConfigError, PolicydOptionsError
 
 #: The environment variables read when the matching keyword is None.
 ENV_TOKEN = "POLICYD_TOKEN"
@@ -171,10 +171,17 @@ def async_channel(addr: str, sec: Security) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS, interceptors=interceptors)
 
 
-def auth_error(addr: str, method: str, err: BaseException, token_set: bool) -> PolicydAuthError | None:
-    """The error to raise when the daemon answered UNAUTHENTICATED, else None."""
-    if rpc_code(err) is not grpc.StatusCode.UNAUTHENTICATED:
-        return None
+def auth_error(addr: str, method: str, err: BaseException, token_set: bool) -> PolicydConfigError | None:
+    """The error to raise when the daemon's answer is a configuration error (refusal), else None.
+
+    UNAUTHENTICATED is a PolicydAuthError; INVALID_ARGUMENT naming one of the
+    call's own options (caller_mistake) a PolicydOptionsError.
+    """
+    code = rpc_code(err)
     details = getattr(err, "details", None)
     text = str(details() or "") if callable(details) else ""
-    return PolicydAuthError(addr, method, text, token_set=token_set)
+    if code is grpc.StatusCode.UNAUTHENTICATED:
+        return PolicydAuthError(addr, method, text, token_set=token_set)
+    if code is not None and caller_mistake(code.name, text):
+        return PolicydOptionsError(addr, method, text)
+    return None

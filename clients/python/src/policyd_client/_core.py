@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import ipaddress
 import logging
 import os
 import secrets
@@ -56,15 +57,114 @@ _SAFETY = {
 #: often than the daemon's enforcement policy allows (15 s).
 CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0), ("grpc.keepalive_time_ms", 30_000))
 
+#: The waits between background attempts to finish a journal context policyd
+#: did not answer for: about a minute in all, long enough for a daemon restart.
+#: policyd marks a context nobody finished abandoned after its --abandon-after.
+FINISH_RETRY_DELAYS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+
 # The status codes that mean "the daemon is not there or not answering".
 _OUTAGE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 log = logging.getLogger("policyd_client")
 
 
-def resolve_addr(addr: str | None) -> str:
-    """Return addr, else $POLICYD_ADDR, else DEFAULT_ADDR."""
-    return addr or os.environ.get("POLICYD_ADDR") or DEFAULT_ADDR
+#: The port of an address that names none: policyd's own, not HTTP's 80 or 443.
+DEFAULT_PORT = 7433
+
+
+@dataclass(frozen=True)
+class Address:
+    """A parsed daemon address: the gRPC target host:port, and whether its scheme asked for TLS."""
+
+    target: str
+    tls: bool
+
+
+def parse_addr(addr: str) -> Address:
+    """Read the one address grammar every client accepts (docs/clients.md, "The daemon address").
+
+    ``[http:// | https://] host [:port] [/]``: host a name, an IPv4 address or a
+    bracketed IPv6 address; port DEFAULT_PORT when none is given; http:// is
+    plaintext, as no scheme is, and https:// turns TLS on. Anything else raises
+    ValueError naming what is wrong, so that a typo fails here rather than
+    looking like an outage.
+    """
+    rest = addr.strip()
+    tls = False
+    if "://" in rest:
+        scheme, rest = rest.split("://", 1)
+        if scheme.lower() not in ("http", "https"):
+            raise ValueError(f"address {addr!r}: scheme {scheme!r}: want http:// or https:// (or none)")
+        tls = scheme.lower() == "https"
+    if rest.endswith("/"):
+        rest = rest[:-1]
+    if any(c in rest for c in "/?# \t"):
+        raise ValueError(f"address {addr!r}: want [http://|https://]host[:port], without a path")
+    host, port = rest, ""
+    if rest.startswith("["):
+        end = rest.find("]")
+        if end < 0:
+            raise ValueError(f"address {addr!r}: unclosed [ in an IPv6 address")
+        host, tail = rest[1:end], rest[end + 1 :]
+        if tail:
+            if not tail.startswith(":"):
+                raise ValueError(f"address {addr!r}: want [IPv6]:port")
+            port = tail[1:]
+            if not port:
+                raise ValueError(f"address {addr!r}: empty port")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"address {addr!r}: {host!r} is not an IPv6 address") from None
+        host = f"[{host}]"
+    elif rest.count(":") > 1:
+        raise ValueError(f"address {addr!r}: too many colons (write an IPv6 address in brackets: [::1]:{DEFAULT_PORT})")
+    elif ":" in rest:
+        host, port = rest.split(":", 1)
+        if not port:
+            raise ValueError(f"address {addr!r}: empty port")
+    if not host:
+        raise ValueError(f"address {addr!r}: no host")
+    n = DEFAULT_PORT
+    if port:
+        if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+            raise ValueError(f"address {addr!r}: port {port!r}: want a number in 1..65535")
+        n = int(port)
+    return Address(f"{host}:{n}", tls)
+
+
+def resolve_addr(addr: str | None) -> Address:
+    """Parse addr, else $POLICYD_ADDR, else DEFAULT_ADDR; ValueError names the source of a bad one."""
+    given = addr or os.environ.get("POLICYD_ADDR") or DEFAULT_ADDR
+    try:
+        return parse_addr(given)
+    except ValueError as e:
+        source = "addr" if addr else "POLICYD_ADDR"
+        raise ValueError(f"policyd: {source}: {e}") from None
+
+
+def default_agent(program: str) -> str:
+    """The agent a journaled context names when the caller gives none, the same in every client.
+
+    The program's file name without its extension (``/usr/bin/fetcher`` and
+    ``fetcher.py`` are both ``fetcher``), or the package's name for a
+    ``__main__`` file (``python -m pkg``): the journal's views group by agent,
+    so a Go binary, a Python script and a Node script of the same name land in
+    one row.
+    """
+    parts = program.replace("\\", "/").split("/")
+    base = parts[-1]
+    if "." in base[1:]:
+        base = base[: base.rindex(".")]
+    if base == "__main__":
+        parent = next((p for p in reversed(parts[:-1]) if p and p != "."), "")
+        base = parent or base
+    return base
+
+
+def program_agent() -> str:
+    """default_agent of this process's script; "python" when there is none (an interactive session)."""
+    return default_agent(sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c", "-") else "") or "python"
 
 
 def resolve_client_id(given: str | None) -> str:
@@ -273,6 +373,31 @@ def rpc_text(err: BaseException) -> str:
         except Exception:
             text = ""
     return f"{code.name if code else type(err).__name__}: {text or err}"
+
+
+#: The failure fields the call's options set (the rest come from the attempt's exception).
+_CALLER_FAILURE_FIELDS = frozenset(
+    ("failure.provider", "failure.model", "failure.operation", "failure.method", "failure.key_id")
+)
+
+
+def caller_mistake(code: str, message: str) -> bool:
+    """Whether a daemon's answer (status code name, message) is a mistake in the caller's configuration.
+
+    Every client raises these instead of failing open (clients/testdata/refusals.json):
+    UNAUTHENTICATED, and INVALID_ARGUMENT naming any field but one mapped from
+    the attempt's exception. The daemon's message starts with the field's path
+    (``profile: ...``, ``failure.headers: ...``); an odd value the exception
+    gave is no reason to stop retrying.
+    """
+    if code == "UNAUTHENTICATED":
+        return True
+    if code != "INVALID_ARGUMENT":
+        return False
+    field, sep, _ = message.partition(": ")
+    if not sep or (field != "failure" and not field.startswith("failure.")):
+        return True
+    return field in _CALLER_FAILURE_FIELDS
 
 
 def is_outage(err: BaseException) -> bool:

@@ -20,7 +20,7 @@ from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from ._stubs import AsyncJournalStub, AsyncPolicyStub, async_fleet_stub, async_journal_stub, async_policy_stub
 from .decision import SOURCE_FAIL_OPEN, Action, Decision, FallbackHint, RetryEvent
-from .errors import PolicydAuthError, RetryStopped
+from .errors import PolicydConfigError, RetryStopped
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
 
@@ -53,7 +53,7 @@ class AsyncClient:
         *,
         timeout: float = _core.DEFAULT_TIMEOUT,
         profile: str = "",
-        agent: str = "",
+        agent: str | None = None,
         journal: bool = False,
         labels: Mapping[str, str] | None = None,
         fail_open: FailOpenPolicy | None = None,
@@ -72,8 +72,11 @@ class AsyncClient:
         fleet_gate: bool = True,
         fleet_grace: float = GRACE,
     ) -> None:
-        self.addr = _core.resolve_addr(addr)
-        if channel is not None and (token or tls or tls_ca or tls_cert or tls_key):
+        address = _core.resolve_addr(addr)
+        self.addr = address.target
+        if tls is None and address.tls:
+            tls = True  # https://
+        if channel is not None and (token or (tls and not address.tls) or tls_ca or tls_cert or tls_key):
             raise ValueError("policyd: give token and TLS options or a channel, not both (the channel carries its own)")
         self._security = (
             _auth.Security()
@@ -84,7 +87,7 @@ class AsyncClient:
         #: Sent with every NextDelay: the fleet's circuit breakers count distinct clients.
         self.client_id = _core.resolve_client_id(client_id)
         self.profile = profile
-        self.agent = agent
+        self.agent = _core.program_agent() if agent is None else agent
         self.journal = journal
         self.labels = dict(labels or {})
         self.fail_open = fail_open or FailOpenPolicy()
@@ -96,6 +99,7 @@ class AsyncClient:
         self._warn = _core.Warnings(self.addr, self._log)
         self._own_channel = channel is None
         self._channel = channel
+        self._finishing: set[asyncio.Future[None]] = set()  # background finishing, cancelled by close()
         self._policy: AsyncPolicyStub | None = None
         self._journal: AsyncJournalStub | None = None
         #: Whether first attempts go through the fleet gate.
@@ -126,7 +130,13 @@ class AsyncClient:
         return self._journal
 
     async def close(self) -> None:
-        """Close the fleet stream, and the channel the client opened (not one it was given)."""
+        """Close the fleet stream, and the channel the client opened (not one it was given).
+
+        Journal contexts still being finished in the background (policyd was
+        away when their calls ended) are left for policyd to mark abandoned.
+        """
+        for task in list(self._finishing):
+            task.cancel()
         if self._stream is not None:
             stream, self._stream = self._stream, None
             await stream.close()
@@ -227,7 +237,7 @@ class AsyncClient:
                         fleet.record(target, False)
                     try:
                         decision = await self._decide(spec, st, failure, self._clock() - started)
-                    except PolicydAuthError as auth_err:
+                    except PolicydConfigError as auth_err:
                         auth_err.error = exc
                         raise auth_err from exc
                     if (
@@ -358,7 +368,7 @@ class AsyncClient:
             st.pending.append(_core.record_request(spec, st, failure, decision, duration))
         return decision
 
-    def _auth_error(self, method: str, err: BaseException) -> PolicydAuthError | None:
+    def _auth_error(self, method: str, err: BaseException) -> PolicydConfigError | None:
         return _auth.auth_error(self.addr, method, err, token_set=bool(self._security.token))
 
     def _fail_open(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
@@ -385,27 +395,61 @@ class AsyncClient:
         return False
 
     async def _finish(self, spec: Spec, st: State, outcome: jpb.Outcome, timeout: float | None = None) -> None:
-        """End a journaled call's RetryContext: begin it if needed, record what is pending, finish."""
+        """End a journaled call's RetryContext: begin it if needed, record what is pending, finish.
+
+        When the daemon does not answer, finishing is retried in a background
+        task (FINISH_RETRY_DELAYS; close() cancels it), so that the caller waits
+        at most one timeout and a run that ended while policyd was away is not
+        left in progress.
+        """
         if not st.open():
             return
         st.finished = True
         if timeout is None:
             timeout = _core.finish_timeout(self.timeout, self._remaining(st))
-        try:
-            if not st.begun and (await self._begin(spec, st, timeout) or not st.begun):
-                return
-        except PolicydAuthError as e:  # the call itself is over: say it, do not replace its outcome
-            self._log.warning("policyd journal: %s", e)
+        if await self._flush(spec, st, outcome, timeout):
             return
+        task = asyncio.ensure_future(self._retry_flush(spec, st, outcome))
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    async def _retry_flush(self, spec: Spec, st: State, outcome: jpb.Outcome) -> None:
+        for delay in _core.FINISH_RETRY_DELAYS:
+            await asyncio.sleep(delay)
+            try:
+                if await self._flush(spec, st, outcome, self.timeout):
+                    return
+            except Exception as err:  # e.g. the channel closed meanwhile: never an unretrieved task error
+                self._log.debug("policyd journal: finishing %s: %s", st.context_id, err)
+                return
+        self._log.warning(
+            "policyd journal: gave up finishing context %s; policyd will mark it abandoned", st.context_id
+        )
+
+    async def _flush(self, spec: Spec, st: State, outcome: jpb.Outcome, timeout: float) -> bool:
+        """Begin, record, finish; False when the daemon did not answer (every step is idempotent)."""
         try:
-            for req in st.pending:
-                await self.journal_service.RecordAttempt(req, timeout=timeout)
-            st.pending.clear()
+            if not st.begun:
+                if await self._begin(spec, st, timeout):
+                    return False
+                if not st.begun:
+                    return True  # refused: the journal is off, or the context was
+        except PolicydConfigError as e:  # the call itself is over: say it, do not replace its outcome
+            self._log.warning("policyd journal: %s", e)
+            return True
+        try:
+            while st.pending:
+                await self.journal_service.RecordAttempt(st.pending[0], timeout=timeout)
+                st.pending.pop(0)
             await self.journal_service.FinishContext(
                 jpb.FinishContextRequest(context_id=st.context_id or "", outcome=outcome), timeout=timeout
             )
         except grpc.aio.AioRpcError as err:
+            if _core.is_outage(err):
+                self._log.debug("policyd journal: finishing %s: %s; trying again", st.context_id, _core.rpc_text(err))
+                return False
             self._warn.journal_failed("finishing the context", err)
+        return True
 
     async def _abandon(self, spec: Spec, st: State) -> None:
         """Finish a context ABANDONED, briefly, even from a cancelled task."""

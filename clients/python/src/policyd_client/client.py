@@ -19,7 +19,7 @@ from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from ._stubs import JournalStub, PolicyStub, journal_stub, policy_stub
 from .decision import SOURCE_FAIL_OPEN, Action, Decision, FallbackHint, RetryEvent
-from .errors import PolicydAuthError, RetryCancelled, RetryStopped
+from .errors import PolicydConfigError, RetryCancelled, RetryStopped
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
 
@@ -32,14 +32,16 @@ P = ParamSpec("P")
 class Client:
     """Run operations under policyd's retry policy.
 
-    ``addr`` is the daemon's host:port (default ``$POLICYD_ADDR``, else
-    127.0.0.1:7433). Every RPC waits at most ``timeout`` seconds (and never
+    ``addr`` is the daemon's address (default ``$POLICYD_ADDR``, else
+    127.0.0.1:7433): ``[http://|https://]host[:port]``, port 7433 when none
+    is given, ``https://`` turning TLS on; anything else raises ValueError. Every RPC waits at most ``timeout`` seconds (and never
     past the call's deadline); a daemon that does not answer in time, or at
     all, is replaced by ``fail_open`` (a :class:`FailOpenPolicy` by default)
     and a warning is logged once per outage on the ``policyd_client`` logger.
 
     ``profile``, ``agent``, ``journal`` and ``labels`` are defaults for every
-    call. ``failure_mapper`` turns an exception into a Failure
+    call; ``agent`` defaults to the script's file name without its
+    extension. ``failure_mapper`` turns an exception into a Failure
     (:func:`failure_from_exception` by default). ``on_retry`` is called before
     each sleep. ``clock`` (monotonic seconds) and ``sleep`` are injectable for
     tests; with a custom ``sleep`` a ``cancel`` event is checked after it
@@ -52,7 +54,9 @@ class Client:
     roots), ``tls_cert`` and ``tls_key`` a client certificate and key for
     mutual TLS (default ``$POLICYD_TLS_CERT``, ``$POLICYD_TLS_KEY``). A daemon
     that answers UNAUTHENTICATED makes ``call`` raise
-    :class:`PolicydAuthError` instead of failing open.
+    :class:`PolicydAuthError` instead of failing open, and one that refuses a
+    call's own options (INVALID_ARGUMENT: an unknown profile, a bad
+    ``context_id``) :class:`PolicydOptionsError`.
 
     ``client_id`` names this client to policyd (at most 128 bytes; default:
     the host name, the process id and 8 random hex digits, new for every
@@ -81,7 +85,7 @@ class Client:
         *,
         timeout: float = _core.DEFAULT_TIMEOUT,
         profile: str = "",
-        agent: str = "",
+        agent: str | None = None,
         journal: bool = False,
         labels: Mapping[str, str] | None = None,
         fail_open: FailOpenPolicy | None = None,
@@ -100,8 +104,11 @@ class Client:
         fleet_gate: bool = True,
         fleet_grace: float = GRACE,
     ) -> None:
-        self.addr = _core.resolve_addr(addr)
-        if channel is not None and (token or tls or tls_ca or tls_cert or tls_key):
+        address = _core.resolve_addr(addr)
+        self.addr = address.target
+        if tls is None and address.tls:
+            tls = True  # https://
+        if channel is not None and (token or (tls and not address.tls) or tls_ca or tls_cert or tls_key):
             raise ValueError("policyd: give token and TLS options or a channel, not both (the channel carries its own)")
         self._security = (
             _auth.Security()
@@ -112,7 +119,7 @@ class Client:
         #: Sent with every NextDelay: the fleet's circuit breakers count distinct clients.
         self.client_id = _core.resolve_client_id(client_id)
         self.profile = profile
-        self.agent = agent
+        self.agent = _core.program_agent() if agent is None else agent
         self.journal = journal
         self.labels = dict(labels or {})
         self.fail_open = fail_open or FailOpenPolicy()
@@ -122,6 +129,7 @@ class Client:
         self._sleep = sleep
         self._log = logger or _core.log
         self._warn = _core.Warnings(self.addr, self._log)
+        self._closing = threading.Event()  # set by close(): background finishing stops
         self._own_channel = channel is None
         self._channel = channel or _auth.sync_channel(self.addr, self._security)
         #: The generated PolicyService stub, for calls the client does not wrap.
@@ -147,7 +155,12 @@ class Client:
             self._close_stream = weakref.finalize(self, self._stream.close)
 
     def close(self) -> None:
-        """Close the fleet stream, and the channel the client opened (not one it was given)."""
+        """Close the fleet stream, and the channel the client opened (not one it was given).
+
+        Journal contexts still being finished in the background (policyd was
+        away when their calls ended) are left for policyd to mark abandoned.
+        """
+        self._closing.set()
         if self._stream is not None:
             self._close_stream()
         if self._own_channel:
@@ -258,7 +271,7 @@ class Client:
                         fleet.record(target, False)
                     try:
                         decision = self._decide(spec, st, failure, self._clock() - started)
-                    except PolicydAuthError as auth_err:
+                    except PolicydConfigError as auth_err:
                         auth_err.error = exc
                         raise auth_err from exc
                     if (
@@ -405,7 +418,7 @@ class Client:
             st.pending.append(_core.record_request(spec, st, failure, decision, duration))
         return decision
 
-    def _auth_error(self, method: str, err: BaseException) -> PolicydAuthError | None:
+    def _auth_error(self, method: str, err: BaseException) -> PolicydConfigError | None:
         return _auth.auth_error(self.addr, method, err, token_set=bool(self._security.token))
 
     def _fail_open(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
@@ -432,26 +445,58 @@ class Client:
         return False
 
     def _finish(self, spec: Spec, st: State, outcome: jpb.Outcome) -> None:
-        """End a journaled call's RetryContext: begin it if needed, record what is pending, finish."""
+        """End a journaled call's RetryContext: begin it if needed, record what is pending, finish.
+
+        When the daemon does not answer, finishing is retried on a background
+        thread (FINISH_RETRY_DELAYS), so that the caller waits at most one
+        timeout and a run that ended while policyd was away is not left in
+        progress.
+        """
         if not st.open():
             return
         st.finished = True
-        timeout = _core.finish_timeout(self.timeout, self._remaining(st))
-        try:
-            if not st.begun and (self._begin(spec, st, timeout) or not st.begun):
-                return
-        except PolicydAuthError as e:  # the call itself is over: say it, do not replace its outcome
-            self._log.warning("policyd journal: %s", e)
+        if self._flush(spec, st, outcome, _core.finish_timeout(self.timeout, self._remaining(st))):
             return
+        threading.Thread(target=self._retry_flush, args=(spec, st, outcome), name="policyd-finish", daemon=True).start()
+
+    def _retry_flush(self, spec: Spec, st: State, outcome: jpb.Outcome) -> None:
+        for delay in _core.FINISH_RETRY_DELAYS:
+            if self._closing.wait(delay):
+                return
+            try:
+                if self._flush(spec, st, outcome, self.timeout):
+                    return
+            except Exception as err:  # e.g. the channel closed meanwhile: never a traceback from this thread
+                self._log.debug("policyd journal: finishing %s: %s", st.context_id, err)
+                return
+        self._log.warning(
+            "policyd journal: gave up finishing context %s; policyd will mark it abandoned", st.context_id
+        )
+
+    def _flush(self, spec: Spec, st: State, outcome: jpb.Outcome, timeout: float) -> bool:
+        """Begin, record, finish; False when the daemon did not answer (every step is idempotent)."""
         try:
-            for req in st.pending:
-                self.journal_service.RecordAttempt(req, timeout=timeout)
-            st.pending.clear()
+            if not st.begun:
+                if self._begin(spec, st, timeout):
+                    return False
+                if not st.begun:
+                    return True  # refused: the journal is off, or the context was
+        except PolicydConfigError as e:  # the call itself is over: say it, do not replace its outcome
+            self._log.warning("policyd journal: %s", e)
+            return True
+        try:
+            while st.pending:
+                self.journal_service.RecordAttempt(st.pending[0], timeout=timeout)
+                st.pending.pop(0)
             self.journal_service.FinishContext(
                 jpb.FinishContextRequest(context_id=st.context_id or "", outcome=outcome), timeout=timeout
             )
         except grpc.RpcError as err:
+            if _core.is_outage(err):
+                self._log.debug("policyd journal: finishing %s: %s; trying again", st.context_id, _core.rpc_text(err))
+                return False
             self._warn.journal_failed("finishing the context", err)
+        return True
 
     def _before_sleep(
         self, spec: Spec, st: State, exc: BaseException, failure: pb.Failure, decision: Decision, delay: float

@@ -130,11 +130,25 @@ class Decision:
                 parts.append(self.fallback_reason or self.stop_text)
         else:
             parts.append(f"retry in {self.delay:.3g}s")
+        return " ".join(parts) + self.explain_tail()
+
+    def explain_tail(self) -> str:
+        """Return what closes explain(): the failure type and rule, and who decided when not policyd."""
+        parts: list[str] = []
         if self.failure_type:
             parts.append(f"[{self.failure_type}{', rule ' + self.rule if self.rule else ''}]")
         if self.source != SOURCE_POLICYD:
             parts.append(f"({self.source})")
-        return " ".join(parts)
+        return "".join(" " + p for p in parts)
+
+    def fallback_target(self) -> str:
+        """Name where a FALL_BACK points: its kind and the chain's provider and model, if named.
+
+        E.g. ``OTHER_PROVIDER (anthropic/claude-haiku-4-5)``.
+        """
+        kind = self.fallback or "UNSPECIFIED"
+        named = "/".join(p for p in (self.fallback_provider, self.fallback_model) if p)
+        return f"{kind} ({named})" if named else kind
 
     @classmethod
     def from_proto(cls, d: pb.Decision) -> Decision:

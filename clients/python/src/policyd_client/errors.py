@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from .decision import Decision
+from .decision import Action, Decision
 
-__all__ = ["FleetGateError", "PolicydAuthError", "PolicydClientError", "RetryStopped", "RetryCancelled"]
+__all__ = [
+    "FleetGateError",
+    "PolicydAuthError",
+    "PolicydClientError",
+    "PolicydConfigError",
+    "PolicydOptionsError",
+    "RetryStopped",
+    "RetryCancelled",
+]
 
 
 class PolicydClientError(Exception):
@@ -32,7 +40,7 @@ class RetryStopped(PolicydClientError):
         self.decision = decision
         self.attempts = attempts
         self.context_id = context_id
-        self.reason = reason or (decision.explain() if decision else "stopped")
+        self.reason = reason or (_why(decision) if decision else "stopped")
         super().__init__(self._text())
 
     @property
@@ -48,11 +56,51 @@ class RetryStopped(PolicydClientError):
         return s
 
 
+def _why(d: Decision) -> str:
+    if d.action is Action.FALL_BACK:
+        # Not "fall back (...)": the call did not fall back, it stopped.
+        rest = (d.fallback_reason or d.stop_text or d.reason or "no reason given") + d.explain_tail()
+        return f"policyd advised a fallback to {d.fallback_target()}, and the call has no fallback function: {rest}"
+    return d.explain()
+
+
 class RetryCancelled(RetryStopped):
     """The caller cancelled the operation (its ``cancel`` event was set)."""
 
 
-class PolicydAuthError(PolicydClientError):
+class PolicydConfigError(PolicydClientError):
+    """The daemon refused the client's configuration: its credentials, or a call's own options.
+
+    Not an outage, so the client does not fail open on it (which would hide it
+    behind retries that look fine and a journal that stays empty): ``call``
+    raises it ``from`` the attempt's exception (also ``error``). ``addr`` is
+    the daemon's address, ``method`` the refused RPC and ``details`` the
+    daemon's message.
+    """
+
+    addr: str
+    method: str
+    details: str
+    error: BaseException | None
+
+
+class PolicydOptionsError(PolicydConfigError):
+    """The daemon answered INVALID_ARGUMENT to a call's own options.
+
+    An unknown profile, a ``context_id`` that is not a UUID, too many labels:
+    ``details`` names the field, e.g. ``profile: unknown profile "web_fech";
+    known: agent_cli, default, task_runner, web_fetch``.
+    """
+
+    def __init__(self, addr: str, method: str, details: str) -> None:
+        self.addr = addr
+        self.method = method
+        self.details = details
+        self.error = None
+        super().__init__(f"policyd at {addr} refused {method}: INVALID_ARGUMENT: {details}")
+
+
+class PolicydAuthError(PolicydConfigError):
     """The daemon answered UNAUTHENTICATED: no token, an unknown one, or no valid client certificate.
 
     A configuration error, not an outage, so the client does not fail open on

@@ -94,6 +94,8 @@ def failure_from_exception(
     for link in chain:
         if _fill_http(f, link):
             break
+    if not f.error_code:
+        f.error_code = body_error_code(f.body)
     for link in chain:
         code = _grpc_code_of(link)
         if code:
@@ -179,6 +181,30 @@ def _message_of(e: BaseException) -> str:
     return s or type(e).__name__
 
 
+def body_error_code(body: str) -> str:
+    """Return the provider's machine code in a JSON error body, as the SDKs read it, or "".
+
+    ``error.code`` (``insufficient_quota``, ``rate_limit_exceeded``), else
+    ``error.status`` (``RESOURCE_EXHAUSTED``), when a string: the journal keeps
+    it, so post-mortems tell an exhausted quota from a rate limit. Every client
+    reads the same two fields (error_mapping.json).
+    """
+    body = body.strip()
+    if not body.startswith("{"):
+        return ""
+    try:
+        err = json.loads(body).get("error")
+    except (ValueError, RecursionError):
+        return ""
+    if not isinstance(err, dict):
+        return ""
+    for key in ("code", "status"):
+        v = err.get(key)
+        if isinstance(v, str) and v and _looks_like_code(v):
+            return v
+    return ""
+
+
 def _code_of(e: BaseException) -> str:
     """Return a machine code for one exception, or ""."""
     if isinstance(e, socket.gaierror) and isinstance(e.errno, int):
@@ -256,6 +282,7 @@ def _fill_from_response(f: pb.Failure, response: Any) -> None:
     f.http_status = _status_of(response)
     _fill_headers(f, _safe_getattr(response, "headers"))
     f.body = _response_text(response)
+    f.error_code = body_error_code(f.body)
     m = _method_of(_safe_getattr(response, "request"))
     if m:
         f.method = m
