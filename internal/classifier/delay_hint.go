@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// MaxDelayHint is the largest server delay hint accepted; larger values are
-// treated as garbage and ignored. A week covers per-day quota resets.
+// MaxDelayHint is the longest server delay hint; a longer one (even one too
+// large to represent, "2e299") reads as this: the server asked for a wait
+// longer than any client accepts, which is not the same as no hint.
 const MaxDelayHint = 7 * 24 * time.Hour
 
 // Hint sources, most trusted first. A hint from a more trusted source wins.
@@ -45,9 +46,10 @@ type delayHint struct {
 }
 
 func (h *delayHint) offer(d time.Duration, ok bool, source int) {
-	if !ok || d < 0 || d > MaxDelayHint {
+	if !ok || d < 0 {
 		return
 	}
+	d = min(d, MaxDelayHint)
 	if h.source == hintNone || source < h.source {
 		h.delay, h.source = d, source
 	}
@@ -115,12 +117,12 @@ func seconds(v string, unit time.Duration) (time.Duration, bool) {
 		return 0, false
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+	if (err != nil && !isRangeError(err)) || math.IsNaN(f) || f < 0 {
 		return 0, false
 	}
 	d := f * float64(unit)
 	if d > float64(MaxDelayHint) {
-		return 0, false
+		return MaxDelayHint, true
 	}
 	return time.Duration(d), true
 }
@@ -133,13 +135,13 @@ func ParseRateLimitReset(v string, now time.Time) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+	if f, err := strconv.ParseFloat(v, 64); err == nil || isRangeError(err) {
+		if math.IsNaN(f) || f < 0 {
 			return 0, false
 		}
 		switch {
 		case f > 1e15:
-			return 0, false
+			return MaxDelayHint, true
 		case f > 1e12: // epoch milliseconds
 			return untilTime(time.UnixMilli(int64(f)), now)
 		case f > 1e9: // epoch seconds
@@ -148,8 +150,8 @@ func ParseRateLimitReset(v string, now time.Time) (time.Duration, bool) {
 			return seconds(v, time.Second)
 		}
 	}
-	if d, err := time.ParseDuration(v); err == nil && d >= 0 && d <= MaxDelayHint {
-		return d, true
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return min(d, MaxDelayHint), true
 	}
 	if t, err := time.Parse(time.RFC3339, v); err == nil {
 		return untilTime(t, now)
@@ -165,9 +167,14 @@ func untilTime(t, now time.Time) (time.Duration, bool) {
 	case d <= 0:
 		return 0, true
 	case d > MaxDelayHint:
-		return 0, false
+		return MaxDelayHint, true
 	}
 	return d, true
+}
+
+func isRangeError(err error) bool {
+	ne, ok := err.(*strconv.NumError)
+	return ok && ne.Err == strconv.ErrRange
 }
 
 // ParseGoogleDuration reads a google.protobuf.Duration in its JSON form,
@@ -188,6 +195,12 @@ var phraseStarts = [][]byte{
 	[]byte("try again in "),
 	[]byte("retry after "),
 	[]byte("try again after "),
+	// "The model is overloaded ... available in 831 seconds",
+	// "Expected available in 3 hours", "limit resets in 20 minutes".
+	[]byte("available in "),
+	[]byte("resets in "),
+	[]byte("reset in "),
+	[]byte("please wait "),
 }
 
 // ParseDelayPhrase finds a delay stated in lower-case text, such as
@@ -232,8 +245,8 @@ func parseAmount(b []byte) (time.Duration, bool) {
 		m--
 	}
 	if m > 0 {
-		if d, err := time.ParseDuration(num + string(rest[:m])); err == nil && d >= 0 && d <= MaxDelayHint {
-			return d, true
+		if d, err := time.ParseDuration(num + string(rest[:m])); err == nil && d >= 0 {
+			return min(d, MaxDelayHint), true
 		}
 	}
 	rest = bytes.TrimLeft(rest, " ")

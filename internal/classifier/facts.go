@@ -48,6 +48,12 @@ type facts struct {
 	hint        delayHint
 	shouldRetry int8 // x-should-retry: 0 absent, 1 true, -1 false
 	retryFlag   int8 // a "retriable: true|false" the response's text states
+	grpc        int32 // grpc_code, else the one the text states
+	bodyStatus  int32 // the first 4xx or 5xx numeric "code" in the body
+	// pushbackStop: grpc-retry-pushback-ms was negative or not a number,
+	// the server's way to say "do not retry" (gRFC A6).
+	pushbackStop bool
+	toolError    bool // an MCP tool result with "isError": true
 
 	resets [4]resetHeader
 	nreset int
@@ -87,6 +93,10 @@ func (fx *facts) reset(nblocks int) {
 	fx.lastKind = ""
 	fx.shouldRetry = 0
 	fx.retryFlag = 0
+	fx.grpc = 0
+	fx.bodyStatus = 0
+	fx.pushbackStop = false
+	fx.toolError = false
 	fx.nreset = 0
 	fx.f = nil
 }
@@ -121,17 +131,22 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	}
 	fx.split = len(fx.text)
 	fx.text = append(fx.text, 0)
-	fx.status = f.GetHttpStatus()
-	if fx.status == 0 {
-		fx.status = statusFromText(fx.text[:fx.split])
-	}
 
 	c.loadHeaders(fx, f.GetHeaders())
 	if body := f.GetBody(); body != "" {
 		c.loadBody(fx, body)
 	} else {
+		// No body: the runtime may have printed the error object into its
+		// message or a cause's.
 		c.loadEmbeddedBody(fx, f.GetMessage())
+		for i, cause := range f.GetCauses() {
+			if i == MaxCauses {
+				break
+			}
+			c.loadEmbeddedBody(fx, cause.GetMessage())
+		}
 	}
+	c.loadStructure(fx, f)
 	fx.bigrams.build(fx.text)
 	// botocore prints the service's error code only into its message:
 	// "An error occurred (ThrottlingException) when calling the ... operation".
@@ -147,14 +162,47 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	if fx.hint.source == hintNone || fx.hint.source > hintBodyPhrase {
 		fx.hint.offer(phraseDelay(fx.text))
 	}
+	// A wait of hours that the response states in its text is a quota's,
+	// not a throttle's.
+	if (fx.hint.source == hintBodyField || fx.hint.source == hintBodyPhrase) && fx.hint.delay >= longWait {
+		c.addKind(fx, KindLongWait, false)
+	}
 }
 
+// KindLongWait is the kind a failure gets when its body or message states a
+// wait of an hour or more ("Expected available in 5 hours"): a quota that
+// resets, not a rate limit worth waiting for.
+const KindLongWait = "long_wait"
+
+const longWait = time.Hour
+
 func phraseDelay(text []byte) (time.Duration, bool, int) {
-	if !bytes.Contains(text, []byte("try ")) {
+	if !bytes.Contains(text, []byte("try ")) && !bytes.Contains(text, []byte("available in ")) &&
+		!bytes.Contains(text, []byte("reset")) && !bytes.Contains(text, []byte("wait ")) {
 		return 0, false, hintBodyPhrase
 	}
 	d, ok := ParseDelayPhrase(text)
 	return d, ok, hintBodyPhrase
+}
+
+// loadStructure reads what the text states in a structured form when the
+// failure's own fields lack it: an HTTP status ("Error 400 ...", a body's
+// numeric code), a gRPC status, a JSON-RPC error code.
+func (c *Classifier) loadStructure(fx *facts, f *policydv1.Failure) {
+	fx.status = f.GetHttpStatus()
+	if fx.status == 0 {
+		fx.status = statusFromText(fx.text[:fx.split])
+	}
+	if fx.status == 0 {
+		fx.status = fx.bodyStatus
+	}
+	fx.grpc = f.GetGrpcCode()
+	if fx.grpc == 0 {
+		fx.grpc = grpcFromText(fx.text)
+	}
+	if code, ok := jsonrpcFromText(fx.text[:fx.split]); ok {
+		c.addJSONRPC(fx, code)
+	}
 }
 
 // addName marks the blocks an exception or class name satisfies, with and
@@ -267,8 +315,10 @@ func (c *Classifier) loadHeaders(fx *facts, headers map[string]string) {
 			d, ok := ParseMillis(v)
 			fx.hint.offer(d, ok, hintAmzRetryAfter)
 		case strings.EqualFold(name, "grpc-retry-pushback-ms"):
+			// gRFC A6: a negative or unparsable pushback asks not to retry.
 			d, ok := ParseMillis(v)
 			fx.hint.offer(d, ok, hintGRPCPushback)
+			fx.pushbackStop = !ok
 		case strings.EqualFold(name, "x-should-retry"):
 			switch strings.ToLower(strings.TrimSpace(v)) {
 			case "true":
@@ -281,16 +331,16 @@ func (c *Classifier) loadHeaders(fx *facts, headers map[string]string) {
 			c.addKind(fx, kind, false)
 		case strings.EqualFold(name, "x-ms-error-code"):
 			c.addKind(fx, v, false)
-		case hasPrefixFold(name, "x-ratelimit-reset"):
+		case hasPrefixFold(name, "x-ratelimit-reset") || hasPrefixFold(name, "x-rate-limit-reset"):
 			if fx.nreset < len(fx.resets) {
 				if d, ok := ParseRateLimitReset(v, fx.reference()); ok && d <= MaxDelayHint {
-					fx.resets[fx.nreset] = resetHeader{suffix: name[len("x-ratelimit-reset"):], delay: d}
+					fx.resets[fx.nreset] = resetHeader{suffix: rateLimitSuffix(name, "reset"), delay: d}
 					fx.nreset++
 				}
 			}
-		case hasPrefixFold(name, "x-ratelimit-remaining"):
+		case hasPrefixFold(name, "x-ratelimit-remaining") || hasPrefixFold(name, "x-rate-limit-remaining"):
 			if strings.TrimSpace(v) == "0" && nzero < len(remainingZero) {
-				remainingZero[nzero] = name[len("x-ratelimit-remaining"):]
+				remainingZero[nzero] = rateLimitSuffix(name, "remaining")
 				nzero++
 			}
 		}
@@ -358,9 +408,24 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			fx.text = appendLower(fx.text, value, maxTextBytes)
 		}
 	}
+	// An MCP tool result that failed: its content's text is the message.
+	toolError := strings.Contains(doc, "\"isError\":true") || strings.Contains(doc, "\"isError\": true")
+	if toolError {
+		fx.toolError = true
+		c.addKind(fx, KindToolError, false)
+	}
 	scanJSONKeys(doc, func(key, value string, isString bool) {
 		switch key {
-		case "code", "type", "status", "reason", "quotaId", "error_code", "errorCode", "quota_limit", "quota_metric":
+		case "code":
+			c.addKind(fx, value, false)
+			if !isString {
+				c.numericCode(fx, value)
+			}
+		case "text":
+			if toolError {
+				text(value)
+			}
+		case "type", "status", "reason", "quotaId", "error_code", "errorCode", "quota_limit", "quota_metric":
 			c.addKind(fx, value, false)
 		case "__type":
 			if i := strings.LastIndexByte(value, '#'); i >= 0 {
@@ -394,6 +459,19 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			fx.hint.offer(d, ok, hintBodyField)
 		}
 	})
+}
+
+// numericCode reads a body's numeric "code": an HTTP status (Google's
+// {"error": {"code": 429, ...}}, OpenAI-shaped errors of self-hosted
+// servers) or a JSON-RPC error code.
+func (c *Classifier) numericCode(fx *facts, value string) {
+	if code, ok := jsonrpcCode([]byte(value)); ok {
+		c.addJSONRPC(fx, code)
+		return
+	}
+	if s, ok := threeDigits([]byte(value)); ok && len(value) == 3 && fx.bodyStatus == 0 {
+		fx.bodyStatus = s
+	}
 }
 
 // retryableFlag reads a server's own "Retriable: false" (Azure Resource
@@ -516,6 +594,16 @@ func appendLower(dst []byte, s string, limit int) []byte {
 		dst = append(dst, c)
 	}
 	return dst
+}
+
+// rateLimitSuffix is what follows "x-ratelimit-<what>" or, as some servers
+// spell it, "x-rate-limit-<what>": "-requests", "-tokens", or "".
+func rateLimitSuffix(name, what string) string {
+	n := len("x-ratelimit-") + len(what)
+	if hasPrefixFold(name, "x-rate-limit-") {
+		n++
+	}
+	return name[n:]
 }
 
 func hasPrefixFold(s, prefix string) bool {

@@ -27,6 +27,19 @@ var statusPrefixes = [][]byte{
 	[]byte("http/1.1 "),
 	[]byte("http/2 "),
 	[]byte("api error: "),
+	// "Error 400 (Bad Request)", "API error 429", .NET's "Response status
+	// code does not indicate success: 429 (Too Many Requests)", Java's
+	// "Server returned HTTP response code: 503", Ollama's "(status code: 400)".
+	[]byte("error "),
+	[]byte("does not indicate success: "),
+	[]byte("http response code: "),
+	[]byte("status: "),
+	[]byte("status="),
+	[]byte("http_status="),
+	[]byte("status "),
+	[]byte("returned "),
+	[]byte("responded with "),
+	[]byte("non-2xx: "),
 }
 
 // reasonPhrases are what follows a bare status number: HTTP reason phrases
@@ -39,6 +52,14 @@ var reasonPhrases = [][]byte{
 	[]byte("resource_exhausted"), []byte("unavailable"), []byte("internal"), []byte("permission_denied"),
 	[]byte("unauthenticated"), []byte("invalid_argument"), []byte("not_found"), []byte("deadline_exceeded"),
 	[]byte("failed_precondition"), []byte("quota exceeded"), []byte("overloaded"),
+	[]byte("not implemented"), []byte("http version not supported"), []byte("variant also negotiates"),
+	[]byte("insufficient storage"), []byte("loop detected"), []byte("not extended"),
+	[]byte("network authentication required"), []byte("precondition failed"), []byte("gone"),
+	[]byte("method not allowed"), []byte("payment required"), []byte("too early"), []byte("locked"),
+	[]byte("misdirected request"), []byte("request header fields too large"), []byte("client closed request"),
+	[]byte("unsupported media type"), []byte("not acceptable"), []byte("proxy authentication required"),
+	[]byte("cancelled"), []byte("aborted"), []byte("already_exists"), []byte("unimplemented"),
+	[]byte("out_of_range"), []byte("data_loss"), []byte("resource exhausted"),
 }
 
 // statusFromText returns the first 4xx or 5xx status that lower-case text

@@ -1,0 +1,104 @@
+package classifier
+
+import "bytes"
+
+// A failure of an upstream gRPC call often reaches policyd as text only:
+// grpc-js prints "14 UNAVAILABLE: No connection established", grpc-go
+// "rpc error: code = Unavailable desc = ...", grpcio
+// "status = StatusCode.UNAVAILABLE", grpc-java "StatusRuntimeException:
+// UNAVAILABLE: io exception", and wrappers "Status: INVALID_ARGUMENT". When
+// grpc_code is 0, rules see the code such a text states. The names are
+// common words ("internal", "aborted"), so only these shapes count.
+
+// grpcNames are the gRPC status names, lower case, indexed by code.
+var grpcNames = [...]string{
+	"ok", "cancelled", "unknown", "invalid_argument", "deadline_exceeded", "not_found", "already_exists",
+	"permission_denied", "resource_exhausted", "failed_precondition", "aborted", "out_of_range",
+	"unimplemented", "internal", "unavailable", "data_loss", "unauthenticated",
+}
+
+// grpcCamelNames are grpc-go's spellings (codes.Code.String), lower case.
+var grpcCamelNames = [...]string{
+	"ok", "canceled", "unknown", "invalidargument", "deadlineexceeded", "notfound", "alreadyexists",
+	"permissiondenied", "resourceexhausted", "failedprecondition", "aborted", "outofrange",
+	"unimplemented", "internal", "unavailable", "dataloss", "unauthenticated",
+}
+
+// grpcNamePrefixes are what a bare status name follows.
+var grpcNamePrefixes = [][]byte{
+	[]byte("statuscode."), []byte("status: "), []byte("status="), []byte("grpc status: "), []byte("grpc-status: "),
+	[]byte("statusruntimeexception: "), []byte("statusexception: "), []byte("rpcexception: "),
+}
+
+// grpcFromText returns the gRPC code lower-case text states, or 0.
+func grpcFromText(text []byte) int32 {
+	if c := grpcGoCode(text); c > 0 {
+		return c
+	}
+	for _, p := range grpcNamePrefixes {
+		rest := text
+		for {
+			i := bytes.Index(rest, p)
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len(p):]
+			if c := grpcNameAt(rest, grpcNames[:]); c > 0 {
+				return c
+			}
+		}
+	}
+	return grpcNumberedName(text)
+}
+
+// grpcGoCode reads grpc-go's "code = Unavailable desc = ...".
+func grpcGoCode(text []byte) int32 {
+	i := bytes.Index(text, []byte("code = "))
+	if i < 0 {
+		return 0
+	}
+	return grpcNameAt(text[i+len("code = "):], grpcCamelNames[:])
+}
+
+// grpcNumberedName reads grpc-js's "<code> <NAME>:", where the number and
+// the name must agree ("14 unavailable:").
+func grpcNumberedName(text []byte) int32 {
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		if c < '0' || c > '9' || (i > 0 && text[i-1] >= '0' && text[i-1] <= '9') {
+			continue
+		}
+		n, j := int32(c-'0'), i+1
+		if j < len(text) && text[j] >= '0' && text[j] <= '9' {
+			n = n*10 + int32(text[j]-'0')
+			j++
+		}
+		if n < 1 || int(n) >= len(grpcNames) || j >= len(text) || text[j] != ' ' {
+			continue
+		}
+		name := grpcNames[n]
+		rest := text[j+1:]
+		if len(rest) > len(name) && string(rest[:len(name)]) == name && rest[len(name)] == ':' {
+			return n
+		}
+	}
+	return 0
+}
+
+// grpcNameAt returns the code whose name starts b and is not followed by a
+// letter or '_', or 0.
+func grpcNameAt(b []byte, names []string) int32 {
+	for code := len(names) - 1; code >= 1; code-- {
+		name := names[code]
+		if len(b) < len(name) || string(b[:len(name)]) != name {
+			continue
+		}
+		if len(b) > len(name) {
+			if c := b[len(name)]; c == '_' || (c >= 'a' && c <= 'z') {
+				continue
+			}
+		}
+		return int32(code)
+	}
+	return 0
+}
