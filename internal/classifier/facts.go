@@ -46,8 +46,8 @@ type facts struct {
 	nameHits    bitset    // blocks whose name condition error_name satisfies
 	scratch     []byte    // lower-casing one kind at a time
 	hint        delayHint
-	shouldRetry int8 // x-should-retry: 0 absent, 1 true, -1 false
-	retryFlag   int8 // a "retriable: true|false" the response's text states
+	shouldRetry int8  // x-should-retry: 0 absent, 1 true, -1 false
+	retryFlag   int8  // a "retriable: true|false" the response's text states
 	grpc        int32 // grpc_code, else the one the text states
 	bodyStatus  int32 // the first 4xx or 5xx numeric "code" in the body
 	// pushbackStop: grpc-retry-pushback-ms was negative or not a number,
@@ -425,7 +425,7 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			if toolError {
 				text(value)
 			}
-		case "type", "status", "reason", "quotaId", "error_code", "errorCode", "quota_limit", "quota_metric":
+		case "type", "status", "reason", "quotaId", "error_code", "errorCode", "quota_limit", "quota_metric", "blockReason", "finishReason":
 			c.addKind(fx, value, false)
 		case "__type":
 			if i := strings.LastIndexByte(value, '#'); i >= 0 {

@@ -40,6 +40,7 @@ var statusPrefixes = [][]byte{
 	[]byte("returned "),
 	[]byte("responded with "),
 	[]byte("non-2xx: "),
+	[]byte("server error: "),
 }
 
 // reasonPhrases are what follows a bare status number: HTTP reason phrases
