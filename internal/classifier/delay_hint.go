@@ -190,23 +190,33 @@ func ParseGoogleDuration(v string) (time.Duration, bool) {
 
 // phraseStarts are the lower-case phrases after which bodies and messages
 // state a delay: "Please retry in 20s", "Try again in 59 seconds".
-var phraseStarts = [][]byte{
-	[]byte("retry in "),
-	[]byte("try again in "),
-	[]byte("retry after "),
-	[]byte("try again after "),
-	// "The model is overloaded ... available in 831 seconds",
-	// "Expected available in 3 hours", "limit resets in 20 minutes".
-	[]byte("available in "),
-	[]byte("resets in "),
-	[]byte("reset in "),
-	[]byte("please wait "),
-}
+var phraseStarts = func() []substring {
+	var out []substring
+	for _, p := range []string{"retry in ", "try again in ", "retry after ", "try again after ",
+		// "The model is overloaded ... available in 831 seconds",
+		// "Expected available in 3 hours", "limit resets in 20 minutes".
+		"available in ", "resets in ", "reset in ", "please wait "} {
+		out = append(out, newSubstring(p))
+	}
+	return out
+}()
 
 // ParseDelayPhrase finds a delay stated in lower-case text, such as
 // "please retry in 20.5s" or "try again in 59 seconds".
 func ParseDelayPhrase(text []byte) (time.Duration, bool) {
-	for _, p := range phraseStarts {
+	var bigrams bigramSet
+	bigrams.build(text)
+	return parseDelayPhrase(text, &bigrams)
+}
+
+// parseDelayPhrase is ParseDelayPhrase with the text's bigrams, which skip
+// the phrases the text cannot hold.
+func parseDelayPhrase(text []byte, bigrams *bigramSet) (time.Duration, bool) {
+	for i := range phraseStarts {
+		if !phraseStarts[i].maybeIn(bigrams) {
+			continue
+		}
+		p := phraseStarts[i].text
 		rest := text
 		for {
 			i := bytes.Index(rest, p)

@@ -146,8 +146,8 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 			c.loadEmbeddedBody(fx, cause.GetMessage())
 		}
 	}
-	c.loadStructure(fx, f)
 	fx.bigrams.build(fx.text)
+	c.loadStructure(fx, f)
 	// botocore prints the service's error code only into its message:
 	// "An error occurred (ThrottlingException) when calling the ... operation".
 	if code, ok := botocoreCode(fx.text); ok {
@@ -160,7 +160,7 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 
 	// Delay phrases in messages come last in trust: "Please retry in 20s".
 	if fx.hint.source == hintNone || fx.hint.source > hintBodyPhrase {
-		fx.hint.offer(phraseDelay(fx.text))
+		fx.hint.offer(phraseDelay(fx.text, &fx.bigrams))
 	}
 	// A wait of hours that the response states in its text is a quota's,
 	// not a throttle's.
@@ -176,12 +176,8 @@ const KindLongWait = "long_wait"
 
 const longWait = time.Hour
 
-func phraseDelay(text []byte) (time.Duration, bool, int) {
-	if !bytes.Contains(text, []byte("try ")) && !bytes.Contains(text, []byte("available in ")) &&
-		!bytes.Contains(text, []byte("reset")) && !bytes.Contains(text, []byte("wait ")) {
-		return 0, false, hintBodyPhrase
-	}
-	d, ok := ParseDelayPhrase(text)
+func phraseDelay(text []byte, bigrams *bigramSet) (time.Duration, bool, int) {
+	d, ok := parseDelayPhrase(text, bigrams)
 	return d, ok, hintBodyPhrase
 }
 
@@ -196,9 +192,10 @@ func (c *Classifier) loadStructure(fx *facts, f *policydv1.Failure) {
 	if fx.status == 0 {
 		fx.status = fx.bodyStatus
 	}
+	// A failure that got an HTTP response is not an upstream gRPC call's.
 	fx.grpc = f.GetGrpcCode()
-	if fx.grpc == 0 {
-		fx.grpc = grpcFromText(fx.text)
+	if fx.grpc == 0 && f.GetHttpStatus() == 0 {
+		fx.grpc = grpcFromText(fx.text, &fx.bigrams)
 	}
 	if code, ok := jsonrpcFromText(fx.text[:fx.split]); ok {
 		c.addJSONRPC(fx, code)
@@ -408,12 +405,7 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			fx.text = appendLower(fx.text, value, maxTextBytes)
 		}
 	}
-	// An MCP tool result that failed: its content's text is the message.
-	toolError := strings.Contains(doc, "\"isError\":true") || strings.Contains(doc, "\"isError\": true")
-	if toolError {
-		fx.toolError = true
-		c.addKind(fx, KindToolError, false)
-	}
+	toolError := false
 	scanJSONKeys(doc, func(key, value string, isString bool) {
 		switch key {
 		case "code":
@@ -421,10 +413,8 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			if !isString {
 				c.numericCode(fx, value)
 			}
-		case "text":
-			if toolError {
-				text(value)
-			}
+		case "isError":
+			toolError = value == "true"
 		case "type", "status", "reason", "quotaId", "error_code", "errorCode", "quota_limit", "quota_metric", "blockReason", "finishReason":
 			c.addKind(fx, value, false)
 		case "__type":
@@ -459,6 +449,17 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			fx.hint.offer(d, ok, hintBodyField)
 		}
 	})
+	// An MCP tool result that failed ("isError": true): its content's text
+	// is the error message. Rare, so read in a second pass.
+	if toolError && !fx.toolError {
+		fx.toolError = true
+		c.addKind(fx, KindToolError, false)
+		scanJSONKeys(doc, func(key, value string, isString bool) {
+			if key == "text" && isString {
+				text(value)
+			}
+		})
+	}
 }
 
 // numericCode reads a body's numeric "code": an HTTP status (Google's

@@ -24,40 +24,50 @@ var grpcCamelNames = [...]string{
 	"unimplemented", "internal", "unavailable", "dataloss", "unauthenticated",
 }
 
-// grpcNamePrefixes are what a bare status name follows.
-var grpcNamePrefixes = [][]byte{
-	[]byte("statuscode."), []byte("status: "), []byte("status="), []byte("grpc status: "), []byte("grpc-status: "),
-	[]byte("statusruntimeexception: "), []byte("statusexception: "), []byte("rpcexception: "),
-}
-
-// grpcFromText returns the gRPC code lower-case text states, or 0.
-func grpcFromText(text []byte) int32 {
-	if c := grpcGoCode(text); c > 0 {
-		return c
+// grpcNamePrefixes are what a bare status name follows, with the byte pairs
+// a text must hold for a search to be worth it.
+var grpcNamePrefixes = func() []substring {
+	var out []substring
+	for _, p := range []string{"statuscode.", "status: ", "status=", "grpc-status: ",
+		"statusruntimeexception: ", "statusexception: ", "rpcexception: "} {
+		out = append(out, newSubstring(p))
 	}
-	for _, p := range grpcNamePrefixes {
+	return out
+}()
+
+var grpcGoPrefix = newSubstring("code = ")
+
+// grpcFromText returns the gRPC code lower-case text states, or 0; bigrams
+// describe text.
+func grpcFromText(text []byte, bigrams *bigramSet) int32 {
+	if grpcGoPrefix.maybeIn(bigrams) {
+		if i := bytes.Index(text, grpcGoPrefix.text); i >= 0 {
+			if c := grpcNameAt(text[i+len(grpcGoPrefix.text):], grpcCamelNames[:]); c > 0 {
+				return c
+			}
+		}
+	}
+	for i := range grpcNamePrefixes {
+		p := &grpcNamePrefixes[i]
+		if !p.maybeIn(bigrams) {
+			continue
+		}
 		rest := text
 		for {
-			i := bytes.Index(rest, p)
-			if i < 0 {
+			j := bytes.Index(rest, p.text)
+			if j < 0 {
 				break
 			}
-			rest = rest[i+len(p):]
+			rest = rest[j+len(p.text):]
 			if c := grpcNameAt(rest, grpcNames[:]); c > 0 {
 				return c
 			}
 		}
 	}
-	return grpcNumberedName(text)
-}
-
-// grpcGoCode reads grpc-go's "code = Unavailable desc = ...".
-func grpcGoCode(text []byte) int32 {
-	i := bytes.Index(text, []byte("code = "))
-	if i < 0 {
+	if bytes.IndexByte(text, ':') < 0 {
 		return 0
 	}
-	return grpcNameAt(text[i+len("code = "):], grpcCamelNames[:])
+	return grpcNumberedName(text)
 }
 
 // grpcNumberedName reads grpc-js's "<code> <NAME>:", where the number and

@@ -28,7 +28,10 @@ func TestGRPCFromText(t *testing.T) {
 		{"", 0},
 	}
 	for _, tt := range tests {
-		if got := grpcFromText([]byte(strings.ToLower(tt.text))); got != tt.want {
+		text := []byte(strings.ToLower(tt.text))
+		var bigrams bigramSet
+		bigrams.build(text)
+		if got := grpcFromText(text, &bigrams); got != tt.want {
 			t.Errorf("grpcFromText(%q) = %d, want %d", tt.text, got, tt.want)
 		}
 	}
