@@ -82,12 +82,17 @@ func matchAny(globs []glob, s []byte) bool {
 // so that a substring search can be skipped when one of the pattern's pairs
 // is absent. Rules hold about a hundred phrases; most never occur, and this
 // turns their searches into three bit tests.
-type bigramSet [64]uint64
+type bigramSet [65]uint64 // the last word is all ones: see alwaysWord
 
 func bigram(a, b byte) uint { return uint(a&63)<<6 | uint(b&63) }
 
+// alwaysWord is a bigramSet word with every bit set, where phrases too short
+// to have a byte pair point their first test, so that it always passes.
+const alwaysWord = 64
+
 func (s *bigramSet) build(text []byte) {
 	clear(s[:])
+	s[alwaysWord] = ^uint64(0)
 	for i := 0; i+1 < len(text); i++ {
 		h := bigram(text[i], text[i+1])
 		s[h>>6] |= 1 << (h & 63)
@@ -105,13 +110,14 @@ type substring struct {
 	// phrase, unused.
 	pairs [5]uint
 	// firstWord and firstBit locate pairs[0] in a bigramSet: the test most
-	// phrases fail, done with one load.
+	// phrases fail, done with one load where the phrases are looped over
+	// (containsAny), before any call.
 	firstWord uint8
 	firstBit  uint64
 }
 
 func newSubstring(s string) substring {
-	sub := substring{text: []byte(s)}
+	sub := substring{text: []byte(s), firstWord: alwaysWord, firstBit: 1}
 	if n := len(s); n >= 2 {
 		for k := range sub.pairs {
 			i := (n - 2) * k / (len(sub.pairs) - 1)
@@ -124,14 +130,11 @@ func newSubstring(s string) substring {
 
 // maybeIn reports whether a text with these bigrams may contain the phrase.
 func (sub *substring) maybeIn(bigrams *bigramSet) bool {
-	if len(sub.text) < 2 {
-		return true
-	}
 	if bigrams[sub.firstWord]&sub.firstBit == 0 {
 		return false
 	}
 	p := &sub.pairs
-	return bigrams.has(p[4]) && bigrams.has(p[2]) && bigrams.has(p[1]) && bigrams.has(p[3])
+	return len(sub.text) < 2 || (bigrams.has(p[4]) && bigrams.has(p[2]) && bigrams.has(p[1]) && bigrams.has(p[3]))
 }
 
 // in reports whether the phrase occurs in text; bigrams must describe a text
