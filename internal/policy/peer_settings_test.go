@@ -21,6 +21,10 @@ profiles:
       SERVER_ERROR: {retry: true, max_attempts: 3, backoff: constant, initial_delay: 1s, honor_retry_after: true, retry_after_zero: now}
   api_core_child:
     extends: api_core
+  grpc_svc:
+    status_rules:
+      - {grpc_code: [ALREADY_EXISTS, "14"], retryable: true}
+      - {grpc_code: ["*"], retryable: false}
 `
 	p, err := Parse([]byte(doc), "policy.yaml", Caps{})
 	if err != nil {
@@ -38,6 +42,10 @@ profiles:
 		{"a profile's own stop", "api_core", &policydv1.Failure{HttpStatus: 408}, false, "profile.api_core.status_rules[1]"},
 		{"other profiles are untouched", "default", &policydv1.Failure{HttpStatus: 408}, true, "timeout"},
 		{"a profile that extends it inherits its status rules", "api_core_child", &policydv1.Failure{HttpStatus: 408}, false, "profile.api_core_child.status_rules[1]"},
+		{"a service config's retryable gRPC code", "grpc_svc", &policydv1.Failure{GrpcCode: 6}, true, "profile.grpc_svc.status_rules[0]"},
+		{"a gRPC code the text states", "grpc_svc", &policydv1.Failure{Message: "rpc error: code = Unavailable desc = x"}, true, "profile.grpc_svc.status_rules[0]"},
+		{"every other gRPC code is final", "grpc_svc", &policydv1.Failure{GrpcCode: 13}, false, "profile.grpc_svc.status_rules[1]"},
+		{"a failure with no gRPC code keeps the table's rule", "grpc_svc", &policydv1.Failure{HttpStatus: 503}, true, "overloaded"},
 	}
 	for _, tc := range tests {
 		cls := p.Classifier.Classify(tc.failure, nil, tc.profile)
@@ -53,6 +61,7 @@ profiles:
 	for _, bad := range []string{
 		"profiles: {x: {status_rules: [{status: [409]}]}}",
 		"profiles: {x: {status_rules: [{retryable: true}]}}",
+		"profiles: {x: {status_rules: [{grpc_code: [SOMETIMES], retryable: true}]}}",
 		"profiles: {x: {status_rules: {status: [409]}}}",
 		"profiles: {x: {default: {retry_after_zero: soon}}}",
 	} {

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -10,13 +11,18 @@ import (
 	"github.com/policyd/policyd/internal/classifier"
 )
 
-// StatusRule is a profile's own verdict on HTTP statuses, optionally only
-// from some providers: where good clients differ on a status (Google's APIs
-// retry a 409 ABORTED; most clients do not retry a 409), a profile says
-// which it follows without editing the rules table.
+// StatusRule is a profile's own verdict on HTTP statuses or gRPC codes,
+// optionally only from some providers: where good clients differ on a status
+// (Google's APIs retry a 409 ABORTED; most clients do not retry a 409; a
+// gRPC service config lists the codes its calls retry), a profile says which
+// it follows without editing the rules table.
 type StatusRule struct {
 	// Status lists statuses or ranges ("409", "500-599").
 	Status []string `yaml:"status"`
+	// GRPCCode lists gRPC codes by name or number ("UNAVAILABLE", "14"), or
+	// "*" for every code but OK. A rule matches a failure whose HTTP status
+	// is in Status or whose gRPC code is in GRPCCode.
+	GRPCCode []string `yaml:"grpc_code"`
 	// Provider limits the rule to these providers ("*" globs); empty: any.
 	Provider []string `yaml:"provider"`
 	// Retryable is the verdict.
@@ -29,7 +35,7 @@ type StatusRule struct {
 // parseStatusRules reads a profile's status_rules list.
 func parseStatusRules(node *yaml.Node) ([]StatusRule, error) {
 	if node.Kind != yaml.SequenceNode {
-		return nil, fmt.Errorf("must be a list of {status, provider, retryable, type}")
+		return nil, fmt.Errorf("must be a list of {status, grpc_code, provider, retryable, type}")
 	}
 	var out []StatusRule
 	for i, n := range node.Content {
@@ -37,9 +43,10 @@ func parseStatusRules(node *yaml.Node) ([]StatusRule, error) {
 		if err := n.Decode(&r); err != nil {
 			return nil, fmt.Errorf("[%d]: %w", i, err)
 		}
-		if len(r.Status) == 0 {
-			return nil, fmt.Errorf("[%d].status: must list at least one status", i)
+		if len(r.Status) == 0 && len(r.GRPCCode) == 0 {
+			return nil, fmt.Errorf("[%d].status: must list at least one status or grpc_code", i)
 		}
+		r.GRPCCode = expandGRPCCodes(r.GRPCCode)
 		if _, ok := retryableField(n); !ok {
 			return nil, fmt.Errorf("[%d].retryable: must be set (true or false)", i)
 		}
@@ -90,15 +97,41 @@ func statusRuleSet(profiles map[string]*parsedProfile) classifier.RuleSet {
 			if len(sr.Provider) > 0 {
 				who = " from " + strings.Join(sr.Provider, ", ")
 			}
+			var when []classifier.Condition
+			what := "HTTP {status}"
+			if len(sr.Status) > 0 {
+				when = append(when, classifier.Condition{Profile: []string{name}, Status: sr.Status, Provider: sr.Provider})
+			}
+			if len(sr.GRPCCode) > 0 {
+				when = append(when, classifier.Condition{Profile: []string{name}, GRPCCode: sr.GRPCCode, Provider: sr.Provider})
+				what = "the gRPC code"
+				if len(sr.Status) > 0 {
+					what = "the status or gRPC code"
+				}
+			}
 			rs.Rules = append(rs.Rules, classifier.Rule{
 				ID:        fmt.Sprintf("profile.%s.status_rules[%d]", name, i),
-				When:      []classifier.Condition{{Profile: []string{name}, Status: sr.Status, Provider: sr.Provider}},
+				When:      when,
 				Type:      t,
 				Retryable: sr.Retryable,
-				Reason:    "HTTP {status}" + who + " is " + verdict + " under profile " + name + "'s status_rules",
+				Reason:    what + who + " is " + verdict + " under profile " + name + "'s status_rules",
 				Recovery:  recovery,
 			})
 		}
 	}
 	return rs
+}
+
+// expandGRPCCodes replaces "*" with every gRPC code but OK (1 to 16).
+func expandGRPCCodes(list []string) []string {
+	for i, c := range list {
+		if strings.TrimSpace(c) == "*" {
+			out := append([]string(nil), list[:i]...)
+			for code := 1; code <= 16; code++ {
+				out = append(out, strconv.Itoa(code))
+			}
+			return append(out, expandGRPCCodes(list[i+1:])...)
+		}
+	}
+	return list
 }
