@@ -195,7 +195,13 @@ var phraseStarts = func() []substring {
 	for _, p := range []string{"retry in ", "try again in ", "retry after ", "try again after ",
 		// "The model is overloaded ... available in 831 seconds",
 		// "Expected available in 3 hours", "limit resets in 20 minutes".
-		"available in ", "resets in ", "reset in ", "please wait "} {
+		"available in ", "resets in ", "reset in ", "please wait ",
+		// "Your quota will reset after 27h41m36s".
+		"reset after ", "resets after ",
+		// Other languages' "try again after/in": Polish ("spróbuj ponownie
+		// po 2492 sekundach", "ponownie za"), Spanish, Portuguese, French,
+		// German; their unit words are read below.
+		"ponownie po ", "ponownie za ", "de nuevo en ", "novamente em ", "essayez dans ", "essayer dans ", "erneut in "} {
 		out = append(out, newSubstring(p))
 	}
 	return out
@@ -265,7 +271,7 @@ func parseAmount(b []byte) (time.Duration, bool) {
 		unitEnd++
 	}
 	var unit time.Duration
-	switch string(rest[:unitEnd]) {
+	switch word := string(rest[:unitEnd]); word {
 	case "ms", "msec", "msecs", "millisecond", "milliseconds":
 		unit = time.Millisecond
 	case "s", "sec", "secs", "second", "seconds":
@@ -275,7 +281,31 @@ func parseAmount(b []byte) (time.Duration, bool) {
 	case "h", "hr", "hrs", "hour", "hours":
 		unit = time.Hour
 	default:
-		return 0, false
+		if unit = unitWord(word); unit == 0 {
+			return 0, false
+		}
 	}
 	return seconds(num, unit)
+}
+
+// unitWord reads the unit words of other languages by their stems: seconds
+// (sekund*, segundo*, seconde*, sekunde*), minutes (minut*, minuto*) and
+// hours (godzin*, hora*, heure*, stunde*); 0 when word is none of them.
+func unitWord(word string) time.Duration {
+	if len(word) < 4 {
+		return 0
+	}
+	for _, u := range [...]struct {
+		stem string
+		unit time.Duration
+	}{
+		{"sekund", time.Second}, {"segund", time.Second}, {"second", time.Second},
+		{"minut", time.Minute},
+		{"godzin", time.Hour}, {"hora", time.Hour}, {"heure", time.Hour}, {"stunde", time.Hour},
+	} {
+		if strings.HasPrefix(word, u.stem) {
+			return u.unit
+		}
+	}
+	return 0
 }

@@ -41,6 +41,11 @@ var statusPrefixes = [][]byte{
 	[]byte("responded with "),
 	[]byte("non-2xx: "),
 	[]byte("server error: "),
+	// "Google returned a response with code 429", "HTTP response code 503",
+	// serde's "invalid type: integer `404`" (a body that is a bare status).
+	[]byte("with code "),
+	[]byte("response code "),
+	[]byte("invalid type: integer `"),
 }
 
 // reasonPhrases are what follows a bare status number: HTTP reason phrases
@@ -83,6 +88,16 @@ func statusFromText(text []byte) int32 {
 			if bytes.HasSuffix(before, p) {
 				return s
 			}
+		}
+		// A message that starts with its status, as google.api_core's and
+		// the Python SDKs' exceptions print it ("400 Request contains an
+		// invalid argument.", "500: Failed to parse messages"), or a status
+		// in brackets ("Google API error - [429] Quota exceeded").
+		if len(text) > i+3 && (text[i+3] == ' ' || text[i+3] == ':') && (i == 0 || text[i-1] == '\n') {
+			return s
+		}
+		if i > 0 && text[i-1] == '[' && len(text) > i+3 && text[i+3] == ']' {
+			return s
 		}
 		// "429 Too Many Requests", "(503) Service Unavailable", "429 RESOURCE_EXHAUSTED".
 		rest := bytes.TrimPrefix(text[i+3:], []byte(")"))
