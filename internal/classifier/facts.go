@@ -54,6 +54,7 @@ type facts struct {
 	// the server's way to say "do not retry" (gRFC A6).
 	pushbackStop bool
 	toolError    bool // an MCP tool result with "isError": true
+	digits       bool // text holds a digit
 
 	resets [4]resetHeader
 	nreset int
@@ -147,6 +148,9 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 		}
 	}
 	fx.bigrams.build(fx.text)
+	// Statuses, codes, delays and zero limits are all numbers: a text with
+	// no digit (most network errors) skips their searches.
+	fx.digits = hasDigit(fx.text)
 	c.loadStructure(fx, f)
 	// botocore prints the service's error code only into its message:
 	// "An error occurred (ThrottlingException) when calling the ... operation".
@@ -154,12 +158,12 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 		c.addKind(fx, code, false)
 	}
 	fx.retryFlag = retryableFlag(fx.text)
-	if zeroLimit(fx.text) {
+	if fx.digits && zeroLimit(fx.text) {
 		c.addKind(fx, KindQuotaLimitZero, false)
 	}
 
 	// Delay phrases in messages come last in trust: "Please retry in 20s".
-	if fx.hint.source == hintNone || fx.hint.source > hintBodyPhrase {
+	if fx.digits && (fx.hint.source == hintNone || fx.hint.source > hintBodyPhrase) {
 		fx.hint.offer(phraseDelay(fx.text, &fx.bigrams))
 	}
 	// A wait of hours that the response states in its text is a quota's,
@@ -186,7 +190,7 @@ func phraseDelay(text []byte, bigrams *bigramSet) (time.Duration, bool, int) {
 // numeric code), a gRPC status, a JSON-RPC error code.
 func (c *Classifier) loadStructure(fx *facts, f *policydv1.Failure) {
 	fx.status = f.GetHttpStatus()
-	if fx.status == 0 {
+	if fx.status == 0 && fx.digits {
 		fx.status = statusFromText(fx.text[:fx.split])
 	}
 	if fx.status == 0 {
@@ -195,7 +199,10 @@ func (c *Classifier) loadStructure(fx *facts, f *policydv1.Failure) {
 	// A failure that got an HTTP response is not an upstream gRPC call's.
 	fx.grpc = f.GetGrpcCode()
 	if fx.grpc == 0 && f.GetHttpStatus() == 0 {
-		fx.grpc = grpcFromText(fx.text, &fx.bigrams)
+		fx.grpc = grpcFromText(fx.text, &fx.bigrams, fx.digits)
+	}
+	if !fx.digits {
+		return
 	}
 	if code, ok := jsonrpcFromText(fx.text[:fx.split]); ok {
 		c.addJSONRPC(fx, code)
@@ -609,4 +616,14 @@ func rateLimitSuffix(name, what string) string {
 
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// hasDigit reports whether text holds an ASCII digit.
+func hasDigit(text []byte) bool {
+	for _, c := range text {
+		if c-'0' < 10 {
+			return true
+		}
+	}
+	return false
 }

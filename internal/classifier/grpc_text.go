@@ -38,8 +38,8 @@ var grpcNamePrefixes = func() []substring {
 var grpcGoPrefix = newSubstring("code = ")
 
 // grpcFromText returns the gRPC code lower-case text states, or 0; bigrams
-// describe text.
-func grpcFromText(text []byte, bigrams *bigramSet) int32 {
+// describe text, and digits says whether it holds a digit.
+func grpcFromText(text []byte, bigrams *bigramSet, digits bool) int32 {
 	if grpcGoPrefix.maybeIn(bigrams) {
 		if i := bytes.Index(text, grpcGoPrefix.text); i >= 0 {
 			if c := grpcNameAt(text[i+len(grpcGoPrefix.text):], grpcCamelNames[:]); c > 0 {
@@ -64,7 +64,7 @@ func grpcFromText(text []byte, bigrams *bigramSet) int32 {
 			}
 		}
 	}
-	if bytes.IndexByte(text, ':') < 0 {
+	if !digits || bytes.IndexByte(text, ':') < 0 {
 		return 0
 	}
 	return grpcNumberedName(text)

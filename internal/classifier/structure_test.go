@@ -31,7 +31,7 @@ func TestGRPCFromText(t *testing.T) {
 		text := []byte(strings.ToLower(tt.text))
 		var bigrams bigramSet
 		bigrams.build(text)
-		if got := grpcFromText(text, &bigrams); got != tt.want {
+		if got := grpcFromText(text, &bigrams, hasDigit(text)); got != tt.want {
 			t.Errorf("grpcFromText(%q) = %d, want %d", tt.text, got, tt.want)
 		}
 	}
