@@ -60,9 +60,9 @@ type facts struct {
 	nreset int
 }
 
-// resetHeader is one x-ratelimit-reset* header with its remaining count.
+// resetHeader is one rate-limit reset header with its remaining count.
 type resetHeader struct {
-	suffix    string // "", "-requests", "-tokens", ...
+	limit     rateLimitName
 	delay     time.Duration
 	exhausted bool // the matching x-ratelimit-remaining* header is 0
 }
@@ -120,6 +120,12 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	// Runtime kinds, codes and messages: the error and its cause chain.
 	c.addName(fx, f.GetErrorName(), true)
 	c.addKind(fx, f.GetErrorCode(), true)
+	// Wrappers print the exception's class before its message
+	// ("litellm.NotFoundError: ...", "ThrottlingException: ..."): a name,
+	// as if the runtime had sent it.
+	if name := leadingClassName(f.GetMessage()); name != "" {
+		c.addName(fx, name, true)
+	}
 	fx.text = appendLower(fx.text, f.GetMessage(), maxTextBytes)
 	for i, cause := range f.GetCauses() {
 		if i == MaxCauses {
@@ -200,6 +206,9 @@ func (c *Classifier) loadStructure(fx *facts, f *policydv1.Failure) {
 	fx.grpc = f.GetGrpcCode()
 	if fx.grpc == 0 && f.GetHttpStatus() == 0 {
 		fx.grpc = grpcFromText(fx.text, &fx.bigrams, fx.digits)
+	}
+	if fx.grpc == 0 && f.GetHttpStatus() == 0 {
+		fx.grpc = grpcLeadingName(fx.text[:fx.split], f.GetErrorName())
 	}
 	if !fx.digits {
 		return
@@ -305,7 +314,7 @@ func (p *patternIndex) mark(hits bitset, lower []byte) {
 
 // loadHeaders reads delay hints, x-should-retry and AWS's error type.
 func (c *Classifier) loadHeaders(fx *facts, headers map[string]string) {
-	var remainingZero [4]string
+	var remainingZero [4]rateLimitName
 	nzero := 0
 	for name, v := range headers {
 		switch {
@@ -335,16 +344,24 @@ func (c *Classifier) loadHeaders(fx *facts, headers map[string]string) {
 			c.addKind(fx, kind, false)
 		case strings.EqualFold(name, "x-ms-error-code"):
 			c.addKind(fx, v, false)
-		case hasPrefixFold(name, "x-ratelimit-reset") || hasPrefixFold(name, "x-rate-limit-reset"):
-			if fx.nreset < len(fx.resets) {
-				if d, ok := ParseRateLimitReset(v, fx.reference()); ok && d <= MaxDelayHint {
-					fx.resets[fx.nreset] = resetHeader{suffix: rateLimitSuffix(name, "reset"), delay: d}
-					fx.nreset++
-				}
+		default:
+			// Rate-limit headers in every spelling: x-ratelimit-reset-tokens,
+			// x-rate-limit-reset, the IETF draft's RateLimit-Reset,
+			// anthropic-ratelimit-tokens-reset, x-ratelimit-reset-tokens-minute.
+			rl, ok := rateLimitHeader(name)
+			if !ok {
+				continue
 			}
-		case hasPrefixFold(name, "x-ratelimit-remaining") || hasPrefixFold(name, "x-rate-limit-remaining"):
-			if strings.TrimSpace(v) == "0" && nzero < len(remainingZero) {
-				remainingZero[nzero] = rateLimitSuffix(name, "remaining")
+			switch {
+			case rl.what == "reset":
+				if fx.nreset < len(fx.resets) {
+					if d, ok := ParseRateLimitReset(v, fx.reference()); ok && d <= MaxDelayHint {
+						fx.resets[fx.nreset] = resetHeader{limit: rl, delay: d}
+						fx.nreset++
+					}
+				}
+			case strings.TrimSpace(v) == "0" && nzero < len(remainingZero):
+				remainingZero[nzero] = rl
 				nzero++
 			}
 		}
@@ -363,7 +380,7 @@ func (c *Classifier) loadHeaders(fx *facts, headers map[string]string) {
 	for i := 0; i < fx.nreset; i++ {
 		r := &fx.resets[i]
 		for _, s := range remainingZero[:nzero] {
-			if strings.EqualFold(s, r.suffix) {
+			if s.sameLimit(r.limit) {
 				r.exhausted = true
 			}
 		}
@@ -422,8 +439,15 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			}
 		case "isError":
 			toolError = value == "true"
-		case "type", "status", "reason", "quotaId", "error_code", "errorCode", "quota_limit", "quota_metric", "blockReason", "finishReason":
+		case "type", "status", "reason", "quotaId", "error_code", "errorCode", "quota_limit", "quota_metric", "finishReason":
 			c.addKind(fx, value, false)
+		case "blockReason":
+			// Gemini's promptFeedback.blockReason: the prompt was blocked,
+			// whatever reason it names.
+			c.addKind(fx, value, false)
+			if value != "" && value != "BLOCK_REASON_UNSPECIFIED" {
+				c.addKind(fx, KindPromptBlocked, false)
+			}
 		case "__type":
 			if i := strings.LastIndexByte(value, '#'); i >= 0 {
 				value = value[i+1:]
@@ -604,14 +628,53 @@ func appendLower(dst []byte, s string, limit int) []byte {
 	return dst
 }
 
-// rateLimitSuffix is what follows "x-ratelimit-<what>" or, as some servers
-// spell it, "x-rate-limit-<what>": "-requests", "-tokens", or "".
-func rateLimitSuffix(name, what string) string {
-	n := len("x-ratelimit-") + len(what)
-	if hasPrefixFold(name, "x-rate-limit-") {
-		n++
+// rateLimitName is a rate-limit header's name split around its "reset" or
+// "remaining": the two halves name the limit, so that
+// x-ratelimit-reset-tokens and x-ratelimit-remaining-tokens, or
+// anthropic-ratelimit-tokens-reset and anthropic-ratelimit-tokens-remaining,
+// are about the same limit.
+type rateLimitName struct {
+	what          string // "reset" or "remaining"
+	before, after string
+}
+
+func (a rateLimitName) sameLimit(b rateLimitName) bool {
+	return strings.EqualFold(a.before, b.before) && strings.EqualFold(a.after, b.after)
+}
+
+// rateLimitHeader reads a header name that holds "ratelimit" or
+// "rate-limit" and then "reset" or "remaining".
+func rateLimitHeader(name string) (rateLimitName, bool) {
+	i := indexFold(name, "ratelimit")
+	n := len("ratelimit")
+	if i < 0 {
+		if i = indexFold(name, "rate-limit"); i < 0 {
+			return rateLimitName{}, false
+		}
+		n = len("rate-limit")
 	}
-	return name[n:]
+	rest := name[i+n:]
+	for _, what := range [...]string{"reset", "remaining"} {
+		if j := indexFold(rest, what); j >= 0 {
+			k := i + n + j
+			return rateLimitName{what: what, before: name[:k], after: name[k+len(what):]}, true
+		}
+	}
+	return rateLimitName{}, false
+}
+
+// indexFold is strings.Index for an ASCII lower-case sub, ignoring case in s.
+func indexFold(s, sub string) int {
+	first := sub[0]
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if c := s[i]; c != first && c+('a'-'A') != first {
+			continue
+		}
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return i
+		}
+	}
+	return -1
 }
 
 func hasPrefixFold(s, prefix string) bool {
@@ -626,4 +689,39 @@ func hasDigit(text []byte) bool {
 		}
 	}
 	return false
+}
+
+// KindPromptBlocked is the kind of a response whose promptFeedback names a
+// blockReason: the prompt was refused, whatever the reason's name.
+const KindPromptBlocked = "prompt_blocked"
+
+// leadingClassName returns the exception class name a message starts with
+// ("litellm.ServiceUnavailableError: ...", "openai.APIConnectionError: ",
+// "ThrottlingException: "): dotted identifier characters up to ": ", ending
+// in Error, Exception or Timeout. "" when the message starts otherwise.
+func leadingClassName(msg string) string {
+	const maxName = 96
+	for i := 0; i < len(msg) && i < maxName; i++ {
+		c := msg[i]
+		if c == ':' {
+			name := msg[:i]
+			if i+1 < len(msg) && msg[i+1] == ' ' && hasClassSuffix(name) {
+				return name
+			}
+			return ""
+		}
+		if !(c == '.' || c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > 0 && c >= '0' && c <= '9')) {
+			return ""
+		}
+	}
+	return ""
+}
+
+func hasClassSuffix(name string) bool {
+	for _, suffix := range [...]string{"Error", "Exception", "Timeout"} {
+		if len(name) > len(suffix) && name[len(name)-len(suffix):] == suffix {
+			return true
+		}
+	}
+	return name == "Timeout"
 }

@@ -1,6 +1,9 @@
 package classifier
 
-import "bytes"
+import (
+	"bytes"
+	"strings"
+)
 
 // A failure of an upstream gRPC call often reaches policyd as text only:
 // grpc-js prints "14 UNAVAILABLE: No connection established", grpc-go
@@ -109,6 +112,31 @@ func grpcNameAt(b []byte, names []string) int32 {
 			}
 		}
 		return int32(code)
+	}
+	return 0
+}
+
+// grpcLeadingName reads grpc-java's Status text, "DEADLINE_EXCEEDED: deadline
+// exceeded after 9.9s", at the start of a message (lower-case text): a
+// status name and a colon. A two-word name (with '_') is a gRPC status
+// wherever it starts a message; a one-word name ("internal:",
+// "unavailable:") only when the error's own name is gRPC's
+// (StatusRuntimeException, *status.Error, grpc.RpcError).
+func grpcLeadingName(text []byte, errorName string) int32 {
+	end := bytes.IndexByte(text, ':')
+	if end < 4 || end > len("failed_precondition") {
+		return 0
+	}
+	code := grpcNameAt(text[:end+1], grpcNames[:])
+	if code == 0 || len(grpcNames[code]) != end {
+		return 0
+	}
+	if bytes.IndexByte(text[:end], '_') >= 0 {
+		return code
+	}
+	lower := strings.ToLower(errorName)
+	if strings.Contains(lower, "grpc") || strings.Contains(lower, "status") || strings.Contains(lower, "rpc") {
+		return code
 	}
 	return 0
 }

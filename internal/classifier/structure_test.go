@@ -27,6 +27,21 @@ func TestGRPCFromText(t *testing.T) {
 		{"Status: UNAVAILABLE_FOR_LEGAL_REASONS", 0},
 		{"", 0},
 	}
+	for _, tt := range []struct {
+		text, errorName string
+		want            int32
+	}{
+		{"DEADLINE_EXCEEDED: deadline exceeded after 9.999s", "", 4},
+		{"PERMISSION_DENIED: The caller does not have permission", "io.grpc.StatusRuntimeException", 7},
+		{"UNAVAILABLE: io exception", "io.grpc.StatusRuntimeException", 14},
+		{"Internal: something broke", "", 0},
+		{"Unavailable: try later", "Error", 0},
+		{"NOT_FOUND_YET: x", "", 0},
+	} {
+		if got := grpcLeadingName([]byte(strings.ToLower(tt.text)), tt.errorName); got != tt.want {
+			t.Errorf("grpcLeadingName(%q, %q) = %d, want %d", tt.text, tt.errorName, got, tt.want)
+		}
+	}
 	for _, tt := range tests {
 		text := []byte(strings.ToLower(tt.text))
 		var bigrams bigramSet
@@ -87,6 +102,10 @@ func TestStructureWhereverItIs(t *testing.T) {
 			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
 		{name: "JSON-RPC invalid params in text", failure: &policydv1.Failure{Message: "MCP error -32602: Invalid arguments for tool x"},
 			wantType: typeInvalidRequest, wantRule: "jsonrpc.invalid"},
+		{name: "a prompt blocked for any reason", failure: &policydv1.Failure{HttpStatus: 200, Body: `{"promptFeedback":{"blockReason":"OTHER"}}`},
+			wantType: policydv1.FailureType_FAILURE_TYPE_CONTENT_POLICY, wantRule: "content_policy"},
+		{name: "an exception class printed before the message", failure: &policydv1.Failure{Message: "litellm.ServiceUnavailableError: ServiceUnavailableError: OpenAIException - Service Unavailable"},
+			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
 		{name: "JSON-RPC unknown tool", failure: &policydv1.Failure{Message: "MCP error -32602: Tool resolve_library_id not found"},
 			wantType: policydv1.FailureType_FAILURE_TYPE_NOT_FOUND, wantRule: "jsonrpc.not_found"},
 		{name: "JSON-RPC method not found in a body", failure: &policydv1.Failure{Body: `{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"Method not found"}}`},
@@ -216,5 +235,62 @@ func TestDelayHintsInEveryForm(t *testing.T) {
 				t.Errorf("retry_after %v (%s), want %v (%s)", got.GetRetryAfter().AsDuration(), got.GetRetryAfterSource(), tc.want, tc.source)
 			}
 		})
+	}
+}
+
+func TestLeadingClassName(t *testing.T) {
+	t.Parallel()
+	for msg, want := range map[string]string{
+		"litellm.ServiceUnavailableError: ServiceUnavailableError: OpenAIException - Service Unavailable": "litellm.ServiceUnavailableError",
+		"ThrottlingException: Rate exceeded":        "ThrottlingException",
+		"litellm.Timeout: Request timed out":        "litellm.Timeout",
+		"Error: connect ECONNREFUSED 127.0.0.1:443": "",
+		"error sending request: connection refused": "",
+		"Quota exceeded: try later":                 "",
+		"":                                          "",
+	} {
+		if got := leadingClassName(msg); got != want {
+			t.Errorf("leadingClassName(%q) = %q, want %q", msg, got, want)
+		}
+	}
+}
+
+// Rate-limit headers in every spelling, each reset paired with the
+// remaining count of the same limit.
+func TestRateLimitHeaderSpellings(t *testing.T) {
+	t.Parallel()
+	c := Default(WithClock(func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }))
+	for _, tt := range []struct {
+		headers map[string]string
+		want    time.Duration
+	}{
+		{map[string]string{"RateLimit-Remaining": "0", "RateLimit-Reset": "30"}, 30 * time.Second},
+		{map[string]string{"anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-tokens-reset": "2026-01-01T00:00:45Z",
+			"anthropic-ratelimit-requests-reset": "2026-01-01T00:00:05Z"}, 45 * time.Second},
+		{map[string]string{"x-ratelimit-remaining-tokens-minute": "0", "x-ratelimit-reset-tokens-minute": "11.38",
+			"x-ratelimit-reset-requests-day": "33011.4"}, 11380 * time.Millisecond},
+		{map[string]string{"x-rate-limit-remaining": "0", "x-rate-limit-reset": "1767225660"}, time.Minute},
+	} {
+		cls := c.Classify(&policydv1.Failure{HttpStatus: 429, Headers: tt.headers}, nil, "")
+		if got := cls.GetRetryAfter().AsDuration(); got != tt.want {
+			t.Errorf("%v: retry_after %v, want %v", tt.headers, got, tt.want)
+		}
+	}
+}
+
+// Delays stated in other languages' words.
+func TestDelayPhrasesInOtherLanguages(t *testing.T) {
+	t.Parallel()
+	for text, want := range map[string]time.Duration{
+		"Spróbuj ponownie po 2492 sekundach.":   2492 * time.Second,
+		"spróbuj ponownie za 5 minut":           5 * time.Minute,
+		"Inténtelo de nuevo en 30 segundos":     30 * time.Second,
+		"Tente novamente em 2 horas":            2 * time.Hour,
+		"Your quota will reset after 27h41m36s": 27*time.Hour + 41*time.Minute + 36*time.Second,
+	} {
+		got, ok := ParseDelayPhrase([]byte(strings.ToLower(text)))
+		if !ok || got != want {
+			t.Errorf("ParseDelayPhrase(%q) = %v, %v; want %v", text, got, ok, want)
+		}
 	}
 }
