@@ -286,6 +286,7 @@ func TestDelayPhrasesInOtherLanguages(t *testing.T) {
 		"spróbuj ponownie za 5 minut":           5 * time.Minute,
 		"Inténtelo de nuevo en 30 segundos":     30 * time.Second,
 		"Tente novamente em 2 horas":            2 * time.Hour,
+		"Réessayez dans 30 secondes.":           30 * time.Second,
 		"Your quota will reset after 27h41m36s": 27*time.Hour + 41*time.Minute + 36*time.Second,
 	} {
 		got, ok := ParseDelayPhrase([]byte(strings.ToLower(text)))
