@@ -201,11 +201,15 @@ var phraseStarts = func() []substring {
 		// Other languages' "try again after/in": Polish ("spróbuj ponownie
 		// po 2492 sekundach", "ponownie za"), Spanish, Portuguese, French,
 		// German; their unit words are read below.
-		"ponownie po ", "ponownie za ", "de nuevo en ", "novamente em ", "essayez dans ", "essayer dans ", "erneut in "} {
+		"ponownie po ", "ponownie za ", "de nuevo en ", "novamente em ", "essayez dans ", "essayer dans ", "erneut in ",
+		// "available again in 3 minutes", "wait 30 seconds", "wait for 2 minutes".
+		"again in ", "wait ", "wait for "} {
 		out = append(out, newSubstring(p))
 	}
 	return out
 }()
+
+var retryAfterText = newSubstring("retry-after")
 
 // ParseDelayPhrase finds a delay stated in lower-case text, such as
 // "please retry in 20.5s" or "try again in 59 seconds".
@@ -218,6 +222,22 @@ func ParseDelayPhrase(text []byte) (time.Duration, bool) {
 // parseDelayPhrase is ParseDelayPhrase with the text's bigrams, which skip
 // the phrases the text cannot hold.
 func parseDelayPhrase(text []byte, bigrams *bigramSet) (time.Duration, bool) {
+	// A Retry-After header a wrapper printed into its message: seconds
+	// with no unit ("HTTP 429, Retry-After: 30").
+	if retryAfterText.maybeIn(bigrams) {
+		if i := bytes.Index(text, retryAfterText.text); i >= 0 {
+			rest := bytes.TrimLeft(text[i+len(retryAfterText.text):], " :=")
+			n := 0
+			for n < len(rest) && ((rest[n] >= '0' && rest[n] <= '9') || rest[n] == '.') {
+				n++
+			}
+			if n > 0 && (n == len(rest) || rest[n] < 'a' || rest[n] > 'z') {
+				if d, ok := seconds(string(rest[:n]), time.Second); ok {
+					return d, true
+				}
+			}
+		}
+	}
 	for i := range phraseStarts {
 		if !phraseStarts[i].maybeIn(bigrams) {
 			continue

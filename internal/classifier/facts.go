@@ -437,9 +437,19 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			if !isString {
 				c.numericCode(fx, value)
 			}
+		case "statusCode", "status_code", "httpStatus", "http_status", "httpStatusCode":
+			// A numeric status a proxy or SDK wrote into the body.
+			if !isString {
+				c.numericCode(fx, value)
+			}
 		case "isError":
 			toolError = value == "true"
-		case "type", "status", "reason", "quotaId", "error_code", "errorCode", "quota_limit", "quota_metric", "finishReason":
+		case "status":
+			c.addKind(fx, value, false)
+			if !isString {
+				c.numericCode(fx, value)
+			}
+		case "type", "reason", "quotaId", "error_code", "errorCode", "quota_limit", "quota_metric", "finishReason":
 			c.addKind(fx, value, false)
 		case "blockReason":
 			// Gemini's promptFeedback.blockReason: the prompt was blocked,

@@ -46,6 +46,11 @@ var statusPrefixes = [][]byte{
 	[]byte("with code "),
 	[]byte("response code "),
 	[]byte("invalid type: integer `"),
+	// "Error: 429 status code (no body)", "HTTP 429: rate limited", "code: 503".
+	[]byte("error: "),
+	[]byte("http "),
+	[]byte("code: "),
+	[]byte("code="),
 }
 
 // reasonPhrases are what follows a bare status number: HTTP reason phrases

@@ -102,6 +102,10 @@ func TestStructureWhereverItIs(t *testing.T) {
 			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
 		{name: "JSON-RPC invalid params in text", failure: &policydv1.Failure{Message: "MCP error -32602: Invalid arguments for tool x"},
 			wantType: typeInvalidRequest, wantRule: "jsonrpc.invalid"},
+		{name: "a numeric status a proxy wrote into the body", failure: &policydv1.Failure{Body: `{"statusCode": 429, "message": "slow down"}`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a status after 'Error: '", failure: &policydv1.Failure{Message: "Error: 503 status code (no body)"},
+			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
 		{name: "a prompt blocked for any reason", failure: &policydv1.Failure{HttpStatus: 200, Body: `{"promptFeedback":{"blockReason":"OTHER"}}`},
 			wantType: policydv1.FailureType_FAILURE_TYPE_CONTENT_POLICY, wantRule: "content_policy"},
 		{name: "an exception class printed before the message", failure: &policydv1.Failure{Message: "litellm.ServiceUnavailableError: ServiceUnavailableError: OpenAIException - Service Unavailable"},
@@ -282,12 +286,14 @@ func TestRateLimitHeaderSpellings(t *testing.T) {
 func TestDelayPhrasesInOtherLanguages(t *testing.T) {
 	t.Parallel()
 	for text, want := range map[string]time.Duration{
-		"Spróbuj ponownie po 2492 sekundach.":   2492 * time.Second,
-		"spróbuj ponownie za 5 minut":           5 * time.Minute,
-		"Inténtelo de nuevo en 30 segundos":     30 * time.Second,
-		"Tente novamente em 2 horas":            2 * time.Hour,
-		"Réessayez dans 30 secondes.":           30 * time.Second,
-		"Your quota will reset after 27h41m36s": 27*time.Hour + 41*time.Minute + 36*time.Second,
+		"Spróbuj ponownie po 2492 sekundach.":               2492 * time.Second,
+		"spróbuj ponownie za 5 minut":                       5 * time.Minute,
+		"Inténtelo de nuevo en 30 segundos":                 30 * time.Second,
+		"Tente novamente em 2 horas":                        2 * time.Hour,
+		"HTTP 429, Retry-After: 30":                         30 * time.Second,
+		"service unavailable, available again in 3 minutes": 3 * time.Minute,
+		"Réessayez dans 30 secondes.":                       30 * time.Second,
+		"Your quota will reset after 27h41m36s":             27*time.Hour + 41*time.Minute + 36*time.Second,
 	} {
 		got, ok := ParseDelayPhrase([]byte(strings.ToLower(text)))
 		if !ok || got != want {
