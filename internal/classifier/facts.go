@@ -687,10 +687,6 @@ func indexFold(s, sub string) int {
 	return -1
 }
 
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
-
 // hasDigit reports whether text holds an ASCII digit.
 func hasDigit(text []byte) bool {
 	for _, c := range text {
