@@ -77,6 +77,9 @@ var reasonPhrases = [][]byte{
 // states, or 0. One pass over the text: only a three-digit 4xx or 5xx number
 // is looked at more closely, so a message without one costs a scan.
 func statusFromText(text []byte) int32 {
+	if s := statusFromReason(text); s != 0 {
+		return s
+	}
 	for i := 0; i+3 <= len(text); i++ {
 		if c := text[i]; c != '4' && c != '5' {
 			continue
@@ -134,4 +137,23 @@ func threeDigits(b []byte) (int32, bool) {
 		return 0, false
 	}
 	return int32(b[0]-'0')*100 + int32(b[1]-'0')*10 + int32(b[2]-'0'), true
+}
+
+// reasonStatuses are the statuses a message that is nothing but a reason
+// phrase stands for ("Not Found", "Too Many Requests"): a runtime that
+// dropped the number kept its words.
+var reasonStatuses = map[string]int32{
+	"bad request": 400, "unauthorized": 401, "forbidden": 403, "not found": 404, "request timeout": 408,
+	"conflict": 409, "payload too large": 413, "unprocessable entity": 422, "too many requests": 429,
+	"internal server error": 500, "bad gateway": 502, "service unavailable": 503, "gateway timeout": 504,
+}
+
+// statusFromReason returns the status of a lower-case text that is only a
+// reason phrase, or 0.
+func statusFromReason(text []byte) int32 {
+	t := bytes.TrimSpace(bytes.TrimRight(text, "."))
+	if len(t) < 8 || len(t) > 21 {
+		return 0
+	}
+	return reasonStatuses[string(t)]
 }

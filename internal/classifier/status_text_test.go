@@ -33,6 +33,9 @@ func TestStatusFromText(t *testing.T) {
 		{"error decoding response body: invalid type: integer `404`, expected struct X", 404},
 		{"sent 429 bytes", 0},
 		{"[4290] items", 0},
+		{"Not Found", 404},
+		{"Too Many Requests.", 429},
+		{"not found anywhere", 0},
 		{"", 0},
 	}
 	for _, tt := range tests {
