@@ -196,8 +196,12 @@ func phraseDelay(text []byte, bigrams *bigramSet) (time.Duration, bool, int) {
 // numeric code), a gRPC status, a JSON-RPC error code.
 func (c *Classifier) loadStructure(fx *facts, f *policydv1.Failure) {
 	fx.status = f.GetHttpStatus()
-	if fx.status == 0 && fx.digits {
-		fx.status = statusFromText(fx.text[:fx.split])
+	if fx.status == 0 {
+		if fx.digits {
+			fx.status = statusFromText(fx.text[:fx.split])
+		} else {
+			fx.status = statusFromReason(fx.text[:fx.split])
+		}
 	}
 	if fx.status == 0 {
 		fx.status = fx.bodyStatus

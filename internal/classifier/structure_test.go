@@ -106,6 +106,8 @@ func TestStructureWhereverItIs(t *testing.T) {
 			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
 		{name: "a status after 'Error: '", failure: &policydv1.Failure{Message: "Error: 503 status code (no body)"},
 			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
+		{name: "a message that is only a reason phrase", failure: &policydv1.Failure{ErrorName: "AI_APICallError", Message: "Not Found"},
+			wantType: policydv1.FailureType_FAILURE_TYPE_NOT_FOUND, wantRule: "not_found"},
 		{name: "a prompt blocked for any reason", failure: &policydv1.Failure{HttpStatus: 200, Body: `{"promptFeedback":{"blockReason":"OTHER"}}`},
 			wantType: policydv1.FailureType_FAILURE_TYPE_CONTENT_POLICY, wantRule: "content_policy"},
 		{name: "an exception class printed before the message", failure: &policydv1.Failure{Message: "litellm.ServiceUnavailableError: ServiceUnavailableError: OpenAIException - Service Unavailable"},
