@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/policyd/policyd/internal/auth"
@@ -20,6 +21,7 @@ type securityFlags struct {
 	requestTimeout                           *time.Duration
 	rateLimit                                *float64
 	rateBurst                                *int
+	adminTenants                             *string
 
 	tls *auth.TLSFiles // loaded by security; nil without TLS
 }
@@ -44,6 +46,8 @@ func defineSecurityFlags(fs *flag.FlagSet) *securityFlags {
 			"calls per second per tenant (health and reflection not counted); over it RESOURCE_EXHAUSTED with grpc-retry-pushback-ms; 0 is off"),
 		rateBurst: fs.Int("rate-burst", 0,
 			"calls a tenant may make at once under --rate-limit; 0 is the rate rounded up"),
+		adminTenants: fs.String("admin-tenants", os.Getenv("POLICYD_ADMIN_TENANTS"),
+			"comma-separated `tenants` whose callers may clear fleet state (FleetService.ClearBucket, policyd fleet clear); without authentication every caller may (env POLICYD_ADMIN_TENANTS)"),
 	}
 	return f
 }
@@ -101,6 +105,21 @@ func (f *securityFlags) security() (server.Security, error) {
 		}
 	}
 	return s, nil
+}
+
+// admins is who may call the admin RPCs.
+func (f *securityFlags) admins(s server.Security) (server.Admins, error) {
+	a := server.Admins{Authenticated: s.Auth != nil, Tenants: map[string]bool{}}
+	for _, t := range strings.Split(*f.adminTenants, ",") {
+		if t = strings.TrimSpace(t); t == "" {
+			continue
+		}
+		if err := auth.ValidateTenant(t); err != nil {
+			return a, usageErrorf("serve: --admin-tenants: %v", err)
+		}
+		a.Tenants[t] = true
+	}
+	return a, nil
 }
 
 // authMode names how callers are authenticated, for the "serving" record.

@@ -14,6 +14,8 @@ import (
 type Usage struct {
 	Target
 	ClientID string
+	// Origin is the stream's caller: its identity and connection.
+	Origin Origin
 	// First attempts admitted and shed by the client's gate, successes,
 	// failures decided without NextDelay, retries sent.
 	Admitted, Shed, Succeeded, Failed, Retries int64
@@ -92,7 +94,8 @@ func (f *Fleet) Report(u Usage) {
 	var events []Event
 	emit := func(e Event) { events = append(events, e) }
 	f.store.lock()
-	bs := f.store.getThree(keys, [3]bool{true, true, false})
+	bs := f.store.getThree(keys, [3]bool{true, true, false}, now)
+	events = append(events, f.store.takeLimits()...)
 	for _, b := range bs[:2] {
 		if b == nil {
 			continue
@@ -129,7 +132,7 @@ func (f *Fleet) Report(u Usage) {
 		if u.Failed > 0 {
 			av.lastFailure = now
 			av.lastCounted = now
-			av.addFailures(now, u.ClientID, int(u.Failed), &c.Breaker)
+			av.addFailures(now, u.Origin.clientKey(u.ClientID), int(u.Failed), &c.Breaker)
 		}
 		av.advance(now, c, emit)
 		if u.Failed > 0 && av.state == HalfOpen {
@@ -141,6 +144,7 @@ func (f *Fleet) Report(u Usage) {
 		rl.rpm = u.RequestsPerMinute
 	}
 	f.store.unlock()
+	stamp(events, u.Origin)
 	f.publish(events, u.Tenant)
 }
 
@@ -157,7 +161,7 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 	var events []Event
 	emit := func(e Event) { events = append(events, e) }
 	f.store.lock()
-	bs := f.store.getThree(keys, [3]bool{})
+	bs := f.store.getThree(keys, [3]bool{}, now)
 	rl, av, au := bs[0], bs[1], bs[2]
 	var why []string
 	for _, b := range []*Bucket{au, rl} {
@@ -249,7 +253,7 @@ func (b *Bucket) probeFraction(now time.Time, c *Config) float64 {
 func (f *Fleet) CountAssignments(t Target, n int64) {
 	k := f.cfg.Load().Scopes.key(ScopeAvailability, t)
 	f.store.lock()
-	if b := f.store.get(k, false); b != nil {
+	if b := f.store.get(k, false, time.Time{}); b != nil {
 		b.totals.assignments += n
 	}
 	f.store.unlock()

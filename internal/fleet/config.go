@@ -39,6 +39,14 @@ type HoldConfig struct {
 	Spread float64
 	// MinSpread and MaxSpread bound that window.
 	MinSpread, MaxSpread time.Duration
+	// MaxHint is the longest hold one failure's delay hint sets for the
+	// fleet (a hint is also cut to what the caller's own profile would
+	// wait, Ask.HintCeiling). One caller's word holds every agent of its
+	// tenant on the model: a provider's Retry-After of a week, by mistake
+	// or forged, must not. Five minutes: longer than any rate limit's
+	// window the providers document (a minute), shorter than a quota a
+	// fleet stop handles (QUOTA_EXHAUSTED stops the key instead).
+	MaxHint time.Duration
 }
 
 // StopConfig sets fleet-wide stops.
@@ -117,7 +125,7 @@ type StreamConfig struct {
 func Defaults() Config {
 	return Config{
 		Scopes: DefaultScopes(),
-		Hold:   HoldConfig{Spread: 1.5, MinSpread: time.Second, MaxSpread: 30 * time.Second},
+		Hold:   HoldConfig{Spread: 1.5, MinSpread: time.Second, MaxSpread: 30 * time.Second, MaxHint: 5 * time.Minute},
 		Stop:   StopConfig{For: 60 * time.Second},
 		Breaker: BreakerConfig{MinVolume: 20, FailureRate: 0.5, MinClients: 3, Window: 10 * time.Second, OpenFor: 5 * time.Second,
 			MaxOpenFor: 60 * time.Second, ProbeInterval: time.Second, CloseSuccesses: 2, CloseAfter: 3 * time.Second},
@@ -141,6 +149,7 @@ func (c Config) Validate() error {
 	check(c.Hold.Spread >= 0 && c.Hold.Spread <= 10, "hold.spread", "%v is not in [0, 10]", c.Hold.Spread)
 	check(c.Hold.MinSpread >= 0, "hold.min_spread", "%v is negative", c.Hold.MinSpread)
 	check(c.Hold.MaxSpread >= c.Hold.MinSpread, "hold.max_spread", "%v is below min_spread %v", c.Hold.MaxSpread, c.Hold.MinSpread)
+	check(c.Hold.MaxHint >= time.Second && c.Hold.MaxHint <= time.Hour, "hold.max_hint", "%v is not within 1s–1h", c.Hold.MaxHint)
 	check(c.Stop.For > 0, "stop.for", "%v is not positive", c.Stop.For)
 	check(c.Breaker.MinVolume >= 1, "breaker.min_volume", "%d is under 1", c.Breaker.MinVolume)
 	check(c.Breaker.FailureRate > 0 && c.Breaker.FailureRate <= 1, "breaker.failure_rate", "%v is not in (0, 1]", c.Breaker.FailureRate)

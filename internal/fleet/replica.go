@@ -173,7 +173,7 @@ func (f *Fleet) countsUrgent() bool {
 func (f *Fleet) raised(vs []Verdict) {
 	for _, v := range vs {
 		f.store.lock()
-		if b := f.store.get(v.Key, false); b != nil {
+		if b := f.store.get(v.Key, false, time.Time{}); b != nil {
 			if !b.holdUntil.After(v.HoldUntil) {
 				b.raisedHold = false
 			}
@@ -190,7 +190,7 @@ func (f *Fleet) raised(vs []Verdict) {
 func (f *Fleet) settle(m move, cur Verdict, won bool, c *Config) {
 	var events []Event
 	f.store.lock()
-	b := f.store.get(m.v.Key, true)
+	b := f.store.get(m.v.Key, true, f.clock())
 	if b != nil {
 		if won {
 			b.version = cur.Version
@@ -258,7 +258,7 @@ func (b *Bucket) adoptBreaker(v Verdict, now time.Time) {
 
 func (f *Fleet) probeClaimed(p probeWant, ok bool, until time.Time) {
 	f.store.lock()
-	if b := f.store.get(p.key, false); b != nil {
+	if b := f.store.get(p.key, false, time.Time{}); b != nil {
 		b.wantProbe = false
 		if ok && b.version == p.version {
 			b.probeSlot = until
@@ -274,7 +274,7 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 	emit := func(e Event) { events = append(events, e) }
 	for _, v := range ch.Verdicts {
 		f.store.lock()
-		if b := f.store.get(v.Key, true); b != nil {
+		if b := f.store.get(v.Key, true, now); b != nil {
 			if b.adoptRegisters(v, now) {
 				changed = true
 			}
@@ -295,15 +295,15 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 		for _, bc := range rc.Buckets {
 			listed[bc.Key] = true
 			f.store.lock()
-			if b := f.store.get(bc.Key, true); b != nil {
+			if b := f.store.get(bc.Key, true, now); b != nil {
 				if b.remote == nil {
 					b.remote = map[string]remoteCounts{}
 				}
 				if prev, ok := b.remote[rc.Replica]; !ok || !prev.at.After(rc.At) {
 					b.remote[rc.Replica] = remoteCounts{at: rc.At, Counts: bc}
 				}
-				if bc.Streamed && rc.At.After(b.reportedAt) {
-					b.reportedAt = rc.At
+				if bc.Streamed && rc.At.After(b.streamedElsewhere) {
+					b.streamedElsewhere = rc.At
 				}
 				b.ensureRings(&c.Breaker)
 				// The fleet's counts may cross the threshold here, with no
@@ -325,6 +325,9 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 			}
 		})
 	}
+	f.store.lock()
+	events = append(events, f.store.takeLimits()...)
+	f.store.unlock()
 	f.publish(events, "")
 	if changed {
 		f.wakeStreams()

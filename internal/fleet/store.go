@@ -1,19 +1,43 @@
 package fleet
 
-import "sync"
+import (
+	"fmt"
+	"sync"
+	"time"
+)
 
-// buckets is the fleet's memory: its buckets in a map behind one mutex. A
-// decision holds it for a few hundred nanoseconds, far below a gRPC call's
-// cost. Replicas each keep their own (decisions never wait on a database)
-// and exchange verdicts in the background (Syncer).
+// buckets is the fleet's memory: each tenant's buckets in a map of its own,
+// behind one mutex. A decision holds it for a few hundred nanoseconds, far
+// below a gRPC call's cost. Replicas each keep their own (decisions never
+// wait on a database) and exchange verdicts in the background (Syncer).
+//
+// The cap on buckets is per tenant: a tenant that fills its share stops
+// getting new buckets, and no other tenant notices.
 type buckets struct {
-	mu  sync.Mutex
-	m   map[Key]*Bucket
-	max int
+	mu      sync.Mutex
+	tenants map[string]*tenantBuckets
+	max     int // per tenant
+	n       int // buckets in all
+
+	limits []Event // tenant_limit events not yet published (takeLimits)
 }
 
+// tenantBuckets are one tenant's buckets.
+type tenantBuckets struct {
+	m map[Key]*Bucket
+	// refused counts the buckets not created since the last tenant_limit
+	// event; limitAt is that event's time.
+	refused int64
+	limitAt time.Time
+}
+
+// limitEvery is the least time between two tenant_limit events of one
+// tenant and limit: the first refusal is journaled, the rest are counted
+// in the next.
+const limitEvery = time.Minute
+
 func newBuckets(max int) *buckets {
-	return &buckets{m: make(map[Key]*Bucket), max: max}
+	return &buckets{tenants: make(map[string]*tenantBuckets), max: max}
 }
 
 // lock takes the lock that every bucket's fields are read and written
@@ -21,24 +45,64 @@ func newBuckets(max int) *buckets {
 func (s *buckets) lock()   { s.mu.Lock() }
 func (s *buckets) unlock() { s.mu.Unlock() }
 
-// get returns k's bucket (under lock): created when create and the fleet
-// is not full, else nil when there is none.
-func (s *buckets) get(k Key, create bool) *Bucket {
-	b := s.m[k]
-	if b == nil && create && len(s.m) < s.max {
-		b = &Bucket{key: k}
-		s.m[k] = b
+func (s *buckets) tenant(t string, create bool) *tenantBuckets {
+	tb := s.tenants[t]
+	if tb == nil && create {
+		tb = &tenantBuckets{m: make(map[Key]*Bucket)}
+		s.tenants[t] = tb
 	}
+	return tb
+}
+
+// get returns k's bucket (under lock): created when create and k's tenant
+// has room (now is the time of a tenant_limit event when it has not), else
+// nil when there is none.
+func (s *buckets) get(k Key, create bool, now time.Time) *Bucket {
+	tb := s.tenant(k.Tenant, create)
+	if tb == nil {
+		return nil
+	}
+	b := tb.m[k]
+	if b != nil || !create {
+		return b
+	}
+	if len(tb.m) >= s.max {
+		s.refuse(tb, k, now)
+		return nil
+	}
+	b = &Bucket{key: k}
+	tb.m[k] = b
+	s.n++
 	return b
+}
+
+// refuse counts a bucket k's tenant has no room for, and queues a
+// tenant_limit event when the last is older than limitEvery.
+func (s *buckets) refuse(tb *tenantBuckets, k Key, now time.Time) {
+	tb.refused++
+	if !tb.limitAt.IsZero() && now.Sub(tb.limitAt) < limitEvery {
+		return
+	}
+	s.limits = append(s.limits, Event{At: now, Key: k, Kind: EventTenantLimit,
+		Reason: fmt.Sprintf("the tenant has %d buckets, its limit (fleet.max_buckets): new buckets are not tracked until idle ones are forgotten", len(tb.m)),
+		Counts: map[string]int64{"max_buckets": int64(s.max), "refused": tb.refused}})
+	tb.refused, tb.limitAt = 0, now
+}
+
+// takeLimits returns the queued tenant_limit events (under lock).
+func (s *buckets) takeLimits() []Event {
+	ev := s.limits
+	s.limits = nil
+	return ev
 }
 
 // getThree returns the bucket of each key (under lock), as get does with
 // create[i]. (Arrays, not a slice: a decision allocates nothing to find its
 // buckets.)
-func (s *buckets) getThree(keys [3]Key, create [3]bool) [3]*Bucket {
+func (s *buckets) getThree(keys [3]Key, create [3]bool, now time.Time) [3]*Bucket {
 	var bs [3]*Bucket
 	for i, k := range keys {
-		bs[i] = s.get(k, create[i])
+		bs[i] = s.get(k, create[i], now)
 	}
 	return bs
 }
@@ -47,18 +111,52 @@ func (s *buckets) getThree(keys [3]Key, create [3]bool) [3]*Bucket {
 func (s *buckets) each(fn func(*Bucket)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, b := range s.m {
-		fn(b)
+	for _, tb := range s.tenants {
+		for _, b := range tb.m {
+			fn(b)
+		}
 	}
+}
+
+// eachOf runs fn on tenant's buckets, under the lock the caller holds.
+func (s *buckets) eachOf(tenant string, fn func(*Bucket)) {
+	if tb := s.tenants[tenant]; tb != nil {
+		for _, b := range tb.m {
+			fn(b)
+		}
+	}
+}
+
+// count is the number of buckets in all.
+func (s *buckets) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
 }
 
 // sweep forgets the buckets idle says can go, taking the lock.
 func (s *buckets) sweep(idle func(*Bucket) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k, b := range s.m {
-		if idle(b) {
-			delete(s.m, k)
+	for t, tb := range s.tenants {
+		for k, b := range tb.m {
+			if idle(b) {
+				delete(tb.m, k)
+				s.n--
+			}
+		}
+		if len(tb.m) == 0 && tb.refused == 0 {
+			delete(s.tenants, t)
+		}
+	}
+}
+
+// remove forgets k's bucket (under lock).
+func (s *buckets) remove(k Key) {
+	if tb := s.tenants[k.Tenant]; tb != nil {
+		if _, ok := tb.m[k]; ok {
+			delete(tb.m, k)
+			s.n--
 		}
 	}
 }

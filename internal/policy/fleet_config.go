@@ -24,6 +24,7 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 	sections := map[string]map[string]any{
 		"hold": {
 			"spread": &cfg.Hold.Spread, "min_spread": &cfg.Hold.MinSpread, "max_spread": &cfg.Hold.MaxSpread,
+			"max_hint": &cfg.Hold.MaxHint,
 		},
 		"stop": {"for": &cfg.Stop.For},
 		"breaker": {

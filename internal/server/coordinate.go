@@ -41,7 +41,7 @@ func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.Coord
 			return validate.Fieldf("profile", "unknown profile %q", profile)
 		}
 	}
-	c := &coordination{s: s, stream: stream, tenant: auth.TenantFrom(ctx), client: first.GetClientId(), profile: profile,
+	c := &coordination{s: s, stream: stream, tenant: auth.TenantFrom(ctx), client: first.GetClientId(), origin: origin(ctx), profile: profile,
 		subs: make(map[fleet.Target]*subscription)}
 	s.fleet.StreamOpened()
 	defer s.fleet.StreamClosed()
@@ -114,6 +114,7 @@ type coordination struct {
 	stream  grpc.BidiStreamingServer[policydv1.CoordinateRequest, policydv1.CoordinateResponse]
 	tenant  string
 	client  string
+	origin  fleet.Origin
 	profile string
 	subs    map[fleet.Target]*subscription
 }
@@ -145,7 +146,7 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 			c.subs[t] = sub
 		}
 		sub.reportedAt = now
-		c.s.fleet.Report(fleet.Usage{Target: t, ClientID: c.client,
+		c.s.fleet.Report(fleet.Usage{Target: t, ClientID: c.client, Origin: c.origin,
 			Admitted: int64(u.GetAdmitted()), Shed: int64(u.GetShed()), Succeeded: int64(u.GetSucceeded()),
 			Failed: int64(u.GetFailed()), Retries: int64(u.GetRetries()),
 			RequestsPerMinute: fleet.RequestsPerMinute(t.Provider, u.GetRateLimitHeaders())})

@@ -36,6 +36,8 @@ type streamHarness struct {
 	clock *atomicClock
 	pc    policydv1.PolicyServiceClient
 	fc    policydv1.FleetServiceClient
+	// agents: a connection per client id, for failures from distinct clients.
+	agents *agents
 }
 
 func newStreamHarness(t *testing.T, policyYAML string, opts ...grpc.ServerOption) *streamHarness {
@@ -46,8 +48,9 @@ func newStreamHarness(t *testing.T, policyYAML string, opts ...grpc.ServerOption
 	}
 	h := &streamHarness{t: t, clock: newAtomicClock(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))}
 	f := fleet.New(p.Fleet, fleet.WithClock(h.clock.now))
-	conn := startPolicyServer(t, NewPolicyServer(p, WithClock(h.clock.now), WithRand(fixedRand(0.5)), WithFleet(f)), opts...)
-	h.pc, h.fc = policydv1.NewPolicyServiceClient(conn), policydv1.NewFleetServiceClient(conn)
+	ts := serveTest(t, NewPolicyServer(p, WithClock(h.clock.now), WithRand(fixedRand(0.5)), WithFleet(f)), nil, WithServerOptions(opts...))
+	h.pc, h.fc = policydv1.NewPolicyServiceClient(ts.conn), policydv1.NewFleetServiceClient(ts.conn)
+	h.agents = newAgents(t, ts.addr)
 	return h
 }
 
@@ -125,7 +128,7 @@ func TestCoordinateBreakerLifecycle(t *testing.T) {
 	// 80 % failed, 2 clients): the stream hears of it at once, with the
 	// fallback chain's target.
 	for _, c := range []string{"b", "c", "b", "c"} {
-		nextDelay(t, h.pc, &policydv1.NextDelayRequest{ClientId: c, Attempt: 1,
+		nextDelay(t, h.agents.policy(c), &policydv1.NextDelayRequest{ClientId: c, Attempt: 1,
 			Failure: &policydv1.Failure{Provider: "openai", Model: "gpt-4o", HttpStatus: 503}})
 	}
 	a = s.next("breaker open", func(a *policydv1.Assignment) bool { return a.GetBreaker() == policydv1.BreakerState_BREAKER_STATE_OPEN })
@@ -286,8 +289,10 @@ func TestCoordinateNeedsFleetAndAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := NewPolicyServer(p, WithFleet(fleet.New(p.Fleet)))
-	sconn := dialT(t, serveSecured(t, ps, Security{Auth: tokenAuth(t)}), insecure.NewCredentials())
-	fc, pc := policydv1.NewFleetServiceClient(sconn), policydv1.NewPolicyServiceClient(sconn)
+	saddr := serveSecured(t, ps, Security{Auth: tokenAuth(t)})
+	sconn := dialT(t, saddr, insecure.NewCredentials())
+	beta := newAgents(t, saddr)
+	fc := policydv1.NewFleetServiceClient(sconn)
 	anon, err := fc.Coordinate(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +302,7 @@ func TestCoordinateNeedsFleetAndAuth(t *testing.T) {
 		t.Fatalf("no token: %v", err)
 	}
 	for _, c := range []string{"x", "y", "x", "y"} {
-		if _, err := pc.NextDelay(as(ctx, tokenBeta), &policydv1.NextDelayRequest{ClientId: c, Attempt: 1,
+		if _, err := beta.policy(c).NextDelay(as(ctx, tokenBeta), &policydv1.NextDelayRequest{ClientId: c, Attempt: 1,
 			Failure: &policydv1.Failure{Provider: "openai", Model: "gpt-4o", HttpStatus: 503}}); err != nil {
 			t.Fatal(err)
 		}

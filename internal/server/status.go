@@ -42,6 +42,7 @@ func notFoundf(format string, args ...any) *NotFoundError {
 //   - ErrFleetOff is FailedPrecondition too;
 //   - an auth.ErrUnauthenticated becomes codes.Unauthenticated with its
 //     message (which never contains a token);
+//   - ErrNotAdmin becomes codes.PermissionDenied;
 //   - a *RateLimitedError becomes codes.ResourceExhausted, and the call's
 //     trailer gets grpc-retry-pushback-ms, the gRPC retry spec's server
 //     pushback, in whole milliseconds;
@@ -75,6 +76,8 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return status.Error(codes.Unauthenticated, err.Error())
+	case errors.Is(err, ErrNotAdmin):
+		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, ErrJournalOff), errors.Is(err, ErrFleetOff):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, journal.ErrNotFound):
