@@ -115,3 +115,40 @@ func (b *Bucket) clear(now time.Time, c Clearing) {
 		}
 	}
 }
+
+// Bits is c as the exchange stores it: 1 hold, 2 stop, 4 breaker, 8 pace.
+func (c Clearing) Bits() int16 {
+	var b int16
+	for i, on := range [...]bool{c.Hold, c.Stop, c.Breaker, c.Pace} {
+		if on {
+			b |= 1 << i
+		}
+	}
+	return b
+}
+
+// ClearingOf is the Clearing of bits (Bits).
+func ClearingOf(bits int16) Clearing {
+	return Clearing{Hold: bits&1 != 0, Stop: bits&2 != 0, Breaker: bits&4 != 0, Pace: bits&8 != 0}
+}
+
+// adoptClear applies another replica's clear when it is newer than the
+// last this bucket took (the breaker's state comes as a transition).
+func (b *Bucket) adoptClear(v Verdict, now time.Time) bool {
+	if v.ClearedAt.IsZero() || !v.ClearedAt.After(b.cleared) {
+		return false
+	}
+	c := v.Cleared
+	// A hold or stop raised after the clear, on any replica, stays.
+	keepHold, keepStop := b.holdUntil.Equal(v.HoldUntil), b.stopUntil.Equal(v.StopUntil)
+	hold, span, stop, why := b.holdUntil, b.holdSpan, b.stopUntil, b.stopWhy
+	b.clear(now, c)
+	if c.Hold && keepHold && !v.HoldUntil.IsZero() {
+		b.holdUntil, b.holdSpan = hold, span
+	}
+	if c.Stop && keepStop && !v.StopUntil.IsZero() {
+		b.stopUntil, b.stopWhy = stop, why
+	}
+	b.cleared, b.clearedWhat = v.ClearedAt, c
+	return true
+}

@@ -92,6 +92,7 @@ func (s *shared) poke() {
 
 // outbox is what a round pushes.
 type outbox struct {
+	clears []Verdict
 	raise  []Verdict
 	moves  []move
 	probes []probeWant
@@ -111,7 +112,8 @@ type probeWant struct {
 
 func verdictOf(b *Bucket) Verdict {
 	v := Verdict{Key: b.key, HoldUntil: b.holdUntil, HoldSpan: b.holdSpan, StopUntil: b.stopUntil, StopWhy: b.stopWhy,
-		Breaker: b.state, OpenUntil: b.openUntil, OpenPeriod: b.openPeriod, OpenWhy: b.openWhy, Version: b.version}
+		Breaker: b.state, OpenUntil: b.openUntil, OpenPeriod: b.openPeriod, OpenWhy: b.openWhy, Version: b.version,
+		ClearedAt: b.cleared, Cleared: b.clearedWhat}
 	if b.state == Closed && !b.closedAt.IsZero() {
 		// A closed breaker's OpenUntil is when it closed: the others start
 		// their slow start from it, not from when they hear of the close.
@@ -129,6 +131,9 @@ func (f *Fleet) outbox(now time.Time, c *Config, counts bool) outbox {
 	f.store.each(func(b *Bucket) {
 		if !shareable(b.key) {
 			return
+		}
+		if b.raisedClear {
+			out.clears = append(out.clears, verdictOf(b))
 		}
 		if b.raisedHold || b.raisedStop {
 			out.raise = append(out.raise, verdictOf(b))
@@ -167,6 +172,17 @@ func (f *Fleet) countsUrgent() bool {
 		urgent = urgent || (b.rpm > 0 && b.rpmShared != b.rpm) || (b.state == HalfOpen && b.probeOK != b.probeOKShared)
 	})
 	return urgent
+}
+
+// clearsPushed marks clears pushed (unless another came meanwhile).
+func (f *Fleet) clearsPushed(vs []Verdict) {
+	f.store.lock()
+	for _, v := range vs {
+		if b := f.store.get(v.Key, false, time.Time{}); b != nil && b.cleared.Equal(v.ClearedAt) {
+			b.raisedClear = false
+		}
+	}
+	f.store.unlock()
 }
 
 // raised marks registers pushed (unless they moved again meanwhile).
@@ -276,6 +292,9 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 		f.store.lock()
 		if b := f.store.get(v.Key, true, now); b != nil {
 			if b.adoptRegisters(v, now) {
+				changed = true
+			}
+			if b.adoptClear(v, now) {
 				changed = true
 			}
 			if v.Version > b.version {
