@@ -16,6 +16,11 @@ type Usage struct {
 	ClientID string
 	// Origin is the stream's caller: its identity and connection.
 	Origin Origin
+	// Elapsed is the interval the counts cover (0: within the last second).
+	// Counts over a longer interval than the breaker's window enter the
+	// window in proportion: a client's buffered counts of ten minutes are
+	// not ten minutes' worth of calls in the last second.
+	Elapsed time.Duration
 	// First attempts admitted and shed by the client's gate, successes,
 	// failures decided without NextDelay, retries sent.
 	Admitted, Shed, Succeeded, Failed, Retries int64
@@ -93,6 +98,11 @@ func (f *Fleet) Report(u Usage) {
 	keys := [3]Key{sc.key(ScopeAvailability, u.Target), sc.key(ScopeRateLimit, u.Target), {}}
 	var events []Event
 	emit := func(e Event) { events = append(events, e) }
+	raw := u // the totals count every call
+	if u.Elapsed > c.Breaker.Window {
+		u.Admitted, u.Shed, u.Succeeded, u.Failed, u.Retries = inWindow(u.Admitted, u.Elapsed, c), inWindow(u.Shed, u.Elapsed, c),
+			inWindow(u.Succeeded, u.Elapsed, c), inWindow(u.Failed, u.Elapsed, c), inWindow(u.Retries, u.Elapsed, c)
+	}
 	f.store.lock()
 	bs := f.store.getThree(keys, [3]bool{true, true, false}, now)
 	events = append(events, f.store.takeLimits()...)
@@ -103,9 +113,9 @@ func (f *Fleet) Report(u Usage) {
 		b.ensureRings(&c.Breaker)
 		b.reportedAt = now
 		b.totals.reports++
-		b.totals.admitted += u.Admitted
-		b.totals.shed += u.Shed
-		b.totals.successes += u.Succeeded
+		b.totals.admitted += raw.Admitted
+		b.totals.shed += raw.Shed
+		b.totals.successes += raw.Succeeded
 		if b.streamClients == nil {
 			b.streamClients = make(map[string]time.Time)
 		}
@@ -146,6 +156,12 @@ func (f *Fleet) Report(u Usage) {
 	f.store.unlock()
 	stamp(events, u.Origin)
 	f.publish(events, u.Tenant)
+}
+
+// inWindow is the part of n counts over elapsed that falls in the
+// breaker's window (rounded up: a single failure still counts).
+func inWindow(n int64, elapsed time.Duration, c *Config) int64 {
+	return int64(math.Ceil(float64(n) * c.Breaker.Window.Seconds() / elapsed.Seconds()))
 }
 
 // Assign is target t's assignment for client's gate now. While the breaker

@@ -134,3 +134,27 @@ func TestBucketsPages(t *testing.T) {
 		}
 	}
 }
+
+func TestCountsOverALongIntervalEnterTheWindowInProportion(t *testing.T) {
+	t.Parallel()
+	f, _, _ := newTestFleet(t, nil)
+	// Ten minutes of a client's buffered successes are not ten minutes'
+	// worth in the breaker's 10-s window: 60,000 become 1,000.
+	f.Report(Usage{Target: Target{Tenant: "team", Provider: "openai", Model: "gpt-4o"}, ClientID: "x",
+		Succeeded: 60_000, Admitted: 60_000, Elapsed: 10 * time.Minute})
+	for i := range 60 {
+		f.Decide(Ask{Target: Target{Tenant: "team", Provider: "openai", Model: "gpt-4o"}, ClientID: fmt.Sprint(i % 3),
+			FailureType: policydv1.FailureType_FAILURE_TYPE_SERVER_ERROR, Switches: AllOn})
+	}
+	v, _ := f.Bucket("team", "availability:openai/gpt-4o")
+	if v.Successes != 60_000 {
+		t.Errorf("totals %d successes, want every one of 60,000", v.Successes)
+	}
+	f.store.lock()
+	b := f.store.get(Key{Scope: ScopeAvailability, Tenant: "team", Provider: "openai", Model: "gpt-4o"}, false, f.clock())
+	in := b.successes.sum(f.clock())
+	f.store.unlock()
+	if in != 1000 {
+		t.Errorf("%d successes in the window, want 1000", in)
+	}
+}

@@ -131,13 +131,20 @@ type subscription struct {
 func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 	now := c.s.fleet.Now()
 	for i, u := range m.GetUsage() {
-		if err := validate.Usage(i, u); err != nil {
+		t := c.target(u.GetTarget())
+		sub := c.subs[t]
+		// The counts are bounded by the time the server saw pass since the
+		// target's last report on this stream (a second's grace for the
+		// network), not only by the elapsed time the client declares.
+		var interval time.Duration
+		if sub != nil {
+			interval = now.Sub(sub.reportedAt) + time.Second
+		}
+		if err := validate.Usage(i, u, interval); err != nil {
 			// The usages before it stay applied; the client learns which
 			// field is wrong.
 			return err
 		}
-		t := c.target(u.GetTarget())
-		sub := c.subs[t]
 		if sub == nil {
 			if len(c.subs) >= maxStreamTargets {
 				return validate.Fieldf("usage", "more than %d targets on one stream", maxStreamTargets)
@@ -146,7 +153,7 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 			c.subs[t] = sub
 		}
 		sub.reportedAt = now
-		c.s.fleet.Report(fleet.Usage{Target: t, ClientID: c.client, Origin: c.origin,
+		c.s.fleet.Report(fleet.Usage{Target: t, ClientID: c.client, Origin: c.origin, Elapsed: u.GetElapsed().AsDuration(),
 			Admitted: int64(u.GetAdmitted()), Shed: int64(u.GetShed()), Succeeded: int64(u.GetSucceeded()),
 			Failed: int64(u.GetFailed()), Retries: int64(u.GetRetries()),
 			RequestsPerMinute: fleet.RequestsPerMinute(t.Provider, u.GetRateLimitHeaders())})

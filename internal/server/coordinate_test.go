@@ -235,6 +235,12 @@ func TestCoordinateRejectsBadReports(t *testing.T) {
 		{"no elapsed", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o}}}}, "usage[0].elapsed"},
 		{"elapsed too long", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Hour)}}}}, "usage[0].elapsed"},
 		{"a count too large", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Shed: 1 << 40}}}}, "usage[0].shed"},
+		{"a billion successes in a second", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Succeeded: 1 << 30}}}}, "usage[0].succeeded"},
+		{"admitted beyond the interval", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(2 * time.Second), Admitted: 2001}}}}, "usage[0].admitted"},
+		// The second report of a target on a stream claims ten minutes the
+		// server did not see pass.
+		{"an interval the server did not see", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Succeeded: 1}}},
+			{Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(10 * time.Minute), Succeeded: 500_000}}}}, "usage[0].succeeded"},
 		{"not a rate-limit header", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second),
 			RateLimitHeaders: map[string]string{"authorization": "Bearer sk-..."}}}}}, `usage[0].rate_limit_headers["authorization"]`},
 		{"key id too long", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: &policydv1.BucketTarget{Provider: "openai", KeyId: strings.Repeat("k", 129)},
@@ -260,9 +266,10 @@ func TestCoordinateRejectsBadReports(t *testing.T) {
 			}
 		})
 	}
-	// The good usage before the bad one, in the same report, was applied.
+	// The good usages before the bad ones were applied (one in the same
+	// report, one a report before).
 	b, err := h.fc.GetBucket(ctx, &policydv1.GetBucketRequest{Bucket: "availability:openai/gpt-4o"})
-	if err != nil || b.GetBucket().GetReports() != 1 {
+	if err != nil || b.GetBucket().GetReports() != 2 {
 		t.Fatalf("the valid usage before the bad one: %v %v", b, err)
 	}
 }
