@@ -16,7 +16,7 @@ import (
 // securityFlags are serve's authentication, TLS and limit flags.
 type securityFlags struct {
 	tokensFile, tlsCert, tlsKey, tlsClientCA *string
-	maxMessageBytes                          *int
+	maxMessageBytes, maxHeaderBytes          *int
 	maxConcurrentStreams                     *uint
 	requestTimeout                           *time.Duration
 	rateLimit                                *float64
@@ -38,6 +38,8 @@ func defineSecurityFlags(fs *flag.FlagSet) *securityFlags {
 			"CA certificates PEM `file`: require client certificates it signed (mutual TLS); needs --tls-cert and --tls-key (env POLICYD_TLS_CLIENT_CA)"),
 		maxMessageBytes: fs.Int("max-message-bytes", server.DefaultMaxMessageBytes,
 			"largest request in `bytes`; larger ones are RESOURCE_EXHAUSTED"),
+		maxHeaderBytes: fs.Int("max-header-bytes", server.DefaultMaxHeaderBytes,
+			"largest metadata of a call in `bytes` (HTTP/2 header list); larger ones are refused before they are decoded"),
 		maxConcurrentStreams: fs.Uint("max-concurrent-streams", server.DefaultMaxConcurrentStreams,
 			"calls in flight per connection; 0 is unlimited"),
 		requestTimeout: fs.Duration("request-timeout", server.DefaultRequestTimeout,
@@ -84,6 +86,10 @@ func (f *securityFlags) security() (server.Security, error) {
 		return s, usageErrorf("serve: --max-message-bytes must be at least 1, got %d", *f.maxMessageBytes)
 	}
 	s.MaxMessageBytes = *f.maxMessageBytes
+	if *f.maxHeaderBytes < 1024 || *f.maxHeaderBytes > 16<<20 {
+		return s, usageErrorf("serve: --max-header-bytes must be within 1024 and %d, got %d", 16<<20, *f.maxHeaderBytes)
+	}
+	s.MaxHeaderBytes = *f.maxHeaderBytes
 	if *f.maxConcurrentStreams > math.MaxUint32 {
 		return s, usageErrorf("serve: --max-concurrent-streams must be at most %d", uint32(math.MaxUint32))
 	}

@@ -109,9 +109,11 @@ another tenant's are NOT_FOUND. Health and reflection need no token. SIGHUP
 reloads the tokens file and the TLS files too (new connections get the new
 certificates; a bad file is logged and what is in force stays).
 
-Limits: a request over --max-message-bytes is RESOURCE_EXHAUSTED; with
---rate-limit each tenant gets that many calls per second (bursts of
---rate-burst) and a call over it is RESOURCE_EXHAUSTED with a
+Limits: a request over --max-message-bytes is RESOURCE_EXHAUSTED, and one
+whose metadata is over --max-header-bytes is refused before it is decoded;
+with --rate-limit each tenant gets that many calls per second (bursts of
+--rate-burst; a stream is charged when it opens and for every message it
+sends) and a call over it is RESOURCE_EXHAUSTED with a
 grpc-retry-pushback-ms trailer; a journal call without a deadline gets
 --request-timeout. Clients may send keepalive pings every 15s at most.
 

@@ -104,7 +104,7 @@ func (f *Fleet) publish(events []Event, tenant string) {
 	}
 	wake := false
 	for _, e := range all {
-		if e.Kind != EventShed && e.Kind != EventBudgetExhausted {
+		if e.Kind != EventShed && e.Kind != EventBudgetExhausted && e.Kind != EventTenantLimit {
 			wake = true
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // buckets is the fleet's memory: each tenant's buckets in a map of its own,
@@ -29,6 +31,12 @@ type tenantBuckets struct {
 	// event; limitAt is that event's time.
 	refused int64
 	limitAt time.Time
+
+	// reports: the tenant's report rate (Fleet.AdmitReports); its refusals
+	// since the last tenant_limit event of that limit, and that event's time.
+	reports        *rate.Limiter
+	reportsRefused int64
+	reportsLimitAt time.Time
 }
 
 // limitEvery is the least time between two tenant_limit events of one
@@ -145,7 +153,7 @@ func (s *buckets) sweep(idle func(*Bucket) bool) {
 				s.n--
 			}
 		}
-		if len(tb.m) == 0 && tb.refused == 0 {
+		if len(tb.m) == 0 && tb.refused == 0 && tb.reportsRefused == 0 {
 			delete(s.tenants, t)
 		}
 	}

@@ -59,9 +59,17 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 			cfg.MaxBuckets = v
 			continue
 		}
+		if key.Value == "reports_per_second" {
+			v, err := parseFloat(val)
+			if err != nil {
+				return at(key, key.Value, err)
+			}
+			cfg.ReportsPerSecond = v
+			continue
+		}
 		fields, ok := sections[key.Value]
 		if !ok {
-			return at(key, key.Value, fmt.Errorf("unknown field (want scopes, hold, stop, breaker, retry_budget, slow_start, pacing, stream or max_buckets)"))
+			return at(key, key.Value, fmt.Errorf("unknown field (want scopes, hold, stop, breaker, retry_budget, slow_start, pacing, stream, max_buckets or reports_per_second)"))
 		}
 		if val.Kind != yaml.MappingNode {
 			return at(val, key.Value, fmt.Errorf("must be a mapping"))

@@ -130,6 +130,13 @@ type subscription struct {
 // that are new, changed or due a refresh.
 func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 	now := c.s.fleet.Now()
+	if len(m.GetUsage()) > 0 {
+		// The tenant's report rate: a flood is refused before it takes the
+		// fleet's lock, and only this tenant's streams feel it.
+		if err := c.s.fleet.AdmitReports(c.target(m.GetUsage()[0].GetTarget()), len(m.GetUsage())); err != nil {
+			return err
+		}
+	}
 	for i, u := range m.GetUsage() {
 		t := c.target(u.GetTarget())
 		sub := c.subs[t]

@@ -76,14 +76,33 @@ func (l *tenantLimiter) unary(logger *slog.Logger) grpc.UnaryServerInterceptor {
 	}
 }
 
+// stream charges a stream once when it opens and once for every message it
+// receives: a stream is many calls' worth of work, not one.
 func (l *tenantLimiter) stream(logger *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if openMethod(info.FullMethod) {
 			return handler(srv, ss)
 		}
-		if err := l.admit(auth.TenantFrom(ss.Context())); err != nil {
+		tenant := auth.TenantFrom(ss.Context())
+		if err := l.admit(tenant); err != nil {
 			return toStatus(ss.Context(), logger, info.FullMethod, err)
 		}
-		return handler(srv, ss)
+		return handler(srv, &chargedStream{ServerStream: ss, l: l, tenant: tenant})
 	}
+}
+
+// chargedStream takes a token of its tenant's for every message received;
+// over the limit, RecvMsg fails with the *RateLimitedError, which ends the
+// stream RESOURCE_EXHAUSTED with the pushback trailer.
+type chargedStream struct {
+	grpc.ServerStream
+	l      *tenantLimiter
+	tenant string
+}
+
+func (s *chargedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.l.admit(s.tenant)
 }

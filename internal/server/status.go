@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/policyd/policyd/internal/auth"
+	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/validate"
 )
@@ -43,7 +44,8 @@ func notFoundf(format string, args ...any) *NotFoundError {
 //   - an auth.ErrUnauthenticated becomes codes.Unauthenticated with its
 //     message (which never contains a token);
 //   - ErrNotAdmin becomes codes.PermissionDenied;
-//   - a *RateLimitedError becomes codes.ResourceExhausted, and the call's
+//   - a *RateLimitedError, or a *fleet.LimitError (a tenant over one of
+//     its fleet limits), becomes codes.ResourceExhausted, and the call's
 //     trailer gets grpc-retry-pushback-ms, the gRPC retry spec's server
 //     pushback, in whole milliseconds;
 //   - a context error becomes codes.Canceled or codes.DeadlineExceeded;
@@ -69,9 +71,12 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 		return toStatus(ctx, logger, method, &validate.FieldError{Field: ie.Field, Description: ie.Description})
 	}
 	if rl, ok := errors.AsType[*RateLimitedError](err); ok {
-		ms := (rl.RetryIn + time.Millisecond - 1) / time.Millisecond
-		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(int64(ms), 10)))
+		pushback(ctx, rl.RetryIn)
 		return status.Error(codes.ResourceExhausted, rl.Error())
+	}
+	if le, ok := errors.AsType[*fleet.LimitError](err); ok {
+		pushback(ctx, le.RetryIn)
+		return status.Error(codes.ResourceExhausted, le.Error())
 	}
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
@@ -93,6 +98,13 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 	}
 	logger.ErrorContext(ctx, "internal error", "grpc.method", method, "error", err)
 	return status.Error(codes.Internal, "internal error")
+}
+
+// pushback sets the call's grpc-retry-pushback-ms trailer, the gRPC retry
+// spec's server pushback, in whole milliseconds.
+func pushback(ctx context.Context, d time.Duration) {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(int64(ms), 10)))
 }
 
 // statusInterceptor applies toStatus to every unary handler's error, and
