@@ -158,3 +158,13 @@ func TestCountsOverALongIntervalEnterTheWindowInProportion(t *testing.T) {
 		t.Errorf("%d successes in the window, want 1000", in)
 	}
 }
+
+func TestIdleOfABucketThatNeverFailed(t *testing.T) {
+	t.Parallel()
+	f, clk, _ := newTestFleet(t, nil)
+	f.Report(Usage{Target: Target{Tenant: "team", Provider: "openai", Model: "gpt-4o"}, ClientID: "x", Admitted: 1})
+	clk.advance(2 * time.Second)
+	if v, _ := f.Bucket("team", "availability:openai/gpt-4o"); v.Idle != 2*time.Second {
+		t.Errorf("idle %v, want 2s since its report", v.Idle)
+	}
+}

@@ -15,7 +15,9 @@ type BucketView struct {
 	OpenPeriod     time.Duration // the next open period
 	Changed        int64
 	FirstClient    string
-	Idle           time.Duration
+	// Idle is the time since the bucket's last failure or report (0 when
+	// it had neither here: another replica's verdict made it).
+	Idle time.Duration
 
 	// Coordinate streams: clients reporting in the window, totals since
 	// the daemon started, the share of first attempts admitted now and the
@@ -27,7 +29,10 @@ type BucketView struct {
 }
 
 func (f *Fleet) view(c *Config, b *Bucket, now time.Time) BucketView {
-	v := BucketView{Key: b.key, State: *f.state(c, b, now, false), Changed: b.changed, FirstClient: b.firstClient, Idle: now.Sub(b.lastFailure)}
+	v := BucketView{Key: b.key, State: *f.state(c, b, now, false), Changed: b.changed, FirstClient: b.firstClient}
+	if last := latest(b.lastFailure, b.reportedAt, b.streamedElsewhere); !last.IsZero() {
+		v.Idle = now.Sub(last)
+	}
 	if b.window.secs != nil {
 		v.WindowFailures = b.window.sum(now)
 		v.WindowClients = b.windowClients(now, c.Breaker.Window)
@@ -45,6 +50,17 @@ func (f *Fleet) view(c *Config, b *Bucket, now time.Time) BucketView {
 		v.FirstClient = "" // that incident is over
 	}
 	return v
+}
+
+// latest is the latest of ts.
+func latest(ts ...time.Time) time.Time {
+	var l time.Time
+	for _, t := range ts {
+		if t.After(l) {
+			l = t
+		}
+	}
+	return l
 }
 
 // MaxPageSize is the most buckets one Buckets page holds (and its default):
