@@ -91,7 +91,7 @@ func fleetCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	fc := policydv1.NewFleetServiceClient(conn)
 	call := func() (context.Context, context.CancelFunc) {
 		c, cancel := context.WithTimeout(ctx, *ff.timeout)

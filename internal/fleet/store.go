@@ -19,7 +19,6 @@ type buckets struct {
 	mu      sync.Mutex
 	tenants map[string]*tenantBuckets
 	max     int // per tenant
-	n       int // buckets in all
 
 	limits []Event // tenant_limit events not yet published (takeLimits)
 }
@@ -80,7 +79,6 @@ func (s *buckets) get(k Key, create bool, now time.Time) *Bucket {
 	}
 	b = &Bucket{key: k}
 	tb.m[k] = b
-	s.n++
 	return b
 }
 
@@ -135,13 +133,6 @@ func (s *buckets) eachOf(tenant string, fn func(*Bucket)) {
 	}
 }
 
-// count is the number of buckets in all.
-func (s *buckets) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n
-}
-
 // sweep forgets the buckets idle says can go, taking the lock.
 func (s *buckets) sweep(idle func(*Bucket) bool) {
 	s.mu.Lock()
@@ -150,21 +141,10 @@ func (s *buckets) sweep(idle func(*Bucket) bool) {
 		for k, b := range tb.m {
 			if idle(b) {
 				delete(tb.m, k)
-				s.n--
 			}
 		}
 		if len(tb.m) == 0 && tb.refused == 0 && tb.reportsRefused == 0 {
 			delete(s.tenants, t)
-		}
-	}
-}
-
-// remove forgets k's bucket (under lock).
-func (s *buckets) remove(k Key) {
-	if tb := s.tenants[k.Tenant]; tb != nil {
-		if _, ok := tb.m[k]; ok {
-			delete(tb.m, k)
-			s.n--
 		}
 	}
 }
