@@ -117,10 +117,10 @@ func (f *Fleet) Report(u Usage) {
 		b.totals.shed += raw.Shed
 		b.totals.successes += raw.Succeeded
 		if b.streamClients == nil {
-			b.streamClients = make(map[string]time.Time)
+			b.streamClients = make(map[string]int64)
 		}
 		if _, ok := b.streamClients[u.ClientID]; ok || len(b.streamClients) < maxHoldSlots {
-			b.streamClients[u.ClientID] = now
+			b.streamClients[u.ClientID] = now.UnixNano()
 		}
 		b.firstAttempts.add(now, int(u.Admitted+u.Shed))
 		b.retries.add(now, int(u.Retries))

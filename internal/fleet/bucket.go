@@ -31,6 +31,7 @@ func (s BreakerState) String() string {
 // the store's lock.
 type Bucket struct {
 	key         Key
+	idx         int // its place in the store's walk order (buckets.all)
 	lastFailure time.Time
 	firstClient string // whose failure started the current incident
 	changed     int64  // decisions the fleet changed
@@ -76,7 +77,7 @@ type Bucket struct {
 	cut               float64 // pacing's cut after 429s (see throttled)
 	cutAt             time.Time
 	holdSlots         map[string]int
-	streamClients     map[string]time.Time
+	streamClients     map[string]int64 // client → last report, Unix ns (8 bytes, not a time.Time's 24: one per bucket)
 	shedPending       int64
 	shedEventAt       time.Time
 	totals            streamTotals
@@ -224,10 +225,8 @@ func (b *Bucket) countFailure(now time.Time, client, who string, t policydv1.Fai
 
 func (b *Bucket) ensureRings(c *BreakerConfig) {
 	if b.window.secs == nil {
-		b.window, b.successes = newRing(c.Window), newRing(c.Window)
-		b.admitted, b.firstAttempts, b.retries = newRing(c.Window), newRing(c.Window), newRing(c.Window)
-		b.asks = newRing(c.Window)
-		b.clients = make(map[string]time.Time)
+		rs := newRings(c.Window, 6)
+		b.window, b.successes, b.admitted, b.firstAttempts, b.retries, b.asks = rs[0], rs[1], rs[2], rs[3], rs[4], rs[5]
 	}
 }
 
@@ -236,6 +235,9 @@ func (b *Bucket) ensureRings(c *BreakerConfig) {
 func (b *Bucket) addFailures(now time.Time, client string, n int, c *BreakerConfig) {
 	b.ensureRings(c)
 	b.window.add(now, n)
+	if b.clients == nil {
+		b.clients = make(map[string]time.Time)
+	}
 	if len(b.clients) < 1024 {
 		b.clients[client] = now
 	} else if _, ok := b.clients[client]; ok {

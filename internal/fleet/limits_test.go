@@ -168,3 +168,28 @@ func TestIdleOfABucketThatNeverFailed(t *testing.T) {
 		t.Errorf("idle %v, want 2s since its report", v.Idle)
 	}
 }
+
+func TestSweepInChunksKeepsTheStoreWhole(t *testing.T) {
+	t.Parallel()
+	s := newBuckets(1 << 20)
+	now := time.Now()
+	for i := range 3*walkChunk + 7 {
+		s.get(Key{Scope: ScopeAvailability, Tenant: fmt.Sprint(i % 3), Provider: "p", Model: fmt.Sprint(i)}, true, now)
+	}
+	s.sweep(func(b *Bucket) bool { return b.key.Model[len(b.key.Model)-1]%2 == 0 })
+	n := 0
+	for _, tb := range s.tenants {
+		for k, b := range tb.m {
+			n++
+			if k.Model[len(k.Model)-1]%2 == 0 {
+				t.Fatalf("%v survived the sweep", k)
+			}
+			if s.all[b.idx] != b {
+				t.Fatalf("%v: idx %d does not point back at it", k, b.idx)
+			}
+		}
+	}
+	if n != len(s.all) || n == 0 {
+		t.Fatalf("%d buckets in the maps, %d in the walk order", n, len(s.all))
+	}
+}

@@ -19,6 +19,10 @@ type buckets struct {
 	mu      sync.Mutex
 	tenants map[string]*tenantBuckets
 	max     int // per tenant
+	// all is every bucket, in no order, for the walks that visit each one
+	// (Tick, the sweep): a slice, unlike a map, can be walked a chunk at a
+	// time with the lock released in between (Bucket.idx is the place).
+	all []*Bucket
 
 	limits []Event // tenant_limit events not yet published (takeLimits)
 }
@@ -77,8 +81,9 @@ func (s *buckets) get(k Key, create bool, now time.Time) *Bucket {
 		s.refuse(tb, k, now)
 		return nil
 	}
-	b = &Bucket{key: k}
+	b = &Bucket{key: k, idx: len(s.all)}
 	tb.m[k] = b
+	s.all = append(s.all, b)
 	return b
 }
 
@@ -133,21 +138,50 @@ func (s *buckets) eachOf(tenant string, fn func(*Bucket)) {
 	}
 }
 
-// sweep forgets the buckets idle says can go, taking the lock.
-func (s *buckets) sweep(idle func(*Bucket) bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for t, tb := range s.tenants {
-		for k, b := range tb.m {
-			if idle(b) {
-				delete(tb.m, k)
+// walkChunk is how many buckets a chunked walk visits per hold of the lock:
+// a few hundred microseconds, so that no decision waits behind a walk of
+// a large fleet (one walk of 100,000 buckets held it for 60 ms).
+const walkChunk = 1024
+
+// walk runs fn on every bucket, a chunk at a time under the lock. fn may
+// say a bucket is to be forgotten (returning true). A bucket created or
+// forgotten during the walk may be missed or visited twice: the walks
+// (Tick, the sweep) come again.
+func (s *buckets) walk(fn func(*Bucket) (forget bool)) {
+	for i := 0; ; {
+		s.mu.Lock()
+		if i >= len(s.all) {
+			s.mu.Unlock()
+			return
+		}
+		for end := min(i+walkChunk, len(s.all)); i < end; {
+			b := s.all[i]
+			if !fn(b) {
+				i++
+				continue
 			}
+			s.forget(b)
+			end = min(end, len(s.all)) // the last bucket moved into i: visit it
 		}
-		if len(tb.m) == 0 && tb.refused == 0 && tb.reportsRefused == 0 {
-			delete(s.tenants, t)
-		}
+		s.mu.Unlock()
 	}
 }
+
+// forget removes b (under lock), moving the last bucket into its place.
+func (s *buckets) forget(b *Bucket) {
+	tb := s.tenants[b.key.Tenant]
+	delete(tb.m, b.key)
+	last := s.all[len(s.all)-1]
+	s.all[b.idx], last.idx = last, b.idx
+	s.all[len(s.all)-1] = nil
+	s.all = s.all[:len(s.all)-1]
+	if len(tb.m) == 0 && tb.refused == 0 && tb.reportsRefused == 0 {
+		delete(s.tenants, b.key.Tenant)
+	}
+}
+
+// sweep forgets the buckets idle says can go, a chunk at a time.
+func (s *buckets) sweep(idle func(*Bucket) bool) { s.walk(idle) }
 
 func (s *buckets) setMax(max int) {
 	s.mu.Lock()
