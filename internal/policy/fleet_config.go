@@ -59,6 +59,14 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 			cfg.MaxBuckets = v
 			continue
 		}
+		if key.Value == "idle_after" {
+			v, err := parseDuration(val)
+			if err != nil {
+				return at(key, key.Value, err)
+			}
+			cfg.IdleAfter = v
+			continue
+		}
 		if key.Value == "reports_per_second" {
 			v, err := parseFloat(val)
 			if err != nil {
@@ -69,7 +77,7 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 		}
 		fields, ok := sections[key.Value]
 		if !ok {
-			return at(key, key.Value, fmt.Errorf("unknown field (want scopes, hold, stop, breaker, retry_budget, slow_start, pacing, stream, max_buckets or reports_per_second)"))
+			return at(key, key.Value, fmt.Errorf("unknown field (want scopes, hold, stop, breaker, retry_budget, slow_start, pacing, stream, max_buckets, reports_per_second or idle_after)"))
 		}
 		if val.Kind != yaml.MappingNode {
 			return at(val, key.Value, fmt.Errorf("must be a mapping"))
