@@ -118,15 +118,14 @@ func (s *buckets) getThree(keys [3]Key, create [3]bool, now time.Time) [3]*Bucke
 	return bs
 }
 
-// each runs fn on every bucket, taking the lock.
+// each runs fn on every bucket, a chunk at a time under the lock (walk):
+// the syncer's rounds, metrics and stream statistics visit every bucket,
+// and must not hold up decisions while they do.
 func (s *buckets) each(fn func(*Bucket)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, tb := range s.tenants {
-		for _, b := range tb.m {
-			fn(b)
-		}
-	}
+	s.walk(func(b *Bucket) bool {
+		fn(b)
+		return false
+	})
 }
 
 // eachOf runs fn on tenant's buckets, under the lock the caller holds.
