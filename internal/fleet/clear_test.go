@@ -67,3 +67,29 @@ func TestClearBreakerClosesIt(t *testing.T) {
 		}
 	}
 }
+
+func TestAReplicaTakesNoHoldPastItsCeiling(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
+	space := fleettest.NewMemorySpace()
+	// A week's hold, as a daemon without a ceiling left it in the shared state.
+	key := fleet.Key{Scope: fleet.ScopeRateLimit, Tenant: "team", Provider: "openai", Model: "gpt-4o", KeyID: "prod"}
+	old := space.Open()
+	if err := old.RaiseRegisters(t.Context(), []fleet.Verdict{{Key: key, HoldUntil: clk.now().Add(7 * 24 * time.Hour), HoldSpan: 7 * 24 * time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	rs := replicas(t, space, 1, clk)
+	stepAll(t, rs)
+	v, ok := rs[0].f.Bucket("team", "rate_limit:openai/gpt-4o@prod")
+	if !ok || v.State.HoldLeft != fleet.Defaults().Hold.MaxHint {
+		t.Fatalf("restored hold %v (found %v), want the ceiling %v", v.State.HoldLeft, ok, fleet.Defaults().Hold.MaxHint)
+	}
+	// Later reads, full ones included, do not renew it.
+	for range 6 * 60 / 5 {
+		clk.advance(5 * time.Second)
+		stepAll(t, rs)
+	}
+	if v, _ := rs[0].f.Bucket("team", "rate_limit:openai/gpt-4o@prod"); v.State.HoldLeft != 0 {
+		t.Fatalf("hold %v left six minutes later", v.State.HoldLeft)
+	}
+}

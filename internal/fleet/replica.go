@@ -291,7 +291,7 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 	for _, v := range ch.Verdicts {
 		f.store.lock()
 		if b := f.store.get(v.Key, true, now); b != nil {
-			if b.adoptRegisters(v, now) {
+			if b.adoptRegisters(v, now, c) {
 				changed = true
 			}
 			if b.adoptClear(v, now) {
@@ -354,8 +354,15 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 }
 
 // adoptRegisters raises b's hold and stop to another replica's, and says
-// whether either moved.
-func (b *Bucket) adoptRegisters(v Verdict, now time.Time) bool {
+// whether either moved. A hold is not taken past hold.max_hint from when
+// it was set (its end less its span): a row written before the ceiling,
+// or by a replica configured otherwise, must not hold the fleet for a
+// week. (From when it was set, not from now: a bound that moved with the
+// clock would renew the hold at every read.)
+func (b *Bucket) adoptRegisters(v Verdict, now time.Time, c *Config) bool {
+	if v.HoldSpan > c.Hold.MaxHint {
+		v.HoldUntil, v.HoldSpan = v.HoldUntil.Add(c.Hold.MaxHint-v.HoldSpan), c.Hold.MaxHint
+	}
 	moved := false
 	if v.HoldUntil.After(b.holdUntil) {
 		if !now.Before(b.holdUntil) {
