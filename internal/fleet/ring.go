@@ -20,10 +20,6 @@ type second struct {
 	n   int32
 }
 
-func newRing(window time.Duration) ring {
-	return newRings(window, 1)[0]
-}
-
 // newRings returns k rings over window that share one allocation.
 func newRings(window time.Duration, k int) []ring {
 	n := max(int(window/time.Second), 1)
