@@ -159,6 +159,10 @@ type BucketUsage struct {
 	// Since this bucket's last report (or its first use): more than 0, at most 10 minutes.
 	Elapsed *durationpb.Duration `protobuf:"bytes,2,opt,name=elapsed,proto3" json:"elapsed,omitempty"`
 	// First attempts the gate admitted, and those it did not (stopped, fell back).
+	// Each count, and admitted and shed together, is at most 1,000 for each
+	// second of elapsed (of the time the daemon saw pass since the stream's
+	// last report of the bucket, when shorter; at least a second): more is
+	// INVALID_ARGUMENT naming it.
 	Admitted uint64 `protobuf:"varint,3,opt,name=admitted,proto3" json:"admitted,omitempty"`
 	Shed     uint64 `protobuf:"varint,4,opt,name=shed,proto3" json:"shed,omitempty"`
 	// Attempts that succeeded.

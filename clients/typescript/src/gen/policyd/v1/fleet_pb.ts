@@ -107,6 +107,10 @@ export type BucketUsage = Message<"policyd.v1.BucketUsage"> & {
 
   /**
    * First attempts the gate admitted, and those it did not (stopped, fell back).
+   * Each count, and admitted and shed together, is at most 1,000 for each
+   * second of elapsed (of the time the daemon saw pass since the stream's
+   * last report of the bucket, when shorter; at least a second): more is
+   * INVALID_ARGUMENT naming it.
    *
    * @generated from field: uint64 admitted = 3;
    */
