@@ -36,10 +36,37 @@ type tenantLimiter struct {
 
 	mu       sync.RWMutex
 	limiters map[string]*rate.Limiter
+
+	// logger, when set, hears of a tenant over its limit, at most once a
+	// minute per tenant (loggedAt), with the calls refused since.
+	logger   *slog.Logger
+	logMu    sync.Mutex
+	loggedAt map[string]time.Time
+	refused  map[string]int64
 }
 
 func newTenantLimiter(perSecond float64, burst int) *tenantLimiter {
-	return &tenantLimiter{limit: rate.Limit(perSecond), burst: burst, now: time.Now, limiters: map[string]*rate.Limiter{}}
+	return &tenantLimiter{limit: rate.Limit(perSecond), burst: burst, now: time.Now, limiters: map[string]*rate.Limiter{},
+		loggedAt: map[string]time.Time{}, refused: map[string]int64{}}
+}
+
+// note logs tenant's refusal, unless it did within the last minute.
+func (l *tenantLimiter) note(tenant string, now time.Time) {
+	if l.logger == nil {
+		return
+	}
+	l.logMu.Lock()
+	l.refused[tenant]++
+	at, n := l.loggedAt[tenant], l.refused[tenant]
+	log := at.IsZero() || now.Sub(at) >= time.Minute
+	if log {
+		l.loggedAt[tenant], l.refused[tenant] = now, 0
+	}
+	l.logMu.Unlock()
+	if log {
+		l.logger.Warn("tenant over --rate-limit: calls and stream messages refused", "tenant", tenant,
+			"limit", float64(l.limit), "burst", l.burst, "refused", n)
+	}
 }
 
 // admit takes a token from tenant's bucket, or returns a *RateLimitedError
@@ -60,6 +87,7 @@ func (l *tenantLimiter) admit(tenant string) error {
 	if lim.AllowN(now, 1) {
 		return nil
 	}
+	l.note(tenant, now)
 	wait := time.Duration((1 - lim.TokensAt(now)) / float64(l.limit) * float64(time.Second))
 	return &RateLimitedError{Limit: float64(l.limit), Burst: l.burst, RetryIn: max(wait.Round(time.Millisecond), time.Millisecond)}
 }

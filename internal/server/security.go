@@ -126,6 +126,7 @@ func (s Security) ServerOptions(logger *slog.Logger) []grpc.ServerOption {
 	}
 	if s.RateLimit > 0 && s.RateBurst >= 1 {
 		rl := newTenantLimiter(s.RateLimit, s.RateBurst)
+		rl.logger = logger
 		unary = append(unary, rl.unary(logger))
 		stream = append(stream, rl.stream(logger))
 	}
