@@ -109,11 +109,17 @@ another tenant's are NOT_FOUND. Health and reflection need no token. SIGHUP
 reloads the tokens file and the TLS files too (new connections get the new
 certificates; a bad file is logged and what is in force stays).
 
-Limits: a request over --max-message-bytes is RESOURCE_EXHAUSTED; with
---rate-limit each tenant gets that many calls per second (bursts of
---rate-burst) and a call over it is RESOURCE_EXHAUSTED with a
+Limits: a request over --max-message-bytes is RESOURCE_EXHAUSTED, and one
+whose metadata is over --max-header-bytes is refused before it is decoded;
+with --rate-limit each tenant gets that many calls per second (bursts of
+--rate-burst; a stream is charged when it opens and for every message it
+sends) and a call over it is RESOURCE_EXHAUSTED with a
 grpc-retry-pushback-ms trailer; a journal call without a deadline gets
 --request-timeout. Clients may send keepalive pings every 15s at most.
+
+Admins: with authentication on, only callers of the --admin-tenants may
+clear fleet state (FleetService.ClearBucket, 'policyd fleet clear'); others
+are PERMISSION_DENIED. Without authentication every caller may.
 `
 
 // defaultGCPercent is the daemon's GOGC unless the environment sets one.
@@ -155,6 +161,7 @@ type serveConfig struct {
 	replicaID  string
 
 	security server.Security
+	admins   server.Admins
 	sf       *securityFlags // for SIGHUP's reloads and the auth mode logged
 }
 
@@ -200,6 +207,9 @@ func parseServeConfig(args []string, stdout, stderr io.Writer) (*serveConfig, er
 		databaseURL: *databaseURL, journalTimeout: *journalTimeout, abandonAfter: *abandonAfter, sf: sf}
 	var err error
 	if cfg.security, err = sf.security(); err != nil {
+		return nil, err
+	}
+	if cfg.admins, err = sf.admins(cfg.security); err != nil {
 		return nil, err
 	}
 	if cfg.logger, err = newLogger(stderr, *level, *format); err != nil {
@@ -327,7 +337,9 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	gOpts = append(gOpts, server.WithServerOptions(cfg.security.ServerOptions(logger)...))
-	gs, hs := server.NewGRPCServer(ps, server.NewJournalServer(store, ps), server.NewFleetServer(f, ps), logger, gOpts...)
+	fsrv := server.NewFleetServer(f, ps)
+	fsrv.SetAdmins(cfg.admins)
+	gs, hs := server.NewGRPCServer(ps, server.NewJournalServer(store, ps), fsrv, logger, gOpts...)
 
 	// The background parts, stopped in the reverse order.
 	lc.run(rl.run)
