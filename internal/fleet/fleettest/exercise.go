@@ -479,7 +479,7 @@ func exerciseClearRegisters(t *testing.T, open Open) {
 	if len(ch.Verdicts) != 1 {
 		t.Fatalf("after the clear: %+v, want the cleared verdict", ch)
 	}
-	wantVerdict(t, ch.Verdicts[0], fleet.Verdict{Key: rlKey, StopUntil: T0.Add(time.Hour), StopWhy: "revoked",
+	WantVerdict(t, ch.Verdicts[0], fleet.Verdict{Key: rlKey, StopUntil: T0.Add(time.Hour), StopWhy: "revoked",
 		ClearedAt: clearAt, Cleared: fleet.Clearing{Hold: true}})
 	seq = ch.Seq
 	// An older clear is ignored.
@@ -495,5 +495,5 @@ func exerciseClearRegisters(t *testing.T, open Open) {
 		t.Fatalf("hold after the clear: %v", v.HoldUntil)
 	}
 	err := a.ClearRegisters(context.Background(), fleet.Verdict{Key: rlKey})
-	wantField(t, err, "cleared_at")
+	WantField(t, err, "cleared_at")
 }
