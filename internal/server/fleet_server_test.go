@@ -2,6 +2,7 @@ package server
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ context_window_fallbacks:
 
 type fleetHarness struct {
 	t      *testing.T
-	now    time.Time
+	now    atomic.Pointer[time.Time] // read by the fleet's clock goroutine too
 	client policydv1.PolicyServiceClient
 	fleet  policydv1.FleetServiceClient
 	agents *agents
@@ -47,8 +48,10 @@ func newFleetHarness(t *testing.T) *fleetHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &fleetHarness{t: t, now: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
-	clock := func() time.Time { return h.now }
+	h := &fleetHarness{t: t}
+	start := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	h.now.Store(&start)
+	clock := func() time.Time { return *h.now.Load() }
 	f := fleet.New(p.Fleet, fleet.WithClock(clock))
 	ts := serveTest(t, NewPolicyServer(p, WithClock(clock), WithRand(fixedRand(0.5)), WithFleet(f)), nil)
 	h.client, h.fleet = policydv1.NewPolicyServiceClient(ts.conn), policydv1.NewFleetServiceClient(ts.conn)
@@ -107,7 +110,8 @@ func TestFleetAnswersThroughTheServer(t *testing.T) {
 	}
 
 	// The budget: once spent, a retry with a fallback falls back.
-	h.now = h.now.Add(10 * time.Minute) // past the breaker and the stop
+	later := h.now.Load().Add(10 * time.Minute) // past the breaker and the stop
+	h.now.Store(&later)
 	for range 50 {
 		h.decide("a", "solo", "o3", &policydv1.Failure{HttpStatus: 500})
 	}
