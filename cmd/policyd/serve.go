@@ -18,6 +18,7 @@ import (
 	"github.com/policyd/policyd/internal/metrics"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/server"
+	"github.com/policyd/policyd/internal/webhook"
 )
 
 // defaultListen is loopback only: policyd serves without authentication
@@ -153,6 +154,7 @@ type serveConfig struct {
 	fleetOn    bool
 	fleetStore string // "memory" or "postgres"
 	replicaID  string
+	webhooks   []webhook.Receiver // the policy file's webhooks:, their secrets read
 
 	security server.Security
 	sf       *securityFlags // for SIGHUP's reloads and the auth mode logged
@@ -206,6 +208,9 @@ func parseServeConfig(args []string, stdout, stderr io.Writer) (*serveConfig, er
 		return nil, err
 	}
 	if cfg.policy, err = policy.Load(*policyFile, os.Getenv); err != nil {
+		return nil, usageErrorf("serve: %v", err)
+	}
+	if cfg.webhooks, err = webhookReceivers(cfg.policy.Webhooks, os.Getenv); err != nil {
 		return nil, usageErrorf("serve: %v", err)
 	}
 	if cfg.metricsListen != "" {
@@ -406,7 +411,11 @@ func openFleet(ctx context.Context, cfg *serveConfig, store *journal.Store, ms *
 	if shared {
 		sinkReplica = cfg.replicaID // fleet_events.replica: which replica journaled each transition
 	}
-	opts := []fleet.Option{fleet.WithSink(fleetevents.Sink(cfg.logger, rec, counter, sinkReplica))}
+	sink := fleetevents.Sink(cfg.logger, rec, counter, sinkReplica)
+	if len(cfg.webhooks) > 0 {
+		sink = withWebhooks(sink, cfg, ms, lc)
+	}
+	opts := []fleet.Option{fleet.WithSink(sink)}
 	if !shared {
 		f := fleet.New(cfg.policy.Fleet, opts...)
 		if ms != nil {
@@ -427,6 +436,36 @@ func openFleet(ctx context.Context, cfg *serveConfig, store *journal.Store, ms *
 	}
 	cfg.logger.Info("fleet shared through PostgreSQL", "replica", cfg.replicaID)
 	return f, syncer, nil
+}
+
+// withWebhooks also hands sink's events to a webhook.Notifier for
+// cfg.webhooks, run by lc: its queues never block the deciding goroutine.
+func withWebhooks(sink fleet.Sink, cfg *serveConfig, ms *metrics.Metrics, lc *lifecycle) fleet.Sink {
+	opts := []webhook.Option{webhook.WithLogger(cfg.logger), webhook.WithSource(cfg.replicaID)}
+	if ms != nil {
+		opts = append(opts, webhook.WithCounter(ms))
+	}
+	n := webhook.New(cfg.webhooks, opts...)
+	lc.run(n.Run)
+	cfg.logger.Info("webhooks on", "receivers", len(cfg.webhooks))
+	return func(events []fleet.Event) {
+		sink(events)
+		n.Notify(events)
+	}
+}
+
+// webhookReceivers reads the secrets of the policy's webhooks from env; an
+// unset one is an error naming the file and line of its webhook.
+func webhookReceivers(hooks []policy.Webhook, env func(string) string) ([]webhook.Receiver, error) {
+	var out []webhook.Receiver
+	for _, h := range hooks {
+		secret := env(h.SecretEnv)
+		if secret == "" {
+			return nil, fmt.Errorf("%s:%d: webhooks: secret_env %s is not set (it holds the secret that signs the events)", h.File, h.Line, h.SecretEnv)
+		}
+		out = append(out, webhook.Receiver{URL: h.URL, Secret: []byte(secret), Events: h.Events})
+	}
+	return out, nil
 }
 
 // closeJournal commits what the journal's writers still hold, giving up
