@@ -18,6 +18,7 @@ import (
 	"github.com/policyd/policyd/internal/metrics"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/server"
+	"github.com/policyd/policyd/internal/telemetry"
 	"github.com/policyd/policyd/internal/webhook"
 )
 
@@ -156,6 +157,8 @@ type serveConfig struct {
 	replicaID  string
 	webhooks   []webhook.Receiver // the policy file's webhooks:, their secrets read
 
+	telemetry telemetry.Config // what OTEL_EXPORTER_OTLP_* ask to export; nothing by default
+
 	security server.Security
 	sf       *securityFlags // for SIGHUP's reloads and the auth mode logged
 }
@@ -211,6 +214,9 @@ func parseServeConfig(args []string, stdout, stderr io.Writer) (*serveConfig, er
 		return nil, usageErrorf("serve: %v", err)
 	}
 	if cfg.webhooks, err = webhookReceivers(cfg.policy.Webhooks, os.Getenv); err != nil {
+		return nil, usageErrorf("serve: %v", err)
+	}
+	if cfg.telemetry, err = telemetry.ConfigFromEnv(os.Getenv); err != nil {
 		return nil, usageErrorf("serve: %v", err)
 	}
 	if cfg.metricsListen != "" {
@@ -286,6 +292,15 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 	}
 	lc := newLifecycle()
 	defer lc.stop() // on an early return; a graceful stop has stopped it already
+	if cfg.telemetry.Enabled() {
+		tel, err := telemetry.New(ctx, cfg.telemetry, version)
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		lc.onStop(func() { shutdownTelemetry(tel, logger) }) // first registered: stopped last, flushing every call's span
+		gOpts = append(gOpts, server.WithStatsHandler(tel.StatsHandler()), server.WithMonitoring(telemetry.UnaryServerInterceptor(), nil))
+		logger.Info("exporting over OTLP", "signals", tel.Signals())
+	}
 
 	var store *journal.Store
 	if cfg.databaseURL != "" {
@@ -467,6 +482,19 @@ func webhookReceivers(hooks []policy.Webhook, env func(string) string) ([]webhoo
 	}
 	return out, nil
 }
+
+// shutdownTelemetry flushes the spans and metrics not yet exported,
+// giving up after telemetryFlushTimeout.
+func shutdownTelemetry(tel *telemetry.Provider, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), telemetryFlushTimeout)
+	defer cancel()
+	if err := tel.Shutdown(ctx); err != nil {
+		logger.Warn("telemetry flush failed", "err", err)
+	}
+}
+
+// telemetryFlushTimeout bounds the OTLP exporters' last export at stop.
+const telemetryFlushTimeout = 3 * time.Second
 
 // closeJournal commits what the journal's writers still hold, giving up
 // after journalCloseTimeout.
