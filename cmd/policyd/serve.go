@@ -111,6 +111,16 @@ another tenant's are NOT_FOUND. Health and reflection need no token. SIGHUP
 reloads the tokens file and the TLS files too (new connections get the new
 certificates; a bad file is logged and what is in force stays).
 
+Observability beyond /metrics: with OTEL_EXPORTER_OTLP_ENDPOINT (or the
+per-signal OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, ..._METRICS_ENDPOINT) set,
+every call is traced (the OTel gRPC instrumentation; NextDelay's span
+carries the decision) and the spans and RPC metrics are exported over OTLP
+(OTEL_EXPORTER_OTLP_PROTOCOL http/protobuf or grpc), flushed at stop;
+without them nothing is installed. The policy file's webhooks: section
+pushes fleet transitions (breaker opened, key stopped, budget exhausted,
+incident resolved) as CloudEvents signed with HMAC-SHA256
+(Policyd-Signature), retried in the background: no decision waits on them.
+
 Limits: a request over --max-message-bytes is RESOURCE_EXHAUSTED; with
 --rate-limit each tenant gets that many calls per second (bursts of
 --rate-burst) and a call over it is RESOURCE_EXHAUSTED with a
@@ -245,6 +255,9 @@ func parseServeConfig(args []string, stdout, stderr io.Writer) (*serveConfig, er
 	switch *fleetMode {
 	case "on", "off":
 		cfg.fleetOn = *fleetMode == "on"
+		if !cfg.fleetOn && len(cfg.webhooks) > 0 {
+			cfg.logger.Warn("webhooks send nothing with --fleet off: they push fleet transitions")
+		}
 	default:
 		return nil, usageErrorf("serve: --fleet (or POLICYD_FLEET): want on or off, got %q", *fleetMode)
 	}
@@ -292,15 +305,12 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 	}
 	lc := newLifecycle()
 	defer lc.stop() // on an early return; a graceful stop has stopped it already
-	if cfg.telemetry.Enabled() {
-		tel, err := telemetry.New(ctx, cfg.telemetry, version)
-		if err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-		lc.onStop(func() { shutdownTelemetry(tel, logger) }) // first registered: stopped last, flushing every call's span
-		gOpts = append(gOpts, server.WithStatsHandler(tel.StatsHandler()), server.WithMonitoring(telemetry.UnaryServerInterceptor(), nil))
-		logger.Info("exporting over OTLP", "signals", tel.Signals())
+	// Registered first, so stopped last: flushing every call's span.
+	telOpts, err := startTelemetry(ctx, cfg, lc)
+	if err != nil {
+		return err
 	}
+	gOpts = append(gOpts, telOpts...)
 
 	var store *journal.Store
 	if cfg.databaseURL != "" {
@@ -330,7 +340,7 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 	}
 
 	ps := server.NewPolicyServer(cfg.policy, psOpts...)
-	rl, err := newReloader(cfg.policyFile, os.Getenv, ps.SetPolicy, logger)
+	rl, err := newReloader(cfg.policyFile, os.Getenv, warnWebhookChanges(cfg, ps.SetPolicy), logger)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -452,49 +462,6 @@ func openFleet(ctx context.Context, cfg *serveConfig, store *journal.Store, ms *
 	cfg.logger.Info("fleet shared through PostgreSQL", "replica", cfg.replicaID)
 	return f, syncer, nil
 }
-
-// withWebhooks also hands sink's events to a webhook.Notifier for
-// cfg.webhooks, run by lc: its queues never block the deciding goroutine.
-func withWebhooks(sink fleet.Sink, cfg *serveConfig, ms *metrics.Metrics, lc *lifecycle) fleet.Sink {
-	opts := []webhook.Option{webhook.WithLogger(cfg.logger), webhook.WithSource(cfg.replicaID)}
-	if ms != nil {
-		opts = append(opts, webhook.WithCounter(ms))
-	}
-	n := webhook.New(cfg.webhooks, opts...)
-	lc.run(n.Run)
-	cfg.logger.Info("webhooks on", "receivers", len(cfg.webhooks))
-	return func(events []fleet.Event) {
-		sink(events)
-		n.Notify(events)
-	}
-}
-
-// webhookReceivers reads the secrets of the policy's webhooks from env; an
-// unset one is an error naming the file and line of its webhook.
-func webhookReceivers(hooks []policy.Webhook, env func(string) string) ([]webhook.Receiver, error) {
-	var out []webhook.Receiver
-	for _, h := range hooks {
-		secret := env(h.SecretEnv)
-		if secret == "" {
-			return nil, fmt.Errorf("%s:%d: webhooks: secret_env %s is not set (it holds the secret that signs the events)", h.File, h.Line, h.SecretEnv)
-		}
-		out = append(out, webhook.Receiver{URL: h.URL, Secret: []byte(secret), Events: h.Events})
-	}
-	return out, nil
-}
-
-// shutdownTelemetry flushes the spans and metrics not yet exported,
-// giving up after telemetryFlushTimeout.
-func shutdownTelemetry(tel *telemetry.Provider, logger *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), telemetryFlushTimeout)
-	defer cancel()
-	if err := tel.Shutdown(ctx); err != nil {
-		logger.Warn("telemetry flush failed", "err", err)
-	}
-}
-
-// telemetryFlushTimeout bounds the OTLP exporters' last export at stop.
-const telemetryFlushTimeout = 3 * time.Second
 
 // closeJournal commits what the journal's writers still hold, giving up
 // after journalCloseTimeout.
