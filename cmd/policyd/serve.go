@@ -297,7 +297,7 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 		ms     *metrics.Metrics
 	)
 	jOpts := cfg.journalOpts
-	if cfg.metricsListen != "" {
+	if cfg.metricsListen != "" || cfg.telemetry.Metrics { // served on /metrics, exported over OTLP, or both
 		ms = metrics.New()
 		psOpts = append(psOpts, server.WithDecisionObserver(ms))
 		jOpts = append(jOpts, journal.WithObserver(ms))
@@ -306,7 +306,7 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 	lc := newLifecycle()
 	defer lc.stop() // on an early return; a graceful stop has stopped it already
 	// Registered first, so stopped last: flushing every call's span.
-	telOpts, err := startTelemetry(ctx, cfg, lc)
+	telOpts, err := startTelemetry(ctx, cfg, lc, ms)
 	if err != nil {
 		return err
 	}
@@ -378,7 +378,7 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 	go func() { served <- gs.Serve(lis) }()
 	var metricsSrv *metrics.HTTPServer
 	metricsServed := make(chan error, 1)
-	if ms != nil {
+	if cfg.metricsListen != "" {
 		if metricsSrv, err = ms.Listen(ctx, cfg.metricsListen, hs, logger, cfg.profiling); err != nil {
 			gs.Stop()
 			return fmt.Errorf("serve: %w", err)

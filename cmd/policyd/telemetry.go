@@ -6,18 +6,24 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/policyd/policyd/internal/metrics"
 	"github.com/policyd/policyd/internal/server"
 	"github.com/policyd/policyd/internal/telemetry"
 )
 
 // startTelemetry installs what cfg.telemetry asks to export: the OTLP
 // providers, flushed by lc at stop, and the gRPC server options that trace
-// every call; nothing at all when it asks for nothing.
-func startTelemetry(ctx context.Context, cfg *serveConfig, lc *lifecycle) ([]server.GRPCOption, error) {
+// every call; nothing at all when it asks for nothing. ms's metrics, when
+// there are any, go with the OTLP metrics.
+func startTelemetry(ctx context.Context, cfg *serveConfig, lc *lifecycle, ms *metrics.Metrics) ([]server.GRPCOption, error) {
 	if !cfg.telemetry.Enabled() {
 		return nil, nil
 	}
-	tel, err := telemetry.New(ctx, cfg.telemetry, version)
+	var opts []telemetry.Option
+	if ms != nil {
+		opts = append(opts, telemetry.WithGatherer(ms.Registry()))
+	}
+	tel, err := telemetry.New(ctx, cfg.telemetry, version, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}

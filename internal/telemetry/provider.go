@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+	otelprom "go.opentelemetry.io/contrib/bridges/prometheus"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
@@ -76,13 +78,23 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 }
 
 // FromEnv is New with ConfigFromEnv(os.Getenv).
-func FromEnv(ctx context.Context, version string) (*Provider, error) {
+func FromEnv(ctx context.Context, version string, opts ...Option) (*Provider, error) {
 	c, err := ConfigFromEnv(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	return New(ctx, c, version)
+	return New(ctx, c, version, opts...)
 }
+
+// Option configures New.
+type Option func(*options)
+
+type options struct{ gatherer prometheus.Gatherer }
+
+// WithGatherer also exports g's Prometheus metrics with the OTLP metrics
+// (through the OTel Prometheus bridge), read at each export: the daemon's
+// own policyd_* metrics, not only the instrumentation's rpc.server.*.
+func WithGatherer(g prometheus.Gatherer) Option { return func(o *options) { o.gatherer = g } }
 
 // New returns a Provider exporting what c says over OTLP, or nil when c
 // exports nothing. The exporters and the SDK read the rest of the
@@ -92,7 +104,11 @@ func FromEnv(ctx context.Context, version string) (*Provider, error) {
 // batch span processor's OTEL_BSP_* and the metrics' export interval
 // (OTEL_METRIC_EXPORT_INTERVAL, default 60 s). version is the
 // service.version.
-func New(ctx context.Context, c Config, version string) (*Provider, error) {
+func New(ctx context.Context, c Config, version string, opts ...Option) (*Provider, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if !c.Enabled() {
 		return nil, nil
 	}
@@ -128,7 +144,11 @@ func New(ctx context.Context, c Config, version string) (*Provider, error) {
 			_ = p.Shutdown(ctx)
 			return nil, fmt.Errorf("telemetry: OTLP metric exporter: %w", err)
 		}
-		p.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)), sdkmetric.WithResource(res))
+		var readerOpts []sdkmetric.PeriodicReaderOption
+		if o.gatherer != nil {
+			readerOpts = append(readerOpts, sdkmetric.WithProducer(otelprom.NewMetricProducer(otelprom.WithGatherer(o.gatherer))))
+		}
+		p.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, readerOpts...)), sdkmetric.WithResource(res))
 	}
 	return p, nil
 }

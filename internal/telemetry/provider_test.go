@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	collmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	colltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -199,7 +201,11 @@ func TestExportsOverOTLPgRPC(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+addr)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
 	ctx := context.Background()
-	p, err := telemetry.FromEnv(ctx, "test")
+	reg := prometheus.NewRegistry()
+	decisions := prometheus.NewCounter(prometheus.CounterOpts{Name: "policyd_test_decisions_total", Help: "A stand-in for the daemon's own."})
+	reg.MustRegister(decisions)
+	decisions.Inc()
+	p, err := telemetry.FromEnv(ctx, "test", telemetry.WithGatherer(reg))
 	if err != nil || p == nil {
 		t.Fatalf("FromEnv: %v, %v", p, err)
 	}
@@ -226,6 +232,9 @@ func TestExportsOverOTLPgRPC(t *testing.T) {
 	}
 	if !rpc {
 		t.Errorf("no rpc.server.* metric among %v", r.metrics)
+	}
+	if !slices.Contains(r.metrics, "policyd_test_decisions_total") {
+		t.Errorf("the gatherer's metric is not among %v", r.metrics)
 	}
 }
 
