@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -304,7 +305,7 @@ func (n *Notifier) deliver(ctx context.Context, r *receiver, d delivery) string 
 	b := &backoff.ExponentialBackOff{InitialInterval: n.initialBackoff, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: n.maxBackoff}
 	b.Reset()
 	for attempt := 1; ; attempt++ {
-		retry, err := n.send(ctx, r, d)
+		retry, hint, err := n.send(ctx, r, d)
 		if err == nil {
 			return Delivered
 		}
@@ -314,33 +315,40 @@ func (n *Notifier) deliver(ctx context.Context, r *receiver, d delivery) string 
 			return Failed
 		}
 		n.logger.Debug("webhook: attempt failed, retrying", log...)
-		if n.sleep(ctx, b.NextBackOff()) != nil {
+		if n.sleep(ctx, max(b.NextBackOff(), min(hint, n.maxBackoff))) != nil {
 			return Failed // stopping
 		}
 	}
 }
 
-// send makes one attempt; retry says whether another may succeed.
-func (n *Notifier) send(ctx context.Context, r *receiver, d delivery) (retry bool, err error) {
+// send makes one attempt; retry says whether another may succeed, and
+// hint how long the receiver asked to wait first (Retry-After in seconds,
+// on a 429 or 503), which the next wait honours up to the longest backoff.
+func (n *Notifier) send(ctx context.Context, r *receiver, d delivery) (retry bool, hint time.Duration, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(d.body))
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	req.Header.Set("Content-Type", ContentType)
 	req.Header.Set(SignatureHeader, Sign(r.Secret, d.body))
 	resp, err := n.client.Do(req)
 	if err != nil {
-		return ctx.Err() == nil, err
+		return ctx.Err() == nil, 0, err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection is reused
 	resp.Body.Close()
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
-		return false, nil
-	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
-		return true, fmt.Errorf("HTTP %d", code)
+		return false, 0, nil
+	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable:
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+			hint = time.Duration(secs) * time.Second
+		}
+		return true, hint, fmt.Errorf("HTTP %d", code)
+	case code == http.StatusRequestTimeout, code >= 500:
+		return true, 0, fmt.Errorf("HTTP %d", code)
 	default:
-		return false, fmt.Errorf("HTTP %d (refused, not retried)", code)
+		return false, 0, fmt.Errorf("HTTP %d (refused, not retried)", code)
 	}
 }
 

@@ -226,6 +226,43 @@ func TestRetriesWithBackoffThenDelivers(t *testing.T) {
 	}
 }
 
+// TestHonoursRetryAfter: a 429 with Retry-After waits that long before
+// the next attempt, up to the longest backoff.
+func TestHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		retryAfter string
+		want       time.Duration
+	}{
+		{"within the longest backoff", "7", 7 * time.Second},
+		{"capped at the longest backoff", "3600", 30 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) == 1 {
+					w.Header().Set("Retry-After", tc.retryAfter)
+					w.WriteHeader(http.StatusTooManyRequests)
+				}
+			}))
+			t.Cleanup(srv.Close)
+			c := &counter{}
+			slept := make(chan time.Duration, 10)
+			n := webhook.New([]webhook.Receiver{{URL: srv.URL, Secret: secret, Events: all}}, webhook.WithCounter(c),
+				webhook.WithRetries(3, 100*time.Millisecond, 30*time.Second),
+				webhook.WithSleep(func(ctx context.Context, d time.Duration) error { slept <- d; return ctx.Err() }))
+			start(t, n)
+			n.Notify([]fleet.Event{ev(fleet.EventFleetStop, stop)})
+			waitFor(t, "a delivery", func() bool { return c.get(webhook.Delivered) == 1 })
+			if got := <-slept; got != tc.want {
+				t.Errorf("waited %v after Retry-After: %s, want %v", got, tc.retryAfter, tc.want)
+			}
+		})
+	}
+}
+
 func TestRefusedIsNotRetried(t *testing.T) {
 	t.Parallel()
 	s := newSink(t, func(int) int { return http.StatusBadRequest })
