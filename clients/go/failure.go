@@ -98,7 +98,7 @@ const (
 //   - syscall.Errno: ECONNRESET, ECONNREFUSED, ECONNABORTED, EPIPE,
 //     ETIMEDOUT, EHOSTUNREACH, ENETUNREACH, ENETDOWN by name;
 //   - *net.DNSError: ENOTFOUND, ETIMEDOUT or EAI_AGAIN;
-//   - net.Error with Timeout() (dial, read and http.Client timeouts,
+//   - any error with Timeout() true (net.Error: dial, read and http.Client timeouts,
 //     os.ErrDeadlineExceeded, context.DeadlineExceeded): ETIMEDOUT when
 //     nothing more precise was found;
 //   - io.ErrUnexpectedEOF: ECONNRESET (the peer cut the response short);
@@ -171,8 +171,10 @@ func FailureFromError(err error) *Failure {
 	walk(err, 0)
 
 	if f.ErrorCode == "" {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
+		// Any error in the chain that says it timed out, net.Error or not
+		// (the AWS SDKs' and others' own error types have Timeout() too).
+		var te interface{ Timeout() bool }
+		if errors.As(err, &te) && te.Timeout() {
 			f.ErrorCode = "ETIMEDOUT"
 		}
 	}

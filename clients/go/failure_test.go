@@ -113,6 +113,16 @@ func TestFailureFromError(t *testing.T) {
 			wantType: policyd.FailureTypeTimeout, retry: true,
 		},
 		{
+			// An SDK's own error type that says it timed out, without being a
+			// net.Error (the AWS SDK's retryer tests use such a mock).
+			name: "a wrapped error with Timeout() true",
+			err: func(t *testing.T) error {
+				return fmt.Errorf("some error: %w", timeoutOnly{})
+			},
+			check:    func(t *testing.T, f *policyd.Failure) { want(t, "ErrorCode", f.ErrorCode, "ETIMEDOUT") },
+			wantType: policyd.FailureTypeTimeout, retry: true,
+		},
+		{
 			name: "net.Conn deadline (os.ErrDeadlineExceeded)",
 			err: func(t *testing.T) error {
 				srv := newFlaky(t, step{delay: 5 * time.Second})
@@ -405,3 +415,9 @@ func withRetryInfo(st *status.Status, d time.Duration) error {
 	p.Details = append(p.Details, &anypb.Any{TypeUrl: "type.googleapis.com/google.rpc.RetryInfo", Value: info})
 	return status.FromProto(p).Err()
 }
+
+// timeoutOnly is an error whose only word on its nature is Timeout().
+type timeoutOnly struct{}
+
+func (timeoutOnly) Error() string { return "mock timeout true" }
+func (timeoutOnly) Timeout() bool { return true }

@@ -36,6 +36,7 @@ Commands:
   check-rules    replay labelled failure cases against the rules in force
   migrate        apply the journal's schema migrations
   prune          delete finished journal contexts older than an age
+  fleet          show and clear a running daemon's fleet memory (list, get, clear)
   version        print the version
   help           print this help, or a command's: policyd help <command>
 
@@ -65,6 +66,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return migrateCmd(ctx, rest, stdout)
 	case "prune":
 		return pruneCmd(ctx, rest, stdout)
+	case "fleet":
+		return fleetCmd(ctx, rest, stdout)
 	case "version":
 		return printVersion(rest, stdout)
 	case "help":

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/policyd/policyd/internal/auth"
@@ -15,11 +16,12 @@ import (
 // securityFlags are serve's authentication, TLS and limit flags.
 type securityFlags struct {
 	tokensFile, tlsCert, tlsKey, tlsClientCA *string
-	maxMessageBytes                          *int
+	maxMessageBytes, maxHeaderBytes          *int
 	maxConcurrentStreams                     *uint
 	requestTimeout                           *time.Duration
 	rateLimit                                *float64
 	rateBurst                                *int
+	adminTenants                             *string
 
 	tls *auth.TLSFiles // loaded by security; nil without TLS
 }
@@ -36,6 +38,8 @@ func defineSecurityFlags(fs *flag.FlagSet) *securityFlags {
 			"CA certificates PEM `file`: require client certificates it signed (mutual TLS); needs --tls-cert and --tls-key (env POLICYD_TLS_CLIENT_CA)"),
 		maxMessageBytes: fs.Int("max-message-bytes", server.DefaultMaxMessageBytes,
 			"largest request in `bytes`; larger ones are RESOURCE_EXHAUSTED"),
+		maxHeaderBytes: fs.Int("max-header-bytes", server.DefaultMaxHeaderBytes,
+			"largest metadata of a call in `bytes` (HTTP/2 header list); larger ones are refused before they are decoded"),
 		maxConcurrentStreams: fs.Uint("max-concurrent-streams", server.DefaultMaxConcurrentStreams,
 			"calls in flight per connection; 0 is unlimited"),
 		requestTimeout: fs.Duration("request-timeout", server.DefaultRequestTimeout,
@@ -44,6 +48,8 @@ func defineSecurityFlags(fs *flag.FlagSet) *securityFlags {
 			"calls per second per tenant (health and reflection not counted); over it RESOURCE_EXHAUSTED with grpc-retry-pushback-ms; 0 is off"),
 		rateBurst: fs.Int("rate-burst", 0,
 			"calls a tenant may make at once under --rate-limit; 0 is the rate rounded up"),
+		adminTenants: fs.String("admin-tenants", os.Getenv("POLICYD_ADMIN_TENANTS"),
+			"comma-separated `tenants` whose callers may clear fleet state (FleetService.ClearBucket, policyd fleet clear); without authentication every caller may (env POLICYD_ADMIN_TENANTS)"),
 	}
 	return f
 }
@@ -80,6 +86,10 @@ func (f *securityFlags) security() (server.Security, error) {
 		return s, usageErrorf("serve: --max-message-bytes must be at least 1, got %d", *f.maxMessageBytes)
 	}
 	s.MaxMessageBytes = *f.maxMessageBytes
+	if *f.maxHeaderBytes < 1024 || *f.maxHeaderBytes > 16<<20 {
+		return s, usageErrorf("serve: --max-header-bytes must be within 1024 and %d, got %d", 16<<20, *f.maxHeaderBytes)
+	}
+	s.MaxHeaderBytes = *f.maxHeaderBytes
 	if *f.maxConcurrentStreams > math.MaxUint32 {
 		return s, usageErrorf("serve: --max-concurrent-streams must be at most %d", uint32(math.MaxUint32))
 	}
@@ -101,6 +111,21 @@ func (f *securityFlags) security() (server.Security, error) {
 		}
 	}
 	return s, nil
+}
+
+// admins is who may call the admin RPCs.
+func (f *securityFlags) admins(s server.Security) (server.Admins, error) {
+	a := server.Admins{Authenticated: s.Auth != nil, Tenants: map[string]bool{}}
+	for _, t := range strings.Split(*f.adminTenants, ",") {
+		if t = strings.TrimSpace(t); t == "" {
+			continue
+		}
+		if err := auth.ValidateTenant(t); err != nil {
+			return a, usageErrorf("serve: --admin-tenants: %v", err)
+		}
+		a.Tenants[t] = true
+	}
+	return a, nil
 }
 
 // authMode names how callers are authenticated, for the "serving" record.

@@ -114,18 +114,24 @@ certificates; a bad file is logged and what is in force stays).
 Observability beyond /metrics: with OTEL_EXPORTER_OTLP_ENDPOINT (or the
 per-signal OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, ..._METRICS_ENDPOINT) set,
 every call is traced (the OTel gRPC instrumentation; NextDelay's span
-carries the decision) and the spans and RPC metrics are exported over OTLP
+carries the decision) and the spans and metrics are exported over OTLP
 (OTEL_EXPORTER_OTLP_PROTOCOL http/protobuf or grpc), flushed at stop;
 without them nothing is installed. The policy file's webhooks: section
 pushes fleet transitions (breaker opened, key stopped, budget exhausted,
 incident resolved) as CloudEvents signed with HMAC-SHA256
 (Policyd-Signature), retried in the background: no decision waits on them.
 
-Limits: a request over --max-message-bytes is RESOURCE_EXHAUSTED; with
---rate-limit each tenant gets that many calls per second (bursts of
---rate-burst) and a call over it is RESOURCE_EXHAUSTED with a
+Limits: a request over --max-message-bytes is RESOURCE_EXHAUSTED, and one
+whose metadata is over --max-header-bytes is refused before it is decoded;
+with --rate-limit each tenant gets that many calls per second (bursts of
+--rate-burst; a stream is charged when it opens and for every message it
+sends) and a call over it is RESOURCE_EXHAUSTED with a
 grpc-retry-pushback-ms trailer; a journal call without a deadline gets
 --request-timeout. Clients may send keepalive pings every 15s at most.
+
+Admins: with authentication on, only callers of the --admin-tenants may
+clear fleet state (FleetService.ClearBucket, 'policyd fleet clear'); others
+are PERMISSION_DENIED. Without authentication every caller may.
 `
 
 // defaultGCPercent is the daemon's GOGC unless the environment sets one.
@@ -170,6 +176,7 @@ type serveConfig struct {
 	telemetry telemetry.Config // what OTEL_EXPORTER_OTLP_* ask to export; nothing by default
 
 	security server.Security
+	admins   server.Admins
 	sf       *securityFlags // for SIGHUP's reloads and the auth mode logged
 }
 
@@ -215,6 +222,9 @@ func parseServeConfig(args []string, stdout, stderr io.Writer) (*serveConfig, er
 		databaseURL: *databaseURL, journalTimeout: *journalTimeout, abandonAfter: *abandonAfter, sf: sf}
 	var err error
 	if cfg.security, err = sf.security(); err != nil {
+		return nil, err
+	}
+	if cfg.admins, err = sf.admins(cfg.security); err != nil {
 		return nil, err
 	}
 	if cfg.logger, err = newLogger(stderr, *level, *format); err != nil {
@@ -357,7 +367,9 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	gOpts = append(gOpts, server.WithServerOptions(cfg.security.ServerOptions(logger)...))
-	gs, hs := server.NewGRPCServer(ps, server.NewJournalServer(store, ps), server.NewFleetServer(f, ps), logger, gOpts...)
+	fsrv := server.NewFleetServer(f, ps)
+	fsrv.SetAdmins(cfg.admins)
+	gs, hs := server.NewGRPCServer(ps, server.NewJournalServer(store, ps), fsrv, logger, gOpts...)
 
 	// The background parts, stopped in the reverse order.
 	lc.run(rl.run)

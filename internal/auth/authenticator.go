@@ -2,6 +2,8 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -68,14 +70,14 @@ func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, erro
 		if !ok {
 			return nil, errUnknownToken
 		}
-		return WithTenant(ctx, tenant), nil
+		return WithIdentity(WithTenant(ctx, tenant), tokenIdentity(tok)), nil
 	}
 	if a.fromCert {
-		tenant, err := certTenant(ctx)
+		tenant, serial, err := certTenant(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return WithTenant(ctx, tenant), nil
+		return WithIdentity(WithTenant(ctx, tenant), "cert:"+tenant+"/"+serial), nil
 	}
 	return ctx, nil
 }
@@ -93,19 +95,28 @@ func bearer(ctx context.Context) (string, error) {
 	return strings.TrimSpace(tok), nil
 }
 
-// certTenant is the subject CN of the call's verified client certificate.
-func certTenant(ctx context.Context) (string, error) {
+// tokenIdentity names a token by the start of its SHA-256 digest (the
+// tokens file keeps digests only).
+func tokenIdentity(tok string) string {
+	d := sha256.Sum256([]byte(tok))
+	return "token:" + hex.EncodeToString(d[:6])
+}
+
+// certTenant is the subject CN of the call's verified client certificate,
+// and its serial number in hex.
+func certTenant(ctx context.Context) (cn, serial string, err error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return "", errNoClientCert
+		return "", "", errNoClientCert
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-		return "", errNoClientCert
+		return "", "", errNoClientCert
 	}
-	cn := ti.State.VerifiedChains[0][0].Subject.CommonName
+	leaf := ti.State.VerifiedChains[0][0]
+	cn = leaf.Subject.CommonName
 	if ValidateTenant(cn) != nil {
-		return "", errBadCN
+		return "", "", errBadCN
 	}
-	return cn, nil
+	return cn, leaf.SerialNumber.Text(16), nil
 }

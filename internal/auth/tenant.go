@@ -22,6 +22,25 @@ func TenantFrom(ctx context.Context) string {
 	return t
 }
 
+type identityKey struct{}
+
+// WithIdentity returns ctx carrying the caller's authenticated identity:
+// which credential it presented (IdentityFrom).
+func WithIdentity(ctx context.Context, identity string) context.Context {
+	return context.WithValue(ctx, identityKey{}, identity)
+}
+
+// IdentityFrom returns the identity WithIdentity put into ctx: "token:"
+// and the first 12 hex digits of the bearer token's SHA-256, or "cert:"
+// and the client certificate's subject CN and serial number; "" without
+// authentication. It names a credential without revealing it, so that the
+// fleet can tell callers apart beyond the client ids they choose, and
+// events can say who caused them.
+func IdentityFrom(ctx context.Context) string {
+	id, _ := ctx.Value(identityKey{}).(string)
+	return id
+}
+
 // ValidateTenant checks a tenant name: 1 to MaxTenantLen characters of
 // letters, digits and "_.-@", so that it is safe in logs, SQL filters and
 // file names alike.

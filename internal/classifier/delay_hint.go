@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// MaxDelayHint is the largest server delay hint accepted; larger values are
-// treated as garbage and ignored. A week covers per-day quota resets.
+// MaxDelayHint is the longest server delay hint; a longer one (even one too
+// large to represent, "2e299") reads as this: the server asked for a wait
+// longer than any client accepts, which is not the same as no hint.
 const MaxDelayHint = 7 * 24 * time.Hour
 
 // Hint sources, most trusted first. A hint from a more trusted source wins.
@@ -45,9 +46,10 @@ type delayHint struct {
 }
 
 func (h *delayHint) offer(d time.Duration, ok bool, source int) {
-	if !ok || d < 0 || d > MaxDelayHint {
+	if !ok || d < 0 {
 		return
 	}
+	d = min(d, MaxDelayHint)
 	if h.source == hintNone || source < h.source {
 		h.delay, h.source = d, source
 	}
@@ -115,12 +117,12 @@ func seconds(v string, unit time.Duration) (time.Duration, bool) {
 		return 0, false
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+	if (err != nil && !isRangeError(err)) || math.IsNaN(f) || f < 0 {
 		return 0, false
 	}
 	d := f * float64(unit)
 	if d > float64(MaxDelayHint) {
-		return 0, false
+		return MaxDelayHint, true
 	}
 	return time.Duration(d), true
 }
@@ -133,13 +135,13 @@ func ParseRateLimitReset(v string, now time.Time) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+	if f, err := strconv.ParseFloat(v, 64); err == nil || isRangeError(err) {
+		if math.IsNaN(f) || f < 0 {
 			return 0, false
 		}
 		switch {
 		case f > 1e15:
-			return 0, false
+			return MaxDelayHint, true
 		case f > 1e12: // epoch milliseconds
 			return untilTime(time.UnixMilli(int64(f)), now)
 		case f > 1e9: // epoch seconds
@@ -148,8 +150,8 @@ func ParseRateLimitReset(v string, now time.Time) (time.Duration, bool) {
 			return seconds(v, time.Second)
 		}
 	}
-	if d, err := time.ParseDuration(v); err == nil && d >= 0 && d <= MaxDelayHint {
-		return d, true
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return min(d, MaxDelayHint), true
 	}
 	if t, err := time.Parse(time.RFC3339, v); err == nil {
 		return untilTime(t, now)
@@ -165,9 +167,14 @@ func untilTime(t, now time.Time) (time.Duration, bool) {
 	case d <= 0:
 		return 0, true
 	case d > MaxDelayHint:
-		return 0, false
+		return MaxDelayHint, true
 	}
 	return d, true
+}
+
+func isRangeError(err error) bool {
+	ne, ok := err.(*strconv.NumError)
+	return ok && ne.Err == strconv.ErrRange
 }
 
 // ParseGoogleDuration reads a google.protobuf.Duration in its JSON form,
@@ -183,17 +190,59 @@ func ParseGoogleDuration(v string) (time.Duration, bool) {
 
 // phraseStarts are the lower-case phrases after which bodies and messages
 // state a delay: "Please retry in 20s", "Try again in 59 seconds".
-var phraseStarts = [][]byte{
-	[]byte("retry in "),
-	[]byte("try again in "),
-	[]byte("retry after "),
-	[]byte("try again after "),
-}
+var phraseStarts = func() []substring {
+	var out []substring
+	for _, p := range []string{"retry in ", "try again in ", "retry after ", "try again after ",
+		// "The model is overloaded ... available in 831 seconds",
+		// "Expected available in 3 hours", "limit resets in 20 minutes".
+		"available in ", "resets in ", "reset in ", "please wait ",
+		// "Your quota will reset after 27h41m36s".
+		"reset after ", "resets after ",
+		// Other languages' "try again after/in": Polish ("spróbuj ponownie
+		// po 2492 sekundach", "ponownie za"), Spanish, Portuguese, French,
+		// German; their unit words are read below.
+		"ponownie po ", "ponownie za ", "de nuevo en ", "novamente em ", "essayez dans ", "essayer dans ", "erneut in ",
+		// "available again in 3 minutes", "wait 30 seconds", "wait for 2 minutes".
+		"again in ", "wait ", "wait for "} {
+		out = append(out, newSubstring(p))
+	}
+	return out
+}()
+
+var retryAfterText = newSubstring("retry-after")
 
 // ParseDelayPhrase finds a delay stated in lower-case text, such as
 // "please retry in 20.5s" or "try again in 59 seconds".
 func ParseDelayPhrase(text []byte) (time.Duration, bool) {
-	for _, p := range phraseStarts {
+	var bigrams bigramSet
+	bigrams.build(text)
+	return parseDelayPhrase(text, &bigrams)
+}
+
+// parseDelayPhrase is ParseDelayPhrase with the text's bigrams, which skip
+// the phrases the text cannot hold.
+func parseDelayPhrase(text []byte, bigrams *bigramSet) (time.Duration, bool) {
+	// A Retry-After header a wrapper printed into its message: seconds
+	// with no unit ("HTTP 429, Retry-After: 30").
+	if retryAfterText.maybeIn(bigrams) {
+		if i := bytes.Index(text, retryAfterText.text); i >= 0 {
+			rest := bytes.TrimLeft(text[i+len(retryAfterText.text):], " :=")
+			n := 0
+			for n < len(rest) && ((rest[n] >= '0' && rest[n] <= '9') || rest[n] == '.') {
+				n++
+			}
+			if n > 0 && (n == len(rest) || rest[n] < 'a' || rest[n] > 'z') {
+				if d, ok := seconds(string(rest[:n]), time.Second); ok {
+					return d, true
+				}
+			}
+		}
+	}
+	for i := range phraseStarts {
+		if !phraseStarts[i].maybeIn(bigrams) {
+			continue
+		}
+		p := phraseStarts[i].text
 		rest := text
 		for {
 			i := bytes.Index(rest, p)
@@ -232,8 +281,8 @@ func parseAmount(b []byte) (time.Duration, bool) {
 		m--
 	}
 	if m > 0 {
-		if d, err := time.ParseDuration(num + string(rest[:m])); err == nil && d >= 0 && d <= MaxDelayHint {
-			return d, true
+		if d, err := time.ParseDuration(num + string(rest[:m])); err == nil && d >= 0 {
+			return min(d, MaxDelayHint), true
 		}
 	}
 	rest = bytes.TrimLeft(rest, " ")
@@ -242,7 +291,7 @@ func parseAmount(b []byte) (time.Duration, bool) {
 		unitEnd++
 	}
 	var unit time.Duration
-	switch string(rest[:unitEnd]) {
+	switch word := string(rest[:unitEnd]); word {
 	case "ms", "msec", "msecs", "millisecond", "milliseconds":
 		unit = time.Millisecond
 	case "s", "sec", "secs", "second", "seconds":
@@ -252,7 +301,31 @@ func parseAmount(b []byte) (time.Duration, bool) {
 	case "h", "hr", "hrs", "hour", "hours":
 		unit = time.Hour
 	default:
-		return 0, false
+		if unit = unitWord(word); unit == 0 {
+			return 0, false
+		}
 	}
 	return seconds(num, unit)
+}
+
+// unitWord reads the unit words of other languages by their stems: seconds
+// (sekund*, segundo*, seconde*, sekunde*), minutes (minut*, minuto*) and
+// hours (godzin*, hora*, heure*, stunde*); 0 when word is none of them.
+func unitWord(word string) time.Duration {
+	if len(word) < 4 {
+		return 0
+	}
+	for _, u := range [...]struct {
+		stem string
+		unit time.Duration
+	}{
+		{"sekund", time.Second}, {"segund", time.Second}, {"second", time.Second},
+		{"minut", time.Minute},
+		{"godzin", time.Hour}, {"hora", time.Hour}, {"heure", time.Hour}, {"stunde", time.Hour},
+	} {
+		if strings.HasPrefix(word, u.stem) {
+			return u.unit
+		}
+	}
+	return 0
 }

@@ -26,8 +26,9 @@ func TestParseRetryAfter(t *testing.T) {
 		{"word", "soon", 0, false},
 		{"NaN", "NaN", 0, false},
 		{"Inf", "+Inf", 0, false},
-		{"overflow", "1e400", 0, false},
-		{"more than a week", "700000", 0, false},
+		{"too large to represent is the longest hint", "1e400", MaxDelayHint, true},
+		{"more than a week is the longest hint", "700000", MaxDelayHint, true},
+		{"2e299 seconds is the longest hint", "2e299", MaxDelayHint, true},
 		{"bad date", "Sun, 99 Nov 2026 12:00:00 GMT", 0, false},
 	}
 	for _, tc := range tests {
@@ -121,7 +122,7 @@ func TestParseDelayPhrase(t *testing.T) {
 		{"please try again later.", 0, false},
 		{"retry in 5 fortnights", 0, false},
 		{"retry in ", 0, false},
-		{"retry in 99999999999 hours", 0, false},
+		{"retry in 99999999999 hours", MaxDelayHint, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {

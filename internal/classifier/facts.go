@@ -46,16 +46,23 @@ type facts struct {
 	nameHits    bitset    // blocks whose name condition error_name satisfies
 	scratch     []byte    // lower-casing one kind at a time
 	hint        delayHint
-	shouldRetry int8 // x-should-retry: 0 absent, 1 true, -1 false
-	retryFlag   int8 // a "retriable: true|false" the response's text states
+	shouldRetry int8  // x-should-retry: 0 absent, 1 true, -1 false
+	retryFlag   int8  // a "retriable: true|false" the response's text states
+	grpc        int32 // grpc_code, else the one the text states
+	bodyStatus  int32 // the first 4xx or 5xx numeric "code" in the body
+	// pushbackStop: grpc-retry-pushback-ms was negative or not a number,
+	// the server's way to say "do not retry" (gRFC A6).
+	pushbackStop bool
+	toolError    bool // an MCP tool result with "isError": true
+	digits       bool // text holds a digit
 
 	resets [4]resetHeader
 	nreset int
 }
 
-// resetHeader is one x-ratelimit-reset* header with its remaining count.
+// resetHeader is one rate-limit reset header with its remaining count.
 type resetHeader struct {
-	suffix    string // "", "-requests", "-tokens", ...
+	limit     rateLimitName
 	delay     time.Duration
 	exhausted bool // the matching x-ratelimit-remaining* header is 0
 }
@@ -87,6 +94,10 @@ func (fx *facts) reset(nblocks int) {
 	fx.lastKind = ""
 	fx.shouldRetry = 0
 	fx.retryFlag = 0
+	fx.grpc = 0
+	fx.bodyStatus = 0
+	fx.pushbackStop = false
+	fx.toolError = false
 	fx.nreset = 0
 	fx.f = nil
 }
@@ -109,6 +120,12 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	// Runtime kinds, codes and messages: the error and its cause chain.
 	c.addName(fx, f.GetErrorName(), true)
 	c.addKind(fx, f.GetErrorCode(), true)
+	// Wrappers print the exception's class before its message
+	// ("litellm.NotFoundError: ...", "ThrottlingException: ..."): a name,
+	// as if the runtime had sent it.
+	if name := leadingClassName(f.GetMessage()); name != "" {
+		c.addName(fx, name, true)
+	}
 	fx.text = appendLower(fx.text, f.GetMessage(), maxTextBytes)
 	for i, cause := range f.GetCauses() {
 		if i == MaxCauses {
@@ -121,40 +138,88 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	}
 	fx.split = len(fx.text)
 	fx.text = append(fx.text, 0)
-	fx.status = f.GetHttpStatus()
-	if fx.status == 0 {
-		fx.status = statusFromText(fx.text[:fx.split])
-	}
 
 	c.loadHeaders(fx, f.GetHeaders())
 	if body := f.GetBody(); body != "" {
 		c.loadBody(fx, body)
 	} else {
+		// No body: the runtime may have printed the error object into its
+		// message or a cause's.
 		c.loadEmbeddedBody(fx, f.GetMessage())
+		for i, cause := range f.GetCauses() {
+			if i == MaxCauses {
+				break
+			}
+			c.loadEmbeddedBody(fx, cause.GetMessage())
+		}
 	}
 	fx.bigrams.build(fx.text)
+	// Statuses, codes, delays and zero limits are all numbers: a text with
+	// no digit (most network errors) skips their searches.
+	fx.digits = hasDigit(fx.text)
+	c.loadStructure(fx, f)
 	// botocore prints the service's error code only into its message:
 	// "An error occurred (ThrottlingException) when calling the ... operation".
 	if code, ok := botocoreCode(fx.text); ok {
 		c.addKind(fx, code, false)
 	}
 	fx.retryFlag = retryableFlag(fx.text)
-	if zeroLimit(fx.text) {
+	if fx.digits && zeroLimit(fx.text) {
 		c.addKind(fx, KindQuotaLimitZero, false)
 	}
 
 	// Delay phrases in messages come last in trust: "Please retry in 20s".
-	if fx.hint.source == hintNone || fx.hint.source > hintBodyPhrase {
-		fx.hint.offer(phraseDelay(fx.text))
+	if fx.digits && (fx.hint.source == hintNone || fx.hint.source > hintBodyPhrase) {
+		fx.hint.offer(phraseDelay(fx.text, &fx.bigrams))
+	}
+	// A wait of hours that the response states in its text is a quota's,
+	// not a throttle's.
+	if (fx.hint.source == hintBodyField || fx.hint.source == hintBodyPhrase) && fx.hint.delay >= longWait {
+		c.addKind(fx, KindLongWait, false)
 	}
 }
 
-func phraseDelay(text []byte) (time.Duration, bool, int) {
-	if !bytes.Contains(text, []byte("try ")) {
-		return 0, false, hintBodyPhrase
-	}
-	d, ok := ParseDelayPhrase(text)
+// KindLongWait is the kind a failure gets when its body or message states a
+// wait of an hour or more ("Expected available in 5 hours"): a quota that
+// resets, not a rate limit worth waiting for.
+const KindLongWait = "long_wait"
+
+const longWait = time.Hour
+
+func phraseDelay(text []byte, bigrams *bigramSet) (time.Duration, bool, int) {
+	d, ok := parseDelayPhrase(text, bigrams)
 	return d, ok, hintBodyPhrase
+}
+
+// loadStructure reads what the text states in a structured form when the
+// failure's own fields lack it: an HTTP status ("Error 400 ...", a body's
+// numeric code), a gRPC status, a JSON-RPC error code.
+func (c *Classifier) loadStructure(fx *facts, f *policydv1.Failure) {
+	fx.status = f.GetHttpStatus()
+	if fx.status == 0 {
+		if fx.digits {
+			fx.status = statusFromText(fx.text[:fx.split])
+		} else {
+			fx.status = statusFromReason(fx.text[:fx.split])
+		}
+	}
+	if fx.status == 0 {
+		fx.status = fx.bodyStatus
+	}
+	// A failure that got an HTTP response is not an upstream gRPC call's.
+	fx.grpc = f.GetGrpcCode()
+	if fx.grpc == 0 && f.GetHttpStatus() == 0 {
+		fx.grpc = grpcFromText(fx.text, &fx.bigrams, fx.digits)
+	}
+	if fx.grpc == 0 && f.GetHttpStatus() == 0 {
+		fx.grpc = grpcLeadingName(fx.text[:fx.split], f.GetErrorName())
+	}
+	if !fx.digits {
+		return
+	}
+	if code, ok := jsonrpcFromText(fx.text[:fx.split]); ok {
+		c.addJSONRPC(fx, code)
+	}
 }
 
 // addName marks the blocks an exception or class name satisfies, with and
@@ -253,7 +318,7 @@ func (p *patternIndex) mark(hits bitset, lower []byte) {
 
 // loadHeaders reads delay hints, x-should-retry and AWS's error type.
 func (c *Classifier) loadHeaders(fx *facts, headers map[string]string) {
-	var remainingZero [4]string
+	var remainingZero [4]rateLimitName
 	nzero := 0
 	for name, v := range headers {
 		switch {
@@ -267,8 +332,10 @@ func (c *Classifier) loadHeaders(fx *facts, headers map[string]string) {
 			d, ok := ParseMillis(v)
 			fx.hint.offer(d, ok, hintAmzRetryAfter)
 		case strings.EqualFold(name, "grpc-retry-pushback-ms"):
+			// gRFC A6: a negative or unparsable pushback asks not to retry.
 			d, ok := ParseMillis(v)
 			fx.hint.offer(d, ok, hintGRPCPushback)
+			fx.pushbackStop = !ok
 		case strings.EqualFold(name, "x-should-retry"):
 			switch strings.ToLower(strings.TrimSpace(v)) {
 			case "true":
@@ -281,16 +348,24 @@ func (c *Classifier) loadHeaders(fx *facts, headers map[string]string) {
 			c.addKind(fx, kind, false)
 		case strings.EqualFold(name, "x-ms-error-code"):
 			c.addKind(fx, v, false)
-		case hasPrefixFold(name, "x-ratelimit-reset"):
-			if fx.nreset < len(fx.resets) {
-				if d, ok := ParseRateLimitReset(v, fx.reference()); ok && d <= MaxDelayHint {
-					fx.resets[fx.nreset] = resetHeader{suffix: name[len("x-ratelimit-reset"):], delay: d}
-					fx.nreset++
-				}
+		default:
+			// Rate-limit headers in every spelling: x-ratelimit-reset-tokens,
+			// x-rate-limit-reset, the IETF draft's RateLimit-Reset,
+			// anthropic-ratelimit-tokens-reset, x-ratelimit-reset-tokens-minute.
+			rl, ok := rateLimitHeader(name)
+			if !ok {
+				continue
 			}
-		case hasPrefixFold(name, "x-ratelimit-remaining"):
-			if strings.TrimSpace(v) == "0" && nzero < len(remainingZero) {
-				remainingZero[nzero] = name[len("x-ratelimit-remaining"):]
+			switch {
+			case rl.what == "reset":
+				if fx.nreset < len(fx.resets) {
+					if d, ok := ParseRateLimitReset(v, fx.reference()); ok && d <= MaxDelayHint {
+						fx.resets[fx.nreset] = resetHeader{limit: rl, delay: d}
+						fx.nreset++
+					}
+				}
+			case strings.TrimSpace(v) == "0" && nzero < len(remainingZero):
+				remainingZero[nzero] = rl
 				nzero++
 			}
 		}
@@ -309,7 +384,7 @@ func (c *Classifier) loadHeaders(fx *facts, headers map[string]string) {
 	for i := 0; i < fx.nreset; i++ {
 		r := &fx.resets[i]
 		for _, s := range remainingZero[:nzero] {
-			if strings.EqualFold(s, r.suffix) {
+			if s.sameLimit(r.limit) {
 				r.exhausted = true
 			}
 		}
@@ -358,10 +433,35 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			fx.text = appendLower(fx.text, value, maxTextBytes)
 		}
 	}
+	toolError := false
 	scanJSONKeys(doc, func(key, value string, isString bool) {
 		switch key {
-		case "code", "type", "status", "reason", "quotaId", "error_code", "errorCode", "quota_limit", "quota_metric":
+		case "code":
 			c.addKind(fx, value, false)
+			if !isString {
+				c.numericCode(fx, value)
+			}
+		case "statusCode", "status_code", "httpStatus", "http_status", "httpStatusCode":
+			// A numeric status a proxy or SDK wrote into the body.
+			if !isString {
+				c.numericCode(fx, value)
+			}
+		case "isError":
+			toolError = value == "true"
+		case "status":
+			c.addKind(fx, value, false)
+			if !isString {
+				c.numericCode(fx, value)
+			}
+		case "type", "reason", "quotaId", "error_code", "errorCode", "quota_limit", "quota_metric", "finishReason":
+			c.addKind(fx, value, false)
+		case "blockReason":
+			// Gemini's promptFeedback.blockReason: the prompt was blocked,
+			// whatever reason it names.
+			c.addKind(fx, value, false)
+			if value != "" && value != "BLOCK_REASON_UNSPECIFIED" {
+				c.addKind(fx, KindPromptBlocked, false)
+			}
 		case "__type":
 			if i := strings.LastIndexByte(value, '#'); i >= 0 {
 				value = value[i+1:]
@@ -394,6 +494,30 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			fx.hint.offer(d, ok, hintBodyField)
 		}
 	})
+	// An MCP tool result that failed ("isError": true): its content's text
+	// is the error message. Rare, so read in a second pass.
+	if toolError && !fx.toolError {
+		fx.toolError = true
+		c.addKind(fx, KindToolError, false)
+		scanJSONKeys(doc, func(key, value string, isString bool) {
+			if key == "text" && isString {
+				text(value)
+			}
+		})
+	}
+}
+
+// numericCode reads a body's numeric "code": an HTTP status (Google's
+// {"error": {"code": 429, ...}}, OpenAI-shaped errors of self-hosted
+// servers) or a JSON-RPC error code.
+func (c *Classifier) numericCode(fx *facts, value string) {
+	if code, ok := jsonrpcCode([]byte(value)); ok {
+		c.addJSONRPC(fx, code)
+		return
+	}
+	if s, ok := threeDigits([]byte(value)); ok && len(value) == 3 && fx.bodyStatus == 0 {
+		fx.bodyStatus = s
+	}
 }
 
 // retryableFlag reads a server's own "Retriable: false" (Azure Resource
@@ -518,6 +642,96 @@ func appendLower(dst []byte, s string, limit int) []byte {
 	return dst
 }
 
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+// rateLimitName is a rate-limit header's name split around its "reset" or
+// "remaining": the two halves name the limit, so that
+// x-ratelimit-reset-tokens and x-ratelimit-remaining-tokens, or
+// anthropic-ratelimit-tokens-reset and anthropic-ratelimit-tokens-remaining,
+// are about the same limit.
+type rateLimitName struct {
+	what          string // "reset" or "remaining"
+	before, after string
+}
+
+func (a rateLimitName) sameLimit(b rateLimitName) bool {
+	return strings.EqualFold(a.before, b.before) && strings.EqualFold(a.after, b.after)
+}
+
+// rateLimitHeader reads a header name that holds "ratelimit" or
+// "rate-limit" and then "reset" or "remaining".
+func rateLimitHeader(name string) (rateLimitName, bool) {
+	i := indexFold(name, "ratelimit")
+	n := len("ratelimit")
+	if i < 0 {
+		if i = indexFold(name, "rate-limit"); i < 0 {
+			return rateLimitName{}, false
+		}
+		n = len("rate-limit")
+	}
+	rest := name[i+n:]
+	for _, what := range [...]string{"reset", "remaining"} {
+		if j := indexFold(rest, what); j >= 0 {
+			k := i + n + j
+			return rateLimitName{what: what, before: name[:k], after: name[k+len(what):]}, true
+		}
+	}
+	return rateLimitName{}, false
+}
+
+// indexFold is strings.Index for an ASCII lower-case sub, ignoring case in s.
+func indexFold(s, sub string) int {
+	first := sub[0]
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if c := s[i]; c != first && c+('a'-'A') != first {
+			continue
+		}
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return i
+		}
+	}
+	return -1
+}
+
+// hasDigit reports whether text holds an ASCII digit.
+func hasDigit(text []byte) bool {
+	for _, c := range text {
+		if c-'0' < 10 {
+			return true
+		}
+	}
+	return false
+}
+
+// KindPromptBlocked is the kind of a response whose promptFeedback names a
+// blockReason: the prompt was refused, whatever the reason's name.
+const KindPromptBlocked = "prompt_blocked"
+
+// leadingClassName returns the exception class name a message starts with
+// ("litellm.ServiceUnavailableError: ...", "openai.APIConnectionError: ",
+// "ThrottlingException: "): dotted identifier characters up to ": ", ending
+// in Error, Exception or Timeout. "" when the message starts otherwise.
+func leadingClassName(msg string) string {
+	const maxName = 96
+	for i := 0; i < len(msg) && i < maxName; i++ {
+		c := msg[i]
+		if c == ':' {
+			name := msg[:i]
+			if i+1 < len(msg) && msg[i+1] == ' ' && hasClassSuffix(name) {
+				return name
+			}
+			return ""
+		}
+		if !(c == '.' || c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > 0 && c >= '0' && c <= '9')) {
+			return ""
+		}
+	}
+	return ""
+}
+
+func hasClassSuffix(name string) bool {
+	for _, suffix := range [...]string{"Error", "Exception", "Timeout"} {
+		if len(name) > len(suffix) && name[len(name)-len(suffix):] == suffix {
+			return true
+		}
+	}
+	return name == "Timeout"
 }

@@ -1,7 +1,7 @@
 package classifier
 
 // scanJSONKeys walks a JSON document once and calls visit for every object
-// key whose value is a string or a number, with the raw value (escapes are
+// key whose value is a string, a number or true, with the raw value (escapes are
 // left as they are; a string value is passed without its quotes). Keys are
 // reported at any depth, in document order. Malformed input ends the walk
 // early; it never panics and never allocates.
@@ -51,6 +51,9 @@ func scanJSONKeys(doc string, visit func(key, value string, isString bool)) {
 			}
 			visit(key, doc[k:m], false)
 			i = m
+		case c == 't' && len(doc)-k >= 4 && doc[k:k+4] == "true":
+			visit(key, "true", false)
+			i = k + 4
 		default:
 			i = k
 		}

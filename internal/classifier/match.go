@@ -82,12 +82,17 @@ func matchAny(globs []glob, s []byte) bool {
 // so that a substring search can be skipped when one of the pattern's pairs
 // is absent. Rules hold about a hundred phrases; most never occur, and this
 // turns their searches into three bit tests.
-type bigramSet [64]uint64
+type bigramSet [65]uint64 // the last word is all ones: see alwaysWord
 
 func bigram(a, b byte) uint { return uint(a&63)<<6 | uint(b&63) }
 
+// alwaysWord is a bigramSet word with every bit set, where phrases too short
+// to have a byte pair point their first test, so that it always passes.
+const alwaysWord = 64
+
 func (s *bigramSet) build(text []byte) {
 	clear(s[:])
+	s[alwaysWord] = ^uint64(0)
 	for i := 0; i+1 < len(text); i++ {
 		h := bigram(text[i], text[i+1])
 		s[h>>6] |= 1 << (h & 63)
@@ -98,23 +103,42 @@ func (s *bigramSet) has(h uint) bool { return s[h>>6]&(1<<(h&63)) != 0 }
 
 // substring is a lower-case phrase with the pairs it is checked for.
 type substring struct {
-	text  []byte
-	pairs [3]uint // first, middle and last pair; for a 1-byte phrase, unused
+	text []byte
+	// pairs are five of the phrase's byte pairs, spread over it (first and
+	// last included): English phrases share common pairs with long
+	// messages, so three were too few to skip most searches. For a 1-byte
+	// phrase, unused.
+	pairs [5]uint
+	// firstWord and firstBit locate pairs[0] in a bigramSet: the test most
+	// phrases fail, done with one load where the phrases are looped over
+	// (containsAny), before any call.
+	firstWord uint8
+	firstBit  uint64
 }
 
 func newSubstring(s string) substring {
-	sub := substring{text: []byte(s)}
+	sub := substring{text: []byte(s), firstWord: alwaysWord, firstBit: 1}
 	if n := len(s); n >= 2 {
-		sub.pairs = [3]uint{bigram(s[0], s[1]), bigram(s[n/2-1], s[n/2]), bigram(s[n-2], s[n-1])}
+		for k := range sub.pairs {
+			i := (n - 2) * k / (len(sub.pairs) - 1)
+			sub.pairs[k] = bigram(s[i], s[i+1])
+		}
+		sub.firstWord, sub.firstBit = uint8(sub.pairs[0]>>6), 1<<(sub.pairs[0]&63)
 	}
 	return sub
+}
+
+// maybeIn reports whether a text with these bigrams may contain the phrase.
+func (sub *substring) maybeIn(bigrams *bigramSet) bool {
+	if bigrams[sub.firstWord]&sub.firstBit == 0 {
+		return false
+	}
+	p := &sub.pairs
+	return len(sub.text) < 2 || (bigrams.has(p[4]) && bigrams.has(p[2]) && bigrams.has(p[1]) && bigrams.has(p[3]))
 }
 
 // in reports whether the phrase occurs in text; bigrams must describe a text
 // that contains text.
 func (sub *substring) in(text []byte, bigrams *bigramSet) bool {
-	if len(sub.text) >= 2 && (!bigrams.has(sub.pairs[0]) || !bigrams.has(sub.pairs[1]) || !bigrams.has(sub.pairs[2])) {
-		return false
-	}
-	return bytes.Contains(text, sub.text)
+	return sub.maybeIn(bigrams) && bytes.Contains(text, sub.text)
 }

@@ -27,6 +27,30 @@ var statusPrefixes = [][]byte{
 	[]byte("http/1.1 "),
 	[]byte("http/2 "),
 	[]byte("api error: "),
+	// "Error 400 (Bad Request)", "API error 429", .NET's "Response status
+	// code does not indicate success: 429 (Too Many Requests)", Java's
+	// "Server returned HTTP response code: 503", Ollama's "(status code: 400)".
+	[]byte("error "),
+	[]byte("does not indicate success: "),
+	[]byte("http response code: "),
+	[]byte("status: "),
+	[]byte("status="),
+	[]byte("http_status="),
+	[]byte("status "),
+	[]byte("returned "),
+	[]byte("responded with "),
+	[]byte("non-2xx: "),
+	[]byte("server error: "),
+	// "Google returned a response with code 429", "HTTP response code 503",
+	// serde's "invalid type: integer `404`" (a body that is a bare status).
+	[]byte("with code "),
+	[]byte("response code "),
+	[]byte("invalid type: integer `"),
+	// "Error: 429 status code (no body)", "HTTP 429: rate limited", "code: 503".
+	[]byte("error: "),
+	[]byte("http "),
+	[]byte("code: "),
+	[]byte("code="),
 }
 
 // reasonPhrases are what follows a bare status number: HTTP reason phrases
@@ -39,12 +63,23 @@ var reasonPhrases = [][]byte{
 	[]byte("resource_exhausted"), []byte("unavailable"), []byte("internal"), []byte("permission_denied"),
 	[]byte("unauthenticated"), []byte("invalid_argument"), []byte("not_found"), []byte("deadline_exceeded"),
 	[]byte("failed_precondition"), []byte("quota exceeded"), []byte("overloaded"),
+	[]byte("not implemented"), []byte("http version not supported"), []byte("variant also negotiates"),
+	[]byte("insufficient storage"), []byte("loop detected"), []byte("not extended"),
+	[]byte("network authentication required"), []byte("precondition failed"), []byte("gone"),
+	[]byte("method not allowed"), []byte("payment required"), []byte("too early"), []byte("locked"),
+	[]byte("misdirected request"), []byte("request header fields too large"), []byte("client closed request"),
+	[]byte("unsupported media type"), []byte("not acceptable"), []byte("proxy authentication required"),
+	[]byte("cancelled"), []byte("aborted"), []byte("already_exists"), []byte("unimplemented"),
+	[]byte("out_of_range"), []byte("data_loss"), []byte("resource exhausted"),
 }
 
 // statusFromText returns the first 4xx or 5xx status that lower-case text
 // states, or 0. One pass over the text: only a three-digit 4xx or 5xx number
 // is looked at more closely, so a message without one costs a scan.
 func statusFromText(text []byte) int32 {
+	if s := statusFromReason(text); s != 0 {
+		return s
+	}
 	for i := 0; i+3 <= len(text); i++ {
 		if c := text[i]; c != '4' && c != '5' {
 			continue
@@ -61,6 +96,16 @@ func statusFromText(text []byte) int32 {
 			if bytes.HasSuffix(before, p) {
 				return s
 			}
+		}
+		// A message that starts with its status, as google.api_core's and
+		// the Python SDKs' exceptions print it ("400 Request contains an
+		// invalid argument.", "500: Failed to parse messages"), or a status
+		// in brackets ("Google API error - [429] Quota exceeded").
+		if len(text) > i+3 && (text[i+3] == ' ' || text[i+3] == ':') && (i == 0 || text[i-1] == '\n') {
+			return s
+		}
+		if i > 0 && text[i-1] == '[' && len(text) > i+3 && text[i+3] == ']' {
+			return s
 		}
 		// "429 Too Many Requests", "(503) Service Unavailable", "429 RESOURCE_EXHAUSTED".
 		rest := bytes.TrimPrefix(text[i+3:], []byte(")"))
@@ -92,4 +137,23 @@ func threeDigits(b []byte) (int32, bool) {
 		return 0, false
 	}
 	return int32(b[0]-'0')*100 + int32(b[1]-'0')*10 + int32(b[2]-'0'), true
+}
+
+// reasonStatuses are the statuses a message that is nothing but a reason
+// phrase stands for ("Not Found", "Too Many Requests"): a runtime that
+// dropped the number kept its words.
+var reasonStatuses = map[string]int32{
+	"bad request": 400, "unauthorized": 401, "forbidden": 403, "not found": 404, "request timeout": 408,
+	"conflict": 409, "payload too large": 413, "unprocessable entity": 422, "too many requests": 429,
+	"internal server error": 500, "bad gateway": 502, "service unavailable": 503, "gateway timeout": 504,
+}
+
+// statusFromReason returns the status of a lower-case text that is only a
+// reason phrase, or 0.
+func statusFromReason(text []byte) int32 {
+	t := bytes.TrimSpace(bytes.TrimRight(text, "."))
+	if len(t) < 8 || len(t) > 21 {
+		return 0
+	}
+	return reasonStatuses[string(t)]
 }

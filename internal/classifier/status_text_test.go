@@ -25,6 +25,17 @@ func TestStatusFromText(t *testing.T) {
 		{"retried 5000 times", 0},
 		{"took 4291 ms", 0},
 		{"error code: 200", 0},
+		{"400 Request contains an invalid argument.", 400},
+		{"500: Failed to parse messages", 500},
+		{"wrapped\n404 page not found", 404},
+		{"Google API error - [429] Quota exceeded", 429},
+		{"The request failed: Google returned a response with code 429.", 429},
+		{"error decoding response body: invalid type: integer `404`, expected struct X", 404},
+		{"sent 429 bytes", 0},
+		{"[4290] items", 0},
+		{"Not Found", 404},
+		{"Too Many Requests.", 429},
+		{"not found anywhere", 0},
 		{"", 0},
 	}
 	for _, tt := range tests {

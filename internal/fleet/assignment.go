@@ -14,6 +14,13 @@ import (
 type Usage struct {
 	Target
 	ClientID string
+	// Origin is the stream's caller: its identity and connection.
+	Origin Origin
+	// Elapsed is the interval the counts cover (0: within the last second).
+	// Counts over a longer interval than the breaker's window enter the
+	// window in proportion: a client's buffered counts of ten minutes are
+	// not ten minutes' worth of calls in the last second.
+	Elapsed time.Duration
 	// First attempts admitted and shed by the client's gate, successes,
 	// failures decided without NextDelay, retries sent.
 	Admitted, Shed, Succeeded, Failed, Retries int64
@@ -91,8 +98,14 @@ func (f *Fleet) Report(u Usage) {
 	keys := [3]Key{sc.key(ScopeAvailability, u.Target), sc.key(ScopeRateLimit, u.Target), {}}
 	var events []Event
 	emit := func(e Event) { events = append(events, e) }
+	raw := u // the totals count every call
+	if u.Elapsed > c.Breaker.Window {
+		u.Admitted, u.Shed, u.Succeeded, u.Failed, u.Retries = inWindow(u.Admitted, u.Elapsed, c), inWindow(u.Shed, u.Elapsed, c),
+			inWindow(u.Succeeded, u.Elapsed, c), inWindow(u.Failed, u.Elapsed, c), inWindow(u.Retries, u.Elapsed, c)
+	}
 	f.store.lock()
-	bs := f.store.getThree(keys, [3]bool{true, true, false})
+	bs := f.store.getThree(keys, [3]bool{true, true, false}, now)
+	events = append(events, f.store.takeLimits()...)
 	for _, b := range bs[:2] {
 		if b == nil {
 			continue
@@ -100,14 +113,14 @@ func (f *Fleet) Report(u Usage) {
 		b.ensureRings(&c.Breaker)
 		b.reportedAt = now
 		b.totals.reports++
-		b.totals.admitted += u.Admitted
-		b.totals.shed += u.Shed
-		b.totals.successes += u.Succeeded
+		b.totals.admitted += raw.Admitted
+		b.totals.shed += raw.Shed
+		b.totals.successes += raw.Succeeded
 		if b.streamClients == nil {
-			b.streamClients = make(map[string]time.Time)
+			b.streamClients = make(map[string]int64)
 		}
 		if _, ok := b.streamClients[u.ClientID]; ok || len(b.streamClients) < maxHoldSlots {
-			b.streamClients[u.ClientID] = now
+			b.streamClients[u.ClientID] = now.UnixNano()
 		}
 		b.firstAttempts.add(now, int(u.Admitted+u.Shed))
 		b.retries.add(now, int(u.Retries))
@@ -129,7 +142,7 @@ func (f *Fleet) Report(u Usage) {
 		if u.Failed > 0 {
 			av.lastFailure = now
 			av.lastCounted = now
-			av.addFailures(now, u.ClientID, int(u.Failed), &c.Breaker)
+			av.addFailures(now, u.Origin.clientKey(u.ClientID), int(u.Failed), &c.Breaker)
 		}
 		av.advance(now, c, emit)
 		if u.Failed > 0 && av.state == HalfOpen {
@@ -141,7 +154,14 @@ func (f *Fleet) Report(u Usage) {
 		rl.rpm = u.RequestsPerMinute
 	}
 	f.store.unlock()
+	stamp(events, u.Origin)
 	f.publish(events, u.Tenant)
+}
+
+// inWindow is the part of n counts over elapsed that falls in the
+// breaker's window (rounded up: a single failure still counts).
+func inWindow(n int64, elapsed time.Duration, c *Config) int64 {
+	return int64(math.Ceil(float64(n) * c.Breaker.Window.Seconds() / elapsed.Seconds()))
 }
 
 // Assign is target t's assignment for client's gate now. While the breaker
@@ -157,7 +177,7 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 	var events []Event
 	emit := func(e Event) { events = append(events, e) }
 	f.store.lock()
-	bs := f.store.getThree(keys, [3]bool{})
+	bs := f.store.getThree(keys, [3]bool{}, now)
 	rl, av, au := bs[0], bs[1], bs[2]
 	var why []string
 	for _, b := range []*Bucket{au, rl} {
@@ -249,7 +269,7 @@ func (b *Bucket) probeFraction(now time.Time, c *Config) float64 {
 func (f *Fleet) CountAssignments(t Target, n int64) {
 	k := f.cfg.Load().Scopes.key(ScopeAvailability, t)
 	f.store.lock()
-	if b := f.store.get(k, false); b != nil {
+	if b := f.store.get(k, false, time.Time{}); b != nil {
 		b.totals.assignments += n
 	}
 	f.store.unlock()

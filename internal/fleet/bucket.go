@@ -31,6 +31,7 @@ func (s BreakerState) String() string {
 // the store's lock.
 type Bucket struct {
 	key         Key
+	idx         int // its place in the store's walk order (buckets.all)
 	lastFailure time.Time
 	firstClient string // whose failure started the current incident
 	changed     int64  // decisions the fleet changed
@@ -67,14 +68,19 @@ type Bucket struct {
 	successes, admitted, firstAttempts, retries ring
 	probeOK                                     int
 	reportedAt, closedAt                        time.Time
-	rpm                                         int64
-	cut                                         float64 // pacing's cut after 429s (see throttled)
-	cutAt                                       time.Time
-	holdSlots                                   map[string]int
-	streamClients                               map[string]time.Time
-	shedPending                                 int64
-	shedEventAt                                 time.Time
-	totals                                      streamTotals
+	// streamedElsewhere: when another replica last said streams report on
+	// the bucket there. Kept apart from reportedAt, which only this
+	// replica's streams move: a replica that passed on the others' word
+	// as its own would keep the flag, and the bucket, alive for ever.
+	streamedElsewhere time.Time
+	rpm               int64
+	cut               float64 // pacing's cut after 429s (see throttled)
+	cutAt             time.Time
+	holdSlots         map[string]int
+	streamClients     map[string]int64 // client → last report, Unix ns (8 bytes, not a time.Time's 24: one per bucket)
+	shedPending       int64
+	shedEventAt       time.Time
+	totals            streamTotals
 
 	// A shared fleet's (replica.go, shared_counts.go): the breaker's shared
 	// version, local transitions made and pushed, registers raised here and
@@ -88,6 +94,12 @@ type Bucket struct {
 	probeSlot                   time.Time
 	wantProbe                   bool
 	asks                        ring
+
+	// An operator's last clear (clear.go): when, what, and whether it is
+	// still to be pushed to the other replicas.
+	cleared     time.Time
+	clearedWhat Clearing
+	raisedClear bool
 }
 
 // streamTotals are a bucket's stream counts since the daemon started.
@@ -171,6 +183,12 @@ func (b *Bucket) reopenPeriod(now time.Time, c *BreakerConfig) time.Duration {
 // streamed says whether Coordinate streams report on the bucket (within
 // the breaker's window), so that its successes are known.
 func (b *Bucket) streamed(now time.Time, c *BreakerConfig) bool {
+	return b.streamedHere(now, c) || (!b.streamedElsewhere.IsZero() && now.Sub(b.streamedElsewhere) < c.Window)
+}
+
+// streamedHere says whether this replica's own streams report on the
+// bucket: what it tells the others.
+func (b *Bucket) streamedHere(now time.Time, c *BreakerConfig) bool {
 	return !b.reportedAt.IsZero() && now.Sub(b.reportedAt) < c.Window
 }
 
@@ -190,7 +208,7 @@ func (b *Bucket) close(at time.Time, why string, c *Config, emit func(Event)) {
 
 // countFailure records a counted failure and opens the breaker when the
 // window has enough of them from enough clients.
-func (b *Bucket) countFailure(now time.Time, client string, t policydv1.FailureType, c *BreakerConfig, emit func(Event)) {
+func (b *Bucket) countFailure(now time.Time, client, who string, t policydv1.FailureType, c *BreakerConfig, emit func(Event)) {
 	b.lastCounted = now
 	switch b.state {
 	case Open:
@@ -201,23 +219,25 @@ func (b *Bucket) countFailure(now time.Time, client string, t policydv1.FailureT
 			fmt.Sprintf("a %s while half-open", typeName(t)), emit)
 		return
 	}
-	b.addFailures(now, client, 1, c)
+	b.addFailures(now, who, 1, c)
 	b.maybeOpen(now, client, typeName(t), c, emit)
 }
 
 func (b *Bucket) ensureRings(c *BreakerConfig) {
 	if b.window.secs == nil {
-		b.window, b.successes = newRing(c.Window), newRing(c.Window)
-		b.admitted, b.firstAttempts, b.retries = newRing(c.Window), newRing(c.Window), newRing(c.Window)
-		b.asks = newRing(c.Window)
-		b.clients = make(map[string]time.Time)
+		rs := newRings(c.Window, 6)
+		b.window, b.successes, b.admitted, b.firstAttempts, b.retries, b.asks = rs[0], rs[1], rs[2], rs[3], rs[4], rs[5]
 	}
 }
 
-// addFailures counts n failures of client's in the breaker's window.
+// addFailures counts n failures of client's in the breaker's window
+// (client as Origin.clientKey names it).
 func (b *Bucket) addFailures(now time.Time, client string, n int, c *BreakerConfig) {
 	b.ensureRings(c)
 	b.window.add(now, n)
+	if b.clients == nil {
+		b.clients = make(map[string]time.Time)
+	}
 	if len(b.clients) < 1024 {
 		b.clients[client] = now
 	} else if _, ok := b.clients[client]; ok {
@@ -274,8 +294,9 @@ func (b *Bucket) open(now time.Time, period time.Duration, client, why string, e
 		Counts: map[string]int64{"open_ms": period.Milliseconds()}})
 }
 
-// setHold moves the hold forward to now+hint (it never moves back).
-func (b *Bucket) setHold(now time.Time, hint time.Duration, client string, emit func(Event)) {
+// setHold moves the hold forward to now+hint (it never moves back); asked
+// is what the server asked for, when the fleet's ceiling cut it.
+func (b *Bucket) setHold(now time.Time, hint, asked time.Duration, client string, who Origin, emit func(Event)) {
 	until := now.Add(hint)
 	if !until.After(b.holdUntil) {
 		return
@@ -284,9 +305,13 @@ func (b *Bucket) setHold(now time.Time, hint time.Duration, client string, emit 
 	if !now.Before(b.holdUntil) { // a new hold, not an extension
 		b.waiters, b.holdSpan = 0, hint
 		clear(b.holdSlots)
-		emit(Event{At: now, Key: b.key, Kind: EventHoldSet, ClientID: client,
-			Reason: fmt.Sprintf("a server asked to wait %v", hint.Round(time.Millisecond)),
-			Counts: map[string]int64{"hold_ms": hint.Milliseconds()}})
+		why := fmt.Sprintf("a server asked to wait %v", hint.Round(time.Millisecond))
+		if asked > hint {
+			why = fmt.Sprintf("a server asked to wait %v; the fleet holds %v (its ceiling, or the caller's profile's)",
+				asked.Round(time.Millisecond), hint.Round(time.Millisecond))
+		}
+		emit(Event{At: now, Key: b.key, Kind: EventHoldSet, ClientID: client, Origin: who, Reason: why,
+			Counts: map[string]int64{"hold_ms": hint.Milliseconds(), "asked_ms": asked.Milliseconds()}})
 	}
 	b.holdUntil = until
 }

@@ -52,10 +52,11 @@ func (f *Fleet) Tick() {
 	}
 	var events []Event
 	emit := func(e Event) { events = append(events, e) }
-	f.store.each(func(b *Bucket) {
+	f.store.walk(func(b *Bucket) bool {
 		if b.state != Closed {
 			b.advance(now, c, emit)
 		}
+		return false
 	})
 	// Events carry their bucket's tenant already (Each sees whole keys).
 	f.publish(events, "")
@@ -90,7 +91,7 @@ func (f *Fleet) publish(events []Event, tenant string) {
 	}
 	wake := false
 	for _, e := range all {
-		if e.Kind != EventShed && e.Kind != EventBudgetExhausted {
+		if e.Kind != EventShed && e.Kind != EventBudgetExhausted && e.Kind != EventTenantLimit {
 			wake = true
 		}
 	}

@@ -19,9 +19,17 @@ type Config struct {
 	Pacing PacingConfig
 	// Stream sets the Coordinate stream's assignments.
 	Stream StreamConfig
-	// MaxBuckets bounds memory: past it, new buckets are not tracked (their
-	// decisions are answered as if the caller were alone) until idle ones go.
+	// MaxBuckets bounds each tenant's buckets, and so memory: past it, the
+	// tenant's new buckets are not tracked (their decisions are answered as
+	// if the caller were alone) until idle ones go. Per tenant, so that one
+	// tenant filling its share leaves every other's fleet memory as it was.
 	MaxBuckets int
+	// ReportsPerSecond bounds the usages (one target's counts) each tenant's
+	// Coordinate streams report a second, with a second's worth as a burst;
+	// a report over it is refused (RESOURCE_EXHAUSTED). Its work is under
+	// the fleet's one lock: a tenant flooding reports must not slow the
+	// others' decisions. 0: no limit.
+	ReportsPerSecond float64
 	// IdleAfter: a bucket with nothing active and no failure for this long is
 	// forgotten.
 	IdleAfter time.Duration
@@ -39,6 +47,14 @@ type HoldConfig struct {
 	Spread float64
 	// MinSpread and MaxSpread bound that window.
 	MinSpread, MaxSpread time.Duration
+	// MaxHint is the longest hold one failure's delay hint sets for the
+	// fleet (a hint is also cut to what the caller's own profile would
+	// wait, Ask.HintCeiling). One caller's word holds every agent of its
+	// tenant on the model: a provider's Retry-After of a week, by mistake
+	// or forged, must not. Five minutes: longer than any rate limit's
+	// window the providers document (a minute), shorter than a quota a
+	// fleet stop handles (QUOTA_EXHAUSTED stops the key instead).
+	MaxHint time.Duration
 }
 
 // StopConfig sets fleet-wide stops.
@@ -117,16 +133,17 @@ type StreamConfig struct {
 func Defaults() Config {
 	return Config{
 		Scopes: DefaultScopes(),
-		Hold:   HoldConfig{Spread: 1.5, MinSpread: time.Second, MaxSpread: 30 * time.Second},
+		Hold:   HoldConfig{Spread: 1.5, MinSpread: time.Second, MaxSpread: 30 * time.Second, MaxHint: 5 * time.Minute},
 		Stop:   StopConfig{For: 60 * time.Second},
 		Breaker: BreakerConfig{MinVolume: 20, FailureRate: 0.5, MinClients: 3, Window: 10 * time.Second, OpenFor: 5 * time.Second,
 			MaxOpenFor: 60 * time.Second, ProbeInterval: time.Second, CloseSuccesses: 2, CloseAfter: 3 * time.Second},
-		Budget:     BudgetConfig{Burst: 10, Floor: 1, Ratio: 0.1},
-		SlowStart:  SlowStartConfig{Window: 5 * time.Second, From: 0.1},
-		Pacing:     PacingConfig{Share: 0.93},
-		Stream:     StreamConfig{TTL: 15 * time.Second, AbandonAfter: 5 * time.Minute},
-		MaxBuckets: 100_000,
-		IdleAfter:  10 * time.Minute,
+		Budget:           BudgetConfig{Burst: 10, Floor: 1, Ratio: 0.1},
+		SlowStart:        SlowStartConfig{Window: 5 * time.Second, From: 0.1},
+		Pacing:           PacingConfig{Share: 0.93},
+		Stream:           StreamConfig{TTL: 15 * time.Second, AbandonAfter: 5 * time.Minute},
+		MaxBuckets:       100_000,
+		ReportsPerSecond: 20_000,
+		IdleAfter:        10 * time.Minute,
 	}
 }
 
@@ -141,6 +158,7 @@ func (c Config) Validate() error {
 	check(c.Hold.Spread >= 0 && c.Hold.Spread <= 10, "hold.spread", "%v is not in [0, 10]", c.Hold.Spread)
 	check(c.Hold.MinSpread >= 0, "hold.min_spread", "%v is negative", c.Hold.MinSpread)
 	check(c.Hold.MaxSpread >= c.Hold.MinSpread, "hold.max_spread", "%v is below min_spread %v", c.Hold.MaxSpread, c.Hold.MinSpread)
+	check(c.Hold.MaxHint >= time.Second && c.Hold.MaxHint <= time.Hour, "hold.max_hint", "%v is not within 1s–1h", c.Hold.MaxHint)
 	check(c.Stop.For > 0, "stop.for", "%v is not positive", c.Stop.For)
 	check(c.Breaker.MinVolume >= 1, "breaker.min_volume", "%d is under 1", c.Breaker.MinVolume)
 	check(c.Breaker.FailureRate > 0 && c.Breaker.FailureRate <= 1, "breaker.failure_rate", "%v is not in (0, 1]", c.Breaker.FailureRate)
@@ -160,6 +178,7 @@ func (c Config) Validate() error {
 	check(c.Stream.TTL >= time.Second && c.Stream.TTL <= time.Hour, "stream.ttl", "%v is not within 1s–1h", c.Stream.TTL)
 	check(c.Stream.AbandonAfter >= time.Second, "stream.abandon_after", "%v is under 1s", c.Stream.AbandonAfter)
 	check(c.MaxBuckets >= 1, "max_buckets", "%d is under 1", c.MaxBuckets)
+	check(c.ReportsPerSecond >= 0, "reports_per_second", "%v is negative", c.ReportsPerSecond)
 	check(c.IdleAfter >= c.Breaker.MaxOpenFor && c.IdleAfter >= c.Stop.For, "idle_after", "%v is shorter than a stop or an open period", c.IdleAfter)
 	for s, f := range c.Scopes {
 		check(f.Provider, "scopes."+s.String(), "must include the provider")

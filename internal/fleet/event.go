@@ -18,6 +18,12 @@ const (
 	// EventSlowStart: a breaker closed and the gates admit a rising share of
 	// first attempts.
 	EventSlowStart EventKind = "slow_start"
+	// EventTenantLimit: a tenant reached one of its limits (counts: the
+	// limit and how often it refused since the last such event), at most
+	// one a minute per tenant and limit.
+	EventTenantLimit EventKind = "tenant_limit"
+	// EventCleared: an operator cleared a bucket's state (Fleet.Clear).
+	EventCleared EventKind = "fleet_clear"
 )
 
 // Event is one transition of a bucket.
@@ -27,9 +33,22 @@ type Event struct {
 	Kind     EventKind
 	Reason   string
 	ClientID string // whose failure caused it, when one did
-	Counts   map[string]int64
+	// Origin is who said it: the caller's authenticated identity and
+	// address, when a call caused it.
+	Origin Origin
+	Counts map[string]int64
 }
 
 // Sink receives events. It is called outside the store's lock, on the
 // deciding goroutine, so it must not block (the journal's recorder queues).
 type Sink func([]Event)
+
+// stamp records who caused the events a caller's failure or report made
+// (those naming a client) as their origin.
+func stamp(events []Event, who Origin) {
+	for i := range events {
+		if events[i].ClientID != "" && events[i].Origin == (Origin{}) {
+			events[i].Origin = who
+		}
+	}
+}

@@ -32,6 +32,12 @@ type Verdict struct {
 	OpenWhy    string
 	// Version counts the breaker's transitions (0: none yet).
 	Version int64
+
+	// ClearedAt is an operator's last clear of the bucket (zero: none) and
+	// Cleared what it cleared (Fleet.Clear): a replica applies a clear newer
+	// than the last it applied.
+	ClearedAt time.Time
+	Cleared   Clearing
 }
 
 // Counts is one replica's counts of one bucket over the breaker's window
@@ -82,6 +88,11 @@ type Exchange interface {
 	// HoldUntil and StopUntil, never back (the breaker fields are ignored).
 	// A register it moved is announced to the other replicas (Wake).
 	RaiseRegisters(ctx context.Context, vs []Verdict) error
+	// ClearRegisters applies an operator's clear (v.Cleared at
+	// v.ClearedAt): it empties the hold and the stop it names, the only
+	// write that moves them back, and records the clear, unless the row
+	// already has a later one. It is announced to the other replicas (Wake).
+	ClearRegisters(ctx context.Context, v Verdict) error
 	// MoveBreaker sets v's breaker fields when the shared version is still
 	// base (0: no transition yet) and returns the new version, won; when
 	// another replica moved it first, it returns the verdict as it is, not

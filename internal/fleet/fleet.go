@@ -89,6 +89,12 @@ type Ask struct {
 	Attempt     int
 	// RetryAfter is the server's delay hint (0: none).
 	RetryAfter time.Duration
+	// HintCeiling is the longest the caller's own profile would wait on a
+	// hint (0: no limit): the fleet never holds others longer on its word.
+	HintCeiling time.Duration
+	// Origin is who asks (identity and address): distinct clients are
+	// counted by it, and events record it.
+	Origin Origin
 	// RequestsPerMinute is the provider's request limit from the failure's
 	// rate-limit headers (0: none), for pacing.
 	RequestsPerMinute int64
@@ -174,10 +180,12 @@ func (f *Fleet) Decide(a Ask) Answer {
 	create := [3]bool{d.tracked && d.scope == ScopeRateLimit, d.tracked && d.scope == ScopeAvailability,
 		d.tracked && d.scope == ScopeAuth && a.KeyID != ""}
 	f.store.lock()
-	bs := f.store.getThree(keys, create)
+	bs := f.store.getThree(keys, create, now)
+	d.events = f.store.takeLimits()
 	d.rl, d.av, d.au = bs[0], bs[1], bs[2]
 	ans := d.run()
 	f.store.unlock()
+	stamp(d.events, a.Origin)
 	f.publish(d.events, a.Tenant)
 	f.maybeSweep(cfg, now)
 	return ans
@@ -253,7 +261,7 @@ func (d *decision) record() {
 	}
 	own.lastFailure = now
 	if sw.Hold && a.RetryAfter > 0 {
-		own.setHold(now, a.RetryAfter, a.ClientID, d.emit)
+		own.setHold(now, d.hint(), a.RetryAfter, a.ClientID, a.Origin, d.emit)
 	}
 	if sw.Stop && stopsKey(a.FailureType) && a.KeyID != "" {
 		if !now.Before(own.stopUntil) {
@@ -265,8 +273,18 @@ func (d *decision) record() {
 		own.raisedStop = true
 	}
 	if sw.Breaker && own == d.av && countedForBreaker(a.FailureType) {
-		d.av.countFailure(now, a.ClientID, a.FailureType, &c.Breaker, d.emit)
+		d.av.countFailure(now, a.ClientID, a.Origin.clientKey(a.ClientID), a.FailureType, &c.Breaker, d.emit)
 	}
+}
+
+// hint is the hold the failure's delay hint sets: the hint, cut to the
+// fleet's ceiling and to what the caller's profile would wait.
+func (d *decision) hint() time.Duration {
+	h := min(d.a.RetryAfter, d.c.Hold.MaxHint)
+	if d.a.HintCeiling > 0 {
+		h = min(h, d.a.HintCeiling)
+	}
+	return h
 }
 
 // changed counts a decision the fleet changed through b, and shows b.
@@ -480,7 +498,8 @@ func (f *Fleet) maybeSweep(c *Config, now time.Time) {
 		return
 	}
 	f.store.sweep(func(b *Bucket) bool {
-		return !b.active(now) && now.Sub(b.lastFailure) > c.IdleAfter && now.Sub(b.reportedAt) > c.IdleAfter
+		return !b.active(now) && now.Sub(b.lastFailure) > c.IdleAfter && now.Sub(b.reportedAt) > c.IdleAfter &&
+			now.Sub(b.streamedElsewhere) > c.IdleAfter
 	})
 }
 
@@ -491,7 +510,7 @@ func (f *Fleet) Available(t Target) (ok bool, why string) {
 	sc := f.cfg.Load().Scopes
 	keys := [3]Key{sc.key(ScopeAvailability, t), sc.key(ScopeAuth, t), sc.key(ScopeRateLimit, t)}
 	f.store.lock()
-	bs := f.store.getThree(keys, [3]bool{})
+	bs := f.store.getThree(keys, [3]bool{}, now)
 	defer f.store.unlock()
 	// Read only: the transitions happen (and are journaled) in Decide.
 	if av := bs[0]; av != nil && av.state == Open && now.Before(av.openUntil) {

@@ -360,7 +360,7 @@ func TestScopesNarrowAndWiden(t *testing.T) {
 	if got := f.Decide(b); got.Delay < 59*time.Second {
 		t.Fatalf("widened scope: another model was not held: %v", got.Delay)
 	}
-	if got := f.Buckets("team", "", ""); len(got) != 1 || got[0].State.Bucket != "rate_limit:openai@prod" {
+	if got, _ := f.Buckets("team", "", "", 0, ""); len(got) != 1 || got[0].State.Bucket != "rate_limit:openai@prod" {
 		t.Fatalf("buckets = %+v", got)
 	}
 }

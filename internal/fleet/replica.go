@@ -92,6 +92,7 @@ func (s *shared) poke() {
 
 // outbox is what a round pushes.
 type outbox struct {
+	clears []Verdict
 	raise  []Verdict
 	moves  []move
 	probes []probeWant
@@ -111,7 +112,8 @@ type probeWant struct {
 
 func verdictOf(b *Bucket) Verdict {
 	v := Verdict{Key: b.key, HoldUntil: b.holdUntil, HoldSpan: b.holdSpan, StopUntil: b.stopUntil, StopWhy: b.stopWhy,
-		Breaker: b.state, OpenUntil: b.openUntil, OpenPeriod: b.openPeriod, OpenWhy: b.openWhy, Version: b.version}
+		Breaker: b.state, OpenUntil: b.openUntil, OpenPeriod: b.openPeriod, OpenWhy: b.openWhy, Version: b.version,
+		ClearedAt: b.cleared, Cleared: b.clearedWhat}
 	if b.state == Closed && !b.closedAt.IsZero() {
 		// A closed breaker's OpenUntil is when it closed: the others start
 		// their slow start from it, not from when they hear of the close.
@@ -129,6 +131,9 @@ func (f *Fleet) outbox(now time.Time, c *Config, counts bool) outbox {
 	f.store.each(func(b *Bucket) {
 		if !shareable(b.key) {
 			return
+		}
+		if b.raisedClear {
+			out.clears = append(out.clears, verdictOf(b))
 		}
 		if b.raisedHold || b.raisedStop {
 			out.raise = append(out.raise, verdictOf(b))
@@ -169,11 +174,22 @@ func (f *Fleet) countsUrgent() bool {
 	return urgent
 }
 
+// clearsPushed marks clears pushed (unless another came meanwhile).
+func (f *Fleet) clearsPushed(vs []Verdict) {
+	f.store.lock()
+	for _, v := range vs {
+		if b := f.store.get(v.Key, false, time.Time{}); b != nil && b.cleared.Equal(v.ClearedAt) {
+			b.raisedClear = false
+		}
+	}
+	f.store.unlock()
+}
+
 // raised marks registers pushed (unless they moved again meanwhile).
 func (f *Fleet) raised(vs []Verdict) {
 	for _, v := range vs {
 		f.store.lock()
-		if b := f.store.get(v.Key, false); b != nil {
+		if b := f.store.get(v.Key, false, time.Time{}); b != nil {
 			if !b.holdUntil.After(v.HoldUntil) {
 				b.raisedHold = false
 			}
@@ -190,7 +206,7 @@ func (f *Fleet) raised(vs []Verdict) {
 func (f *Fleet) settle(m move, cur Verdict, won bool, c *Config) {
 	var events []Event
 	f.store.lock()
-	b := f.store.get(m.v.Key, true)
+	b := f.store.get(m.v.Key, true, f.clock())
 	if b != nil {
 		if won {
 			b.version = cur.Version
@@ -258,7 +274,7 @@ func (b *Bucket) adoptBreaker(v Verdict, now time.Time) {
 
 func (f *Fleet) probeClaimed(p probeWant, ok bool, until time.Time) {
 	f.store.lock()
-	if b := f.store.get(p.key, false); b != nil {
+	if b := f.store.get(p.key, false, time.Time{}); b != nil {
 		b.wantProbe = false
 		if ok && b.version == p.version {
 			b.probeSlot = until
@@ -274,8 +290,11 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 	emit := func(e Event) { events = append(events, e) }
 	for _, v := range ch.Verdicts {
 		f.store.lock()
-		if b := f.store.get(v.Key, true); b != nil {
-			if b.adoptRegisters(v, now) {
+		if b := f.store.get(v.Key, true, now); b != nil {
+			if b.adoptRegisters(v, now, c) {
+				changed = true
+			}
+			if b.adoptClear(v, now) {
 				changed = true
 			}
 			if v.Version > b.version {
@@ -295,15 +314,15 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 		for _, bc := range rc.Buckets {
 			listed[bc.Key] = true
 			f.store.lock()
-			if b := f.store.get(bc.Key, true); b != nil {
+			if b := f.store.get(bc.Key, true, now); b != nil {
 				if b.remote == nil {
 					b.remote = map[string]remoteCounts{}
 				}
 				if prev, ok := b.remote[rc.Replica]; !ok || !prev.at.After(rc.At) {
 					b.remote[rc.Replica] = remoteCounts{at: rc.At, Counts: bc}
 				}
-				if bc.Streamed && rc.At.After(b.reportedAt) {
-					b.reportedAt = rc.At
+				if bc.Streamed && rc.At.After(b.streamedElsewhere) {
+					b.streamedElsewhere = rc.At
 				}
 				b.ensureRings(&c.Breaker)
 				// The fleet's counts may cross the threshold here, with no
@@ -325,6 +344,9 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 			}
 		})
 	}
+	f.store.lock()
+	events = append(events, f.store.takeLimits()...)
+	f.store.unlock()
 	f.publish(events, "")
 	if changed {
 		f.wakeStreams()
@@ -332,8 +354,15 @@ func (f *Fleet) apply(now time.Time, c *Config, ch Changes) {
 }
 
 // adoptRegisters raises b's hold and stop to another replica's, and says
-// whether either moved.
-func (b *Bucket) adoptRegisters(v Verdict, now time.Time) bool {
+// whether either moved. A hold is not taken past hold.max_hint from when
+// it was set (its end less its span): a row written before the ceiling,
+// or by a replica configured otherwise, must not hold the fleet for a
+// week. (From when it was set, not from now: a bound that moved with the
+// clock would renew the hold at every read.)
+func (b *Bucket) adoptRegisters(v Verdict, now time.Time, c *Config) bool {
+	if v.HoldSpan > c.Hold.MaxHint {
+		v.HoldUntil, v.HoldSpan = v.HoldUntil.Add(c.Hold.MaxHint-v.HoldSpan), c.Hold.MaxHint
+	}
 	moved := false
 	if v.HoldUntil.After(b.holdUntil) {
 		if !now.Before(b.holdUntil) {

@@ -51,7 +51,8 @@ func (f *Fleet) StreamStats() (streams int64, perModel []StreamTotals) {
 // breaker's window.
 func (b *Bucket) streamingClients(now time.Time, c *Config) int {
 	n := 0
-	for id, at := range b.streamClients {
+	for id, ns := range b.streamClients {
+		at := time.Unix(0, ns)
 		if now.Sub(at) < c.Breaker.Window {
 			n++
 		} else if now.Sub(at) > c.Stream.AbandonAfter {

@@ -133,8 +133,16 @@ func (s *Syncer) step(ctx context.Context, woken bool) error {
 		out.counts.Urgent = urgent
 	}
 
-	if len(out.raise)+len(out.moves) > 0 || urgent {
+	if len(out.clears)+len(out.raise)+len(out.moves) > 0 || urgent {
 		s.pushes.Add(1)
+	}
+	for _, v := range out.clears {
+		if err := s.ex.ClearRegisters(ctx, v); err != nil {
+			return err
+		}
+	}
+	if len(out.clears) > 0 {
+		f.clearsPushed(out.clears)
 	}
 	if len(out.raise) > 0 {
 		if err := s.ex.RaiseRegisters(ctx, out.raise); err != nil {

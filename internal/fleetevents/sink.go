@@ -30,6 +30,9 @@ func Sink(logger *slog.Logger, rec Recorder, counter Counter, replica string) fl
 				level = slog.LevelDebug // up to one a second per bucket while gates shed
 			}
 			attrs := []any{"tenant", e.Key.Tenant, "bucket", e.Key.String(), "client", e.ClientID, "reason", e.Reason}
+			if e.Origin != (fleet.Origin{}) {
+				attrs = append(attrs, "identity", e.Origin.Identity, "peer", e.Origin.Peer)
+			}
 			if replica != "" {
 				attrs = append(attrs, "replica", replica)
 			}
@@ -42,8 +45,17 @@ func Sink(logger *slog.Logger, rec Recorder, counter Counter, replica string) fl
 					At: e.At, Tenant: e.Key.Tenant, Bucket: e.Key.String(), Scope: e.Key.Scope.String(),
 					Provider: e.Key.Provider, Model: e.Key.Model, KeyID: e.Key.KeyID,
 					Event: string(e.Kind), Reason: e.Reason, ClientID: e.ClientID, Counts: e.Counts, Replica: replica,
+					Identity: clip(e.Origin.Identity), Peer: clip(e.Origin.Peer),
 				})
 			}
 		}
 	}
+}
+
+// clip cuts s to the journal's 256 characters for a name.
+func clip(s string) string {
+	if r := []rune(s); len(r) > 256 {
+		return string(r[:256])
+	}
+	return s
 }

@@ -21,6 +21,8 @@ const (
 	FleetStop            = "fleet_stop"
 	FleetShed            = "shed"
 	FleetSlowStart       = "slow_start"
+	FleetTenantLimit     = "tenant_limit"
+	FleetClear           = "fleet_clear"
 )
 
 // The scopes of fleet state, as stored in fleet_events.scope.
@@ -56,6 +58,9 @@ type FleetEvent struct {
 	// (cut to 1024 characters); ClientID the client whose failure caused
 	// it; Replica the daemon replica that journaled it.
 	Event, Reason, ClientID, Replica string
+	// Identity is the authenticated credential of the caller that caused
+	// it, Peer the caller's address ("" when no call did).
+	Identity, Peer string
 	// Counts are the numbers behind the transition, e.g. "failures",
 	// "clients", "hold_ms", "open_ms". Empty reads back as nil.
 	Counts map[string]int64
@@ -76,7 +81,7 @@ func (s *Store) normalizeFleetEvent(e FleetEvent) (FleetEvent, error) {
 	}
 	for _, f := range []struct{ name, v string }{
 		{"tenant", e.Tenant}, {"provider", e.Provider}, {"model", e.Model}, {"key_id", e.KeyID},
-		{"client_id", e.ClientID}, {"replica", e.Replica},
+		{"client_id", e.ClientID}, {"replica", e.Replica}, {"identity", e.Identity}, {"peer", e.Peer},
 	} {
 		if err := checkName(f.name, f.v); err != nil {
 			return FleetEvent{}, err
@@ -89,11 +94,12 @@ func (s *Store) normalizeFleetEvent(e FleetEvent) (FleetEvent, error) {
 			FleetScopeRateLimit, FleetScopeAvailability, FleetScopeAuth, clip(e.Scope, 64))
 	}
 	switch e.Event {
-	case FleetHoldSet, FleetBreakerOpen, FleetBreakerHalfOpen, FleetBreakerClose, FleetBudgetExhausted, FleetStop, FleetShed, FleetSlowStart:
+	case FleetHoldSet, FleetBreakerOpen, FleetBreakerHalfOpen, FleetBreakerClose, FleetBudgetExhausted, FleetStop, FleetShed, FleetSlowStart,
+		FleetTenantLimit, FleetClear:
 	default:
-		return FleetEvent{}, invalid("event", "must be one of %s, %s, %s, %s, %s, %s, %s, %s; got %q",
+		return FleetEvent{}, invalid("event", "must be one of %s, %s, %s, %s, %s, %s, %s, %s, %s, %s; got %q",
 			FleetHoldSet, FleetBreakerOpen, FleetBreakerHalfOpen, FleetBreakerClose, FleetBudgetExhausted, FleetStop, FleetShed, FleetSlowStart,
-			clip(e.Event, 64))
+			FleetTenantLimit, FleetClear, clip(e.Event, 64))
 	}
 	if len(e.Counts) > maxFleetCounts {
 		return FleetEvent{}, invalid("counts", "at most %d counts, got %d", maxFleetCounts, len(e.Counts))
@@ -124,11 +130,11 @@ func countsJSON(c map[string]int64) string {
 
 // insertFleetEventsSQL inserts a batch in one statement, in the order given.
 const insertFleetEventsSQL = `
-	INSERT INTO fleet_events (at, tenant, bucket, scope, provider, model, key_id, event, reason, client_id, replica, counts)
-	SELECT at, tenant, bucket, scope, provider, model, key_id, event, reason, client_id, replica, counts::jsonb
+	INSERT INTO fleet_events (at, tenant, bucket, scope, provider, model, key_id, event, reason, client_id, replica, counts, identity, peer)
+	SELECT at, tenant, bucket, scope, provider, model, key_id, event, reason, client_id, replica, counts::jsonb, identity, peer
 	FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-	            $8::text[], $9::text[], $10::text[], $11::text[], $12::text[]) WITH ORDINALITY
-	     AS t(at, tenant, bucket, scope, provider, model, key_id, event, reason, client_id, replica, counts, n)
+	            $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[]) WITH ORDINALITY
+	     AS t(at, tenant, bucket, scope, provider, model, key_id, event, reason, client_id, replica, counts, identity, peer, n)
 	ORDER BY n`
 
 // RecordFleetEvents writes events in one statement, after checking every
@@ -150,6 +156,7 @@ func (s *Store) RecordFleetEvents(ctx context.Context, events []FleetEvent) erro
 	at := make([]time.Time, n)
 	tenant, bucket, scope, provider, model, keyID := col(), col(), col(), col(), col(), col()
 	event, reason, clientID, replica, counts := col(), col(), col(), col(), col()
+	identity, peer := col(), col()
 	for i, e := range events {
 		e, err := s.normalizeFleetEvent(e)
 		if err != nil {
@@ -161,10 +168,11 @@ func (s *Store) RecordFleetEvents(ctx context.Context, events []FleetEvent) erro
 		at[i], tenant[i], bucket[i], scope[i], provider[i], model[i] = e.At, e.Tenant, e.Bucket, e.Scope, e.Provider, e.Model
 		keyID[i], event[i], reason[i], clientID[i], replica[i] = e.KeyID, e.Event, e.Reason, e.ClientID, e.Replica
 		counts[i] = countsJSON(e.Counts)
+		identity[i], peer[i] = e.Identity, e.Peer
 	}
 	return s.run(ctx, fmt.Sprintf("record %d fleet events", n), func(ctx context.Context) error {
 		_, err := s.pool.Exec(ctx, insertFleetEventsSQL, at, tenant, bucket, scope, provider, model, keyID,
-			event, reason, clientID, replica, counts)
+			event, reason, clientID, replica, counts, identity, peer)
 		return err
 	})
 }
@@ -186,7 +194,7 @@ func (s *Store) ListFleetEvents(ctx context.Context, tenant, bucket string, sinc
 		// The NULL tests fold the optional filters into one plan; the
 		// (tenant, bucket, at) index serves a bucket's history.
 		rows, err := s.pool.Query(ctx, `
-			SELECT at, tenant, bucket, scope, provider, model, key_id, event, reason, client_id, replica, counts
+			SELECT at, tenant, bucket, scope, provider, model, key_id, event, reason, client_id, replica, counts, identity, peer
 			FROM fleet_events
 			WHERE tenant = $1 AND ($2 = '' OR bucket = $2) AND ($3::timestamptz IS NULL OR at >= $3)
 			ORDER BY at DESC, id DESC
@@ -197,7 +205,7 @@ func (s *Store) ListFleetEvents(ctx context.Context, tenant, bucket string, sinc
 		events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (FleetEvent, error) {
 			var e FleetEvent
 			err := r.Scan(&e.At, &e.Tenant, &e.Bucket, &e.Scope, &e.Provider, &e.Model, &e.KeyID, &e.Event,
-				&e.Reason, &e.ClientID, &e.Replica, &e.Counts)
+				&e.Reason, &e.ClientID, &e.Replica, &e.Counts, &e.Identity, &e.Peer)
 			e.At = e.At.UTC()
 			if len(e.Counts) == 0 {
 				e.Counts = nil

@@ -29,12 +29,13 @@ func TestFleetEventsRoundTrip(t *testing.T) {
 
 	hold := fleetEvent(journal.FleetHoldSet, t0.Add(1500*time.Nanosecond)) // cut to microseconds
 	hold.Reason = "429 from openai"
+	hold.Identity, hold.Peer = "token:0123456789ab", "10.0.0.7:51234"
 	hold.Counts = map[string]int64{"failures": 31, "clients": 6, "hold_ms": 10000}
 	open := fleetEvent(journal.FleetBreakerOpen, t0.Add(time.Second))
 	open.Counts = map[string]int64{"open_ms": 5000}
 	other := fleetEvent(journal.FleetStop, t0.Add(2*time.Second))
 	other.Bucket, other.Scope = "auth:openai@key-b", journal.FleetScopeAuth
-	noTime := fleetEvent(journal.FleetBreakerClose, time.Time{}) // takes the store's clock
+	noTime := fleetEvent(journal.FleetClear, time.Time{}) // takes the store's clock
 	clk.Set(t0.Add(3 * time.Second))
 	otherTenant := fleetEvent(journal.FleetHoldSet, t0)
 	otherTenant.Tenant = "globex"

@@ -24,6 +24,7 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 	sections := map[string]map[string]any{
 		"hold": {
 			"spread": &cfg.Hold.Spread, "min_spread": &cfg.Hold.MinSpread, "max_spread": &cfg.Hold.MaxSpread,
+			"max_hint": &cfg.Hold.MaxHint,
 		},
 		"stop": {"for": &cfg.Stop.For},
 		"breaker": {
@@ -58,9 +59,25 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 			cfg.MaxBuckets = v
 			continue
 		}
+		if key.Value == "idle_after" {
+			v, err := parseDuration(val)
+			if err != nil {
+				return at(key, key.Value, err)
+			}
+			cfg.IdleAfter = v
+			continue
+		}
+		if key.Value == "reports_per_second" {
+			v, err := parseFloat(val)
+			if err != nil {
+				return at(key, key.Value, err)
+			}
+			cfg.ReportsPerSecond = v
+			continue
+		}
 		fields, ok := sections[key.Value]
 		if !ok {
-			return at(key, key.Value, fmt.Errorf("unknown field (want scopes, hold, stop, breaker, retry_budget, slow_start, pacing, stream or max_buckets)"))
+			return at(key, key.Value, fmt.Errorf("unknown field (want scopes, hold, stop, breaker, retry_budget, slow_start, pacing, stream, max_buckets, reports_per_second or idle_after)"))
 		}
 		if val.Kind != yaml.MappingNode {
 			return at(val, key.Value, fmt.Errorf("must be a mapping"))

@@ -29,6 +29,8 @@ func (p *Policy) applyFleet(v *verdict, c Call, f *policydv1.Failure, t policydv
 	ask := fleet.Ask{
 		Target:      fleet.Target{Tenant: c.Tenant, Provider: f.GetProvider(), Model: f.GetModel(), KeyID: f.GetKeyId()},
 		ClientID:    c.ClientID,
+		Origin:      c.Origin,
+		HintCeiling: hintCeiling(in, strat),
 		FailureType: t,
 		Attempt:     in.Attempt,
 		Recovery:    cls.GetRecoveryAction(),
@@ -63,6 +65,20 @@ func (p *Policy) applyFleet(v *verdict, c Call, f *policydv1.Failure, t policydv
 		v.action = policydv1.Action_ACTION_FALL_BACK
 		v.fallback = &policydv1.Fallback{Kind: kind, Reason: ans.Why}
 	}
+}
+
+// hintCeiling is the longest the profile would wait on a server's hint:
+// its Retry-After ceiling (its backoff cap when it ignores hints), under
+// the operator's cap; 0 for no limit.
+func hintCeiling(in strategy.Input, s strategy.Strategy) time.Duration {
+	limit := s.MaxDelay
+	if s.HonorRetryAfter {
+		limit = s.RetryAfterCeiling
+	}
+	if in.MaxDelayCap > 0 && (limit == 0 || in.MaxDelayCap < limit) {
+		limit = in.MaxDelayCap
+	}
+	return limit
 }
 
 // maxWait is the longest wait within the deadline, the time budget and the

@@ -30,6 +30,9 @@ type Call struct {
 	// Tenant and ClientID say who asks: buckets are per tenant, breakers
 	// count distinct clients.
 	Tenant, ClientID string
+	// Origin is the caller's authenticated identity and address: the
+	// fleet counts distinct clients by it and journals it with events.
+	Origin fleet.Origin
 }
 
 // verdict is a NextDelay decision as its steps build it: the strategy's

@@ -147,6 +147,8 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 			p.Budget, err = parseDuration(val)
 		case "fleet":
 			p.Fleet, err = parseSwitches(val)
+		case "status_rules":
+			p.StatusRules, err = parseStatusRules(val)
 		case "default":
 			p.Default, err = parseStrategy(val, file, field)
 		case "strategies":
@@ -167,7 +169,7 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 				p.Strategies[t] = s
 			}
 		default:
-			err = fmt.Errorf("unknown field (want description, extends, retry_connect_phase, idempotent_methods, budget, fleet, strategies or default)")
+			err = fmt.Errorf("unknown field (want description, extends, retry_connect_phase, idempotent_methods, budget, fleet, status_rules, strategies or default)")
 		}
 		if err != nil {
 			if _, ok := errors.AsType[*ParseError](err); ok {
@@ -233,6 +235,8 @@ func parseStrategy(node *yaml.Node, file, path string) (strategy.Strategy, error
 			s.AboveCeiling, err = strategy.ParseAboveCeiling(val.Value)
 		case "retry_after_jitter":
 			s.RetryAfterJitter, err = parseFloat(val)
+		case "retry_after_zero":
+			s.RetryAfterZero, err = strategy.ParseRetryAfterZero(val.Value)
 		case "fallback":
 			s.Fallback, err = strategy.ParseFallback(val.Value)
 		case "fallback_after":
@@ -240,7 +244,7 @@ func parseStrategy(node *yaml.Node, file, path string) (strategy.Strategy, error
 		default:
 			err = fmt.Errorf("unknown field (want retry, max_attempts, backoff, initial_delay, max_delay, multiplier, step, " +
 				"jitter, jitter_fraction, honor_retry_after, retry_after_mode, retry_after_padding, retry_after_jitter, retry_after_ceiling, " +
-				"retry_after_above_ceiling, fallback, fallback_after)")
+				"retry_after_above_ceiling, retry_after_zero, fallback, fallback_after)")
 		}
 		if err != nil {
 			return s, errAt(file, key.Line, path+"."+key.Value, "%w", err)

@@ -71,6 +71,9 @@ type Profile struct {
 	// Fleet turns fleet memory's mechanisms on or off for this profile's
 	// decisions (all on by default).
 	Fleet fleet.Switches
+	// StatusRules are the profile's own verdicts on statuses (optionally per
+	// provider), ahead of the rules table; see StatusRule.
+	StatusRules []StatusRule
 }
 
 // StrategyFor returns the strategy for a failure type, named "<profile>/<TYPE>".
@@ -177,6 +180,9 @@ func build(fileData []byte, file string, caps Caps) (*Policy, error) {
 			return nil, err
 		}
 		if rules, err = rules.Merge(doc.rules); err != nil {
+			return nil, err
+		}
+		if rules, err = rules.Merge(statusRuleSet(profiles)); err != nil {
 			return nil, err
 		}
 		if doc.fleet != nil {
@@ -291,6 +297,9 @@ func (fp *parsedProfile) overlay(base *parsedProfile) *parsedProfile {
 	}
 	if fp.set["fleet"] {
 		p.Fleet = fp.profile.Fleet
+	}
+	if fp.set["status_rules"] {
+		p.StatusRules = fp.profile.StatusRules
 	}
 	return &parsedProfile{profile: &p, file: fp.file, line: fp.line, set: fp.set}
 }

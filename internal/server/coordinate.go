@@ -41,7 +41,7 @@ func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.Coord
 			return validate.Fieldf("profile", "unknown profile %q", profile)
 		}
 	}
-	c := &coordination{s: s, stream: stream, tenant: auth.TenantFrom(ctx), client: first.GetClientId(), profile: profile,
+	c := &coordination{s: s, stream: stream, tenant: auth.TenantFrom(ctx), client: first.GetClientId(), origin: origin(ctx), profile: profile,
 		subs: make(map[fleet.Target]*subscription)}
 	s.fleet.StreamOpened()
 	defer s.fleet.StreamClosed()
@@ -114,6 +114,7 @@ type coordination struct {
 	stream  grpc.BidiStreamingServer[policydv1.CoordinateRequest, policydv1.CoordinateResponse]
 	tenant  string
 	client  string
+	origin  fleet.Origin
 	profile string
 	subs    map[fleet.Target]*subscription
 }
@@ -129,14 +130,28 @@ type subscription struct {
 // that are new, changed or due a refresh.
 func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 	now := c.s.fleet.Now()
+	if len(m.GetUsage()) > 0 {
+		// The tenant's report rate: a flood is refused before it takes the
+		// fleet's lock, and only this tenant's streams feel it.
+		if err := c.s.fleet.AdmitReports(c.target(m.GetUsage()[0].GetTarget()), len(m.GetUsage())); err != nil {
+			return err
+		}
+	}
 	for i, u := range m.GetUsage() {
-		if err := validate.Usage(i, u); err != nil {
+		t := c.target(u.GetTarget())
+		sub := c.subs[t]
+		// The counts are bounded by the time the server saw pass since the
+		// target's last report on this stream (a second's grace for the
+		// network), not only by the elapsed time the client declares.
+		var interval time.Duration
+		if sub != nil {
+			interval = now.Sub(sub.reportedAt) + time.Second
+		}
+		if err := validate.Usage(i, u, interval); err != nil {
 			// The usages before it stay applied; the client learns which
 			// field is wrong.
 			return err
 		}
-		t := c.target(u.GetTarget())
-		sub := c.subs[t]
 		if sub == nil {
 			if len(c.subs) >= maxStreamTargets {
 				return validate.Fieldf("usage", "more than %d targets on one stream", maxStreamTargets)
@@ -145,7 +160,7 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 			c.subs[t] = sub
 		}
 		sub.reportedAt = now
-		c.s.fleet.Report(fleet.Usage{Target: t, ClientID: c.client,
+		c.s.fleet.Report(fleet.Usage{Target: t, ClientID: c.client, Origin: c.origin, Elapsed: u.GetElapsed().AsDuration(),
 			Admitted: int64(u.GetAdmitted()), Shed: int64(u.GetShed()), Succeeded: int64(u.GetSucceeded()),
 			Failed: int64(u.GetFailed()), Retries: int64(u.GetRetries()),
 			RequestsPerMinute: fleet.RequestsPerMinute(t.Provider, u.GetRateLimitHeaders())})

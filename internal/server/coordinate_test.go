@@ -36,6 +36,8 @@ type streamHarness struct {
 	clock *atomicClock
 	pc    policydv1.PolicyServiceClient
 	fc    policydv1.FleetServiceClient
+	// agents: a connection per client id, for failures from distinct clients.
+	agents *agents
 }
 
 func newStreamHarness(t *testing.T, policyYAML string, opts ...grpc.ServerOption) *streamHarness {
@@ -46,8 +48,9 @@ func newStreamHarness(t *testing.T, policyYAML string, opts ...grpc.ServerOption
 	}
 	h := &streamHarness{t: t, clock: newAtomicClock(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))}
 	f := fleet.New(p.Fleet, fleet.WithClock(h.clock.now))
-	conn := startPolicyServer(t, NewPolicyServer(p, WithClock(h.clock.now), WithRand(fixedRand(0.5)), WithFleet(f)), opts...)
-	h.pc, h.fc = policydv1.NewPolicyServiceClient(conn), policydv1.NewFleetServiceClient(conn)
+	ts := serveTest(t, NewPolicyServer(p, WithClock(h.clock.now), WithRand(fixedRand(0.5)), WithFleet(f)), nil, WithServerOptions(opts...))
+	h.pc, h.fc = policydv1.NewPolicyServiceClient(ts.conn), policydv1.NewFleetServiceClient(ts.conn)
+	h.agents = newAgents(t, ts.addr)
 	return h
 }
 
@@ -125,7 +128,7 @@ func TestCoordinateBreakerLifecycle(t *testing.T) {
 	// 80 % failed, 2 clients): the stream hears of it at once, with the
 	// fallback chain's target.
 	for _, c := range []string{"b", "c", "b", "c"} {
-		nextDelay(t, h.pc, &policydv1.NextDelayRequest{ClientId: c, Attempt: 1,
+		nextDelay(t, h.agents.policy(c), &policydv1.NextDelayRequest{ClientId: c, Attempt: 1,
 			Failure: &policydv1.Failure{Provider: "openai", Model: "gpt-4o", HttpStatus: 503}})
 	}
 	a = s.next("breaker open", func(a *policydv1.Assignment) bool { return a.GetBreaker() == policydv1.BreakerState_BREAKER_STATE_OPEN })
@@ -232,6 +235,12 @@ func TestCoordinateRejectsBadReports(t *testing.T) {
 		{"no elapsed", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o}}}}, "usage[0].elapsed"},
 		{"elapsed too long", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Hour)}}}}, "usage[0].elapsed"},
 		{"a count too large", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Shed: 1 << 40}}}}, "usage[0].shed"},
+		{"a billion successes in a second", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Succeeded: 1 << 30}}}}, "usage[0].succeeded"},
+		{"admitted beyond the interval", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(2 * time.Second), Admitted: 2001}}}}, "usage[0].admitted"},
+		// The second report of a target on a stream claims ten minutes the
+		// server did not see pass.
+		{"an interval the server did not see", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Succeeded: 1}}},
+			{Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(10 * time.Minute), Succeeded: 500_000}}}}, "usage[0].succeeded"},
 		{"not a rate-limit header", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second),
 			RateLimitHeaders: map[string]string{"authorization": "Bearer sk-..."}}}}}, `usage[0].rate_limit_headers["authorization"]`},
 		{"key id too long", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: &policydv1.BucketTarget{Provider: "openai", KeyId: strings.Repeat("k", 129)},
@@ -257,9 +266,10 @@ func TestCoordinateRejectsBadReports(t *testing.T) {
 			}
 		})
 	}
-	// The good usage before the bad one, in the same report, was applied.
+	// The good usages before the bad ones were applied (one in the same
+	// report, one a report before).
 	b, err := h.fc.GetBucket(ctx, &policydv1.GetBucketRequest{Bucket: "availability:openai/gpt-4o"})
-	if err != nil || b.GetBucket().GetReports() != 1 {
+	if err != nil || b.GetBucket().GetReports() != 2 {
 		t.Fatalf("the valid usage before the bad one: %v %v", b, err)
 	}
 }
@@ -286,8 +296,10 @@ func TestCoordinateNeedsFleetAndAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := NewPolicyServer(p, WithFleet(fleet.New(p.Fleet)))
-	sconn := dialT(t, serveSecured(t, ps, Security{Auth: tokenAuth(t)}), insecure.NewCredentials())
-	fc, pc := policydv1.NewFleetServiceClient(sconn), policydv1.NewPolicyServiceClient(sconn)
+	saddr := serveSecured(t, ps, Security{Auth: tokenAuth(t)})
+	sconn := dialT(t, saddr, insecure.NewCredentials())
+	beta := newAgents(t, saddr)
+	fc := policydv1.NewFleetServiceClient(sconn)
 	anon, err := fc.Coordinate(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +309,7 @@ func TestCoordinateNeedsFleetAndAuth(t *testing.T) {
 		t.Fatalf("no token: %v", err)
 	}
 	for _, c := range []string{"x", "y", "x", "y"} {
-		if _, err := pc.NextDelay(as(ctx, tokenBeta), &policydv1.NextDelayRequest{ClientId: c, Attempt: 1,
+		if _, err := beta.policy(c).NextDelay(as(ctx, tokenBeta), &policydv1.NextDelayRequest{ClientId: c, Attempt: 1,
 			Failure: &policydv1.Failure{Provider: "openai", Model: "gpt-4o", HttpStatus: 503}}); err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ type FleetServer struct {
 	fleet    *fleet.Fleet    // nil: fleet memory is off
 	policies PolicySource    // the fallback chains and profiles Coordinate reads; may be nil
 	drain    <-chan struct{} // closed at shutdown: Coordinate streams end (nil: never)
+	admins   Admins          // who may call ClearBucket
 }
 
 // NewFleetServer serves f, which may be nil (every RPC then says how to
@@ -39,7 +40,8 @@ func (s *FleetServer) on() error {
 	return nil
 }
 
-// ListBuckets lists the caller's buckets, sorted by name.
+// ListBuckets lists a page of the caller's buckets, sorted by name: the
+// page token is the previous page's last bucket name.
 func (s *FleetServer) ListBuckets(ctx context.Context, req *policydv1.ListBucketsRequest) (*policydv1.ListBucketsResponse, error) {
 	if err := s.on(); err != nil {
 		return nil, err
@@ -49,8 +51,15 @@ func (s *FleetServer) ListBuckets(ctx context.Context, req *policydv1.ListBucket
 			return nil, validate.Fieldf(f.name, "%d bytes, at most %d allowed", len(f.value), validate.MaxFieldBytes)
 		}
 	}
-	resp := &policydv1.ListBucketsResponse{}
-	for _, v := range s.fleet.Buckets(auth.TenantFrom(ctx), req.GetProvider(), req.GetModel()) {
+	if n := req.GetPageSize(); n < 0 || n > fleet.MaxPageSize {
+		return nil, validate.Fieldf("page_size", "%d is not in [0, %d]", n, fleet.MaxPageSize)
+	}
+	if len(req.GetPageToken()) > maxBucketName {
+		return nil, validate.Fieldf("page_token", "%d bytes, not a token ListBuckets gave", len(req.GetPageToken()))
+	}
+	page, next := s.fleet.Buckets(auth.TenantFrom(ctx), req.GetProvider(), req.GetModel(), int(req.GetPageSize()), req.GetPageToken())
+	resp := &policydv1.ListBucketsResponse{NextPageToken: next}
+	for _, v := range page {
 		resp.Buckets = append(resp.Buckets, bucketProto(v))
 	}
 	return resp, nil
@@ -62,17 +71,29 @@ func (s *FleetServer) GetBucket(ctx context.Context, req *policydv1.GetBucketReq
 		return nil, err
 	}
 	name := req.GetBucket()
-	if name == "" {
-		return nil, validate.Fieldf("bucket", "required (a name as Decision.fleet.bucket shows it, e.g. availability:openai/gpt-4o)")
-	}
-	if len(name) > 4*validate.MaxFieldBytes {
-		return nil, validate.Fieldf("bucket", "%d bytes, too long for a bucket name", len(name))
+	if err := validBucketName(name); err != nil {
+		return nil, err
 	}
 	v, ok := s.fleet.Bucket(auth.TenantFrom(ctx), name)
 	if !ok {
 		return nil, notFoundf("bucket %q: the fleet has no state for it (no failure seen, or idle and forgotten)", name)
 	}
 	return &policydv1.GetBucketResponse{Bucket: bucketProto(v)}, nil
+}
+
+// maxBucketName is the longest bucket name: a scope, a provider, a model
+// and a key id.
+const maxBucketName = 4 * validate.MaxFieldBytes
+
+// validBucketName checks a request's bucket name.
+func validBucketName(name string) error {
+	if name == "" {
+		return validate.Fieldf("bucket", "required (a name as Decision.fleet.bucket shows it, e.g. availability:openai/gpt-4o)")
+	}
+	if len(name) > maxBucketName {
+		return validate.Fieldf("bucket", "%d bytes, too long for a bucket name", len(name))
+	}
+	return nil
 }
 
 func bucketProto(v fleet.BucketView) *policydv1.Bucket {

@@ -38,6 +38,7 @@ type fleetHarness struct {
 	now    time.Time
 	client policydv1.PolicyServiceClient
 	fleet  policydv1.FleetServiceClient
+	agents *agents
 }
 
 func newFleetHarness(t *testing.T) *fleetHarness {
@@ -49,15 +50,16 @@ func newFleetHarness(t *testing.T) *fleetHarness {
 	h := &fleetHarness{t: t, now: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
 	clock := func() time.Time { return h.now }
 	f := fleet.New(p.Fleet, fleet.WithClock(clock))
-	conn := startPolicyServer(t, NewPolicyServer(p, WithClock(clock), WithRand(fixedRand(0.5)), WithFleet(f)))
-	h.client, h.fleet = policydv1.NewPolicyServiceClient(conn), policydv1.NewFleetServiceClient(conn)
+	ts := serveTest(t, NewPolicyServer(p, WithClock(clock), WithRand(fixedRand(0.5)), WithFleet(f)), nil)
+	h.client, h.fleet = policydv1.NewPolicyServiceClient(ts.conn), policydv1.NewFleetServiceClient(ts.conn)
+	h.agents = newAgents(t, ts.addr)
 	return h
 }
 
 func (h *fleetHarness) decide(client, profile, model string, f *policydv1.Failure) *policydv1.Decision {
 	h.t.Helper()
 	f.Provider, f.Model, f.KeyId = "openai", model, "prod"
-	return nextDelay(h.t, h.client, &policydv1.NextDelayRequest{Failure: f, Attempt: 1, Profile: profile, ClientId: client})
+	return nextDelay(h.t, h.agents.policy(client), &policydv1.NextDelayRequest{Failure: f, Attempt: 1, Profile: profile, ClientId: client})
 }
 
 func overloaded503() *policydv1.Failure {
@@ -121,7 +123,8 @@ func TestFallbackChainSkipsOpenTargets(t *testing.T) {
 	for i := range 20 {
 		f := overloaded503()
 		f.Provider, f.Model = "anthropic", "claude-sonnet-4-5"
-		nextDelay(t, h.client, &policydv1.NextDelayRequest{Failure: f, Attempt: 1, Profile: "solo", ClientId: []string{"a", "b", "c"}[i%3]})
+		c := []string{"a", "b", "c"}[i%3]
+		nextDelay(t, h.agents.policy(c), &policydv1.NextDelayRequest{Failure: f, Attempt: 1, Profile: "solo", ClientId: c})
 	}
 	// gpt-4o's attempts run out: the chain skips the open target.
 	f := overloaded503()

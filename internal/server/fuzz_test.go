@@ -148,7 +148,7 @@ func FuzzCoordinateReport(f *testing.F) {
 				continue
 			}
 			for i, u := range req.GetUsage() {
-				if err := validate.Usage(i, u); err != nil {
+				if err := validate.Usage(i, u, 0); err != nil {
 					checkHandlerError(t, err)
 					break
 				}

@@ -98,6 +98,9 @@ func (s *JournalServer) RecordAttempt(ctx context.Context, req *policydv1.Record
 	if err := validateDuration("duration", req.GetDuration()); err != nil {
 		return nil, err
 	}
+	if err := validateDecision(req.GetDecision()); err != nil {
+		return nil, err
+	}
 	p := s.policies.Policy()
 	profile := req.GetProfile()
 	if profile != "" {
@@ -174,6 +177,9 @@ func (s *JournalServer) GetErrorReport(ctx context.Context, req *policydv1.GetEr
 // ListContexts lists contexts, newest first.
 func (s *JournalServer) ListContexts(ctx context.Context, req *policydv1.ListContextsRequest) (*policydv1.ListContextsResponse, error) {
 	if err := s.on(); err != nil {
+		return nil, err
+	}
+	if err := validate.Text("provider", req.GetProvider(), validate.MaxLabelBytes); err != nil {
 		return nil, err
 	}
 	f := journal.Filter{Provider: req.GetProvider(), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken()}

@@ -196,6 +196,19 @@ func TestJournalBadInput(t *testing.T) {
 			_, err := jc.ListContexts(ctx, &policydv1.ListContextsRequest{PageToken: "garbage"})
 			return err
 		}, codes.InvalidArgument, "page_token"},
+		{"record: a stop reason the API does not define", func() error {
+			_, err := jc.RecordAttempt(ctx, &policydv1.RecordAttemptRequest{ContextId: id, Attempt: 1, Failure: &policydv1.Failure{},
+				Decision: &policydv1.Decision{Action: policydv1.Action_ACTION_STOP, StopReason: 999}})
+			return err
+		}, codes.InvalidArgument, "decision.stop_reason"},
+		{"list: a NUL in the provider filter", func() error {
+			_, err := jc.ListContexts(ctx, &policydv1.ListContextsRequest{Provider: "open\x00ai"})
+			return err
+		}, codes.InvalidArgument, "provider"},
+		{"next-delay: a context id the journal would refuse", func() error {
+			_, err := pc.NextDelay(ctx, &policydv1.NextDelayRequest{ContextId: "urn:uuid:" + id, Attempt: 1, Failure: &policydv1.Failure{}})
+			return err
+		}, codes.InvalidArgument, "context_id"},
 		{"next-delay: bad context id", func() error {
 			_, err := pc.NextDelay(ctx, &policydv1.NextDelayRequest{ContextId: "x", Attempt: 1, Failure: &policydv1.Failure{}})
 			return err

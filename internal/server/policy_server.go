@@ -169,7 +169,7 @@ func (s *PolicyServer) NextDelay(ctx context.Context, req *policydv1.NextDelayRe
 	}
 	profile := policy.ProfileName(req.GetProfile()) // resolved once for the call
 	d := p.Decide(req, policy.Call{Now: s.now(), Rand: s.rand, Profile: profile, Fleet: s.fleet,
-		Tenant: auth.TenantFrom(ctx), ClientID: clientID(ctx, req)})
+		Tenant: auth.TenantFrom(ctx), ClientID: clientID(ctx, req), Origin: origin(ctx)})
 	j := s.journalDecision(ctx, req, d)
 	d.Journaled = j == JournalCommitted
 	if s.observer != nil {

@@ -94,16 +94,16 @@ func TestPostmortemDocQueries(t *testing.T) {
 	events := store.FleetEventRecorder(journal.WithFleetBatch(1, 10*time.Millisecond))
 	f := fleet.New(policy.Builtin().Fleet, fleet.WithClock(func() time.Time { return testNow }),
 		fleet.WithSink(fleetevents.Sink(slog.New(slog.DiscardHandler), events, nil, "")))
-	fleetConn := startPolicyServer(t, NewPolicyServer(policy.Builtin(), WithClock(func() time.Time { return testNow }),
-		WithRand(fixedRand(0.5)), WithJournal(store, 2*time.Second), WithFleet(f)))
-	fleetPC := policydv1.NewPolicyServiceClient(fleetConn)
+	fleetSrv := serveTest(t, NewPolicyServer(policy.Builtin(), WithClock(func() time.Time { return testNow }),
+		WithRand(fixedRand(0.5)), WithJournal(store, 2*time.Second), WithFleet(f)), nil)
+	agents := newAgents(t, fleetSrv.addr) // three agents, three processes
 	for i := range 24 {
 		agent := []string{"agent-a", "agent-b", "agent-c"}[i%3]
 		b, err := jc.BeginContext(ctx, &policydv1.BeginContextRequest{Agent: agent, Provider: "openai", Model: "gpt-4o", Operation: "chat"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := fleetPC.NextDelay(ctx, &policydv1.NextDelayRequest{ContextId: b.GetContext().GetContextId(), Attempt: 1, ClientId: agent,
+		d, err := agents.policy(agent).NextDelay(ctx, &policydv1.NextDelayRequest{ContextId: b.GetContext().GetContextId(), Attempt: 1, ClientId: agent,
 			Failure: openai(503, nil, `{"error":{"message":"The server is overloaded or not ready yet.","type":"server_error"}}`)})
 		if err != nil || !d.GetDecision().GetJournaled() {
 			t.Fatalf("outage NextDelay %d: %v", i, err)

@@ -36,10 +36,37 @@ type tenantLimiter struct {
 
 	mu       sync.RWMutex
 	limiters map[string]*rate.Limiter
+
+	// logger, when set, hears of a tenant over its limit, at most once a
+	// minute per tenant (loggedAt), with the calls refused since.
+	logger   *slog.Logger
+	logMu    sync.Mutex
+	loggedAt map[string]time.Time
+	refused  map[string]int64
 }
 
 func newTenantLimiter(perSecond float64, burst int) *tenantLimiter {
-	return &tenantLimiter{limit: rate.Limit(perSecond), burst: burst, now: time.Now, limiters: map[string]*rate.Limiter{}}
+	return &tenantLimiter{limit: rate.Limit(perSecond), burst: burst, now: time.Now, limiters: map[string]*rate.Limiter{},
+		loggedAt: map[string]time.Time{}, refused: map[string]int64{}}
+}
+
+// note logs tenant's refusal, unless it did within the last minute.
+func (l *tenantLimiter) note(tenant string, now time.Time) {
+	if l.logger == nil {
+		return
+	}
+	l.logMu.Lock()
+	l.refused[tenant]++
+	at, n := l.loggedAt[tenant], l.refused[tenant]
+	log := at.IsZero() || now.Sub(at) >= time.Minute
+	if log {
+		l.loggedAt[tenant], l.refused[tenant] = now, 0
+	}
+	l.logMu.Unlock()
+	if log {
+		l.logger.Warn("tenant over --rate-limit: calls and stream messages refused", "tenant", tenant,
+			"limit", float64(l.limit), "burst", l.burst, "refused", n)
+	}
 }
 
 // admit takes a token from tenant's bucket, or returns a *RateLimitedError
@@ -60,6 +87,7 @@ func (l *tenantLimiter) admit(tenant string) error {
 	if lim.AllowN(now, 1) {
 		return nil
 	}
+	l.note(tenant, now)
 	wait := time.Duration((1 - lim.TokensAt(now)) / float64(l.limit) * float64(time.Second))
 	return &RateLimitedError{Limit: float64(l.limit), Burst: l.burst, RetryIn: max(wait.Round(time.Millisecond), time.Millisecond)}
 }
@@ -76,14 +104,33 @@ func (l *tenantLimiter) unary(logger *slog.Logger) grpc.UnaryServerInterceptor {
 	}
 }
 
+// stream charges a stream once when it opens and once for every message it
+// receives: a stream is many calls' worth of work, not one.
 func (l *tenantLimiter) stream(logger *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if openMethod(info.FullMethod) {
 			return handler(srv, ss)
 		}
-		if err := l.admit(auth.TenantFrom(ss.Context())); err != nil {
+		tenant := auth.TenantFrom(ss.Context())
+		if err := l.admit(tenant); err != nil {
 			return toStatus(ss.Context(), logger, info.FullMethod, err)
 		}
-		return handler(srv, ss)
+		return handler(srv, &chargedStream{ServerStream: ss, l: l, tenant: tenant})
 	}
+}
+
+// chargedStream takes a token of its tenant's for every message received;
+// over the limit, RecvMsg fails with the *RateLimitedError, which ends the
+// stream RESOURCE_EXHAUSTED with the pushback trailer.
+type chargedStream struct {
+	grpc.ServerStream
+	l      *tenantLimiter
+	tenant string
+}
+
+func (s *chargedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.l.admit(s.tenant)
 }

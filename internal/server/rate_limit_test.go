@@ -1,7 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,5 +40,28 @@ func TestTenantLimiter(t *testing.T) {
 		if !ok || rl.RetryIn != s.wantRetryIn {
 			t.Fatalf("%s: %v, want a RateLimitedError retrying in %v", s.name, err, s.wantRetryIn)
 		}
+	}
+}
+
+func TestTenantLimiterLogsOnceAMinute(t *testing.T) {
+	t.Parallel()
+	now := testNow
+	var buf bytes.Buffer
+	l := newTenantLimiter(1, 1)
+	l.now = func() time.Time { return now }
+	l.logger = slog.New(slog.NewTextHandler(&buf, nil))
+	for range 5 {
+		_ = l.admit("acme")
+	}
+	now = now.Add(time.Minute)
+	for range 3 {
+		_ = l.admit("acme")
+		_ = l.admit("acme")
+	}
+	if n := strings.Count(buf.String(), "tenant over --rate-limit"); n != 2 {
+		t.Fatalf("%d log lines, want one for the first refusal and one a minute later:\n%s", n, buf.String())
+	}
+	if !strings.Contains(buf.String(), "refused=4") { // 3 after the first line, and this one
+		t.Errorf("the second line does not count the refusals since the first:\n%s", buf.String())
 	}
 }

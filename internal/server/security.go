@@ -24,6 +24,12 @@ const (
 	// (clients send at most 64 KiB of body) and a quarter of grpc-go's 4 MiB
 	// default, so a caller cannot make the server buffer much.
 	DefaultMaxMessageBytes = 1 << 20
+	// DefaultMaxHeaderBytes bounds a call's metadata, which grpc-go decodes
+	// before any interceptor (authentication included) sees the call: a
+	// bearer token, a request id and a few tracing headers fit many times
+	// over, and grpc-go's own bound (16 MiB) let unauthenticated callers
+	// make the server hold over a GiB.
+	DefaultMaxHeaderBytes = 64 << 10
 	// DefaultMaxConcurrentStreams bounds the calls in flight on one
 	// connection; more wait in the client.
 	DefaultMaxConcurrentStreams = 1000
@@ -60,6 +66,10 @@ type Security struct {
 	// MaxMessageBytes bounds a received message (RESOURCE_EXHAUSTED above
 	// it); 0 keeps grpc-go's 4 MiB.
 	MaxMessageBytes int
+	// MaxHeaderBytes bounds a call's metadata (HTTP/2's header list size;
+	// a call over it is refused before it is decoded); 0 keeps grpc-go's
+	// 16 MiB.
+	MaxHeaderBytes int
 	// MaxConcurrentStreams bounds the calls in flight per connection; 0 is
 	// grpc-go's unlimited.
 	MaxConcurrentStreams uint32
@@ -91,6 +101,9 @@ func (s Security) ServerOptions(logger *slog.Logger) []grpc.ServerOption {
 	if s.MaxMessageBytes > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(s.MaxMessageBytes))
 	}
+	if s.MaxHeaderBytes > 0 {
+		opts = append(opts, grpc.MaxHeaderListSize(uint32(s.MaxHeaderBytes)))
+	}
 	if s.MaxConcurrentStreams > 0 {
 		opts = append(opts, grpc.MaxConcurrentStreams(s.MaxConcurrentStreams))
 	}
@@ -113,6 +126,7 @@ func (s Security) ServerOptions(logger *slog.Logger) []grpc.ServerOption {
 	}
 	if s.RateLimit > 0 && s.RateBurst >= 1 {
 		rl := newTenantLimiter(s.RateLimit, s.RateBurst)
+		rl.logger = logger
 		unary = append(unary, rl.unary(logger))
 		stream = append(stream, rl.stream(logger))
 	}

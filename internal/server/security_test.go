@@ -473,11 +473,11 @@ func TestMalformedRequests(t *testing.T) {
 			wantCode: codes.InvalidArgument, wantField: "profile"},
 		{name: "non-UTF-8 health service name", call: raw("/grpc.health.v1.Health/Check", wireWith(t, &healthpb.HealthCheckRequest{Service: "PLACEHOLDER"}, bad)),
 			wantCode: codes.InvalidArgument, wantField: "service"},
-		// Wire bytes no protobuf library writes are a parse error, which
-		// gRPC's status codes table makes INTERNAL ("error parsing request
-		// proto"); grpc-go answers it before policyd sees the call.
-		{name: "truncated wire bytes", call: raw(classifyMethod, []byte{0x0a, 0x7f, 0x01}), wantCode: codes.Internal},
-		{name: "deeply nested groups", call: raw(classifyMethod, nestedGroups(20000)), wantCode: codes.Internal},
+		// Wire bytes no protobuf library writes are the caller's fault:
+		// INVALID_ARGUMENT naming the request (grpc-go alone would answer
+		// INTERNAL, as if the server had failed).
+		{name: "truncated wire bytes", call: raw(classifyMethod, []byte{0x0a, 0x7f, 0x01}), wantCode: codes.InvalidArgument},
+		{name: "deeply nested groups", call: raw(classifyMethod, nestedGroups(20000)), wantCode: codes.InvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -506,8 +506,11 @@ func TestInvalidUTF8MarkIsOnlyOurs(t *testing.T) {
 		{name: "none"},
 		{name: "another unknown field", unknown: protowire.AppendString(protowire.AppendTag(nil, 77, protowire.BytesType), "x")},
 		{name: "the mark after another", unknown: protowire.AppendString(protowire.AppendTag(
-			protowire.AppendVarint(protowire.AppendTag(nil, 77, protowire.VarintType), 5), utf8MarkField, protowire.BytesType), "failure.model\x00not valid UTF-8"),
+			protowire.AppendVarint(protowire.AppendTag(nil, 77, protowire.VarintType), 5), utf8MarkField, protowire.BytesType), markNonce+"failure.model\x00not valid UTF-8"),
 			want: "failure.model: not valid UTF-8"},
+		// A client's own field with the mark's number chooses no error text.
+		{name: "a forged mark", unknown: protowire.AppendString(protowire.AppendTag(nil, utf8MarkField, protowire.BytesType),
+			"failure.model\x00you have been hacked")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

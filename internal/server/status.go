@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/policyd/policyd/internal/auth"
+	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/validate"
 )
@@ -42,7 +43,9 @@ func notFoundf(format string, args ...any) *NotFoundError {
 //   - ErrFleetOff is FailedPrecondition too;
 //   - an auth.ErrUnauthenticated becomes codes.Unauthenticated with its
 //     message (which never contains a token);
-//   - a *RateLimitedError becomes codes.ResourceExhausted, and the call's
+//   - ErrNotAdmin becomes codes.PermissionDenied;
+//   - a *RateLimitedError, or a *fleet.LimitError (a tenant over one of
+//     its fleet limits), becomes codes.ResourceExhausted, and the call's
 //     trailer gets grpc-retry-pushback-ms, the gRPC retry spec's server
 //     pushback, in whole milliseconds;
 //   - a context error becomes codes.Canceled or codes.DeadlineExceeded;
@@ -68,13 +71,18 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 		return toStatus(ctx, logger, method, &validate.FieldError{Field: ie.Field, Description: ie.Description})
 	}
 	if rl, ok := errors.AsType[*RateLimitedError](err); ok {
-		ms := (rl.RetryIn + time.Millisecond - 1) / time.Millisecond
-		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(int64(ms), 10)))
+		pushback(ctx, rl.RetryIn)
 		return status.Error(codes.ResourceExhausted, rl.Error())
+	}
+	if le, ok := errors.AsType[*fleet.LimitError](err); ok {
+		pushback(ctx, le.RetryIn)
+		return status.Error(codes.ResourceExhausted, le.Error())
 	}
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return status.Error(codes.Unauthenticated, err.Error())
+	case errors.Is(err, ErrNotAdmin):
+		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, ErrJournalOff), errors.Is(err, ErrFleetOff):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, journal.ErrNotFound):
@@ -90,6 +98,13 @@ func toStatus(ctx context.Context, logger *slog.Logger, method string, err error
 	}
 	logger.ErrorContext(ctx, "internal error", "grpc.method", method, "error", err)
 	return status.Error(codes.Internal, "internal error")
+}
+
+// pushback sets the call's grpc-retry-pushback-ms trailer, the gRPC retry
+// spec's server pushback, in whole milliseconds.
+func pushback(ctx context.Context, d time.Duration) {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(int64(ms), 10)))
 }
 
 // statusInterceptor applies toStatus to every unary handler's error, and

@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 )
 
 // testServer is a daemon as this package's tests run it: ps's three
@@ -53,4 +55,28 @@ func serveTest(tb testing.TB, ps *PolicyServer, logger *slog.Logger, opts ...GRP
 		wg.Wait()
 	})
 	return &testServer{addr: lis.Addr().String(), gs: gs, hs: hs, conn: conn}
+}
+
+// agents gives each client id a connection of its own, as separate agent
+// processes have: the fleet counts distinct clients by connection (and
+// identity), so one connection's calls under three ids are one client.
+type agents struct {
+	tb    testing.TB
+	addr  string
+	conns map[string]*grpc.ClientConn
+}
+
+func newAgents(tb testing.TB, addr string) *agents {
+	return &agents{tb: tb, addr: addr, conns: map[string]*grpc.ClientConn{}}
+}
+
+// policy is client's PolicyService client, on its own connection.
+func (a *agents) policy(client string) policydv1.PolicyServiceClient {
+	a.tb.Helper()
+	conn := a.conns[client]
+	if conn == nil {
+		conn = dialT(a.tb, a.addr, insecure.NewCredentials())
+		a.conns[client] = conn
+	}
+	return policydv1.NewPolicyServiceClient(conn)
 }

@@ -2,9 +2,11 @@ package server
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/policyd/policyd/internal/validate"
@@ -44,29 +46,48 @@ type utf8Codec struct{ encoding.CodecV2 }
 
 func newUTF8Codec() utf8Codec { return utf8Codec{encoding.GetCodecV2("proto")} }
 
-// Unmarshal decodes data into v; see utf8Codec.
+// markNonce starts every mark this process makes: a client can send a
+// field numbered utf8MarkField too, but not guess the nonce, so it cannot
+// choose the error text its own call is answered with.
+var markNonce = func() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on a supported platform
+	}
+	return string(b[:])
+}()
+
+// Unmarshal decodes data into v; see utf8Codec. A message that is not
+// valid protobuf at all is marked too, as the request's fault
+// (INVALID_ARGUMENT naming "request"), not grpc-go's INTERNAL.
 func (c utf8Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.CodecV2.Unmarshal(data, v)
-	var u8 interface{ InvalidUTF8() bool }
-	if err == nil || !errors.As(err, &u8) || !u8.InvalidUTF8() {
-		return err
+	if err == nil {
+		return nil
 	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return err
 	}
-	clean, bad, serr := sanitizeUTF8(data.Materialize(), m.ProtoReflect().Descriptor(), "", 0)
-	if serr != nil || bad == nil {
-		return err
+	var u8 interface{ InvalidUTF8() bool }
+	if errors.As(err, &u8) && u8.InvalidUTF8() {
+		clean, bad, serr := sanitizeUTF8(data.Materialize(), m.ProtoReflect().Descriptor(), "", 0)
+		if serr == nil && bad != nil && proto.Unmarshal(clean, m) == nil {
+			mark(m, bad)
+			return nil
+		}
 	}
-	if uerr := proto.Unmarshal(clean, m); uerr != nil {
-		return err
-	}
-	mark := protowire.AppendTag(nil, utf8MarkField, protowire.BytesType)
-	mark = protowire.AppendString(mark, bad.Field+"\x00"+bad.Description)
-	r := m.ProtoReflect()
-	r.SetUnknown(append(r.GetUnknown(), mark...))
+	proto.Reset(m)
+	mark(m, &validate.FieldError{Field: "request", Description: "not a valid protobuf message of its type"})
 	return nil
+}
+
+// mark adds the mark of fe to m.
+func mark(m proto.Message, fe *validate.FieldError) {
+	b := protowire.AppendTag(nil, utf8MarkField, protowire.BytesType)
+	b = protowire.AppendString(b, markNonce+fe.Field+"\x00"+fe.Description)
+	r := m.ProtoReflect()
+	r.SetUnknown(append(r.GetUnknown(), b...))
 }
 
 // invalidUTF8 returns the *validate.FieldError utf8Codec marked req with, or nil.
@@ -84,8 +105,10 @@ func invalidUTF8(req any) error {
 		u = u[n:]
 		if num == utf8MarkField && typ == protowire.BytesType {
 			v, _ := protowire.ConsumeString(u)
-			field, desc, _ := bytes.Cut([]byte(v), []byte{0})
-			return &validate.FieldError{Field: string(field), Description: string(desc)}
+			if rest, ours := strings.CutPrefix(v, markNonce); ours {
+				field, desc, _ := strings.Cut(rest, "\x00")
+				return &validate.FieldError{Field: field, Description: desc}
+			}
 		}
 		if n = protowire.ConsumeFieldValue(num, typ, u); n < 0 {
 			return nil

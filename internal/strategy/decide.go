@@ -133,6 +133,9 @@ func (s Strategy) Decide(in Input, rnd Rand) Decision {
 	}
 
 	delay := s.jittered(in.Attempt, rnd)
+	if s.HonorRetryAfter && in.HasRetryAfter && in.RetryAfter == 0 && s.RetryAfterZero == RetryAfterZeroNow {
+		return s.bounded(in, 0, left, stop)
+	}
 	if s.HonorRetryAfter && in.HasRetryAfter && in.RetryAfter > 0 {
 		ceiling := s.RetryAfterCeiling
 		if in.MaxDelayCap > 0 && (ceiling == 0 || in.MaxDelayCap < ceiling) {

@@ -116,14 +116,49 @@ var aboveCeilingNames = map[AboveCeiling]string{AboveCeilingStop: "stop", AboveC
 
 func (a AboveCeiling) String() string { return aboveCeilingNames[a] }
 
-// ParseAboveCeiling reads "stop", "backoff" or "clamp".
+// ParseAboveCeiling reads "stop" (which falls back when the strategy has a
+// fallback), "backoff" (or its alias "ignore": the hint is ignored in
+// favour of the backoff) or "clamp".
 func ParseAboveCeiling(s string) (AboveCeiling, error) {
+	if strings.EqualFold(s, "ignore") {
+		return AboveCeilingBackoff, nil
+	}
 	for a, name := range aboveCeilingNames {
 		if strings.EqualFold(s, name) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("%q is not an above-ceiling action (want stop, backoff or clamp)", s)
+	return 0, fmt.Errorf("%q is not an above-ceiling action (want stop, backoff, ignore or clamp)", s)
+}
+
+// RetryAfterZero is what a strategy does with a server delay hint of zero
+// (or a date in the past).
+type RetryAfterZero int
+
+const (
+	// RetryAfterZeroBackoff reads a zero hint as no hint and waits the
+	// backoff, as the Python SDKs do, so a fleet never bursts 0 s retries.
+	RetryAfterZeroBackoff RetryAfterZero = iota
+	// RetryAfterZeroNow retries at once, as openai-go, openai-node and the
+	// Vercel AI SDK do: the server said the wait is over.
+	RetryAfterZeroNow
+)
+
+var retryAfterZeroNames = map[RetryAfterZero]string{RetryAfterZeroBackoff: "backoff", RetryAfterZeroNow: "now"}
+
+func (z RetryAfterZero) String() string { return retryAfterZeroNames[z] }
+
+// ParseRetryAfterZero reads "backoff" (or its alias "no_hint") or "now".
+func ParseRetryAfterZero(s string) (RetryAfterZero, error) {
+	if strings.EqualFold(s, "no_hint") {
+		return RetryAfterZeroBackoff, nil
+	}
+	for z, name := range retryAfterZeroNames {
+		if strings.EqualFold(s, name) {
+			return z, nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not a zero-hint action (want backoff, no_hint or now)", s)
 }
 
 // FallbackKind is what to fall back to.
@@ -191,6 +226,9 @@ type Strategy struct {
 	// what happens above it. 0 means no ceiling.
 	RetryAfterCeiling time.Duration
 	AboveCeiling      AboveCeiling
+	// RetryAfterZero says what a hint of zero means: no hint (the backoff,
+	// the default) or "retry now".
+	RetryAfterZero RetryAfterZero
 	// Fallback is what to fall back to; FallbackAfter is after how many
 	// failed attempts (0: only when retrying is not possible).
 	Fallback      FallbackKind
@@ -322,6 +360,9 @@ func (s Strategy) String() string {
 			if s.AboveCeiling != AboveCeilingStop {
 				b.WriteString(" else " + s.AboveCeiling.String())
 			}
+		}
+		if s.RetryAfterZero == RetryAfterZeroNow {
+			b.WriteString(", 0 = now")
 		}
 	}
 	if s.Fallback != FallbackNone {

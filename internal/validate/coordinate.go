@@ -12,9 +12,13 @@ import (
 const (
 	// MaxUsages bounds the buckets in one report.
 	MaxUsages = 256
-	// MaxUsageCount bounds each count in one report: far above a client
-	// process's calls in one interval.
-	MaxUsageCount = 1 << 30
+	// MaxCallsPerSecond bounds each count of a report by its interval: the
+	// calls one client process makes to one target in a second. Far above
+	// what a provider lets one key do (OpenAI's highest tier: 10,000
+	// requests a minute, under 170 a second), so a real client never meets
+	// it, while a forged count cannot outweigh a fleet's real ones (a
+	// billion successes in one report kept a real outage's breaker closed).
+	MaxCallsPerSecond = 1000
 	// MaxReportInterval bounds usage.elapsed.
 	MaxReportInterval = 10 * time.Minute
 	// MaxRateLimitHeaders bounds usage.rate_limit_headers, and
@@ -53,10 +57,13 @@ func CoordinateRequest(req *policydv1.CoordinateRequest, first bool) error {
 
 // Usage checks usage[i] of a report: a target whose provider is required
 // (at most 8 KiB, as model; key_id at most 128 bytes), an elapsed time in
-// (0, 10m], counts of at most 2^30, and at most 16 rate-limit headers
-// (x-ratelimit-* or anthropic-ratelimit-*, values of at most 64 bytes).
-func Usage(i int, u *policydv1.BucketUsage) error {
-	if err := usage(u); err != nil {
+// (0, 10m], counts of at most MaxCallsPerSecond for each second of it (of
+// interval, when shorter: the time the server saw pass since the stream's
+// last report of the target; 0 for none; at least a second either way),
+// and at most 16 rate-limit headers (x-ratelimit-* or
+// anthropic-ratelimit-*, values of at most 64 bytes).
+func Usage(i int, u *policydv1.BucketUsage, interval time.Duration) error {
+	if err := usage(u, interval); err != nil {
 		fe := err.(*FieldError)
 		fe.Field = "usage[" + strconv.Itoa(i) + "]." + fe.Field
 		return fe
@@ -64,7 +71,7 @@ func Usage(i int, u *policydv1.BucketUsage) error {
 	return nil
 }
 
-func usage(u *policydv1.BucketUsage) error {
+func usage(u *policydv1.BucketUsage, interval time.Duration) error {
 	t := u.GetTarget()
 	switch {
 	case t.GetProvider() == "":
@@ -85,13 +92,22 @@ func usage(u *policydv1.BucketUsage) error {
 	if d := u.GetElapsed().AsDuration(); d <= 0 || d > MaxReportInterval {
 		return Fieldf("elapsed", "%v is not in (0, %v]", d, MaxReportInterval)
 	}
+	span := u.GetElapsed().AsDuration()
+	if interval > 0 && interval < span {
+		span = interval
+	}
+	span = max(span, time.Second)
+	limit := uint64(span.Seconds() * MaxCallsPerSecond)
 	for _, c := range [...]struct {
 		name string
 		n    uint64
 	}{{"admitted", u.GetAdmitted()}, {"shed", u.GetShed()}, {"succeeded", u.GetSucceeded()}, {"failed", u.GetFailed()}, {"retries", u.GetRetries()}} {
-		if c.n > MaxUsageCount {
-			return Fieldf(c.name, "%d is above %d", c.n, MaxUsageCount)
+		if c.n > limit {
+			return Fieldf(c.name, "%d in %v is more than one process does (at most %d calls a second)", c.n, span.Round(time.Millisecond), MaxCallsPerSecond)
 		}
+	}
+	if n := u.GetAdmitted() + u.GetShed(); n > limit {
+		return Fieldf("admitted", "admitted and shed together, %d in %v, are more than one process does (at most %d calls a second)", n, span.Round(time.Millisecond), MaxCallsPerSecond)
 	}
 	h := u.GetRateLimitHeaders()
 	if len(h) > MaxRateLimitHeaders {

@@ -69,6 +69,11 @@ func NextDelayRequest(req *policydv1.NextDelayRequest, p *policy.Policy) error {
 		if err := dl.CheckValid(); err != nil {
 			return Fieldf("deadline", "invalid timestamp: %v", err)
 		}
+		// Before 1970 is no deadline a client means, and year 1, the zero
+		// time, would read as none at all.
+		if dl.GetSeconds() < 0 {
+			return Fieldf("deadline", "%v is before 1970", dl.AsTime().Format(time.RFC3339))
+		}
 	}
 	if s := req.GetSafety(); policydv1.OperationSafety_name[int32(s)] == "" {
 		return Fieldf("safety", "unknown value %d", s)
@@ -104,6 +109,10 @@ func Truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// ContextID checks a context id: a UUID in its canonical 36-character
+// form, as the journal stores it (uuid.Parse also takes "{...}",
+// "urn:uuid:..." and 32 bare hex digits, which the journal refuses: a
+// NextDelay that accepted them would drop its journal write).
 func ContextID(id string, required bool) error {
 	if id == "" {
 		if required {
@@ -111,8 +120,8 @@ func ContextID(id string, required bool) error {
 		}
 		return nil
 	}
-	if _, err := uuid.Parse(id); err != nil {
-		return Fieldf("context_id", "must be a UUID, got %q", Truncate(id, 64))
+	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
+		return Fieldf("context_id", "must be a UUID such as 123e4567-e89b-12d3-a456-426614174000, got %q", Truncate(id, 64))
 	}
 	return nil
 }

@@ -124,6 +124,21 @@ func Failure(f *policydv1.Failure) error {
 	return nil
 }
 
+// Text checks a free-text filter in field: at most max bytes, and no NUL
+// or other control character (PostgreSQL's text refuses NUL; the others
+// match nothing a client stored).
+func Text(field, v string, max int) error {
+	if len(v) > max {
+		return Fieldf(field, "%d bytes, at most %d allowed", len(v), max)
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f {
+			return Fieldf(field, "contains the control character %U", r)
+		}
+	}
+	return nil
+}
+
 // Name checks that the profile name p in field is at most 64
 // characters of [a-z0-9_.-]; empty passes.
 func Name(field, p string) error {

@@ -4,9 +4,13 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/classifier"
+	"github.com/policyd/policyd/internal/policy"
 )
 
 func TestClassifyRequest(t *testing.T) {
@@ -78,4 +82,55 @@ func TestClassifyRequest(t *testing.T) {
 
 func req(f *policydv1.Failure) *policydv1.ClassifyRequest {
 	return &policydv1.ClassifyRequest{Failure: f}
+}
+
+func TestNextDelayContextIDAndDeadline(t *testing.T) {
+	t.Parallel()
+	const id = "123e4567-e89b-12d3-a456-426614174000"
+	tests := []struct {
+		name      string
+		req       *policydv1.NextDelayRequest
+		wantField string
+	}{
+		{name: "canonical id", req: &policydv1.NextDelayRequest{Attempt: 1, Failure: &policydv1.Failure{}, ContextId: id}},
+		// Forms uuid.Parse takes and the journal refuses.
+		{name: "braces", req: &policydv1.NextDelayRequest{Attempt: 1, Failure: &policydv1.Failure{}, ContextId: "{" + id + "}"}, wantField: "context_id"},
+		{name: "urn", req: &policydv1.NextDelayRequest{Attempt: 1, Failure: &policydv1.Failure{}, ContextId: "urn:uuid:" + id}, wantField: "context_id"},
+		{name: "32 hex", req: &policydv1.NextDelayRequest{Attempt: 1, Failure: &policydv1.Failure{}, ContextId: strings.ReplaceAll(id, "-", "")}, wantField: "context_id"},
+		{name: "a past deadline", req: &policydv1.NextDelayRequest{Attempt: 1, Failure: &policydv1.Failure{}, Deadline: timestamppb.New(time.Unix(0, 0))}},
+		{name: "year 1 is no deadline", req: &policydv1.NextDelayRequest{Attempt: 1, Failure: &policydv1.Failure{},
+			Deadline: timestamppb.New(time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC))}, wantField: "deadline"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			wantFieldErr(t, NextDelayRequest(tt.req, policy.Builtin()), tt.wantField)
+		})
+	}
+}
+
+func TestTextRefusesControlCharacters(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, v string
+		ok      bool
+	}{{"plain", "openai", true}, {"NUL", "open\x00ai", false}, {"newline", "a\nb", false}, {"long", strings.Repeat("a", 200), false}} {
+		if err := Text("provider", tt.v, 128); (err == nil) != tt.ok {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+	}
+}
+
+func wantFieldErr(t *testing.T, err error, field string) {
+	t.Helper()
+	if field == "" {
+		if err != nil {
+			t.Fatalf("got %v, want valid", err)
+		}
+		return
+	}
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != field {
+		t.Fatalf("got %v, want an error naming %s", err, field)
+	}
 }

@@ -22,6 +22,7 @@ const (
 	FleetService_ListBuckets_FullMethodName = "/policyd.v1.FleetService/ListBuckets"
 	FleetService_GetBucket_FullMethodName   = "/policyd.v1.FleetService/GetBucket"
 	FleetService_Coordinate_FullMethodName  = "/policyd.v1.FleetService/Coordinate"
+	FleetService_ClearBucket_FullMethodName = "/policyd.v1.FleetService/ClearBucket"
 )
 
 // FleetServiceClient is the client API for FleetService service.
@@ -32,7 +33,7 @@ const (
 // and key, as the failure's scope draws it), its shared cooldown, breaker,
 // retry budget and stop, and why. Callers see their own tenant's buckets.
 type FleetServiceClient interface {
-	// ListBuckets lists the buckets with state, sorted by name.
+	// ListBuckets lists the buckets with state, sorted by name, a page at a time.
 	ListBuckets(ctx context.Context, in *ListBucketsRequest, opts ...grpc.CallOption) (*ListBucketsResponse, error)
 	// GetBucket returns one bucket by name; NOT_FOUND when the fleet has no state for it.
 	GetBucket(ctx context.Context, in *GetBucketRequest, opts ...grpc.CallOption) (*GetBucketResponse, error)
@@ -43,6 +44,13 @@ type FleetServiceClient interface {
 	// first attempts without an RPC: admit, wait out a hold, fall back, or
 	// stop. The first report on a bucket subscribes to it.
 	Coordinate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CoordinateRequest, CoordinateResponse], error)
+	// ClearBucket is the operator's way out of a hold, stop, pace or breaker
+	// the fleet should not be in: it clears what the request names on one
+	// bucket of the caller's tenant, on this replica and (through the
+	// replicas' exchange) on the others, and journals a fleet_clear event.
+	// NOT_FOUND when the fleet has no state for the bucket. Allowed only to
+	// callers the daemon was told are admins (serve --admin-tenants).
+	ClearBucket(ctx context.Context, in *ClearBucketRequest, opts ...grpc.CallOption) (*ClearBucketResponse, error)
 }
 
 type fleetServiceClient struct {
@@ -86,6 +94,16 @@ func (c *fleetServiceClient) Coordinate(ctx context.Context, opts ...grpc.CallOp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FleetService_CoordinateClient = grpc.BidiStreamingClient[CoordinateRequest, CoordinateResponse]
 
+func (c *fleetServiceClient) ClearBucket(ctx context.Context, in *ClearBucketRequest, opts ...grpc.CallOption) (*ClearBucketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClearBucketResponse)
+	err := c.cc.Invoke(ctx, FleetService_ClearBucket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FleetServiceServer is the server API for FleetService service.
 // All implementations must embed UnimplementedFleetServiceServer
 // for forward compatibility.
@@ -94,7 +112,7 @@ type FleetService_CoordinateClient = grpc.BidiStreamingClient[CoordinateRequest,
 // and key, as the failure's scope draws it), its shared cooldown, breaker,
 // retry budget and stop, and why. Callers see their own tenant's buckets.
 type FleetServiceServer interface {
-	// ListBuckets lists the buckets with state, sorted by name.
+	// ListBuckets lists the buckets with state, sorted by name, a page at a time.
 	ListBuckets(context.Context, *ListBucketsRequest) (*ListBucketsResponse, error)
 	// GetBucket returns one bucket by name; NOT_FOUND when the fleet has no state for it.
 	GetBucket(context.Context, *GetBucketRequest) (*GetBucketResponse, error)
@@ -105,6 +123,13 @@ type FleetServiceServer interface {
 	// first attempts without an RPC: admit, wait out a hold, fall back, or
 	// stop. The first report on a bucket subscribes to it.
 	Coordinate(grpc.BidiStreamingServer[CoordinateRequest, CoordinateResponse]) error
+	// ClearBucket is the operator's way out of a hold, stop, pace or breaker
+	// the fleet should not be in: it clears what the request names on one
+	// bucket of the caller's tenant, on this replica and (through the
+	// replicas' exchange) on the others, and journals a fleet_clear event.
+	// NOT_FOUND when the fleet has no state for the bucket. Allowed only to
+	// callers the daemon was told are admins (serve --admin-tenants).
+	ClearBucket(context.Context, *ClearBucketRequest) (*ClearBucketResponse, error)
 	mustEmbedUnimplementedFleetServiceServer()
 }
 
@@ -123,6 +148,9 @@ func (UnimplementedFleetServiceServer) GetBucket(context.Context, *GetBucketRequ
 }
 func (UnimplementedFleetServiceServer) Coordinate(grpc.BidiStreamingServer[CoordinateRequest, CoordinateResponse]) error {
 	return status.Error(codes.Unimplemented, "method Coordinate not implemented")
+}
+func (UnimplementedFleetServiceServer) ClearBucket(context.Context, *ClearBucketRequest) (*ClearBucketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClearBucket not implemented")
 }
 func (UnimplementedFleetServiceServer) mustEmbedUnimplementedFleetServiceServer() {}
 func (UnimplementedFleetServiceServer) testEmbeddedByValue()                      {}
@@ -188,6 +216,24 @@ func _FleetService_Coordinate_Handler(srv interface{}, stream grpc.ServerStream)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FleetService_CoordinateServer = grpc.BidiStreamingServer[CoordinateRequest, CoordinateResponse]
 
+func _FleetService_ClearBucket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClearBucketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FleetServiceServer).ClearBucket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FleetService_ClearBucket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FleetServiceServer).ClearBucket(ctx, req.(*ClearBucketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FleetService_ServiceDesc is the grpc.ServiceDesc for FleetService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -202,6 +248,10 @@ var FleetService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetBucket",
 			Handler:    _FleetService_GetBucket_Handler,
+		},
+		{
+			MethodName: "ClearBucket",
+			Handler:    _FleetService_ClearBucket_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

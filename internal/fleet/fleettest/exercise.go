@@ -36,6 +36,7 @@ func ExerciseExchange(t *testing.T, newSpace func(t *testing.T) Open) {
 		{"ClaimProbe", exerciseClaimProbe},
 		{"Counts", exerciseCounts},
 		{"Wake", exerciseWake},
+		{"ClearRegisters", exerciseClearRegisters},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -461,4 +462,38 @@ func exerciseWake(t *testing.T, open Open) {
 	if Woke(a, 200*time.Millisecond) {
 		t.Fatal("a woken by its own changes")
 	}
+}
+
+// exerciseClearRegisters: a clear empties the registers it names (the only
+// write that moves them back), is read by the others, and an older clear
+// changes nothing.
+func exerciseClearRegisters(t *testing.T, open Open) {
+	a, b := open(t), open(t)
+	raise(t, a, fleet.Verdict{Key: rlKey, HoldUntil: T0.Add(time.Hour), HoldSpan: time.Hour, StopUntil: T0.Add(time.Hour), StopWhy: "revoked"})
+	seq := read(t, b, "b", 0, 0).Seq
+	clearAt := T0.Add(time.Minute)
+	if err := a.ClearRegisters(context.Background(), fleet.Verdict{Key: rlKey, ClearedAt: clearAt, Cleared: fleet.Clearing{Hold: true}}); err != nil {
+		t.Fatal(err)
+	}
+	ch := read(t, b, "b", seq, 0)
+	if len(ch.Verdicts) != 1 {
+		t.Fatalf("after the clear: %+v, want the cleared verdict", ch)
+	}
+	WantVerdict(t, ch.Verdicts[0], fleet.Verdict{Key: rlKey, StopUntil: T0.Add(time.Hour), StopWhy: "revoked",
+		ClearedAt: clearAt, Cleared: fleet.Clearing{Hold: true}})
+	seq = ch.Seq
+	// An older clear is ignored.
+	if err := b.ClearRegisters(context.Background(), fleet.Verdict{Key: rlKey, ClearedAt: T0, Cleared: fleet.Clearing{Stop: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if ch := read(t, a, "a", seq, 0); len(ch.Verdicts) != 0 {
+		t.Fatalf("after an older clear: %+v, want nothing new", ch)
+	}
+	// A hold raised after the clear moves forward again.
+	raise(t, b, fleet.Verdict{Key: rlKey, HoldUntil: T0.Add(2 * time.Minute), HoldSpan: time.Minute})
+	if v := verdictOf(t, read(t, a, "a", 0, 0).Verdicts, rlKey); !v.HoldUntil.Equal(T0.Add(2 * time.Minute)) {
+		t.Fatalf("hold after the clear: %v", v.HoldUntil)
+	}
+	err := a.ClearRegisters(context.Background(), fleet.Verdict{Key: rlKey})
+	WantField(t, err, "cleared_at")
 }

@@ -167,6 +167,42 @@ func cutWhy(s string) string {
 	return string([]rune(s)[:maxWhyLen])
 }
 
+// ClearRegisters implements fleet.Exchange: the hold and stop the clear
+// names are emptied, unless the row has a later clear.
+func (x *MemoryExchange) ClearRegisters(ctx context.Context, v fleet.Verdict) error {
+	const op = "clear registers"
+	if err := checkKey(op, v.Key); err != nil {
+		return err
+	}
+	if v.ClearedAt.IsZero() {
+		return fmt.Errorf("fleet exchange: %s: %w", op, dberr.Invalid("cleared_at", "is required"))
+	}
+	if err := x.lock(ctx, op); err != nil {
+		return err
+	}
+	s := x.space
+	defer s.mu.Unlock()
+	at := dbTime(v.ClearedAt)
+	r := s.verdicts[v.Key]
+	if r == nil {
+		r = &verdictRow{v: fleet.Verdict{Key: v.Key}}
+		s.verdicts[v.Key] = r
+	} else if !at.After(r.v.ClearedAt) {
+		return nil
+	}
+	if v.Cleared.Hold {
+		r.v.HoldUntil, r.v.HoldSpan = time.Time{}, 0
+	}
+	if v.Cleared.Stop {
+		r.v.StopUntil, r.v.StopWhy = time.Time{}, ""
+	}
+	r.v.ClearedAt, r.v.Cleared = at, v.Cleared
+	s.seq++
+	r.seq, r.updated = s.seq, s.now()
+	s.announce(x)
+	return nil
+}
+
 // RaiseRegisters implements fleet.Exchange: holds and stops only move
 // forward; a row where nothing moves keeps its seq.
 func (x *MemoryExchange) RaiseRegisters(ctx context.Context, vs []fleet.Verdict) error {

@@ -302,6 +302,47 @@ WITH v AS (
 )
 SELECT pg_notify('` + fleetChannel + `', 'registers') FROM (SELECT 1 FROM up LIMIT 1) AS moved`
 
+// clearRegistersSQL empties the hold and stop a clear names ($6 bits: 1
+// hold, 2 stop) and records the clear, unless the row has a later one.
+const clearRegistersSQL = `
+WITH up AS (
+    INSERT INTO fleet_state AS s (tenant, scope, provider, model, key_id, cleared_at, cleared, seq, updated_at)
+    VALUES ($1, $2, $3, $4, $5, $7, $6, nextval('fleet_seq'), now())
+    ON CONFLICT (tenant, scope, provider, model, key_id) DO UPDATE SET
+        hold_until   = CASE WHEN $6::smallint & 1 <> 0 THEN NULL ELSE s.hold_until END,
+        hold_span_ms = CASE WHEN $6::smallint & 1 <> 0 THEN 0 ELSE s.hold_span_ms END,
+        stop_until   = CASE WHEN $6::smallint & 2 <> 0 THEN NULL ELSE s.stop_until END,
+        stop_why     = CASE WHEN $6::smallint & 2 <> 0 THEN '' ELSE s.stop_why END,
+        cleared_at   = excluded.cleared_at,
+        cleared      = excluded.cleared,
+        seq          = nextval('fleet_seq'),
+        updated_at   = now()
+    WHERE excluded.cleared_at > coalesce(s.cleared_at, '-infinity')
+    RETURNING 1
+)
+SELECT pg_notify('` + fleetChannel + `', 'clear') FROM up`
+
+// ClearRegisters empties the hold and the stop v.Cleared names, and
+// records the clear at v.ClearedAt, unless the row has a later clear; it
+// notifies the other replicas when it wrote.
+func (x *Exchange) ClearRegisters(ctx context.Context, v fleet.Verdict) error {
+	const op = "clear registers"
+	args, err := keyArgs(v.Key)
+	if err == nil && v.ClearedAt.IsZero() {
+		err = dberr.Invalid("cleared_at", "is required")
+	}
+	if err != nil {
+		return fmt.Errorf("fleet exchange: %s: %w", op, err)
+	}
+	args = append(args, v.Cleared.Bits(), dbTimeOrNull(v.ClearedAt))
+	return x.run(ctx, op, func(ctx context.Context) error {
+		b := &pgx.Batch{}
+		b.Queue(fleetLock)
+		b.Queue(clearRegistersSQL, args...)
+		return execBatch(ctx, x.pool, b)
+	})
+}
+
 // RaiseRegisters moves each verdict's hold and stop forward to its
 // HoldUntil (with HoldSpan) and StopUntil (with StopWhy), never back; a zero
 // time raises nothing. The breaker fields are ignored. Verdicts of the same
@@ -445,7 +486,7 @@ SELECT pg_notify('` + fleetChannel + `', 'breaker') FROM moved`
 
 // verdictColumns are what readVerdict scans.
 const verdictColumns = `tenant, scope, provider, model, key_id, hold_until, hold_span_ms, stop_until, stop_why,
-       breaker, open_until, open_period_ms, open_why, version, seq`
+       breaker, open_until, open_period_ms, open_why, version, cleared_at, cleared, seq`
 
 // MoveBreaker sets v's breaker fields (Breaker, OpenUntil, OpenPeriod,
 // OpenWhy) and version base+1 when the shared version is still base, in one
@@ -669,12 +710,13 @@ func readVerdict(rows pgx.Rows) (fleet.Verdict, int64, error) {
 	var (
 		v                         fleet.Verdict
 		scope, breaker            string
-		hold, stop, open          pgtype.Timestamptz
+		hold, stop, open, cleared pgtype.Timestamptz
 		spanMS, periodMS, version int64
+		clearedBits               int16
 		seq                       int64
 	)
 	if err := rows.Scan(&v.Key.Tenant, &scope, &v.Key.Provider, &v.Key.Model, &v.Key.KeyID,
-		&hold, &spanMS, &stop, &v.StopWhy, &breaker, &open, &periodMS, &v.OpenWhy, &version, &seq); err != nil {
+		&hold, &spanMS, &stop, &v.StopWhy, &breaker, &open, &periodMS, &v.OpenWhy, &version, &cleared, &clearedBits, &seq); err != nil {
 		return fleet.Verdict{}, 0, err
 	}
 	s, err := fleet.ParseScope(scope)
@@ -689,6 +731,7 @@ func readVerdict(rows pgx.Rows) (fleet.Verdict, int64, error) {
 	v.HoldUntil, v.HoldSpan = fleetTime(hold), time.Duration(spanMS)*time.Millisecond
 	v.StopUntil = fleetTime(stop)
 	v.OpenUntil, v.OpenPeriod = fleetTime(open), time.Duration(periodMS)*time.Millisecond
+	v.ClearedAt, v.Cleared = fleetTime(cleared), fleet.ClearingOf(clearedBits)
 	return v, seq, nil
 }
 

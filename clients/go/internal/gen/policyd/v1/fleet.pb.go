@@ -159,6 +159,10 @@ type BucketUsage struct {
 	// Since this bucket's last report (or its first use): more than 0, at most 10 minutes.
 	Elapsed *durationpb.Duration `protobuf:"bytes,2,opt,name=elapsed,proto3" json:"elapsed,omitempty"`
 	// First attempts the gate admitted, and those it did not (stopped, fell back).
+	// Each count, and admitted and shed together, is at most 1,000 for each
+	// second of elapsed (of the time the daemon saw pass since the stream's
+	// last report of the bucket, when shorter; at least a second): more is
+	// INVALID_ARGUMENT naming it.
 	Admitted uint64 `protobuf:"varint,3,opt,name=admitted,proto3" json:"admitted,omitempty"`
 	Shed     uint64 `protobuf:"varint,4,opt,name=shed,proto3" json:"shed,omitempty"`
 	// Attempts that succeeded.
@@ -640,9 +644,13 @@ func (x *Bucket) GetRequestsPerMinute() int64 {
 
 // ListBucketsRequest filters the buckets; empty fields match all.
 type ListBucketsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Provider      string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
-	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Provider string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model    string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// The most buckets in one answer: 1 to 1000; 0 means 1000.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The previous answer's next_page_token, to continue after it.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -691,10 +699,26 @@ func (x *ListBucketsRequest) GetModel() string {
 	return ""
 }
 
-// ListBucketsResponse carries the buckets.
+func (x *ListBucketsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListBucketsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListBucketsResponse carries a page of buckets.
 type ListBucketsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Buckets       []*Bucket              `protobuf:"bytes,1,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Buckets []*Bucket              `protobuf:"bytes,1,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	// Set when more buckets may follow: pass it as page_token.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -736,6 +760,157 @@ func (x *ListBucketsResponse) GetBuckets() []*Bucket {
 	return nil
 }
 
+func (x *ListBucketsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ClearBucketRequest names a bucket as FleetState.bucket shows it, and
+// what to clear on it; none set clears everything.
+type ClearBucketRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Bucket string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Hold   bool                   `protobuf:"varint,2,opt,name=hold,proto3" json:"hold,omitempty"`
+	Stop   bool                   `protobuf:"varint,3,opt,name=stop,proto3" json:"stop,omitempty"`
+	// The breaker closes (without a slow start) and its counts restart.
+	Breaker bool `protobuf:"varint,4,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	// The learnt request limit and pacing's cut are forgotten: the gates
+	// admit every first attempt until a limit is learnt again.
+	Pace bool `protobuf:"varint,5,opt,name=pace,proto3" json:"pace,omitempty"`
+	// Why, for the journal's fleet_clear event (at most 256 bytes).
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The bucket's tenant; empty: the caller's.
+	Tenant        string `protobuf:"bytes,7,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearBucketRequest) Reset() {
+	*x = ClearBucketRequest{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearBucketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearBucketRequest) ProtoMessage() {}
+
+func (x *ClearBucketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearBucketRequest.ProtoReflect.Descriptor instead.
+func (*ClearBucketRequest) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ClearBucketRequest) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *ClearBucketRequest) GetHold() bool {
+	if x != nil {
+		return x.Hold
+	}
+	return false
+}
+
+func (x *ClearBucketRequest) GetStop() bool {
+	if x != nil {
+		return x.Stop
+	}
+	return false
+}
+
+func (x *ClearBucketRequest) GetBreaker() bool {
+	if x != nil {
+		return x.Breaker
+	}
+	return false
+}
+
+func (x *ClearBucketRequest) GetPace() bool {
+	if x != nil {
+		return x.Pace
+	}
+	return false
+}
+
+func (x *ClearBucketRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ClearBucketRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+// ClearBucketResponse is the bucket after the clear.
+type ClearBucketResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        *Bucket                `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearBucketResponse) Reset() {
+	*x = ClearBucketResponse{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearBucketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearBucketResponse) ProtoMessage() {}
+
+func (x *ClearBucketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearBucketResponse.ProtoReflect.Descriptor instead.
+func (*ClearBucketResponse) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ClearBucketResponse) GetBucket() *Bucket {
+	if x != nil {
+		return x.Bucket
+	}
+	return nil
+}
+
 // GetBucketRequest names a bucket as FleetState.bucket shows it.
 type GetBucketRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -746,7 +921,7 @@ type GetBucketRequest struct {
 
 func (x *GetBucketRequest) Reset() {
 	*x = GetBucketRequest{}
-	mi := &file_policyd_v1_fleet_proto_msgTypes[8]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +933,7 @@ func (x *GetBucketRequest) String() string {
 func (*GetBucketRequest) ProtoMessage() {}
 
 func (x *GetBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_fleet_proto_msgTypes[8]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +946,7 @@ func (x *GetBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBucketRequest.ProtoReflect.Descriptor instead.
 func (*GetBucketRequest) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{8}
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetBucketRequest) GetBucket() string {
@@ -791,7 +966,7 @@ type GetBucketResponse struct {
 
 func (x *GetBucketResponse) Reset() {
 	*x = GetBucketResponse{}
-	mi := &file_policyd_v1_fleet_proto_msgTypes[9]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +978,7 @@ func (x *GetBucketResponse) String() string {
 func (*GetBucketResponse) ProtoMessage() {}
 
 func (x *GetBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_fleet_proto_msgTypes[9]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +991,7 @@ func (x *GetBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBucketResponse.ProtoReflect.Descriptor instead.
 func (*GetBucketResponse) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{9}
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetBucketResponse) GetBucket() *Bucket {
@@ -888,21 +1063,36 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x13first_attempts_shed\x18\x10 \x01(\x03R\x11firstAttemptsShed\x12\x1c\n" +
 	"\tsuccesses\x18\x11 \x01(\x03R\tsuccesses\x12%\n" +
 	"\x0eadmit_fraction\x18\x12 \x01(\x01R\radmitFraction\x12.\n" +
-	"\x13requests_per_minute\x18\x13 \x01(\x03R\x11requestsPerMinute\"F\n" +
+	"\x13requests_per_minute\x18\x13 \x01(\x03R\x11requestsPerMinute\"\x82\x01\n" +
 	"\x12ListBucketsRequest\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
-	"\x05model\x18\x02 \x01(\tR\x05model\"C\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"k\n" +
 	"\x13ListBucketsResponse\x12,\n" +
-	"\abuckets\x18\x01 \x03(\v2\x12.policyd.v1.BucketR\abuckets\"*\n" +
+	"\abuckets\x18\x01 \x03(\v2\x12.policyd.v1.BucketR\abuckets\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb2\x01\n" +
+	"\x12ClearBucketRequest\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x12\n" +
+	"\x04hold\x18\x02 \x01(\bR\x04hold\x12\x12\n" +
+	"\x04stop\x18\x03 \x01(\bR\x04stop\x12\x18\n" +
+	"\abreaker\x18\x04 \x01(\bR\abreaker\x12\x12\n" +
+	"\x04pace\x18\x05 \x01(\bR\x04pace\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06tenant\x18\a \x01(\tR\x06tenant\"A\n" +
+	"\x13ClearBucketResponse\x12*\n" +
+	"\x06bucket\x18\x01 \x01(\v2\x12.policyd.v1.BucketR\x06bucket\"*\n" +
 	"\x10GetBucketRequest\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"?\n" +
 	"\x11GetBucketResponse\x12*\n" +
-	"\x06bucket\x18\x01 \x01(\v2\x12.policyd.v1.BucketR\x06bucket2\xf9\x01\n" +
+	"\x06bucket\x18\x01 \x01(\v2\x12.policyd.v1.BucketR\x06bucket2\xc9\x02\n" +
 	"\fFleetService\x12N\n" +
 	"\vListBuckets\x12\x1e.policyd.v1.ListBucketsRequest\x1a\x1f.policyd.v1.ListBucketsResponse\x12H\n" +
 	"\tGetBucket\x12\x1c.policyd.v1.GetBucketRequest\x1a\x1d.policyd.v1.GetBucketResponse\x12O\n" +
 	"\n" +
-	"Coordinate\x12\x1d.policyd.v1.CoordinateRequest\x1a\x1e.policyd.v1.CoordinateResponse(\x010\x01B5Z3github.com/policyd/policyd/gen/policyd/v1;policydv1b\x06proto3"
+	"Coordinate\x12\x1d.policyd.v1.CoordinateRequest\x1a\x1e.policyd.v1.CoordinateResponse(\x010\x01\x12N\n" +
+	"\vClearBucket\x12\x1e.policyd.v1.ClearBucketRequest\x1a\x1f.policyd.v1.ClearBucketResponseB5Z3github.com/policyd/policyd/gen/policyd/v1;policydv1b\x06proto3"
 
 var (
 	file_policyd_v1_fleet_proto_rawDescOnce sync.Once
@@ -916,7 +1106,7 @@ func file_policyd_v1_fleet_proto_rawDescGZIP() []byte {
 	return file_policyd_v1_fleet_proto_rawDescData
 }
 
-var file_policyd_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_policyd_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_policyd_v1_fleet_proto_goTypes = []any{
 	(*CoordinateRequest)(nil),   // 0: policyd.v1.CoordinateRequest
 	(*BucketTarget)(nil),        // 1: policyd.v1.BucketTarget
@@ -926,42 +1116,47 @@ var file_policyd_v1_fleet_proto_goTypes = []any{
 	(*Bucket)(nil),              // 5: policyd.v1.Bucket
 	(*ListBucketsRequest)(nil),  // 6: policyd.v1.ListBucketsRequest
 	(*ListBucketsResponse)(nil), // 7: policyd.v1.ListBucketsResponse
-	(*GetBucketRequest)(nil),    // 8: policyd.v1.GetBucketRequest
-	(*GetBucketResponse)(nil),   // 9: policyd.v1.GetBucketResponse
-	nil,                         // 10: policyd.v1.BucketUsage.RateLimitHeadersEntry
-	(*durationpb.Duration)(nil), // 11: google.protobuf.Duration
-	(BreakerState)(0),           // 12: policyd.v1.BreakerState
-	(*Fallback)(nil),            // 13: policyd.v1.Fallback
-	(*FleetState)(nil),          // 14: policyd.v1.FleetState
+	(*ClearBucketRequest)(nil),  // 8: policyd.v1.ClearBucketRequest
+	(*ClearBucketResponse)(nil), // 9: policyd.v1.ClearBucketResponse
+	(*GetBucketRequest)(nil),    // 10: policyd.v1.GetBucketRequest
+	(*GetBucketResponse)(nil),   // 11: policyd.v1.GetBucketResponse
+	nil,                         // 12: policyd.v1.BucketUsage.RateLimitHeadersEntry
+	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
+	(BreakerState)(0),           // 14: policyd.v1.BreakerState
+	(*Fallback)(nil),            // 15: policyd.v1.Fallback
+	(*FleetState)(nil),          // 16: policyd.v1.FleetState
 }
 var file_policyd_v1_fleet_proto_depIdxs = []int32{
 	2,  // 0: policyd.v1.CoordinateRequest.usage:type_name -> policyd.v1.BucketUsage
 	1,  // 1: policyd.v1.BucketUsage.target:type_name -> policyd.v1.BucketTarget
-	11, // 2: policyd.v1.BucketUsage.elapsed:type_name -> google.protobuf.Duration
-	10, // 3: policyd.v1.BucketUsage.rate_limit_headers:type_name -> policyd.v1.BucketUsage.RateLimitHeadersEntry
+	13, // 2: policyd.v1.BucketUsage.elapsed:type_name -> google.protobuf.Duration
+	12, // 3: policyd.v1.BucketUsage.rate_limit_headers:type_name -> policyd.v1.BucketUsage.RateLimitHeadersEntry
 	4,  // 4: policyd.v1.CoordinateResponse.assignments:type_name -> policyd.v1.Assignment
 	1,  // 5: policyd.v1.Assignment.target:type_name -> policyd.v1.BucketTarget
-	11, // 6: policyd.v1.Assignment.ttl:type_name -> google.protobuf.Duration
-	12, // 7: policyd.v1.Assignment.breaker:type_name -> policyd.v1.BreakerState
-	11, // 8: policyd.v1.Assignment.hold:type_name -> google.protobuf.Duration
-	11, // 9: policyd.v1.Assignment.stop:type_name -> google.protobuf.Duration
-	13, // 10: policyd.v1.Assignment.fallback:type_name -> policyd.v1.Fallback
-	14, // 11: policyd.v1.Bucket.state:type_name -> policyd.v1.FleetState
-	11, // 12: policyd.v1.Bucket.open_period:type_name -> google.protobuf.Duration
-	11, // 13: policyd.v1.Bucket.idle:type_name -> google.protobuf.Duration
+	13, // 6: policyd.v1.Assignment.ttl:type_name -> google.protobuf.Duration
+	14, // 7: policyd.v1.Assignment.breaker:type_name -> policyd.v1.BreakerState
+	13, // 8: policyd.v1.Assignment.hold:type_name -> google.protobuf.Duration
+	13, // 9: policyd.v1.Assignment.stop:type_name -> google.protobuf.Duration
+	15, // 10: policyd.v1.Assignment.fallback:type_name -> policyd.v1.Fallback
+	16, // 11: policyd.v1.Bucket.state:type_name -> policyd.v1.FleetState
+	13, // 12: policyd.v1.Bucket.open_period:type_name -> google.protobuf.Duration
+	13, // 13: policyd.v1.Bucket.idle:type_name -> google.protobuf.Duration
 	5,  // 14: policyd.v1.ListBucketsResponse.buckets:type_name -> policyd.v1.Bucket
-	5,  // 15: policyd.v1.GetBucketResponse.bucket:type_name -> policyd.v1.Bucket
-	6,  // 16: policyd.v1.FleetService.ListBuckets:input_type -> policyd.v1.ListBucketsRequest
-	8,  // 17: policyd.v1.FleetService.GetBucket:input_type -> policyd.v1.GetBucketRequest
-	0,  // 18: policyd.v1.FleetService.Coordinate:input_type -> policyd.v1.CoordinateRequest
-	7,  // 19: policyd.v1.FleetService.ListBuckets:output_type -> policyd.v1.ListBucketsResponse
-	9,  // 20: policyd.v1.FleetService.GetBucket:output_type -> policyd.v1.GetBucketResponse
-	3,  // 21: policyd.v1.FleetService.Coordinate:output_type -> policyd.v1.CoordinateResponse
-	19, // [19:22] is the sub-list for method output_type
-	16, // [16:19] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	5,  // 15: policyd.v1.ClearBucketResponse.bucket:type_name -> policyd.v1.Bucket
+	5,  // 16: policyd.v1.GetBucketResponse.bucket:type_name -> policyd.v1.Bucket
+	6,  // 17: policyd.v1.FleetService.ListBuckets:input_type -> policyd.v1.ListBucketsRequest
+	10, // 18: policyd.v1.FleetService.GetBucket:input_type -> policyd.v1.GetBucketRequest
+	0,  // 19: policyd.v1.FleetService.Coordinate:input_type -> policyd.v1.CoordinateRequest
+	8,  // 20: policyd.v1.FleetService.ClearBucket:input_type -> policyd.v1.ClearBucketRequest
+	7,  // 21: policyd.v1.FleetService.ListBuckets:output_type -> policyd.v1.ListBucketsResponse
+	11, // 22: policyd.v1.FleetService.GetBucket:output_type -> policyd.v1.GetBucketResponse
+	3,  // 23: policyd.v1.FleetService.Coordinate:output_type -> policyd.v1.CoordinateResponse
+	9,  // 24: policyd.v1.FleetService.ClearBucket:output_type -> policyd.v1.ClearBucketResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_policyd_v1_fleet_proto_init() }
@@ -976,7 +1171,7 @@ func file_policyd_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_policyd_v1_fleet_proto_rawDesc), len(file_policyd_v1_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

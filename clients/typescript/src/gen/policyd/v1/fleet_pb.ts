@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file policyd/v1/fleet.proto.
  */
 export const file_policyd_v1_fleet: GenFile = /*@__PURE__*/
-  fileDesc("ChZwb2xpY3lkL3YxL2ZsZWV0LnByb3RvEgpwb2xpY3lkLnYxIl8KEUNvb3JkaW5hdGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgdwcm9maWxlGAIgASgJEiYKBXVzYWdlGAMgAygLMhcucG9saWN5ZC52MS5CdWNrZXRVc2FnZSI/CgxCdWNrZXRUYXJnZXQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGa2V5X2lkGAMgASgJIrsCCgtCdWNrZXRVc2FnZRIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIqCgdlbGFwc2VkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGFkbWl0dGVkGAMgASgEEgwKBHNoZWQYBCABKAQSEQoJc3VjY2VlZGVkGAUgASgEEg4KBmZhaWxlZBgGIAEoBBIPCgdyZXRyaWVzGAcgASgEEkkKEnJhdGVfbGltaXRfaGVhZGVycxgIIAMoCzItLnBvbGljeWQudjEuQnVja2V0VXNhZ2UuUmF0ZUxpbWl0SGVhZGVyc0VudHJ5GjcKFVJhdGVMaW1pdEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKEkNvb3JkaW5hdGVSZXNwb25zZRIrCgthc3NpZ25tZW50cxgBIAMoCzIWLnBvbGljeWQudjEuQXNzaWdubWVudCLTAgoKQXNzaWdubWVudBIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIPCgdhYmFuZG9uGAIgASgIEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIpCgdicmVha2VyGAQgASgOMhgucG9saWN5ZC52MS5CcmVha2VyU3RhdGUSJwoEaG9sZBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgRzdG9wGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmFkbWl0X2ZyYWN0aW9uGAcgASgBEhUKDXByb2JlX3Blcm1pdHMYCCABKA0SDgoGcmVhc29uGAkgASgJEiYKCGZhbGxiYWNrGAogASgLMhQucG9saWN5ZC52MS5GYWxsYmFjayL5AwoGQnVja2V0EiUKBXN0YXRlGAEgASgLMhYucG9saWN5ZC52MS5GbGVldFN0YXRlEg0KBXNjb3BlGAIgASgJEhAKCHByb3ZpZGVyGAMgASgJEg0KBW1vZGVsGAQgASgJEg4KBmtleV9pZBgFIAEoCRIXCg93aW5kb3dfZmFpbHVyZXMYBiABKAUSFgoOd2luZG93X2NsaWVudHMYByABKAUSLgoLb3Blbl9wZXJpb2QYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGQoRZGVjaXNpb25zX2NoYW5nZWQYCSABKAMSFwoPZmlyc3RfY2xpZW50X2lkGAogASgJEicKBGlkbGUYCyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGQoRc3RyZWFtaW5nX2NsaWVudHMYDCABKAUSDwoHcmVwb3J0cxgNIAEoAxIYChBhc3NpZ25tZW50c19zZW50GA4gASgDEh8KF2ZpcnN0X2F0dGVtcHRzX2FkbWl0dGVkGA8gASgDEhsKE2ZpcnN0X2F0dGVtcHRzX3NoZWQYECABKAMSEQoJc3VjY2Vzc2VzGBEgASgDEhYKDmFkbWl0X2ZyYWN0aW9uGBIgASgBEhsKE3JlcXVlc3RzX3Blcl9taW51dGUYEyABKAMiNQoSTGlzdEJ1Y2tldHNSZXF1ZXN0EhAKCHByb3ZpZGVyGAEgASgJEg0KBW1vZGVsGAIgASgJIjoKE0xpc3RCdWNrZXRzUmVzcG9uc2USIwoHYnVja2V0cxgBIAMoCzISLnBvbGljeWQudjEuQnVja2V0IiIKEEdldEJ1Y2tldFJlcXVlc3QSDgoGYnVja2V0GAEgASgJIjcKEUdldEJ1Y2tldFJlc3BvbnNlEiIKBmJ1Y2tldBgBIAEoCzISLnBvbGljeWQudjEuQnVja2V0MvkBCgxGbGVldFNlcnZpY2USTgoLTGlzdEJ1Y2tldHMSHi5wb2xpY3lkLnYxLkxpc3RCdWNrZXRzUmVxdWVzdBofLnBvbGljeWQudjEuTGlzdEJ1Y2tldHNSZXNwb25zZRJICglHZXRCdWNrZXQSHC5wb2xpY3lkLnYxLkdldEJ1Y2tldFJlcXVlc3QaHS5wb2xpY3lkLnYxLkdldEJ1Y2tldFJlc3BvbnNlEk8KCkNvb3JkaW5hdGUSHS5wb2xpY3lkLnYxLkNvb3JkaW5hdGVSZXF1ZXN0Gh4ucG9saWN5ZC52MS5Db29yZGluYXRlUmVzcG9uc2UoATABQjVaM2dpdGh1Yi5jb20vcG9saWN5ZC9wb2xpY3lkL2dlbi9wb2xpY3lkL3YxO3BvbGljeWR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_policyd_v1_policy]);
+  fileDesc("ChZwb2xpY3lkL3YxL2ZsZWV0LnByb3RvEgpwb2xpY3lkLnYxIl8KEUNvb3JkaW5hdGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgdwcm9maWxlGAIgASgJEiYKBXVzYWdlGAMgAygLMhcucG9saWN5ZC52MS5CdWNrZXRVc2FnZSI/CgxCdWNrZXRUYXJnZXQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGa2V5X2lkGAMgASgJIrsCCgtCdWNrZXRVc2FnZRIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIqCgdlbGFwc2VkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGFkbWl0dGVkGAMgASgEEgwKBHNoZWQYBCABKAQSEQoJc3VjY2VlZGVkGAUgASgEEg4KBmZhaWxlZBgGIAEoBBIPCgdyZXRyaWVzGAcgASgEEkkKEnJhdGVfbGltaXRfaGVhZGVycxgIIAMoCzItLnBvbGljeWQudjEuQnVja2V0VXNhZ2UuUmF0ZUxpbWl0SGVhZGVyc0VudHJ5GjcKFVJhdGVMaW1pdEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKEkNvb3JkaW5hdGVSZXNwb25zZRIrCgthc3NpZ25tZW50cxgBIAMoCzIWLnBvbGljeWQudjEuQXNzaWdubWVudCLTAgoKQXNzaWdubWVudBIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIPCgdhYmFuZG9uGAIgASgIEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIpCgdicmVha2VyGAQgASgOMhgucG9saWN5ZC52MS5CcmVha2VyU3RhdGUSJwoEaG9sZBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgRzdG9wGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmFkbWl0X2ZyYWN0aW9uGAcgASgBEhUKDXByb2JlX3Blcm1pdHMYCCABKA0SDgoGcmVhc29uGAkgASgJEiYKCGZhbGxiYWNrGAogASgLMhQucG9saWN5ZC52MS5GYWxsYmFjayL5AwoGQnVja2V0EiUKBXN0YXRlGAEgASgLMhYucG9saWN5ZC52MS5GbGVldFN0YXRlEg0KBXNjb3BlGAIgASgJEhAKCHByb3ZpZGVyGAMgASgJEg0KBW1vZGVsGAQgASgJEg4KBmtleV9pZBgFIAEoCRIXCg93aW5kb3dfZmFpbHVyZXMYBiABKAUSFgoOd2luZG93X2NsaWVudHMYByABKAUSLgoLb3Blbl9wZXJpb2QYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGQoRZGVjaXNpb25zX2NoYW5nZWQYCSABKAMSFwoPZmlyc3RfY2xpZW50X2lkGAogASgJEicKBGlkbGUYCyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGQoRc3RyZWFtaW5nX2NsaWVudHMYDCABKAUSDwoHcmVwb3J0cxgNIAEoAxIYChBhc3NpZ25tZW50c19zZW50GA4gASgDEh8KF2ZpcnN0X2F0dGVtcHRzX2FkbWl0dGVkGA8gASgDEhsKE2ZpcnN0X2F0dGVtcHRzX3NoZWQYECABKAMSEQoJc3VjY2Vzc2VzGBEgASgDEhYKDmFkbWl0X2ZyYWN0aW9uGBIgASgBEhsKE3JlcXVlc3RzX3Blcl9taW51dGUYEyABKAMiXAoSTGlzdEJ1Y2tldHNSZXF1ZXN0EhAKCHByb3ZpZGVyGAEgASgJEg0KBW1vZGVsGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlMKE0xpc3RCdWNrZXRzUmVzcG9uc2USIwoHYnVja2V0cxgBIAMoCzISLnBvbGljeWQudjEuQnVja2V0EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ/ChJDbGVhckJ1Y2tldFJlcXVlc3QSDgoGYnVja2V0GAEgASgJEgwKBGhvbGQYAiABKAgSDAoEc3RvcBgDIAEoCBIPCgdicmVha2VyGAQgASgIEgwKBHBhY2UYBSABKAgSDgoGcmVhc29uGAYgASgJEg4KBnRlbmFudBgHIAEoCSI5ChNDbGVhckJ1Y2tldFJlc3BvbnNlEiIKBmJ1Y2tldBgBIAEoCzISLnBvbGljeWQudjEuQnVja2V0IiIKEEdldEJ1Y2tldFJlcXVlc3QSDgoGYnVja2V0GAEgASgJIjcKEUdldEJ1Y2tldFJlc3BvbnNlEiIKBmJ1Y2tldBgBIAEoCzISLnBvbGljeWQudjEuQnVja2V0MskCCgxGbGVldFNlcnZpY2USTgoLTGlzdEJ1Y2tldHMSHi5wb2xpY3lkLnYxLkxpc3RCdWNrZXRzUmVxdWVzdBofLnBvbGljeWQudjEuTGlzdEJ1Y2tldHNSZXNwb25zZRJICglHZXRCdWNrZXQSHC5wb2xpY3lkLnYxLkdldEJ1Y2tldFJlcXVlc3QaHS5wb2xpY3lkLnYxLkdldEJ1Y2tldFJlc3BvbnNlEk8KCkNvb3JkaW5hdGUSHS5wb2xpY3lkLnYxLkNvb3JkaW5hdGVSZXF1ZXN0Gh4ucG9saWN5ZC52MS5Db29yZGluYXRlUmVzcG9uc2UoATABEk4KC0NsZWFyQnVja2V0Eh4ucG9saWN5ZC52MS5DbGVhckJ1Y2tldFJlcXVlc3QaHy5wb2xpY3lkLnYxLkNsZWFyQnVja2V0UmVzcG9uc2VCNVozZ2l0aHViLmNvbS9wb2xpY3lkL3BvbGljeWQvZ2VuL3BvbGljeWQvdjE7cG9saWN5ZHYxYgZwcm90bzM", [file_google_protobuf_duration, file_policyd_v1_policy]);
 
 /**
  * CoordinateRequest is one message up the stream.
@@ -107,6 +107,10 @@ export type BucketUsage = Message<"policyd.v1.BucketUsage"> & {
 
   /**
    * First attempts the gate admitted, and those it did not (stopped, fell back).
+   * Each count, and admitted and shed together, is at most 1,000 for each
+   * second of elapsed (of the time the daemon saw pass since the stream's
+   * last report of the bucket, when shorter; at least a second): more is
+   * INVALID_ARGUMENT naming it.
    *
    * @generated from field: uint64 admitted = 3;
    */
@@ -406,6 +410,20 @@ export type ListBucketsRequest = Message<"policyd.v1.ListBucketsRequest"> & {
    * @generated from field: string model = 2;
    */
   model: string;
+
+  /**
+   * The most buckets in one answer: 1 to 1000; 0 means 1000.
+   *
+   * @generated from field: int32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * The previous answer's next_page_token, to continue after it.
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
 };
 
 /**
@@ -416,7 +434,7 @@ export const ListBucketsRequestSchema: GenMessage<ListBucketsRequest> = /*@__PUR
   messageDesc(file_policyd_v1_fleet, 6);
 
 /**
- * ListBucketsResponse carries the buckets.
+ * ListBucketsResponse carries a page of buckets.
  *
  * @generated from message policyd.v1.ListBucketsResponse
  */
@@ -425,6 +443,13 @@ export type ListBucketsResponse = Message<"policyd.v1.ListBucketsResponse"> & {
    * @generated from field: repeated policyd.v1.Bucket buckets = 1;
    */
   buckets: Bucket[];
+
+  /**
+   * Set when more buckets may follow: pass it as page_token.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
 };
 
 /**
@@ -433,6 +458,84 @@ export type ListBucketsResponse = Message<"policyd.v1.ListBucketsResponse"> & {
  */
 export const ListBucketsResponseSchema: GenMessage<ListBucketsResponse> = /*@__PURE__*/
   messageDesc(file_policyd_v1_fleet, 7);
+
+/**
+ * ClearBucketRequest names a bucket as FleetState.bucket shows it, and
+ * what to clear on it; none set clears everything.
+ *
+ * @generated from message policyd.v1.ClearBucketRequest
+ */
+export type ClearBucketRequest = Message<"policyd.v1.ClearBucketRequest"> & {
+  /**
+   * @generated from field: string bucket = 1;
+   */
+  bucket: string;
+
+  /**
+   * @generated from field: bool hold = 2;
+   */
+  hold: boolean;
+
+  /**
+   * @generated from field: bool stop = 3;
+   */
+  stop: boolean;
+
+  /**
+   * The breaker closes (without a slow start) and its counts restart.
+   *
+   * @generated from field: bool breaker = 4;
+   */
+  breaker: boolean;
+
+  /**
+   * The learnt request limit and pacing's cut are forgotten: the gates
+   * admit every first attempt until a limit is learnt again.
+   *
+   * @generated from field: bool pace = 5;
+   */
+  pace: boolean;
+
+  /**
+   * Why, for the journal's fleet_clear event (at most 256 bytes).
+   *
+   * @generated from field: string reason = 6;
+   */
+  reason: string;
+
+  /**
+   * The bucket's tenant; empty: the caller's.
+   *
+   * @generated from field: string tenant = 7;
+   */
+  tenant: string;
+};
+
+/**
+ * Describes the message policyd.v1.ClearBucketRequest.
+ * Use `create(ClearBucketRequestSchema)` to create a new message.
+ */
+export const ClearBucketRequestSchema: GenMessage<ClearBucketRequest> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 8);
+
+/**
+ * ClearBucketResponse is the bucket after the clear.
+ *
+ * @generated from message policyd.v1.ClearBucketResponse
+ */
+export type ClearBucketResponse = Message<"policyd.v1.ClearBucketResponse"> & {
+  /**
+   * @generated from field: policyd.v1.Bucket bucket = 1;
+   */
+  bucket?: Bucket | undefined;
+};
+
+/**
+ * Describes the message policyd.v1.ClearBucketResponse.
+ * Use `create(ClearBucketResponseSchema)` to create a new message.
+ */
+export const ClearBucketResponseSchema: GenMessage<ClearBucketResponse> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 9);
 
 /**
  * GetBucketRequest names a bucket as FleetState.bucket shows it.
@@ -451,7 +554,7 @@ export type GetBucketRequest = Message<"policyd.v1.GetBucketRequest"> & {
  * Use `create(GetBucketRequestSchema)` to create a new message.
  */
 export const GetBucketRequestSchema: GenMessage<GetBucketRequest> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_fleet, 8);
+  messageDesc(file_policyd_v1_fleet, 10);
 
 /**
  * GetBucketResponse carries the bucket.
@@ -470,7 +573,7 @@ export type GetBucketResponse = Message<"policyd.v1.GetBucketResponse"> & {
  * Use `create(GetBucketResponseSchema)` to create a new message.
  */
 export const GetBucketResponseSchema: GenMessage<GetBucketResponse> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_fleet, 9);
+  messageDesc(file_policyd_v1_fleet, 11);
 
 /**
  * FleetService shows what fleet memory knows: per bucket (a provider, model
@@ -481,7 +584,7 @@ export const GetBucketResponseSchema: GenMessage<GetBucketResponse> = /*@__PURE_
  */
 export const FleetService: GenService<{
   /**
-   * ListBuckets lists the buckets with state, sorted by name.
+   * ListBuckets lists the buckets with state, sorted by name, a page at a time.
    *
    * @generated from rpc policyd.v1.FleetService.ListBuckets
    */
@@ -514,6 +617,21 @@ export const FleetService: GenService<{
     methodKind: "bidi_streaming";
     input: typeof CoordinateRequestSchema;
     output: typeof CoordinateResponseSchema;
+  },
+  /**
+   * ClearBucket is the operator's way out of a hold, stop, pace or breaker
+   * the fleet should not be in: it clears what the request names on one
+   * bucket of the caller's tenant, on this replica and (through the
+   * replicas' exchange) on the others, and journals a fleet_clear event.
+   * NOT_FOUND when the fleet has no state for the bucket. Allowed only to
+   * callers the daemon was told are admins (serve --admin-tenants).
+   *
+   * @generated from rpc policyd.v1.FleetService.ClearBucket
+   */
+  clearBucket: {
+    methodKind: "unary";
+    input: typeof ClearBucketRequestSchema;
+    output: typeof ClearBucketResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_policyd_v1_fleet, 0);

@@ -130,18 +130,48 @@ class Bucket(_message.Message):
     def __init__(self, state: _Optional[_Union[_policy_pb2.FleetState, _Mapping]] = ..., scope: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ..., window_failures: _Optional[int] = ..., window_clients: _Optional[int] = ..., open_period: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., decisions_changed: _Optional[int] = ..., first_client_id: _Optional[str] = ..., idle: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., streaming_clients: _Optional[int] = ..., reports: _Optional[int] = ..., assignments_sent: _Optional[int] = ..., first_attempts_admitted: _Optional[int] = ..., first_attempts_shed: _Optional[int] = ..., successes: _Optional[int] = ..., admit_fraction: _Optional[float] = ..., requests_per_minute: _Optional[int] = ...) -> None: ...
 
 class ListBucketsRequest(_message.Message):
-    __slots__ = ("provider", "model")
+    __slots__ = ("provider", "model", "page_size", "page_token")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     provider: str
     model: str
-    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListBucketsResponse(_message.Message):
-    __slots__ = ("buckets",)
+    __slots__ = ("buckets", "next_page_token")
     BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     buckets: _containers.RepeatedCompositeFieldContainer[Bucket]
-    def __init__(self, buckets: _Optional[_Iterable[_Union[Bucket, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, buckets: _Optional[_Iterable[_Union[Bucket, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ClearBucketRequest(_message.Message):
+    __slots__ = ("bucket", "hold", "stop", "breaker", "pace", "reason", "tenant")
+    BUCKET_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    BREAKER_FIELD_NUMBER: _ClassVar[int]
+    PACE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    bucket: str
+    hold: bool
+    stop: bool
+    breaker: bool
+    pace: bool
+    reason: str
+    tenant: str
+    def __init__(self, bucket: _Optional[str] = ..., hold: _Optional[bool] = ..., stop: _Optional[bool] = ..., breaker: _Optional[bool] = ..., pace: _Optional[bool] = ..., reason: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class ClearBucketResponse(_message.Message):
+    __slots__ = ("bucket",)
+    BUCKET_FIELD_NUMBER: _ClassVar[int]
+    bucket: Bucket
+    def __init__(self, bucket: _Optional[_Union[Bucket, _Mapping]] = ...) -> None: ...
 
 class GetBucketRequest(_message.Message):
     __slots__ = ("bucket",)

@@ -52,6 +52,11 @@ class FleetServiceStub:
                 request_serializer=policyd_dot_v1_dot_fleet__pb2.CoordinateRequest.SerializeToString,
                 response_deserializer=policyd_dot_v1_dot_fleet__pb2.CoordinateResponse.FromString,
                 _registered_method=True)
+        self.ClearBucket = channel.unary_unary(
+                '/policyd.v1.FleetService/ClearBucket',
+                request_serializer=policyd_dot_v1_dot_fleet__pb2.ClearBucketRequest.SerializeToString,
+                response_deserializer=policyd_dot_v1_dot_fleet__pb2.ClearBucketResponse.FromString,
+                _registered_method=True)
 
 
 class FleetServiceServicer:
@@ -61,7 +66,7 @@ class FleetServiceServicer:
     """
 
     def ListBuckets(self, request, context):
-        """ListBuckets lists the buckets with state, sorted by name.
+        """ListBuckets lists the buckets with state, sorted by name, a page at a time.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -86,6 +91,18 @@ class FleetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClearBucket(self, request, context):
+        """ClearBucket is the operator's way out of a hold, stop, pace or breaker
+        the fleet should not be in: it clears what the request names on one
+        bucket of the caller's tenant, on this replica and (through the
+        replicas' exchange) on the others, and journals a fleet_clear event.
+        NOT_FOUND when the fleet has no state for the bucket. Allowed only to
+        callers the daemon was told are admins (serve --admin-tenants).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FleetServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -103,6 +120,11 @@ def add_FleetServiceServicer_to_server(servicer, server):
                     servicer.Coordinate,
                     request_deserializer=policyd_dot_v1_dot_fleet__pb2.CoordinateRequest.FromString,
                     response_serializer=policyd_dot_v1_dot_fleet__pb2.CoordinateResponse.SerializeToString,
+            ),
+            'ClearBucket': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClearBucket,
+                    request_deserializer=policyd_dot_v1_dot_fleet__pb2.ClearBucketRequest.FromString,
+                    response_serializer=policyd_dot_v1_dot_fleet__pb2.ClearBucketResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -189,6 +211,33 @@ class FleetService:
             '/policyd.v1.FleetService/Coordinate',
             policyd_dot_v1_dot_fleet__pb2.CoordinateRequest.SerializeToString,
             policyd_dot_v1_dot_fleet__pb2.CoordinateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClearBucket(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/policyd.v1.FleetService/ClearBucket',
+            policyd_dot_v1_dot_fleet__pb2.ClearBucketRequest.SerializeToString,
+            policyd_dot_v1_dot_fleet__pb2.ClearBucketResponse.FromString,
             options,
             channel_credentials,
             insecure,

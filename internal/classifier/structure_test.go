@@ -1,0 +1,305 @@
+package classifier
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
+)
+
+func TestGRPCFromText(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		text string
+		want int32
+	}{
+		{"14 UNAVAILABLE: No connection established", 14},
+		{"Error: 10 ABORTED: Transaction was aborted", 10},
+		{"rpc error: code = Unavailable desc = connection refused", 14},
+		{"rpc error: code = ResourceExhausted desc = quota", 8},
+		{"status = StatusCode.DEADLINE_EXCEEDED\n\tdetails = \"Deadline Exceeded\"", 4},
+		{"io.grpc.StatusRuntimeException: UNAVAILABLE: io exception", 14},
+		{"Status: INVALID_ARGUMENT, message: bad field", 3},
+		{"1 CANCELLED: Call cancelled", 1},
+		{"14 ABORTED: the number and the name disagree", 0},
+		{"the internal server was unavailable", 0},
+		{"Status: UNAVAILABLE_FOR_LEGAL_REASONS", 0},
+		{"", 0},
+	}
+	for _, tt := range []struct {
+		text, errorName string
+		want            int32
+	}{
+		{"DEADLINE_EXCEEDED: deadline exceeded after 9.999s", "", 4},
+		{"PERMISSION_DENIED: The caller does not have permission", "io.grpc.StatusRuntimeException", 7},
+		{"UNAVAILABLE: io exception", "io.grpc.StatusRuntimeException", 14},
+		{"Internal: something broke", "", 0},
+		{"Unavailable: try later", "Error", 0},
+		{"NOT_FOUND_YET: x", "", 0},
+	} {
+		if got := grpcLeadingName([]byte(strings.ToLower(tt.text)), tt.errorName); got != tt.want {
+			t.Errorf("grpcLeadingName(%q, %q) = %d, want %d", tt.text, tt.errorName, got, tt.want)
+		}
+	}
+	for _, tt := range tests {
+		text := []byte(strings.ToLower(tt.text))
+		var bigrams bigramSet
+		bigrams.build(text)
+		if got := grpcFromText(text, &bigrams, hasDigit(text)); got != tt.want {
+			t.Errorf("grpcFromText(%q) = %d, want %d", tt.text, got, tt.want)
+		}
+	}
+}
+
+func TestJSONRPCFromText(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		text string
+		want int
+		ok   bool
+	}{
+		{"MCP error -32602: Tool resolve_library_id not found", -32602, true},
+		{`{"jsonrpc":"2.0","error":{"code": -32603,"message":"x"}}`, -32603, true},
+		{"McpError: MCP error -32001: Request timed out", -32001, true},
+		{"MCP error -32000: Connection closed", -32000, true},
+		{"error -32100: outside the server range", 0, false},
+		{"offset -32602 in a file", 0, false},
+		{"error -326021", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := jsonrpcFromText([]byte(strings.ToLower(tt.text)))
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("jsonrpcFromText(%q) = %d, %v; want %d, %v", tt.text, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// Structure read from text, cause messages and bodies decides where no
+// field carries it.
+func TestStructureWhereverItIs(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "status in text: Error 400", failure: &policydv1.Failure{Message: "Error 400 (Bad Request): invalid JSON payload"},
+			wantType: typeInvalidRequest, wantRule: "invalid_request.400"},
+		{name: "status in text: .NET", failure: &policydv1.Failure{ErrorName: "System.Net.Http.HttpRequestException", Message: "Response status code does not indicate success: 429 (Too Many Requests)."},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "status in text: 505 reason phrase", failure: &policydv1.Failure{Message: "505 HTTP Version Not Supported"},
+			wantType: typeUnsupported, wantRule: "status.permanent_5xx"},
+		{name: "gRPC status in grpc-js text", failure: &policydv1.Failure{Message: "14 UNAVAILABLE: No connection established"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "gRPC UNAVAILABLE with no transport words", failure: &policydv1.Failure{Message: "14 UNAVAILABLE: The service is currently unavailable."},
+			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
+		{name: "gRPC status in grpc-go text", failure: &policydv1.Failure{Message: "rpc error: code = InvalidArgument desc = bad request"},
+			wantType: typeInvalidRequest, wantRule: "invalid_request"},
+		{name: "gRPC status in a cause", failure: &policydv1.Failure{ErrorName: "ToolError", Message: "tool failed",
+			Causes: []*policydv1.Cause{{Message: "10 ABORTED: transaction aborted"}}},
+			wantType: typeServerError, wantRetryable: true, wantRule: "server_error"},
+		{name: "numeric code in the body", failure: &policydv1.Failure{Body: `{"error":{"code":429,"message":"slow down please"}}`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "error object embedded in a cause", failure: &policydv1.Failure{Message: "request failed",
+			Causes: []*policydv1.Cause{{Message: `upstream: {"error":{"type":"overloaded_error","message":"busy"}}`}}},
+			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
+		{name: "JSON-RPC invalid params in text", failure: &policydv1.Failure{Message: "MCP error -32602: Invalid arguments for tool x"},
+			wantType: typeInvalidRequest, wantRule: "jsonrpc.invalid"},
+		{name: "a numeric status a proxy wrote into the body", failure: &policydv1.Failure{Body: `{"statusCode": 429, "message": "slow down"}`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a status after 'Error: '", failure: &policydv1.Failure{Message: "Error: 503 status code (no body)"},
+			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
+		{name: "a message that is only a reason phrase", failure: &policydv1.Failure{ErrorName: "AI_APICallError", Message: "Not Found"},
+			wantType: policydv1.FailureType_FAILURE_TYPE_NOT_FOUND, wantRule: "not_found"},
+		{name: "a prompt blocked for any reason", failure: &policydv1.Failure{HttpStatus: 200, Body: `{"promptFeedback":{"blockReason":"OTHER"}}`},
+			wantType: policydv1.FailureType_FAILURE_TYPE_CONTENT_POLICY, wantRule: "content_policy"},
+		{name: "an exception class printed before the message", failure: &policydv1.Failure{Message: "litellm.ServiceUnavailableError: ServiceUnavailableError: OpenAIException - Service Unavailable"},
+			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
+		{name: "JSON-RPC unknown tool", failure: &policydv1.Failure{Message: "MCP error -32602: Tool resolve_library_id not found"},
+			wantType: policydv1.FailureType_FAILURE_TYPE_NOT_FOUND, wantRule: "jsonrpc.not_found"},
+		{name: "JSON-RPC method not found in a body", failure: &policydv1.Failure{Body: `{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"Method not found"}}`},
+			wantType: typeUnsupported, wantRule: "jsonrpc.method_not_found"},
+		{name: "JSON-RPC internal error", failure: &policydv1.Failure{Body: `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"boom"}}`},
+			wantType: typeServerError, wantRetryable: true, wantRule: "jsonrpc.internal"},
+		{name: "MCP request timeout", failure: &policydv1.Failure{Message: "McpError: MCP error -32001: Request timed out"},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "network.timeout"},
+		{name: "MCP tool result with isError", failure: &policydv1.Failure{Body: `{"content":[{"type":"text","text":"unknown table users"}],"isError":true}`},
+			wantType: typeInvalidRequest, wantRule: "tool.error"},
+		{name: "MCP tool result text is read", failure: &policydv1.Failure{Body: `{"content":[{"type":"text","text":"429 Too Many Requests from upstream"}],"isError": true}`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a 4xx beats a generic api_error type", failure: &policydv1.Failure{HttpStatus: 400, Body: `{"error":{"message":"x","type":"api_error"}}`},
+			wantType: typeInvalidRequest, wantRule: "invalid_request.400"},
+	})
+}
+
+func TestTransportVocabularies(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: ".NET send failure", failure: &policydv1.Failure{ErrorName: "HttpRequestException", Message: "An error occurred while sending the request."},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "Go HTTP/2 stream reset by the peer", failure: &policydv1.Failure{Message: `Post "https://api.example.com/v1": stream error: stream ID 5; INTERNAL_ERROR; received from peer`},
+			wantType: policydv1.FailureType_FAILURE_TYPE_STREAM_INTERRUPTED, wantRetryable: true, wantRule: "network.mid_stream"},
+		{name: "hyper connect error", failure: &policydv1.Failure{Message: "error sending request for url (https://api.example.com/): client error (Connect): tcp connect error: Connection refused"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "Bun code", failure: &policydv1.Failure{ErrorCode: "ConnectionRefused", Message: "Unable to connect. Is the computer able to access the url?"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "google-auth TransportError", failure: &policydv1.Failure{ErrorName: "google.auth.exceptions.TransportError", Message: "HTTPSConnectionPool(host='oauth2.googleapis.com', port=443)"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "browser Failed to fetch, no cause a browser would give", failure: &policydv1.Failure{ErrorName: "TypeError", Message: "Failed to fetch"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "fetch.browser"},
+		{name: "Safari's Load failed", failure: &policydv1.Failure{ErrorName: "TypeError", Message: "Load failed"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "fetch.browser"},
+		{name: "TLS to a plain-HTTP proxy", failure: &policydv1.Failure{Message: "[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1002)"},
+			wantType: typeConnection, wantRule: "tls.plain_http"},
+		{name: "Go: HTTPS to an HTTP server", failure: &policydv1.Failure{Message: `Get "https://proxy:8080": http: server gave HTTP response to HTTPS client`},
+			wantType: typeConnection, wantRule: "tls.plain_http"},
+		{name: "rustls unknown issuer", failure: &policydv1.Failure{Message: "invalid peer certificate: UnknownIssuer"},
+			wantType: typeConnection, wantRule: "tls.certificate"},
+		{name: "MCP server program not found", failure: &policydv1.Failure{ErrorCode: "ENOENT", Message: "spawn npx ENOENT"},
+			wantType: policydv1.FailureType_FAILURE_TYPE_NOT_FOUND, wantRule: "spawn.failed"},
+		{name: "MCP server program not executable", failure: &policydv1.Failure{ErrorCode: "EACCES", Message: "spawn ./server.sh EACCES"},
+			wantType: policydv1.FailureType_FAILURE_TYPE_PERMISSION_DENIED, wantRule: "spawn.not_permitted"},
+		{name: "a bare wrong-version code stays a network code (seed 000)", failure: &policydv1.Failure{ErrorCode: "ERR_SSL_WRONG_VERSION_NUMBER"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+	})
+}
+
+func TestVocabularies(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "Ollama tools unsupported, typed api_error", failure: &policydv1.Failure{HttpStatus: 400, Body: `{"error":{"message":"llama3 does not support tools","type":"api_error","param":null,"code":null}}`},
+			wantType: typeUnsupported, wantRule: "self_hosted.unsupported"},
+		{name: "llama.cpp needs --jinja, a 500", failure: &policydv1.Failure{HttpStatus: 500, Body: `{"error":{"code":500,"message":"tools param requires --jinja flag","type":"server_error"}}`},
+			wantType: typeUnsupported, wantRule: "self_hosted.unsupported"},
+		{name: "llama.cpp busy slot", failure: &policydv1.Failure{HttpStatus: 500, Body: `{"error":{"code":500,"message":"slot unavailable","type":"server_error"}}`},
+			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded.not_ready"},
+		{name: "TGI prompt too long", failure: &policydv1.Failure{HttpStatus: 422, Body: "{\"error\":\"Input validation error: `inputs` tokens + `max_new_tokens` must be <= 2048. Given: 3474 `inputs` tokens and 60 `max_new_tokens`\",\"error_type\":\"validation\"}"},
+			wantType: typeContextTooLong, wantRule: "context_too_long"},
+		{name: "Google consumer suspended", failure: &policydv1.Failure{HttpStatus: 403, Body: `{"error":{"code":403,"message":"Permission denied: Consumer 'api_key:x' has been suspended.","status":"PERMISSION_DENIED","details":[{"reason":"CONSUMER_SUSPENDED"}]}}`},
+			wantType: typePermission, wantRule: "account.suspended"},
+		{name: "suspended account typed as a quota", failure: &policydv1.Failure{HttpStatus: 403, Body: `{"error":{"message":"Your account x is not active, current state: suspended","type":"exceeded_current_quota_error"}}`},
+			wantType: typePermission, wantRule: "account.suspended"},
+		{name: "spend cap as a 429 rate_limit_error", failure: &policydv1.Failure{HttpStatus: 429, Body: `{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your specified API usage limits. You will regain access on 2026-12-01 at 00:00 UTC."}}`},
+			wantType: typeQuota, wantRule: "quota.exhausted.message"},
+		{name: "200 with a blocked prompt", failure: &policydv1.Failure{HttpStatus: 200, Body: `{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},"usageMetadata":{"promptTokenCount":13}}`},
+			wantType: typeContentPolicy, wantRule: "content_policy"},
+		{name: "server-side 499 CANCELLED", failure: &policydv1.Failure{HttpStatus: 499, Body: `{"error":{"code":499,"message":"The operation was cancelled.","status":"CANCELLED"}}`},
+			wantType: typeServerError, wantRetryable: true, wantRule: "server.cancelled"},
+		{name: "the SDK's own abort class", failure: &policydv1.Failure{ErrorName: "APIUserAbortError", Message: "Request was aborted."},
+			wantType: typeCanceled, wantRule: "cancel.abort"},
+		{name: "Bedrock model not ready, message only", failure: &policydv1.Failure{Message: "Model is not ready for inference. Wait and try your request again."},
+			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded.not_ready"},
+		{name: "511", failure: &policydv1.Failure{HttpStatus: 511}, wantType: typeAuth, wantRule: "status.network_auth_required"},
+		{name: "508 under agent_cli is still retried (seed 000)", profile: "agent_cli", failure: &policydv1.Failure{HttpStatus: 508},
+			wantType: typeServerError, wantRetryable: true, wantRule: "agent_cli.status.5xx_permanent"},
+		{name: "a full disk is fatal for a task", profile: "task_runner", failure: &policydv1.Failure{Operation: "task", ErrorCode: "TASK_FAILED", Message: "OSError: [Errno 28] No space left on device"},
+			wantType: typeTaskFatal, wantRule: "task.fatal"},
+		{name: "an hours-long wait in the body is a quota", failure: &policydv1.Failure{HttpStatus: 503, Body: `{"error":{"message":"Model capacity exhausted. Expected available in 3 hours."}}`},
+			wantType: typeQuota, wantRule: "quota.long_wait"},
+		{name: "a per-minute limit stays a rate limit whatever it names", failure: &policydv1.Failure{HttpStatus: 429, Body: `{"error":{"message":"Rate limit reached on tokens per min (TPM). Please try again in 114h18m0s.","code":"rate_limit_exceeded"}}`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit.per_minute"},
+		{name: "a gateway's TPM limit as a 400", failure: &policydv1.Failure{HttpStatus: 400, Body: `{"error":{"message":"Token limit exceeded: 120000 tokens per minute"}}`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit.per_minute"},
+	})
+}
+
+func TestDelayHintsInEveryForm(t *testing.T) {
+	t.Parallel()
+	c := newTestClassifier(t)
+	tests := []struct {
+		name      string
+		f         *policydv1.Failure
+		want      time.Duration
+		source    string
+		retryable bool
+		rule      string
+	}{
+		{"x-rate-limit-reset with dashes", &policydv1.Failure{HttpStatus: 429, Headers: map[string]string{"x-rate-limit-reset": "12"}},
+			12 * time.Second, "header x-ratelimit-reset", true, "rate_limit"},
+		{"a delay in the body", &policydv1.Failure{HttpStatus: 503, Body: `{"error":{"message":"The model is overloaded, available in 831 seconds"}}`},
+			831 * time.Second, "body phrase", true, "overloaded"},
+		{"2e299 seconds is the longest hint", &policydv1.Failure{HttpStatus: 429, Headers: map[string]string{"retry-after": "2e299"}},
+			MaxDelayHint, "header retry-after", true, "rate_limit"},
+		{"negative pushback stops", &policydv1.Failure{GrpcCode: 14, Headers: map[string]string{"grpc-retry-pushback-ms": "-1"}},
+			0, "", false, RulePushbackStop},
+		{"unparsable pushback stops", &policydv1.Failure{GrpcCode: 14, Headers: map[string]string{"grpc-retry-pushback-ms": "soon"}},
+			0, "", false, RulePushbackStop},
+		{"a valid pushback is a hint", &policydv1.Failure{GrpcCode: 14, Headers: map[string]string{"grpc-retry-pushback-ms": "1500"}},
+			1500 * time.Millisecond, "header grpc-retry-pushback-ms", true, "overloaded"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := c.Classify(tc.f, nil, "")
+			if got.GetRetryable() != tc.retryable || got.GetRule() != tc.rule {
+				t.Errorf("retryable=%v rule=%q, want %v %q", got.GetRetryable(), got.GetRule(), tc.retryable, tc.rule)
+			}
+			if tc.source == "" {
+				if got.GetRetryAfter() != nil {
+					t.Errorf("retry_after %v, want none", got.GetRetryAfter().AsDuration())
+				}
+				return
+			}
+			if got.GetRetryAfter().AsDuration() != tc.want || got.GetRetryAfterSource() != tc.source {
+				t.Errorf("retry_after %v (%s), want %v (%s)", got.GetRetryAfter().AsDuration(), got.GetRetryAfterSource(), tc.want, tc.source)
+			}
+		})
+	}
+}
+
+func TestLeadingClassName(t *testing.T) {
+	t.Parallel()
+	for msg, want := range map[string]string{
+		"litellm.ServiceUnavailableError: ServiceUnavailableError: OpenAIException - Service Unavailable": "litellm.ServiceUnavailableError",
+		"ThrottlingException: Rate exceeded":        "ThrottlingException",
+		"litellm.Timeout: Request timed out":        "litellm.Timeout",
+		"Error: connect ECONNREFUSED 127.0.0.1:443": "",
+		"error sending request: connection refused": "",
+		"Quota exceeded: try later":                 "",
+		"":                                          "",
+	} {
+		if got := leadingClassName(msg); got != want {
+			t.Errorf("leadingClassName(%q) = %q, want %q", msg, got, want)
+		}
+	}
+}
+
+// Rate-limit headers in every spelling, each reset paired with the
+// remaining count of the same limit.
+func TestRateLimitHeaderSpellings(t *testing.T) {
+	t.Parallel()
+	c := Default(WithClock(func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }))
+	for _, tt := range []struct {
+		headers map[string]string
+		want    time.Duration
+	}{
+		{map[string]string{"RateLimit-Remaining": "0", "RateLimit-Reset": "30"}, 30 * time.Second},
+		{map[string]string{"anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-tokens-reset": "2026-01-01T00:00:45Z",
+			"anthropic-ratelimit-requests-reset": "2026-01-01T00:00:05Z"}, 45 * time.Second},
+		{map[string]string{"x-ratelimit-remaining-tokens-minute": "0", "x-ratelimit-reset-tokens-minute": "11.38",
+			"x-ratelimit-reset-requests-day": "33011.4"}, 11380 * time.Millisecond},
+		{map[string]string{"x-rate-limit-remaining": "0", "x-rate-limit-reset": "1767225660"}, time.Minute},
+	} {
+		cls := c.Classify(&policydv1.Failure{HttpStatus: 429, Headers: tt.headers}, nil, "")
+		if got := cls.GetRetryAfter().AsDuration(); got != tt.want {
+			t.Errorf("%v: retry_after %v, want %v", tt.headers, got, tt.want)
+		}
+	}
+}
+
+// Delays stated in other languages' words.
+func TestDelayPhrasesInOtherLanguages(t *testing.T) {
+	t.Parallel()
+	for text, want := range map[string]time.Duration{
+		"Spróbuj ponownie po 2492 sekundach.":               2492 * time.Second,
+		"spróbuj ponownie za 5 minut":                       5 * time.Minute,
+		"Inténtelo de nuevo en 30 segundos":                 30 * time.Second,
+		"Tente novamente em 2 horas":                        2 * time.Hour,
+		"HTTP 429, Retry-After: 30":                         30 * time.Second,
+		"service unavailable, available again in 3 minutes": 3 * time.Minute,
+		"Réessayez dans 30 secondes.":                       30 * time.Second,
+		"Your quota will reset after 27h41m36s":             27*time.Hour + 41*time.Minute + 36*time.Second,
+	} {
+		got, ok := ParseDelayPhrase([]byte(strings.ToLower(text)))
+		if !ok || got != want {
+			t.Errorf("ParseDelayPhrase(%q) = %v, %v; want %v", text, got, ok, want)
+		}
+	}
+}
