@@ -132,7 +132,7 @@ type Notifier struct {
 	initialBackoff, maxBackoff time.Duration
 
 	mu   sync.Mutex
-	open map[string]bool // buckets whose breaker opened and has not closed: one breaker_opened per incident
+	open map[fleet.Key]bool // buckets whose breaker opened and has not closed: one breaker_opened per incident
 }
 
 type receiver struct {
@@ -160,7 +160,7 @@ func New(receivers []Receiver, opts ...Option) *Notifier {
 		sleep:     sleepCtx,
 		queueSize: DefaultQueueSize, maxAttempts: DefaultMaxAttempts,
 		initialBackoff: DefaultInitialBackoff, maxBackoff: DefaultMaxBackoff,
-		open: map[string]bool{},
+		open: map[fleet.Key]bool{},
 	}
 	for _, o := range opts {
 		o(n)
@@ -177,7 +177,7 @@ func New(receivers []Receiver, opts ...Option) *Notifier {
 
 // eventName maps a fleet transition to the webhook event it is, if any.
 func (n *Notifier) eventName(e fleet.Event) string {
-	bucket := e.Key.String()
+	bucket := e.Key // the tenant's bucket: Key.String leaves the tenant out
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	switch e.Kind {

@@ -171,9 +171,12 @@ func TestDeliversSignedCloudEvents(t *testing.T) {
 		t.Errorf("the receiver of key_stopped only got %v", stops)
 	}
 
-	// A new opening after the close is a new incident.
-	n.Notify([]fleet.Event{ev(fleet.EventBreakerOpen, key)})
-	waitFor(t, "the next incident", func() bool { return c.get(webhook.Delivered) == 6 })
+	// A new opening after the close is a new incident; so is another
+	// tenant's breaker on the same provider and model while this one is open.
+	other := key
+	other.Tenant = "globex"
+	n.Notify([]fleet.Event{ev(fleet.EventBreakerOpen, key), ev(fleet.EventBreakerOpen, other)})
+	waitFor(t, "the next incidents", func() bool { return c.get(webhook.Delivered) == 7 })
 }
 
 func TestSignature(t *testing.T) {
