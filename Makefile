@@ -6,11 +6,13 @@ MAKEFLAGS += --warn-undefined-variables --no-builtin-rules
 .DELETE_ON_ERROR:
 
 # Pinned tool versions, installed from source into .bin (never from a global bin dir).
+# PROMTOOL_VERSION is the Go module version of a Prometheus release (v0.316.0: Prometheus 3.16).
 BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOLANGCI_LINT_VERSION      := v2.6.2
 GRPCURL_VERSION            := v1.9.4
+PROMTOOL_VERSION           := v0.316.0
 
 BIN     := $(CURDIR)/.bin
 STAMPS  := $(BIN)/.stamps
@@ -98,7 +100,7 @@ test: ## Everything: generated code current, lint, tests with -race (PostgreSQL 
 	fi
 
 .PHONY: test-all
-test-all: check-generate lint go-test conformance clients-test fuzz-short # `make test` with TEST_DATABASE_URL set.
+test-all: check-generate lint deploy-check go-test conformance clients-test fuzz-short # `make test` with TEST_DATABASE_URL set.
 
 ##@ Parts of `make test`
 
@@ -109,6 +111,10 @@ go-test: build $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Run the Go tests with -ra
 .PHONY: conformance
 conformance: build ## Replay the peers' retry tests and the real-failure corpus; print agreement per peer and provider.
 	./bin/policyd check-rules --policy conformance/profiles.yaml --cases conformance/peers --cases conformance/corpus --agreement
+
+.PHONY: deploy-check
+deploy-check: $(STAMPS)/promtool-$(PROMTOOL_VERSION) ## Check deploy/'s Prometheus alert rules and run their unit tests with promtool.
+	cd deploy/prometheus && promtool check rules policyd-alerts.yml && promtool test rules policyd-alerts.test.yml
 
 # Each client's suite runs against bin/policyd and the PostgreSQL of `make test`.
 CLIENTS := go python typescript
@@ -205,7 +211,7 @@ simulate: ## The fleet simulation: every scenario, lifetime and policy, one line
 	./bin/policyd-sim -svg-dir docs/fleet -doc docs/fleet-simulation.md -replicas 1,3 -database-url "$$url"
 
 .PHONY: tools
-tools: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(STAMPS)/golangci-lint-$(GOLANGCI_LINT_VERSION) $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Install the pinned tools into .bin.
+tools: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(STAMPS)/golangci-lint-$(GOLANGCI_LINT_VERSION) $(STAMPS)/grpcurl-$(GRPCURL_VERSION) $(STAMPS)/promtool-$(PROMTOOL_VERSION) ## Install the pinned tools into .bin.
 
 .PHONY: clean
 clean: ## Remove build output (keeps .bin tools).
@@ -226,4 +232,7 @@ $(STAMPS)/golangci-lint-$(GOLANGCI_LINT_VERSION):
 	@mkdir -p $(STAMPS) && touch $@
 $(STAMPS)/grpcurl-$(GRPCURL_VERSION):
 	go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+	@mkdir -p $(STAMPS) && touch $@
+$(STAMPS)/promtool-$(PROMTOOL_VERSION):
+	go install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
 	@mkdir -p $(STAMPS) && touch $@

@@ -18,6 +18,8 @@ import (
 	"github.com/policyd/policyd/internal/metrics"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/server"
+	"github.com/policyd/policyd/internal/telemetry"
+	"github.com/policyd/policyd/internal/webhook"
 )
 
 // defaultListen is loopback only: policyd serves without authentication
@@ -109,6 +111,16 @@ another tenant's are NOT_FOUND. Health and reflection need no token. SIGHUP
 reloads the tokens file and the TLS files too (new connections get the new
 certificates; a bad file is logged and what is in force stays).
 
+Observability beyond /metrics: with OTEL_EXPORTER_OTLP_ENDPOINT (or the
+per-signal OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, ..._METRICS_ENDPOINT) set,
+every call is traced (the OTel gRPC instrumentation; NextDelay's span
+carries the decision) and the spans and metrics are exported over OTLP
+(OTEL_EXPORTER_OTLP_PROTOCOL http/protobuf or grpc), flushed at stop;
+without them nothing is installed. The policy file's webhooks: section
+pushes fleet transitions (breaker opened, key stopped, budget exhausted,
+incident resolved) as CloudEvents signed with HMAC-SHA256
+(Policyd-Signature), retried in the background: no decision waits on them.
+
 Limits: a request over --max-message-bytes is RESOURCE_EXHAUSTED, and one
 whose metadata is over --max-header-bytes is refused before it is decoded;
 with --rate-limit each tenant gets that many calls per second (bursts of
@@ -159,6 +171,9 @@ type serveConfig struct {
 	fleetOn    bool
 	fleetStore string // "memory" or "postgres"
 	replicaID  string
+	webhooks   []webhook.Receiver // the policy file's webhooks:, their secrets read
+
+	telemetry telemetry.Config // what OTEL_EXPORTER_OTLP_* ask to export; nothing by default
 
 	security server.Security
 	admins   server.Admins
@@ -218,6 +233,12 @@ func parseServeConfig(args []string, stdout, stderr io.Writer) (*serveConfig, er
 	if cfg.policy, err = policy.Load(*policyFile, os.Getenv); err != nil {
 		return nil, usageErrorf("serve: %v", err)
 	}
+	if cfg.webhooks, err = webhookReceivers(cfg.policy.Webhooks, os.Getenv); err != nil {
+		return nil, usageErrorf("serve: %v", err)
+	}
+	if cfg.telemetry, err = telemetry.ConfigFromEnv(os.Getenv); err != nil {
+		return nil, usageErrorf("serve: %v", err)
+	}
 	if cfg.metricsListen != "" {
 		if _, _, err := net.SplitHostPort(cfg.metricsListen); err != nil {
 			return nil, usageErrorf("serve: --metrics-listen (or POLICYD_METRICS_LISTEN): want host:port, got %q", cfg.metricsListen)
@@ -244,6 +265,9 @@ func parseServeConfig(args []string, stdout, stderr io.Writer) (*serveConfig, er
 	switch *fleetMode {
 	case "on", "off":
 		cfg.fleetOn = *fleetMode == "on"
+		if !cfg.fleetOn && len(cfg.webhooks) > 0 {
+			cfg.logger.Warn("webhooks send nothing with --fleet off: they push fleet transitions")
+		}
 	default:
 		return nil, usageErrorf("serve: --fleet (or POLICYD_FLEET): want on or off, got %q", *fleetMode)
 	}
@@ -283,7 +307,7 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 		ms     *metrics.Metrics
 	)
 	jOpts := cfg.journalOpts
-	if cfg.metricsListen != "" {
+	if cfg.metricsListen != "" || cfg.telemetry.Metrics { // served on /metrics, exported over OTLP, or both
 		ms = metrics.New()
 		psOpts = append(psOpts, server.WithDecisionObserver(ms))
 		jOpts = append(jOpts, journal.WithObserver(ms))
@@ -291,6 +315,12 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 	}
 	lc := newLifecycle()
 	defer lc.stop() // on an early return; a graceful stop has stopped it already
+	// Registered first, so stopped last: flushing every call's span.
+	telOpts, err := startTelemetry(ctx, cfg, lc, ms)
+	if err != nil {
+		return err
+	}
+	gOpts = append(gOpts, telOpts...)
 
 	var store *journal.Store
 	if cfg.databaseURL != "" {
@@ -320,7 +350,7 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 	}
 
 	ps := server.NewPolicyServer(cfg.policy, psOpts...)
-	rl, err := newReloader(cfg.policyFile, os.Getenv, ps.SetPolicy, logger)
+	rl, err := newReloader(cfg.policyFile, os.Getenv, warnWebhookChanges(cfg, ps.SetPolicy), logger)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -360,7 +390,7 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 	go func() { served <- gs.Serve(lis) }()
 	var metricsSrv *metrics.HTTPServer
 	metricsServed := make(chan error, 1)
-	if ms != nil {
+	if cfg.metricsListen != "" {
 		if metricsSrv, err = ms.Listen(ctx, cfg.metricsListen, hs, logger, cfg.profiling); err != nil {
 			gs.Stop()
 			return fmt.Errorf("serve: %w", err)
@@ -418,7 +448,11 @@ func openFleet(ctx context.Context, cfg *serveConfig, store *journal.Store, ms *
 	if shared {
 		sinkReplica = cfg.replicaID // fleet_events.replica: which replica journaled each transition
 	}
-	opts := []fleet.Option{fleet.WithSink(fleetevents.Sink(cfg.logger, rec, counter, sinkReplica))}
+	sink := fleetevents.Sink(cfg.logger, rec, counter, sinkReplica)
+	if len(cfg.webhooks) > 0 {
+		sink = withWebhooks(sink, cfg, ms, lc)
+	}
+	opts := []fleet.Option{fleet.WithSink(sink)}
 	if !shared {
 		f := fleet.New(cfg.policy.Fleet, opts...)
 		if ms != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/server"
+	"github.com/policyd/policyd/internal/webhook"
 )
 
 // MaxProfiles bounds the profile label of policyd_decisions_total: profiles
@@ -40,6 +41,7 @@ type Metrics struct {
 	commitSeconds prometheus.Histogram
 	batchFailures prometheus.Counter
 	fleetEvents   *prometheus.CounterVec
+	webhooks      *prometheus.CounterVec
 }
 
 // The failure types and actions of the API, for the label values and the
@@ -91,6 +93,13 @@ func New() *Metrics {
 			Name: "policyd_fleet_events_total",
 			Help: "Fleet transitions by event: hold_set, breaker_open, breaker_half_open, breaker_close, budget_exhausted, fleet_stop, shed, slow_start, tenant_limit, fleet_clear.",
 		}, []string{"event"}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyd_webhook_events_total",
+			Help: "Webhook events by result, per receiver: delivered, dropped (the receiver's queue was full) or failed (refused, or every retry failed).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{webhook.Delivered, webhook.Dropped, webhook.Failed} {
+		m.webhooks.WithLabelValues(r) // present at 0, so a rate over them is defined from the start
 	}
 	journalTotal := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "policyd_nextdelay_journal_total",
@@ -103,7 +112,7 @@ func New() *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.grpc, m.decisions, journalTotal, m.batchSize, m.commitSeconds, m.batchFailures, m.fleetEvents,
+		m.grpc, m.decisions, journalTotal, m.batchSize, m.commitSeconds, m.batchFailures, m.fleetEvents, m.webhooks,
 	)
 	return m
 }
@@ -220,7 +229,12 @@ func (m *Metrics) ObserveJournal(store *journal.Store) {
 var (
 	_ server.DecisionObserver = (*Metrics)(nil)
 	_ journal.Observer        = (*Metrics)(nil)
+	_ webhook.Counter         = (*Metrics)(nil)
 )
+
+// WebhookEvent counts a webhook event's result in
+// policyd_webhook_events_total (a webhook.Counter).
+func (m *Metrics) WebhookEvent(result string) { m.webhooks.WithLabelValues(result).Inc() }
 
 // FleetEvent counts a fleet transition (hold_set, breaker_open, ...).
 func (m *Metrics) FleetEvent(kind string) { m.fleetEvents.WithLabelValues(kind).Inc() }

@@ -18,6 +18,7 @@ func FuzzParse(f *testing.F) {
 		"lists:\n  network_codes: [EMYNEWCODE]\nrules:\n  - id: acme.busy\n    when: [{provider: [acme], text: [reactor busy]}]\n    type: OVERLOADED\n    retryable: true\n    recovery: Wait.\n",
 		"profiles:\n  tight:\n    extends: default\n    budget: 10s\n",
 		"profiles: [1, 2]\n", "{", "", "profiles:\n  x:\n    extends: x\n",
+		"webhooks:\n  - url: https://hooks.example.test/p\n    secret_env: HOOK_SECRET\n    events: [breaker_opened, key_stopped]\n",
 	} {
 		f.Add([]byte(seed))
 	}

@@ -26,6 +26,7 @@ type document struct {
 	rules    classifier.RuleSet
 	fleet    *yaml.Node
 	chains   Chains
+	webhooks []Webhook
 }
 
 // parseDocument reads a policy document: profiles, classification lists and
@@ -65,6 +66,12 @@ func parseDocument(data []byte, file string) (document, error) {
 			rulesDoc.Content = append(rulesDoc.Content, key, val)
 		case "fleet":
 			out.fleet = val
+		case "webhooks":
+			hooks, err := parseWebhooks(val, file)
+			if err != nil {
+				return fail(err)
+			}
+			out.webhooks = hooks
 		case "fallbacks", "context_window_fallbacks", "content_policy_fallbacks":
 			chains, err := parseChains(val, file, key.Value)
 			if err != nil {
@@ -79,7 +86,7 @@ func parseDocument(data []byte, file string) (document, error) {
 				out.chains.ContentPolicy = chains
 			}
 		default:
-			return fail(errAt(file, key.Line, "", "unknown field %q (want profiles, lists, rules, types, fleet, fallbacks, context_window_fallbacks or content_policy_fallbacks)", key.Value))
+			return fail(errAt(file, key.Line, "", "unknown field %q (want profiles, lists, rules, types, fleet, fallbacks, context_window_fallbacks, content_policy_fallbacks or webhooks)", key.Value))
 		}
 	}
 	rs, err := classifier.ParseRuleSetNode(rulesDoc, file)

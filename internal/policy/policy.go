@@ -41,6 +41,9 @@ type Policy struct {
 	Fleet fleet.Config
 	// Chains are the file's fallback chains.
 	Chains Chains
+	// Webhooks are the file's `webhooks:`, where fleet transitions are
+	// pushed (internal/webhook); none by default.
+	Webhooks []Webhook
 }
 
 // Profile is a named table: failure type → strategy.
@@ -158,7 +161,10 @@ func build(fileData []byte, file string, caps Caps) (*Policy, error) {
 	rules := classifier.DefaultRuleSet()
 	source := "built-in"
 	fleetCfg := fleet.Defaults()
-	var chains Chains
+	var (
+		chains   Chains
+		webhooks []Webhook
+	)
 	if fileData != nil {
 		source = file
 		if len(strings.TrimSpace(string(fileData))) == 0 {
@@ -185,13 +191,14 @@ func build(fileData []byte, file string, caps Caps) (*Policy, error) {
 			}
 		}
 		chains = doc.chains
+		webhooks = doc.webhooks
 	}
 	c, err := classifier.New(rules)
 	if err != nil {
 		return nil, err
 	}
 	out := &Policy{Profiles: make(map[string]*Profile, len(profiles)), Classifier: c, Caps: caps, Source: source,
-		Fleet: fleetCfg, Chains: chains}
+		Fleet: fleetCfg, Chains: chains, Webhooks: webhooks}
 	for name, pp := range profiles {
 		pp.profile.prepare(caps)
 		out.Profiles[name] = pp.profile

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
@@ -34,6 +35,13 @@ type grpcConfig struct {
 // see the handler's plain errors.
 func WithServerOptions(opts ...grpc.ServerOption) GRPCOption {
 	return func(c *grpcConfig) { c.serverOpts = append(c.serverOpts, opts...) }
+}
+
+// WithStatsHandler installs h, a gRPC stats handler that sees every call
+// from its first byte to its last, e.g. internal/telemetry's tracing.
+// Without it none is installed, so a server without tracing pays nothing.
+func WithStatsHandler(h stats.Handler) GRPCOption {
+	return func(c *grpcConfig) { c.serverOpts = append(c.serverOpts, grpc.StatsHandler(h)) }
 }
 
 // WithMonitoring adds interceptors that watch each call from outside the
