@@ -82,6 +82,10 @@ const (
 	ReasonStop
 	// ReasonDeadline: the wait the fleet asks for does not fit.
 	ReasonDeadline
+	// ReasonAboveCeiling: a shared cooldown (another agent's server delay
+	// hint) is longer than the caller's hint ceiling, which stops (or falls
+	// back) as the hint itself would have.
+	ReasonAboveCeiling
 )
 
 // Ask is one failed attempt and what the caller's strategy answered.
@@ -105,9 +109,28 @@ type Ask struct {
 	CanFallBack bool
 	// MaxWait is the longest wait within the deadline, the time budget and
 	// the profile's ceiling: 0 for no limit, negative when no wait fits.
-	MaxWait  time.Duration
-	Switches Switches
+	MaxWait time.Duration
+	// HintCeiling is the longest server delay hint the caller's strategy
+	// waits for (0: none), and AboveCeiling what it does with a longer one.
+	// A shared cooldown is another agent's hint: it meets the same ceiling,
+	// so that every agent of a bucket gets the same answer.
+	HintCeiling  time.Duration
+	AboveCeiling CeilingAction
+	Switches     Switches
 }
+
+// CeilingAction is what a strategy does with a server delay hint above its
+// ceiling (strategy.AboveCeiling, as the fleet needs it).
+type CeilingAction uint8
+
+const (
+	// CeilingStop stops, or falls back when the caller can.
+	CeilingStop CeilingAction = iota
+	// CeilingIgnore does not trust the hint: the cooldown is not waited.
+	CeilingIgnore
+	// CeilingClamp waits the ceiling.
+	CeilingClamp
+)
 
 // Answer is the fleet's word on an Ask.
 type Answer struct {
@@ -367,11 +390,22 @@ func (d *decision) holdStep() (Answer, bool) {
 		}
 		wait := b.holdUntil.Sub(d.now) + d.f.slot(b.waiters, b.releaseWindow(&d.c.Hold))
 		b.waiters++
+		if c := d.a.HintCeiling; c > 0 && wait > c {
+			switch d.a.AboveCeiling {
+			case CeilingIgnore:
+				continue
+			case CeilingClamp:
+				wait = c
+			default:
+				return d.stopped(b, ReasonAboveCeiling, effectHold, fmt.Sprintf("the fleet's shared cooldown on %s (%v left, with this agent's release slot) is above the %v ceiling for a server's delay",
+					b.key, wait.Round(time.Second), c))
+			}
+		}
 		if wait <= d.delay {
 			continue
 		}
 		if !d.fits(wait) {
-			return d.stopped(b, ReasonDeadline, effectDeadline, fmt.Sprintf("the fleet's shared cooldown on %s (%v left, with this agent's release slot) would pass the deadline or the ceiling",
+			return d.stopped(b, ReasonDeadline, effectDeadline, fmt.Sprintf("the fleet's shared cooldown on %s (%v left, with this agent's release slot) would pass the deadline",
 				b.key, wait.Round(time.Second)))
 		}
 		d.delay = wait
