@@ -20,6 +20,8 @@ type Usage struct {
 	// RequestsPerMinute is the provider's request limit from the last
 	// success's rate-limit headers (0: none reported).
 	RequestsPerMinute int64
+	// Parked is how many calls the client's gate holds parked now.
+	Parked int64
 }
 
 // Assignment is a target's state for one client's gate, durations from now.
@@ -33,6 +35,10 @@ type Assignment struct {
 	// Cause names what keeps the gate from admitting everything, for the
 	// fallback's kind.
 	Cause Cause
+	// ParkHint is the daemon's estimate of how long a parked call waits
+	// (0: unknown or none): a gate does not park a call whose deadline
+	// comes first.
+	ParkHint time.Duration
 }
 
 // Cause is what keeps a gate from admitting every first attempt.
@@ -122,6 +128,7 @@ func (f *Fleet) Report(u Usage) {
 		}
 	}
 	if av := bs[0]; av != nil {
+		av.reportParked(u.ClientID, u.Parked)
 		av.successes.add(now, int(u.Succeeded))
 		if av.state == HalfOpen {
 			av.probeOK += int(u.Succeeded)
@@ -178,6 +185,15 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 		}
 		if av.state != Closed && a.Cause == CauseNone {
 			a.Cause = CauseBreaker
+		}
+		a.ParkHint = av.parkHint(now, &c.Breaker)
+		if av.probePermit(client, now, &c.Breaker) {
+			a.ProbePermits = 1
+			why = append(why, "a probe permit for a parked call")
+		}
+		if h := f.releaseHold(av, client, now); h > 0 {
+			a.Hold = h
+			why = append(why, av.releaseWhy(h))
 		}
 	}
 	for _, b := range []*Bucket{rl, av} {

@@ -75,6 +75,7 @@ type Bucket struct {
 	shedPending                                 int64
 	shedEventAt                                 time.Time
 	totals                                      streamTotals
+	parkState
 
 	// A shared fleet's (replica.go, shared_counts.go): the breaker's shared
 	// version, local transitions made and pushed, registers raised here and
@@ -176,6 +177,7 @@ func (b *Bucket) streamed(now time.Time, c *BreakerConfig) bool {
 
 func (b *Bucket) close(at time.Time, why string, c *Config, emit func(Event)) {
 	b.state, b.openPeriod, b.probeOK, b.closedAt = Closed, 0, 0, at
+	b.startRelease()
 	b.moves++
 	b.window.reset()
 	b.successes.reset()
@@ -248,6 +250,7 @@ func (b *Bucket) maybeOpen(now time.Time, client, last string, c *BreakerConfig,
 	if volume > failures {
 		why = fmt.Sprintf("%d of %d attempts failed in %v, from %d clients (last: %s)", failures, volume, c.Window, clients, last)
 	}
+	b.noteBaseRate(now, c)
 	b.open(now, c.OpenFor, client, why, emit)
 }
 
@@ -359,7 +362,8 @@ func (b *Bucket) refill(now time.Time, c *Config) {
 // limit buckets), whichever is lower.
 func (b *Bucket) admitFraction(now time.Time, c *Config) (float64, string) {
 	f, why := 1.0, ""
-	if !b.closedAt.IsZero() && c.SlowStart.Window > 0 && b.state == Closed {
+	// A release window after the close spreads the parked calls instead.
+	if !b.closedAt.IsZero() && c.SlowStart.Window > 0 && b.state == Closed && b.releaseSpan == 0 {
 		if el := now.Sub(b.closedAt); el < c.SlowStart.Window {
 			f = c.SlowStart.From + (1-c.SlowStart.From)*float64(el)/float64(c.SlowStart.Window)
 			why = fmt.Sprintf("slow start after the breaker closed: %.0f %% of first attempts", 100*f)

@@ -225,6 +225,7 @@ type decision struct {
 
 	delay  time.Duration // the wait so far (the strategy's, then longer)
 	probe  bool          // the retry goes as the half-open breaker's probe
+	parks  bool          // the client's gate parks the retry behind the breaker
 	show   *Bucket       // the bucket the answer's State shows
 	events []Event
 }
@@ -333,6 +334,14 @@ func (d *decision) breakerStep() (Answer, bool) {
 	if !d.a.Switches.Breaker || av == nil || av.state == Closed {
 		return Answer{}, false
 	}
+	if d.parked() {
+		// The client's gate parks the retry until the daemon releases it
+		// (a probe permit, the close's release slot): no wait to guess,
+		// no stop at a longest wait, no budget token spent.
+		d.parks = true
+		d.changed(av, effectCircuit)
+		return Answer{}, false
+	}
 	wait, what := av.openUntil.Sub(now), "open"
 	if av.state == HalfOpen {
 		if !av.nextProbe.After(now.Add(c.Breaker.ProbeInterval)) {
@@ -419,7 +428,7 @@ func (d *decision) holdStep() (Answer, bool) {
 // its hold, the server's own word, and a key's by its stop.
 func (d *decision) budgetStep() (Answer, bool) {
 	av, c, now, a := d.av, d.c, d.now, d.a
-	if !a.Switches.Budget || av == nil || d.probe || (d.tracked && d.scope != ScopeAvailability) {
+	if !a.Switches.Budget || av == nil || d.probe || d.parks || (d.tracked && d.scope != ScopeAvailability) {
 		return Answer{}, false
 	}
 	av.ensureRings(&c.Breaker)
@@ -449,6 +458,14 @@ func (d *decision) budgetStep() (Answer, bool) {
 	return Answer{}, false
 }
 
+// parked says whether the asking client's gate parks its retries: it
+// streams reports on the failure's availability bucket (within the
+// breaker's window), so the daemon can wake it.
+func (d *decision) parked() bool {
+	at, ok := d.av.streamClients[d.a.ClientID]
+	return ok && d.now.Sub(at) < d.c.Breaker.Window && !d.a.CanFallBack
+}
+
 // spread is a waiter's slot behind an open breaker, over the open period,
 // so that agents waiting it out do not return in the same instant.
 //
@@ -461,9 +478,11 @@ func (f *Fleet) spread(c *Config, b *Bucket) time.Duration {
 	return d
 }
 
-// longestWait is the longest the fleet makes an agent wait behind a breaker
-// or an empty budget: two first open periods (10 s by default). The daemon
-// cannot wake an agent it told to sleep, so an agent sent to sleep through a
+// longestWait is the longest the fleet makes an agent without a stream
+// wait behind a breaker or an empty budget: two first open periods (10 s by
+// default). (A streamed client's gate parks its retries instead, and the
+// daemon wakes them: parked.) The daemon cannot wake an agent it told to
+// sleep, so an agent sent to sleep through a
 // 60-s open period, or to the end of a queue of paced retries, sleeps through
 // the provider's recovery too: in the simulation (`make simulate`,
 // docs/fleet-simulation.md) waits of up to the strategy's 120-s ceiling

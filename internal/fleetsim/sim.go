@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"time"
 
 	"github.com/policyd/policyd/internal/fleet"
@@ -52,8 +53,9 @@ type eventKind uint8
 
 const (
 	evCall    eventKind = iota // think ends: a logical call begins
-	evAttempt                  // an attempt is sent
+	evAttempt                  // an attempt is sent (a gate's wait ended)
 	evAnswer                   // an attempt's answer arrives
+	evSend                     // a retry or a gate's wait ends: the attempt goes through the gate again
 )
 
 type event struct {
@@ -87,8 +89,14 @@ type agent struct {
 	think, lat, jit    *rand.Rand
 	proc               Process
 	procN, callsInProc int
-	callStart          time.Duration // the logical call's first attempt
+	callStart          time.Duration // the logical call's start
+	deadline           time.Duration // callStart + the agent's deadline
 	attempts           int
+	// A parked call: the assignment generation it last saw, and when it is
+	// checked again without one.
+	parked            bool
+	parkGen           uint64
+	parkCheck         time.Duration
 	outcome            Outcome
 	decisionsAtCall    int64
 }
@@ -102,6 +110,8 @@ type run struct {
 	inst   Instance
 	agents []*agent
 	rec    *recorder
+	// parked calls, in the order they parked
+	parked []*agent
 }
 
 // Run simulates cfg and returns its measurements.
@@ -134,7 +144,7 @@ func Run(cfg Config) (*Result, error) {
 	env.Now, env.DaemonUp = r.clock, r.daemonUp
 	r.inst = cfg.Policy.Start(env)
 	for i := range cfg.Agents {
-		a := &agent{idx: i, model: cfg.Scenario.modelOf(i),
+		a := &agent{idx: i, model: cfg.Scenario.modelOf(i), deadline: DeadlineOf(i),
 			think: stream(cfg.Seed, i, streamThink), lat: stream(cfg.Seed, i, streamLatency), jit: stream(cfg.Seed, i, streamJitter)}
 		r.agents = append(r.agents, a)
 		r.newProcess(a)
@@ -149,11 +159,14 @@ func Run(cfg Config) (*Result, error) {
 		if adv, ok := r.inst.(Advancer); ok {
 			adv.Advance(r.clock())
 		}
+		r.resumeParked()
 		a := r.agents[e.agent]
 		switch e.kind {
 		case evCall:
 			r.call(a)
 		case evAttempt:
+			r.attempt(a)
+		case evSend:
 			r.send(a)
 		case evAnswer:
 			r.answer(a)
@@ -212,43 +225,144 @@ func (r *run) call(a *agent) {
 	a.callStart, a.attempts = r.now, 0
 	a.decisionsAtCall = a.proc.Decisions()
 	r.rec.callStarted(r.now, a.model)
-	if g, ok := a.proc.(Gater); ok {
-		admit, wait := g.Admit(r.clock(), a.model, a.jit)
-		if !admit {
-			// Shed: the call ends at once, without an attempt.
-			r.rec.shed(r.now, a.model)
-			r.rec.callDone(r.now, a.model, false, 0, a.proc.Decisions()-a.decisionsAtCall)
-			r.schedule(r.thinkTime(a), a, evCall)
-			return
-		}
-		if wait > 0 {
-			r.schedule(wait, a, evAttempt)
-			return
-		}
-	}
 	r.send(a)
 }
 
+// send sends the call's next attempt, through the process's gate when it
+// has one: at once, after the gate's wait, parked, or not at all.
 func (r *run) send(a *agent) {
+	if r.now >= a.callStart+a.deadline {
+		r.done(a, false)
+		return
+	}
+	if g, ok := a.proc.(Gater); ok {
+		ans := g.Admit(r.clock(), a.model, a.callStart+a.deadline-r.now, a.attempts > 0, a.jit)
+		if r.gated(a, g, ans) {
+			return
+		}
+	}
+	r.attempt(a)
+}
+
+// gated acts on a gate's answer; false: send the attempt now.
+func (r *run) gated(a *agent, g Gater, ans GateAnswer) bool {
+	switch {
+	case ans.Park:
+		if !a.parked {
+			a.parked = true
+			r.parked = append(r.parked, a)
+			r.rec.park(r.now, 1)
+		}
+		a.parkGen, a.parkCheck = g.Generation(), r.now+parkRecheck
+		return true
+	case !ans.Send:
+		if a.attempts == 0 {
+			r.rec.shed(r.now, a.model)
+		}
+		r.done(a, false)
+		return true
+	case ans.Wait > 0:
+		r.scheduleAttempt(a, ans.Wait, evAttempt)
+		return true
+	}
+	return false
+}
+
+// scheduleAttempt sends the attempt after wait (evAttempt: as it is;
+// evSend: through the gate), when the deadline allows.
+func (r *run) scheduleAttempt(a *agent, wait time.Duration, k eventKind) {
+	if r.now+wait >= a.callStart+a.deadline {
+		r.done(a, false)
+		return
+	}
+	r.seq++
+	heap.Push(&r.events, event{at: r.now + wait, seq: r.seq, agent: int32(a.idx), kind: k})
+}
+
+// parkRecheck is how often a parked call is checked without a new
+// assignment (refgate.Recheck).
+const parkRecheck = time.Second
+
+// resumeParked checks the parked calls whose process received an
+// assignment, or whose recheck is due, earliest deadline first.
+func (r *run) resumeParked() {
+	if len(r.parked) == 0 {
+		return
+	}
+	var due []*agent
+	kept := r.parked[:0]
+	for _, a := range r.parked {
+		g := a.proc.(Gater)
+		if g.Generation() != a.parkGen || r.now >= a.parkCheck || r.now >= a.callStart+a.deadline {
+			due = append(due, a)
+		}
+		kept = append(kept, a)
+	}
+	r.parked = kept
+	if len(due) == 0 {
+		return
+	}
+	sort.SliceStable(due, func(i, j int) bool { return due[i].callStart+due[i].deadline < due[j].callStart+due[j].deadline })
+	for _, a := range due {
+		g := a.proc.(Gater)
+		ans := g.Resume(r.clock(), a.callStart+a.deadline-r.now, a.jit)
+		if ans.Park && r.now < a.callStart+a.deadline {
+			a.parkGen, a.parkCheck = g.Generation(), r.now+parkRecheck
+			continue
+		}
+		a.parked = false
+		r.unpark(a)
+		if !ans.Park && r.gated(a, g, ans) {
+			continue
+		}
+		if ans.Park { // its deadline passed
+			r.done(a, false)
+			continue
+		}
+		r.attempt(a)
+	}
+}
+
+func (r *run) unpark(a *agent) {
+	for i, b := range r.parked {
+		if b == a {
+			r.parked = append(r.parked[:i], r.parked[i+1:]...)
+			break
+		}
+	}
+	r.rec.park(r.now, -1)
+}
+
+func (r *run) attempt(a *agent) {
 	a.attempts++
 	a.outcome = r.prov.attempt(r.now, a.model, a.lat)
 	r.rec.attempt(r.now, a.model, &a.outcome)
 	r.schedule(a.outcome.Latency, a, evAnswer)
 }
 
+// done ends the logical call and starts the agent's think time.
+func (r *run) done(a *agent, ok bool) {
+	r.rec.callDone(r.now, a.model, ok, a.attempts, a.proc.Decisions()-a.decisionsAtCall, r.now-a.callStart)
+	r.schedule(r.thinkTime(a), a, evCall)
+}
+
 func (r *run) answer(a *agent) {
-	at := &Attempt{Now: r.clock(), N: a.attempts, Elapsed: r.now - a.callStart, Outcome: &a.outcome, Rand: a.jit}
-	if a.outcome.OK {
+	at := &Attempt{Now: r.clock(), N: a.attempts, Elapsed: r.now - a.callStart, Outcome: &a.outcome, Rand: a.jit,
+		Deadline: Epoch.Add(a.callStart + a.deadline)}
+	if a.outcome.OK && r.now <= a.callStart+a.deadline {
 		a.proc.Succeeded(at)
-		r.rec.callDone(r.now, a.model, true, a.attempts, a.proc.Decisions()-a.decisionsAtCall)
-		r.schedule(r.thinkTime(a), a, evCall)
+		r.done(a, true)
+		return
+	}
+	if a.outcome.OK { // it came back after the caller had given up
+		a.proc.Succeeded(at)
+		r.done(a, false)
 		return
 	}
 	retry, delay := a.proc.Failed(at)
 	if retry {
-		r.schedule(max(delay, 0), a, evAttempt)
+		r.scheduleAttempt(a, max(delay, 0), evSend)
 		return
 	}
-	r.rec.callDone(r.now, a.model, false, a.attempts, a.proc.Decisions()-a.decisionsAtCall)
-	r.schedule(r.thinkTime(a), a, evCall)
+	r.done(a, false)
 }

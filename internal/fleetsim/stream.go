@@ -173,6 +173,11 @@ type streamProcess struct {
 	backoff               time.Duration
 	sent                  fleet.Assignment
 	sentAt, evalAt        time.Time
+	gen                   uint64 // assignments received
+	// the call the gate parked (one at a time: an agent makes one call)
+	parked        *refgate.Parked
+	parkedRetry   bool
+	parkedShown   int64 // the parked count the last report gave
 	// ownBound is what the process's own budget allows while policyd is
 	// away: 5 first attempts above its threshold, then 0.1 a second.
 	ownBound   int64
@@ -186,7 +191,14 @@ func (p *streamProcess) target() fleet.Target {
 }
 
 func (p *streamProcess) pending() bool {
-	return p.admitted+p.shed+p.succeeded+p.failed+p.retries > 0
+	return p.admitted+p.shed+p.succeeded+p.failed+p.retries > 0 || p.parkedCount() != p.parkedShown
+}
+
+func (p *streamProcess) parkedCount() int64 {
+	if p.parked != nil {
+		return 1
+	}
+	return 0
 }
 
 func (p *streamProcess) activity(now time.Time) {
@@ -213,9 +225,10 @@ func (p *streamProcess) report(now time.Time) {
 	in := p.sin
 	in.msgs++
 	in.fleets[p.replica].Report(fleet.Usage{Target: p.target(), ClientID: p.id, Admitted: p.admitted, Shed: p.shed,
-		Succeeded: p.succeeded, Failed: p.failed, Retries: p.retries,
+		Succeeded: p.succeeded, Failed: p.failed, Retries: p.retries, Parked: p.parkedCount(),
 		RequestsPerMinute: fleet.RequestsPerMinute(Provider, p.headers)})
 	p.admitted, p.shed, p.succeeded, p.failed, p.retries, p.headers = 0, 0, 0, 0, 0, nil
+	p.parkedShown = p.parkedCount()
 	p.reportAt = time.Time{}
 	first := !p.subscribed
 	p.subscribed = true
@@ -231,13 +244,15 @@ func (p *streamProcess) deliver(now time.Time, force bool) {
 	}
 	p.sin.msgs++
 	p.sent, p.sentAt = a, now
+	p.gen++
 	p.gate.Assign(now, &refgate.Assignment{TTL: a.TTL, Breaker: a.Breaker, Hold: a.Hold, Stop: a.Stop,
-		AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason})
+		AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason, ParkHint: a.ParkHint})
 }
 
 // Admit implements Gater.
-func (p *streamProcess) Admit(now time.Time, model string, r *rand.Rand) (bool, time.Duration) {
+func (p *streamProcess) Admit(now time.Time, model string, left time.Duration, retry bool, r *rand.Rand) GateAnswer {
 	p.modelName = model
+	p.gate.Target = Provider + "/" + model
 	if p.sin.up() && p.connected && !p.subscribed {
 		// The first call on a target waits for its first assignment (a
 		// local daemon answers in well under the clients' 100-ms limit).
@@ -250,16 +265,44 @@ func (p *streamProcess) Admit(now time.Time, model string, r *rand.Rand) (bool, 
 	if p.sin.up() {
 		p.localSince = time.Time{}
 	}
-	v := p.gate.Check(now, -1, false, r.Float64())
 	p.activity(now)
+	var v refgate.Verdict
+	if retry {
+		v = p.gate.CheckRetry(now, left)
+	} else {
+		v = p.gate.Check(now, left, false, r.Float64())
+	}
+	return p.answer(v, retry)
+}
+
+// Resume implements Gater.
+func (p *streamProcess) Resume(now time.Time, left time.Duration, r *rand.Rand) GateAnswer {
+	p.activity(now)
+	v := p.gate.Resume(now, p.parked, r.Float64())
+	return p.answer(v, p.parkedRetry)
+}
+
+func (p *streamProcess) answer(v refgate.Verdict, retry bool) GateAnswer {
+	p.parked, p.parkedRetry = nil, false
 	switch v.Action {
 	case refgate.Admit, refgate.Wait:
-		p.admitted++
-		return true, v.Wait
+		if !retry {
+			p.admitted++
+		}
+		return GateAnswer{Send: true, Wait: v.Wait}
+	case refgate.Park:
+		p.parked, p.parkedRetry = v.Parked, retry
+		p.shed++ // a check that did not admit: the demand pacing divides by
+		return GateAnswer{Park: true}
 	}
-	p.shed++
-	return false, 0
+	if !retry {
+		p.shed++
+	}
+	return GateAnswer{}
 }
+
+// Generation implements Gater.
+func (p *streamProcess) Generation() uint64 { return p.gen }
 
 // Failed implements Process: the gate's budget counts the failure, and
 // policyd (or, while it is down, the fail-open policy) decides.

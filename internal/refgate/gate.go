@@ -180,6 +180,36 @@ func (g *Gate) Check(now time.Time, deadline time.Duration, canFallBack bool, dr
 	return g.count(v, canFallBack)
 }
 
+// CheckRetry gates a retry that NextDelay allowed, before it is sent: a
+// stopped key stops it, an open breaker (or a probing one without a
+// permit) parks it as a first attempt would be; otherwise it goes, after
+// the wait the decision already gave. Retries are not counted as first
+// attempts.
+func (g *Gate) CheckRetry(now time.Time, deadline time.Duration) Verdict {
+	v := g.check(now, deadline, 0, true)
+	switch v.Action {
+	case Park:
+		if v.StopReason == policydv1.StopReason_STOP_REASON_FLEET_SHED {
+			return Verdict{} // a retry is paced by the daemon's budget, not the gate's share
+		}
+		until := now.Add(DefaultParkLimit)
+		if g.ParkLimit > 0 {
+			until = now.Add(g.ParkLimit)
+		}
+		if deadline >= 0 {
+			until = now.Add(deadline)
+		}
+		if g.ParkLimit < 0 || !until.After(now.Add(g.hintLeft(now))) {
+			return Verdict{Action: Stop, StopReason: v.StopReason, Reason: g.a.Reason}
+		}
+		v.Parked = &Parked{At: now, Until: until}
+		return v
+	case Wait:
+		return Verdict{} // the decision's delay already waited out the cooldown
+	}
+	return v
+}
+
 // Resume checks a parked call again: admitted (Waited says how long it
 // was parked), still parked, or stopped (DEADLINE) as soon as the time it
 // has left is no longer than the fleet's estimate of the wait.

@@ -1,0 +1,131 @@
+package fleet
+
+import (
+	"fmt"
+	"time"
+)
+
+// Parked calls and their release. A streamed client's gate parks first
+// attempts (and retries) that meet an open breaker, a probing one or a
+// pace, and reports how many it holds. The daemon wakes them: while the
+// breaker probes, it hands probe permits to clients that hold parked calls;
+// when it closes, it gives every client a release slot spread over a window
+// sized so that the backlog drains at ReleaseFactor times the traffic the
+// bucket had before the incident.
+
+// ReleaseFactor is the release rate after a close, as a multiple of the
+// first attempts a second the bucket admitted before its breaker opened:
+// the backlog drains half again as fast as the fleet's own pace, and the
+// provider's busiest second after the incident stays under twice its
+// baseline (docs/fleet-simulation.md measures it).
+const ReleaseFactor = 1.5
+
+// maxRelease bounds the release window: a backlog that would take longer
+// drains faster than ReleaseFactor rather than keep calls parked.
+const maxRelease = 30 * time.Second
+
+// parkState is a bucket's view of its parked calls.
+type parkState struct {
+	parkedBy     map[string]int64 // each streamed client's last reported count
+	baseRate     float64          // first attempts a second before the breaker opened
+	releaseSpan  time.Duration    // the release window after the last close
+	releaseSlots map[string]int
+	nextPermit   time.Time
+	permitsGiven int // of the current interval's
+}
+
+// reportParked records client's parked calls.
+func (b *Bucket) reportParked(client string, n int64) {
+	if n == 0 && b.parkedBy == nil {
+		return
+	}
+	if b.parkedBy == nil {
+		b.parkedBy = make(map[string]int64)
+	}
+	if n == 0 {
+		delete(b.parkedBy, client)
+		return
+	}
+	if _, ok := b.parkedBy[client]; ok || len(b.parkedBy) < maxHoldSlots {
+		b.parkedBy[client] = n
+	}
+}
+
+func (b *Bucket) parkedTotal() int64 {
+	var n int64
+	for _, v := range b.parkedBy {
+		n += v
+	}
+	return n
+}
+
+// noteBaseRate remembers the admitted first attempts a second as a closed
+// breaker opens: the traffic the release after the incident is paced by.
+func (b *Bucket) noteBaseRate(now time.Time, c *BreakerConfig) {
+	if b.admitted.secs == nil {
+		return
+	}
+	if r := float64(int64(b.admitted.sum(now))+b.others(now).admitted) / c.Window.Seconds(); r > 0 {
+		b.baseRate = r
+	}
+}
+
+// startRelease sizes the release window at a close.
+func (b *Bucket) startRelease() {
+	b.releaseSpan, b.releaseSlots = 0, nil
+	n := b.parkedTotal()
+	if n == 0 || b.baseRate <= 0 {
+		return
+	}
+	b.releaseSpan = min(maxRelease, time.Duration(float64(n)/(ReleaseFactor*b.baseRate)*float64(time.Second)))
+}
+
+// releaseHold is client's wait for its release slot after a close (0: none).
+func (f *Fleet) releaseHold(b *Bucket, client string, now time.Time) time.Duration {
+	if b.state != Closed || b.releaseSpan <= 0 || b.closedAt.IsZero() || !now.Before(b.closedAt.Add(b.releaseSpan)) {
+		return 0
+	}
+	i, ok := b.releaseSlots[client]
+	if !ok {
+		i = len(b.releaseSlots)
+		if b.releaseSlots == nil {
+			b.releaseSlots = make(map[string]int)
+		}
+		if len(b.releaseSlots) < maxHoldSlots {
+			b.releaseSlots[client] = i
+		}
+	}
+	return max(0, b.closedAt.Add(f.slot(i, b.releaseSpan)).Sub(now))
+}
+
+// probePermit says whether client gets one of the probing breaker's
+// permits now: CloseSuccesses of them every ProbeInterval, to clients
+// holding parked calls, so that the probes that can close the breaker go
+// together and a recovery is seen within one interval and a latency.
+func (b *Bucket) probePermit(client string, now time.Time, c *BreakerConfig) bool {
+	if b.state != HalfOpen || b.parkedBy[client] == 0 || now.Before(b.nextPermit) {
+		return false
+	}
+	b.permitsGiven++
+	if b.permitsGiven >= c.CloseSuccesses {
+		b.permitsGiven, b.nextPermit = 0, now.Add(c.ProbeInterval)
+	}
+	return true
+}
+
+// parkHint is the daemon's estimate of how long a gate's parked call
+// waits: the open period's rest and a probe interval and latency, or a
+// probe interval while probing.
+func (b *Bucket) parkHint(now time.Time, c *BreakerConfig) time.Duration {
+	switch b.state {
+	case Open:
+		return b.openUntil.Sub(now) + c.ProbeInterval
+	case HalfOpen:
+		return c.ProbeInterval
+	}
+	return 0
+}
+
+func (b *Bucket) releaseWhy(hold time.Duration) string {
+	return fmt.Sprintf("released after the breaker closed: this client's slot in %v of %v", hold.Round(100*time.Millisecond), b.releaseSpan.Round(100*time.Millisecond))
+}
