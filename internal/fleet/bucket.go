@@ -164,6 +164,12 @@ func (b *Bucket) advance(now time.Time, cfg *Config, emit func(Event)) {
 // (docs/fleet-simulation.md).
 func (b *Bucket) reopenPeriod(now time.Time, c *BreakerConfig) time.Duration {
 	if b.streamed(now, c) {
+		if b.parkedTotal() > 0 {
+			// Parked calls wait for the daemon's word, not a timer: a probe
+			// every parkedReopen keeps the attempts an outage costs at a
+			// tenth of the calls that start in it.
+			return min(c.OpenFor, parkedReopen*c.ProbeInterval)
+		}
 		return min(c.OpenFor, 2*c.ProbeInterval)
 	}
 	return min(2*b.openPeriod, c.MaxOpenFor)

@@ -20,6 +20,10 @@ import (
 // baseline (docs/fleet-simulation.md measures it).
 const ReleaseFactor = 1.5
 
+// parkedReopen is the open period after a failed probe, in probe
+// intervals, while clients hold parked calls (bucket.reopenPeriod).
+const parkedReopen = 4
+
 // maxRelease bounds the release window: a backlog that would take longer
 // drains faster than ReleaseFactor rather than keep calls parked.
 const maxRelease = 30 * time.Second
@@ -31,7 +35,6 @@ type parkState struct {
 	releaseSpan  time.Duration    // the release window after the last close
 	releaseSlots map[string]int
 	nextPermit   time.Time
-	permitsGiven int // of the current interval's
 }
 
 // reportParked records client's parked calls.
@@ -98,18 +101,15 @@ func (f *Fleet) releaseHold(b *Bucket, client string, now time.Time) time.Durati
 	return max(0, b.closedAt.Add(f.slot(i, b.releaseSpan)).Sub(now))
 }
 
-// probePermit says whether client gets one of the probing breaker's
-// permits now: CloseSuccesses of them every ProbeInterval, to clients
-// holding parked calls, so that the probes that can close the breaker go
-// together and a recovery is seen within one interval and a latency.
+// probePermit says whether client gets the probing breaker's permit now:
+// one every ProbeInterval, to a client holding parked calls (a real call
+// that was waiting anyway), so that while the provider is back the probes
+// that close the breaker follow each other a second apart.
 func (b *Bucket) probePermit(client string, now time.Time, c *BreakerConfig) bool {
 	if b.state != HalfOpen || b.parkedBy[client] == 0 || now.Before(b.nextPermit) {
 		return false
 	}
-	b.permitsGiven++
-	if b.permitsGiven >= c.CloseSuccesses {
-		b.permitsGiven, b.nextPermit = 0, now.Add(c.ProbeInterval)
-	}
+	b.nextPermit = now.Add(c.ProbeInterval)
 	return true
 }
 

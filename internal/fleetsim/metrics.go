@@ -45,6 +45,7 @@ type recorder struct {
 	// at once; and every successful call's latency
 	good, parkedMax []int
 	parkedNow       int
+	parkedSec       int // the last second parkedMax was filled to
 	latencies       []time.Duration
 }
 
@@ -88,10 +89,12 @@ func (r *recorder) attempt(now time.Duration, model string, o *Outcome) {
 
 // park counts a call parked (+1) or leaving the park (-1).
 func (r *recorder) park(now time.Duration, n int) {
-	r.parkedNow += n
-	if s := sec(now); s < len(r.parkedMax) {
-		r.parkedMax[s] = max(r.parkedMax[s], r.parkedNow)
+	s := min(sec(now), len(r.parkedMax)-1)
+	for ; r.parkedSec < s; r.parkedSec++ {
+		r.parkedMax[r.parkedSec+1] = r.parkedNow // the seconds without a change
 	}
+	r.parkedNow += n
+	r.parkedMax[s] = max(r.parkedMax[s], r.parkedNow)
 }
 
 func (r *recorder) callDone(now time.Duration, model string, ok bool, attempts int, decisions int64, latency time.Duration) {
@@ -205,6 +208,7 @@ func sum(xs []int, from, to time.Duration) int {
 
 func (r *recorder) result(rn *run) *Result {
 	sc := r.sc
+	r.park(rn.now, 0)
 	res := &Result{Scenario: sc.Name, Policy: rn.cfg.Policy.Name(), Agents: rn.cfg.Agents, Life: rn.cfg.Life, Seed: rn.cfg.Seed,
 		Replicas:  rn.cfg.Replicas,
 		Throttled: math.NaN(), QuotaUsed: math.NaN(), Unaffected: math.NaN(),

@@ -56,7 +56,13 @@ const (
 	evAttempt                  // an attempt is sent (a gate's wait ended)
 	evAnswer                   // an attempt's answer arrives
 	evSend                     // a retry or a gate's wait ends: the attempt goes through the gate again
+	evTick                     // the daemon's timers and the parked calls' rechecks run
 )
+
+// tickEvery is how often the run looks at the daemon's timers and the
+// parked calls when no agent's event comes sooner: with every call
+// parked, nothing else happens.
+const simTick = 50 * time.Millisecond
 
 type event struct {
 	at    time.Duration
@@ -150,6 +156,10 @@ func Run(cfg Config) (*Result, error) {
 		r.newProcess(a)
 		r.schedule(r.thinkTime(a), a, evCall)
 	}
+	if _, ok := r.inst.(Advancer); ok {
+		r.seq++
+		heap.Push(&r.events, event{at: simTick, seq: r.seq, agent: -1, kind: evTick})
+	}
 	for len(r.events) > 0 {
 		e := heap.Pop(&r.events).(event)
 		if e.at >= cfg.Scenario.Duration {
@@ -160,6 +170,11 @@ func Run(cfg Config) (*Result, error) {
 			adv.Advance(r.clock())
 		}
 		r.resumeParked()
+		if e.kind == evTick {
+			r.seq++
+			heap.Push(&r.events, event{at: r.now + simTick, seq: r.seq, agent: -1, kind: evTick})
+			continue
+		}
 		a := r.agents[e.agent]
 		switch e.kind {
 		case evCall:
