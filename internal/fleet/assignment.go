@@ -20,8 +20,10 @@ type Usage struct {
 	// RequestsPerMinute is the provider's request limit from the last
 	// success's rate-limit headers (0: none reported).
 	RequestsPerMinute int64
-	// Parked is how many calls the client's gate holds parked now.
-	Parked int64
+	// Parked is how many calls the client's gate holds parked now;
+	// ParkedNew the calls it parked at their first check, and Released
+	// the parked calls it admitted (counted in Admitted too).
+	Parked, ParkedNew, Released int64
 }
 
 // Assignment is a target's state for one client's gate, durations from now.
@@ -115,7 +117,9 @@ func (f *Fleet) Report(u Usage) {
 		if _, ok := b.streamClients[u.ClientID]; ok || len(b.streamClients) < maxHoldSlots {
 			b.streamClients[u.ClientID] = now
 		}
-		b.firstAttempts.add(now, int(u.Admitted+u.Shed))
+		// The calls that arrived: a released call arrived when it parked.
+		b.firstAttempts.add(now, int(u.Admitted-u.Released+u.Shed+u.ParkedNew))
+		b.reportParked(u.ClientID, u.Parked)
 		b.retries.add(now, int(u.Retries))
 		b.admitted.add(now, int(u.Admitted))
 		if u.Shed > 0 {
@@ -128,7 +132,6 @@ func (f *Fleet) Report(u Usage) {
 		}
 	}
 	if av := bs[0]; av != nil {
-		av.reportParked(u.ClientID, u.Parked)
 		av.successes.add(now, int(u.Succeeded))
 		if av.state == HalfOpen {
 			av.probeOK += int(u.Succeeded)
@@ -145,7 +148,7 @@ func (f *Fleet) Report(u Usage) {
 		av.maybeOpen(now, u.ClientID, "reported failures", &c.Breaker, emit)
 	}
 	if rl := bs[1]; rl != nil && u.RequestsPerMinute > 0 {
-		rl.rpm = u.RequestsPerMinute
+		rl.learnLimit(now, c, u.RequestsPerMinute, u.ClientID, false)
 	}
 	f.store.unlock()
 	f.publish(events, u.Tenant)
@@ -191,9 +194,15 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 			a.ProbePermits = 1
 			why = append(why, "a probe permit for a parked call")
 		}
-		if h := f.releaseHold(av, client, now); h > 0 {
+	}
+	for _, b := range []*Bucket{av, rl} {
+		if b == nil {
+			continue
+		}
+		b.limit(now) // a limit that expired starts its release
+		if h := f.releaseHold(b, client, now); h > a.Hold {
 			a.Hold = h
-			why = append(why, av.releaseWhy(h))
+			why = append(why, b.releaseWhy(h))
 		}
 	}
 	for _, b := range []*Bucket{rl, av} {

@@ -68,7 +68,10 @@ type Bucket struct {
 	probeOK                                     int
 	reportedAt, closedAt                        time.Time
 	rpm                                         int64
-	cut                                         float64 // pacing's cut after 429s (see throttled)
+	rpmAt                                       time.Time // when a header or a 429 last carried it (pace.go)
+	rpmBy                                       string    // the client that reported it first
+	rpmConfirmed                                bool      // carried by a 429 or reported by a second client
+	cut                                         float64   // pacing's cut after 429s (see throttled)
 	cutAt                                       time.Time
 	holdSlots                                   map[string]int
 	streamClients                               map[string]time.Time
@@ -183,7 +186,7 @@ func (b *Bucket) streamed(now time.Time, c *BreakerConfig) bool {
 
 func (b *Bucket) close(at time.Time, why string, c *Config, emit func(Event)) {
 	b.state, b.openPeriod, b.probeOK, b.closedAt = Closed, 0, 0, at
-	b.startRelease()
+	b.startRelease(at)
 	b.moves++
 	b.window.reset()
 	b.successes.reset()
@@ -376,46 +379,60 @@ func (b *Bucket) admitFraction(now time.Time, c *Config) (float64, string) {
 		}
 	}
 	if p := b.pace(now, c); p < f {
-		f, why = p, fmt.Sprintf("pacing a limit of %d requests a minute: %.0f %% of first attempts", b.rpm, 100*p)
+		f, why = p, b.paceWhy(now, c, p)
 	}
 	return f, why
 }
 
 // pace is the share of first attempts that keeps the fleet at Share of the
-// provider's request limit, given the demand streams reported.
+// provider's request limit (pace.go: corroborated, expiring, AIMD), given
+// the demand: the calls the streams reported arriving, and each parked
+// call drawing again every ParkRecheck.
 func (b *Bucket) pace(now time.Time, c *Config) float64 {
 	if b.rpm <= 0 && len(b.remote) > 0 {
-		b.rpm = b.others(now).rpm // another replica's streams reported the limit
+		if r := b.others(now).rpm; r > 0 {
+			b.learnLimit(now, c, r, "", true) // another replica's streams reported the limit
+		}
 	}
-	if c.Pacing.Share == 0 || b.rpm <= 0 || b.firstAttempts.secs == nil {
+	rpm := b.limit(now)
+	if c.Pacing.Share == 0 || rpm <= 0 || b.firstAttempts.secs == nil {
 		return 1
 	}
 	secs, o := c.Breaker.Window.Seconds(), b.others(now)
-	first := float64(int64(b.firstAttempts.sum(now))+o.firstAttempts) / secs
+	first := float64(int64(b.firstAttempts.sum(now))+o.firstAttempts)/secs + float64(b.parkedTotal())/ParkRecheck.Seconds()
 	if first <= 0 {
 		return 1
 	}
-	room := c.Pacing.Share*float64(b.rpm)/60 - float64(int64(b.retries.sum(now))+o.retries)/secs
-	return min(1, max(0, room/first)) * b.cutNow(now)
+	room := c.Pacing.Share*float64(rpm)/60*b.cutNow(now, c) - float64(int64(b.retries.sum(now))+o.retries)/secs
+	// Bounded below: a second's worth of the fleet's room at the least cut.
+	room = max(room, MinCut*c.Pacing.Share*float64(rpm)/60/secs)
+	return min(1, max(0, room/first))
 }
 
-// throttled cuts the paced share by a fifth (at most every 200 ms, to at
-// least 30 %) when a paced bucket still gets 429s; the cut heals by 0.1 a
-// second. The demand and retries pacing divides by are averages over the
-// window: they lag a sudden quota, and the 429s tell at once (measured in
-// the simulation's quota scenario: most 429s came in the first seconds).
-func (b *Bucket) throttled(now time.Time) {
-	if b.rpm <= 0 || now.Sub(b.cutAt) < 200*time.Millisecond {
+// throttled cuts the paced share (CutFactor, at most every cutEvery, not
+// below MinCut) when a paced bucket still gets 429s; it rises again by
+// RisePerSecond (pace.go). The demand and retries pacing divides by are
+// averages over the window: they lag a sudden quota, and the 429s tell at
+// once (measured in the simulation's quota scenario: most 429s came in the
+// first seconds).
+func (b *Bucket) throttled(now time.Time, c *Config) {
+	if b.rpm <= 0 || now.Sub(b.cutAt) < cutEvery {
 		return
 	}
-	b.cut, b.cutAt = max(0.3, 0.8*b.cutNow(now)), now
+	b.cut, b.cutAt = max(MinCut, CutFactor*b.cutNow(now, c)), now
 }
 
-func (b *Bucket) cutNow(now time.Time) float64 {
+// cutNow is the pace's share of the learnt limit's Share: 1 until a 429,
+// then cut and rising, up to the whole limit.
+func (b *Bucket) cutNow(now time.Time, c *Config) float64 {
 	if b.cutAt.IsZero() {
 		return 1
 	}
-	return min(1, b.cut+0.1*now.Sub(b.cutAt).Seconds())
+	top := 1.0
+	if c.Pacing.Share > 0 {
+		top = 1 / c.Pacing.Share
+	}
+	return min(top, b.cut+RisePerSecond*now.Sub(b.cutAt).Seconds())
 }
 
 func typeName(t policydv1.FailureType) string { return enums.Short(t) }

@@ -266,10 +266,10 @@ func (d *decision) run() Answer {
 func (d *decision) record() {
 	a, c, now, sw := d.a, d.c, d.now, d.a.Switches
 	if d.rl != nil && a.RequestsPerMinute > 0 {
-		d.rl.rpm = a.RequestsPerMinute
+		d.rl.learnLimit(now, c, a.RequestsPerMinute, a.ClientID, a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT)
 	}
 	if d.rl != nil && a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT {
-		d.rl.throttled(now)
+		d.rl.throttled(now, c)
 	}
 	own := d.own
 	if own == nil {

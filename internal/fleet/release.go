@@ -18,7 +18,7 @@ import (
 // the backlog drains half again as fast as the fleet's own pace, and the
 // provider's busiest second after the incident stays under twice its
 // baseline (docs/fleet-simulation.md measures it).
-const ReleaseFactor = 1.5
+const ReleaseFactor = 1.2
 
 // parkedReopen is the open period after a failed probe, in probe
 // intervals, while clients hold parked calls (bucket.reopenPeriod).
@@ -32,7 +32,8 @@ const maxRelease = 30 * time.Second
 type parkState struct {
 	parkedBy     map[string]int64 // each streamed client's last reported count
 	baseRate     float64          // first attempts a second before the breaker opened
-	releaseSpan  time.Duration    // the release window after the last close
+	releaseFrom  time.Time        // the last close, or a pace's end
+	releaseSpan  time.Duration    // the release window from releaseFrom
 	releaseSlots map[string]int
 	nextPermit   time.Time
 }
@@ -63,7 +64,8 @@ func (b *Bucket) parkedTotal() int64 {
 }
 
 // noteBaseRate remembers the admitted first attempts a second as a closed
-// breaker opens: the traffic the release after the incident is paced by.
+// breaker opens or a pace starts: the traffic the release after the
+// incident is paced by.
 func (b *Bucket) noteBaseRate(now time.Time, c *BreakerConfig) {
 	if b.admitted.secs == nil {
 		return
@@ -73,9 +75,9 @@ func (b *Bucket) noteBaseRate(now time.Time, c *BreakerConfig) {
 	}
 }
 
-// startRelease sizes the release window at a close.
-func (b *Bucket) startRelease() {
-	b.releaseSpan, b.releaseSlots = 0, nil
+// startRelease sizes the release window at a close or a pace's end.
+func (b *Bucket) startRelease(at time.Time) {
+	b.releaseFrom, b.releaseSpan, b.releaseSlots = at, 0, nil
 	n := b.parkedTotal()
 	if n == 0 || b.baseRate <= 0 {
 		return
@@ -83,9 +85,10 @@ func (b *Bucket) startRelease() {
 	b.releaseSpan = min(maxRelease, time.Duration(float64(n)/(ReleaseFactor*b.baseRate)*float64(time.Second)))
 }
 
-// releaseHold is client's wait for its release slot after a close (0: none).
+// releaseHold is client's wait for its release slot after a close or a
+// pace's end (0: none).
 func (f *Fleet) releaseHold(b *Bucket, client string, now time.Time) time.Duration {
-	if b.state != Closed || b.releaseSpan <= 0 || b.closedAt.IsZero() || !now.Before(b.closedAt.Add(b.releaseSpan)) {
+	if b.state != Closed || b.releaseSpan <= 0 || !now.Before(b.releaseFrom.Add(b.releaseSpan)) {
 		return 0
 	}
 	i, ok := b.releaseSlots[client]
@@ -98,7 +101,7 @@ func (f *Fleet) releaseHold(b *Bucket, client string, now time.Time) time.Durati
 			b.releaseSlots[client] = i
 		}
 	}
-	return max(0, b.closedAt.Add(f.slot(i, b.releaseSpan)).Sub(now))
+	return max(0, b.releaseFrom.Add(f.slot(i, b.releaseSpan)).Sub(now))
 }
 
 // probePermit says whether client gets the probing breaker's permit now:
@@ -127,5 +130,5 @@ func (b *Bucket) parkHint(now time.Time, c *BreakerConfig) time.Duration {
 }
 
 func (b *Bucket) releaseWhy(hold time.Duration) string {
-	return fmt.Sprintf("released after the breaker closed: this client's slot in %v of %v", hold.Round(100*time.Millisecond), b.releaseSpan.Round(100*time.Millisecond))
+	return fmt.Sprintf("parked calls released over %v: this client's slot in %v", b.releaseSpan.Round(100*time.Millisecond), hold.Round(100*time.Millisecond))
 }

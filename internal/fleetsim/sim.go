@@ -100,11 +100,11 @@ type agent struct {
 	attempts           int
 	// A parked call: the assignment generation it last saw, and when it is
 	// checked again without one.
-	parked            bool
-	parkGen           uint64
-	parkCheck         time.Duration
-	outcome            Outcome
-	decisionsAtCall    int64
+	parked          bool
+	parkGen         uint64
+	parkCheck       time.Duration
+	outcome         Outcome
+	decisionsAtCall int64
 }
 
 type run struct {

@@ -165,6 +165,7 @@ type streamProcess struct {
 
 	// The counts of the current report interval.
 	admitted, shed, succeeded, failed, retries int64
+	parkedNew, released                        int64
 	headers                                    map[string]string
 	reportAt                                   time.Time
 
@@ -175,9 +176,9 @@ type streamProcess struct {
 	sentAt, evalAt        time.Time
 	gen                   uint64 // assignments received
 	// the call the gate parked (one at a time: an agent makes one call)
-	parked        *refgate.Parked
-	parkedRetry   bool
-	parkedShown   int64 // the parked count the last report gave
+	parked      *refgate.Parked
+	parkedRetry bool
+	parkedShown int64 // the parked count the last report gave
 	// ownBound is what the process's own budget allows while policyd is
 	// away: 5 first attempts above its threshold, then 0.1 a second.
 	ownBound   int64
@@ -191,7 +192,7 @@ func (p *streamProcess) target() fleet.Target {
 }
 
 func (p *streamProcess) pending() bool {
-	return p.admitted+p.shed+p.succeeded+p.failed+p.retries > 0 || p.parkedCount() != p.parkedShown
+	return p.admitted+p.shed+p.succeeded+p.failed+p.retries+p.parkedNew != 0 || p.parkedCount() != p.parkedShown
 }
 
 func (p *streamProcess) parkedCount() int64 {
@@ -226,8 +227,10 @@ func (p *streamProcess) report(now time.Time) {
 	in.msgs++
 	in.fleets[p.replica].Report(fleet.Usage{Target: p.target(), ClientID: p.id, Admitted: p.admitted, Shed: p.shed,
 		Succeeded: p.succeeded, Failed: p.failed, Retries: p.retries, Parked: p.parkedCount(),
+		ParkedNew: p.parkedNew, Released: p.released,
 		RequestsPerMinute: fleet.RequestsPerMinute(Provider, p.headers)})
 	p.admitted, p.shed, p.succeeded, p.failed, p.retries, p.headers = 0, 0, 0, 0, 0, nil
+	p.parkedNew, p.released = 0, 0
 	p.parkedShown = p.parkedCount()
 	p.reportAt = time.Time{}
 	first := !p.subscribed
@@ -272,28 +275,40 @@ func (p *streamProcess) Admit(now time.Time, model string, left time.Duration, r
 	} else {
 		v = p.gate.Check(now, left, false, r.Float64())
 	}
-	return p.answer(v, retry)
+	return p.answer(v, retry, false)
 }
 
 // Resume implements Gater.
 func (p *streamProcess) Resume(now time.Time, left time.Duration, r *rand.Rand) GateAnswer {
 	p.activity(now)
 	v := p.gate.Resume(now, p.parked, r.Float64())
-	return p.answer(v, p.parkedRetry)
+	return p.answer(v, p.parkedRetry, true)
 }
 
-func (p *streamProcess) answer(v refgate.Verdict, retry bool) GateAnswer {
+// answer counts a gate's verdict for the reports: first attempts admitted
+// (a released call among them), shed, parked at their first check.
+func (p *streamProcess) answer(v refgate.Verdict, retry, resumed bool) GateAnswer {
 	p.parked, p.parkedRetry = nil, false
 	switch v.Action {
 	case refgate.Admit, refgate.Wait:
 		if !retry {
 			p.admitted++
+			if resumed {
+				p.released++
+			}
 		}
 		return GateAnswer{Send: true, Wait: v.Wait}
 	case refgate.Park:
 		p.parked, p.parkedRetry = v.Parked, retry
-		p.shed++ // a check that did not admit: the demand pacing divides by
+		if !retry && !resumed {
+			p.parkedNew++
+		}
 		return GateAnswer{Park: true}
+	}
+	if resumed && !retry {
+		p.shed++ // gave up parked: it arrived when it parked
+		p.parkedNew--
+		return GateAnswer{}
 	}
 	if !retry {
 		p.shed++

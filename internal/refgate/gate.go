@@ -57,8 +57,9 @@ const (
 	// still gets an answer within two minutes.
 	DefaultParkLimit = 2 * time.Minute
 	// Recheck is how often a parked call is checked again when no
-	// assignment arrives (a pace's draw, the deadline).
-	Recheck = time.Second
+	// assignment arrives, and how often a call parked by a pace draws
+	// again (the daemon counts each parked call as one draw a Recheck).
+	Recheck = fleet.ParkRecheck
 )
 
 // Assignment is an assignment as the gate keeps it.
@@ -110,6 +111,7 @@ type Parked struct {
 	// caller's deadline, or At + the park limit).
 	At, Until   time.Time
 	canFallBack bool
+	drawAt      time.Time // when a pace's draw is due again
 }
 
 // New returns a gate with a full budget.
@@ -172,7 +174,7 @@ func (g *Gate) Check(now time.Time, deadline time.Duration, canFallBack bool, dr
 			// answer is now, as the cause says.
 			v.Action, v.Reason = Stop, g.a.Reason
 		default:
-			v.Parked = &Parked{At: now, Until: until, canFallBack: canFallBack}
+			v.Parked = &Parked{At: now, Until: until, canFallBack: canFallBack, drawAt: now.Add(Recheck)}
 			g.Parked++
 			return v
 		}
@@ -214,6 +216,11 @@ func (g *Gate) CheckRetry(now time.Time, deadline time.Duration) Verdict {
 // was parked), still parked, or stopped (DEADLINE) as soon as the time it
 // has left is no longer than the fleet's estimate of the wait.
 func (g *Gate) Resume(now time.Time, p *Parked, draw float64) Verdict {
+	if now.Before(p.drawAt) {
+		draw = 1 // a pace's draw is not due: only a full share admits
+	} else {
+		p.drawAt = now.Add(Recheck)
+	}
 	v := g.check(now, -1, draw, true)
 	v.Waited = now.Sub(p.At)
 	left := p.Until.Sub(now)

@@ -1,0 +1,82 @@
+package fleet
+
+import (
+	"fmt"
+	"time"
+)
+
+// Pacing a learnt request limit: the gates admit the share of first
+// attempts that keeps the fleet at Share of the provider's limit (pace in
+// bucket.go). The limit is learnt from rate-limit headers and is only an
+// estimate, so it is held loosely:
+//   - it cuts a pace only when corroborated: carried by a 429, or reported
+//     by more than one client (one client's stale or foreign header does
+//     not throttle the fleet);
+//   - it expires LimitTTL after the last header or 429 that carried it,
+//     so a limit that lifts is forgotten within seconds;
+//   - the share it gives moves as TCP's congestion window and the AWS
+//     SDKs' adaptive retry mode do (additive increase, multiplicative
+//     decrease): cut by CutFactor on a 429, raised by RisePerSecond of the
+//     limit each second without one, up to the whole limit, never below
+//     MinCut.
+
+// LimitTTL is how long a learnt request limit lasts without a header or a
+// 429 that carries it again.
+const LimitTTL = 10 * time.Second
+
+// The pace's AIMD: a 429 cuts the share to CutFactor of itself (at most
+// every cutEvery, never below MinCut); each second without one raises it
+// by RisePerSecond, up to the limit itself (1 / Share of the paced share).
+const (
+	CutFactor     = 0.9
+	MinCut        = 0.3
+	RisePerSecond = 0.02
+	cutEvery      = 200 * time.Millisecond
+)
+
+// ParkRecheck is how often a client's gate draws again for a call parked
+// by a pace (refgate.Recheck): the daemon counts each parked call as that
+// much demand.
+const ParkRecheck = time.Second
+
+// learnLimit records a request limit rpm from client's headers (or a 429's,
+// which corroborates it at once).
+func (b *Bucket) learnLimit(now time.Time, c *Config, rpm int64, client string, on429 bool) {
+	if rpm <= 0 {
+		return
+	}
+	if rpm != b.rpm {
+		b.rpmConfirmed, b.rpmBy = false, client
+	}
+	b.rpm, b.rpmAt = rpm, now
+	if !b.rpmConfirmed && (on429 || (b.rpmBy != "" && client != b.rpmBy)) {
+		// The pace starts at Share of the limit and rises while no 429 comes.
+		b.rpmConfirmed, b.cut, b.cutAt = true, 1, now
+		b.noteBaseRate(now, &c.Breaker)
+	}
+}
+
+// limit is the learnt request limit that paces now (0: none): corroborated
+// and not expired.
+func (b *Bucket) limit(now time.Time) int64 {
+	if b.rpm > 0 && !b.rpmAt.IsZero() && now.Sub(b.rpmAt) > LimitTTL {
+		if b.rpmConfirmed {
+			b.startRelease(now) // the calls the pace parked leave in slots, not at once
+		}
+		b.rpm, b.rpmConfirmed, b.cutAt = 0, false, time.Time{}
+	}
+	if !b.rpmConfirmed {
+		return 0
+	}
+	return b.rpm
+}
+
+// paceWhy says how the pace stands, for the assignment's reason.
+func (b *Bucket) paceWhy(now time.Time, c *Config, share float64) string {
+	why := fmt.Sprintf("pacing a limit of %d requests a minute (learnt %v ago): %.0f %% of first attempts", b.rpm,
+		now.Sub(b.rpmAt).Round(time.Second), 100*share)
+	if !b.cutAt.IsZero() {
+		why += fmt.Sprintf(", at %.0f %% of the limit's share after a 429 %v ago", 100*b.cutNow(now, c), now.Sub(b.cutAt).Round(time.Second))
+	}
+	return why
+}
