@@ -132,6 +132,7 @@ func (f *Fleet) Report(u Usage) {
 		}
 	}
 	if av := bs[0]; av != nil {
+		av.advance(now, c, emit) // a success after the open period ended is a probe's
 		av.successes.add(now, int(u.Succeeded))
 		if av.state == HalfOpen {
 			av.probeOK += int(u.Succeeded)
