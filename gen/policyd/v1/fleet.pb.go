@@ -158,7 +158,8 @@ type BucketUsage struct {
 	Target *BucketTarget          `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
 	// Since this bucket's last report (or its first use): more than 0, at most 10 minutes.
 	Elapsed *durationpb.Duration `protobuf:"bytes,2,opt,name=elapsed,proto3" json:"elapsed,omitempty"`
-	// First attempts the gate admitted, and those it did not (stopped, fell back).
+	// First attempts the gate admitted, and those it did not (stopped, fell back,
+	// or gave up parked).
 	Admitted uint64 `protobuf:"varint,3,opt,name=admitted,proto3" json:"admitted,omitempty"`
 	Shed     uint64 `protobuf:"varint,4,opt,name=shed,proto3" json:"shed,omitempty"`
 	// Attempts that succeeded.
@@ -172,8 +173,17 @@ type BucketUsage struct {
 	// The rate-limit headers of the last success, as received: only
 	// x-ratelimit-* and anthropic-ratelimit-* (at most 16, values at most 64 bytes).
 	RateLimitHeaders map[string]string `protobuf:"bytes,8,rep,name=rate_limit_headers,json=rateLimitHeaders,proto3" json:"rate_limit_headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Calls the gate holds parked now (a gauge, not a count over the
+	// interval): the daemon hands probe permits to clients that hold some and
+	// sizes the release after a close by their total.
+	Parked uint64 `protobuf:"varint,9,opt,name=parked,proto3" json:"parked,omitempty"`
+	// First attempts the gate parked at their first check in the interval,
+	// and parked calls it admitted (released; counted in admitted too). A
+	// parked call that gives up counts in shed.
+	ParkedNew     uint64 `protobuf:"varint,10,opt,name=parked_new,json=parkedNew,proto3" json:"parked_new,omitempty"`
+	Released      uint64 `protobuf:"varint,11,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BucketUsage) Reset() {
@@ -262,6 +272,27 @@ func (x *BucketUsage) GetRateLimitHeaders() map[string]string {
 	return nil
 }
 
+func (x *BucketUsage) GetParked() uint64 {
+	if x != nil {
+		return x.Parked
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetParkedNew() uint64 {
+	if x != nil {
+		return x.ParkedNew
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetReleased() uint64 {
+	if x != nil {
+		return x.Released
+	}
+	return 0
+}
+
 // CoordinateResponse is one message down the stream.
 type CoordinateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -333,7 +364,11 @@ type Assignment struct {
 	// Why, for a human: "breaker open: 24 failures in 10s from 6 clients".
 	Reason string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Where to go when the gate does not admit and the caller can fall back.
-	Fallback      *Fallback `protobuf:"bytes,10,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	Fallback *Fallback `protobuf:"bytes,10,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	// The daemon's estimate of how long a parked call waits from receipt
+	// (the open period's rest and a probe interval); unset: unknown. A gate
+	// does not park a call whose deadline comes first.
+	ParkHint      *durationpb.Duration `protobuf:"bytes,11,opt,name=park_hint,json=parkHint,proto3" json:"park_hint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -434,6 +469,13 @@ func (x *Assignment) GetReason() string {
 func (x *Assignment) GetFallback() *Fallback {
 	if x != nil {
 		return x.Fallback
+	}
+	return nil
+}
+
+func (x *Assignment) GetParkHint() *durationpb.Duration {
+	if x != nil {
+		return x.ParkHint
 	}
 	return nil
 }
@@ -839,7 +881,7 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\fBucketTarget\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x15\n" +
-	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\x96\x03\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xe9\x03\n" +
 	"\vBucketUsage\x120\n" +
 	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x123\n" +
 	"\aelapsed\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12\x1a\n" +
@@ -848,12 +890,17 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\tsucceeded\x18\x05 \x01(\x04R\tsucceeded\x12\x16\n" +
 	"\x06failed\x18\x06 \x01(\x04R\x06failed\x12\x18\n" +
 	"\aretries\x18\a \x01(\x04R\aretries\x12[\n" +
-	"\x12rate_limit_headers\x18\b \x03(\v2-.policyd.v1.BucketUsage.RateLimitHeadersEntryR\x10rateLimitHeaders\x1aC\n" +
+	"\x12rate_limit_headers\x18\b \x03(\v2-.policyd.v1.BucketUsage.RateLimitHeadersEntryR\x10rateLimitHeaders\x12\x16\n" +
+	"\x06parked\x18\t \x01(\x04R\x06parked\x12\x1d\n" +
+	"\n" +
+	"parked_new\x18\n" +
+	" \x01(\x04R\tparkedNew\x12\x1a\n" +
+	"\breleased\x18\v \x01(\x04R\breleased\x1aC\n" +
 	"\x15RateLimitHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
 	"\x12CoordinateResponse\x128\n" +
-	"\vassignments\x18\x01 \x03(\v2\x16.policyd.v1.AssignmentR\vassignments\"\xad\x03\n" +
+	"\vassignments\x18\x01 \x03(\v2\x16.policyd.v1.AssignmentR\vassignments\"\xe5\x03\n" +
 	"\n" +
 	"Assignment\x120\n" +
 	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x12\x18\n" +
@@ -866,7 +913,8 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\rprobe_permits\x18\b \x01(\rR\fprobePermits\x12\x16\n" +
 	"\x06reason\x18\t \x01(\tR\x06reason\x120\n" +
 	"\bfallback\x18\n" +
-	" \x01(\v2\x14.policyd.v1.FallbackR\bfallback\"\xf4\x05\n" +
+	" \x01(\v2\x14.policyd.v1.FallbackR\bfallback\x126\n" +
+	"\tpark_hint\x18\v \x01(\v2\x19.google.protobuf.DurationR\bparkHint\"\xf4\x05\n" +
 	"\x06Bucket\x12,\n" +
 	"\x05state\x18\x01 \x01(\v2\x16.policyd.v1.FleetStateR\x05state\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1a\n" +
@@ -946,22 +994,23 @@ var file_policyd_v1_fleet_proto_depIdxs = []int32{
 	11, // 8: policyd.v1.Assignment.hold:type_name -> google.protobuf.Duration
 	11, // 9: policyd.v1.Assignment.stop:type_name -> google.protobuf.Duration
 	13, // 10: policyd.v1.Assignment.fallback:type_name -> policyd.v1.Fallback
-	14, // 11: policyd.v1.Bucket.state:type_name -> policyd.v1.FleetState
-	11, // 12: policyd.v1.Bucket.open_period:type_name -> google.protobuf.Duration
-	11, // 13: policyd.v1.Bucket.idle:type_name -> google.protobuf.Duration
-	5,  // 14: policyd.v1.ListBucketsResponse.buckets:type_name -> policyd.v1.Bucket
-	5,  // 15: policyd.v1.GetBucketResponse.bucket:type_name -> policyd.v1.Bucket
-	6,  // 16: policyd.v1.FleetService.ListBuckets:input_type -> policyd.v1.ListBucketsRequest
-	8,  // 17: policyd.v1.FleetService.GetBucket:input_type -> policyd.v1.GetBucketRequest
-	0,  // 18: policyd.v1.FleetService.Coordinate:input_type -> policyd.v1.CoordinateRequest
-	7,  // 19: policyd.v1.FleetService.ListBuckets:output_type -> policyd.v1.ListBucketsResponse
-	9,  // 20: policyd.v1.FleetService.GetBucket:output_type -> policyd.v1.GetBucketResponse
-	3,  // 21: policyd.v1.FleetService.Coordinate:output_type -> policyd.v1.CoordinateResponse
-	19, // [19:22] is the sub-list for method output_type
-	16, // [16:19] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	11, // 11: policyd.v1.Assignment.park_hint:type_name -> google.protobuf.Duration
+	14, // 12: policyd.v1.Bucket.state:type_name -> policyd.v1.FleetState
+	11, // 13: policyd.v1.Bucket.open_period:type_name -> google.protobuf.Duration
+	11, // 14: policyd.v1.Bucket.idle:type_name -> google.protobuf.Duration
+	5,  // 15: policyd.v1.ListBucketsResponse.buckets:type_name -> policyd.v1.Bucket
+	5,  // 16: policyd.v1.GetBucketResponse.bucket:type_name -> policyd.v1.Bucket
+	6,  // 17: policyd.v1.FleetService.ListBuckets:input_type -> policyd.v1.ListBucketsRequest
+	8,  // 18: policyd.v1.FleetService.GetBucket:input_type -> policyd.v1.GetBucketRequest
+	0,  // 19: policyd.v1.FleetService.Coordinate:input_type -> policyd.v1.CoordinateRequest
+	7,  // 20: policyd.v1.FleetService.ListBuckets:output_type -> policyd.v1.ListBucketsResponse
+	9,  // 21: policyd.v1.FleetService.GetBucket:output_type -> policyd.v1.GetBucketResponse
+	3,  // 22: policyd.v1.FleetService.Coordinate:output_type -> policyd.v1.CoordinateResponse
+	20, // [20:23] is the sub-list for method output_type
+	17, // [17:20] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_policyd_v1_fleet_proto_init() }
