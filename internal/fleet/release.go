@@ -22,11 +22,11 @@ const ReleaseFactor = 1.2
 
 // parkedReopen is the open period after a failed probe, in probe
 // intervals, while clients hold parked calls (bucket.reopenPeriod).
-const parkedReopen = 4
+const parkedReopen = 5
 
 // maxRelease bounds the release window: a backlog that would take longer
 // drains faster than ReleaseFactor rather than keep calls parked.
-const maxRelease = 30 * time.Second
+const maxRelease = 10 * time.Second
 
 // parkState is a bucket's view of its parked calls.
 type parkState struct {
