@@ -191,7 +191,7 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 			a.Cause = CauseBreaker
 		}
 		a.ParkHint = av.parkHint(now, &c.Breaker)
-		if av.probePermit(client, now, &c.Breaker) {
+		if f.probePermit(av, client, now, &c.Breaker) {
 			a.ProbePermits = 1
 			why = append(why, "a probe permit for a parked call")
 		}

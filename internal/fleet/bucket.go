@@ -71,7 +71,8 @@ type Bucket struct {
 	rpmAt                                       time.Time // when a header or a 429 last carried it (pace.go)
 	rpmBy                                       string    // the client that reported it first
 	rpmConfirmed                                bool      // carried by a 429 or reported by a second client
-	cut                                         float64   // pacing's cut after 429s (see throttled)
+	rpmExpiredAt                                time.Time
+	cut                                         float64 // pacing's cut after 429s (see throttled)
 	cutAt                                       time.Time
 	holdSlots                                   map[string]int
 	streamClients                               map[string]time.Time
@@ -389,17 +390,13 @@ func (b *Bucket) admitFraction(now time.Time, c *Config) (float64, string) {
 // the demand: the calls the streams reported arriving, and each parked
 // call drawing again every ParkRecheck.
 func (b *Bucket) pace(now time.Time, c *Config) float64 {
-	if b.rpm <= 0 && len(b.remote) > 0 {
-		if r := b.others(now).rpm; r > 0 {
-			b.learnLimit(now, c, r, "", true) // another replica's streams reported the limit
-		}
-	}
+	b.fromOthers(now, c)
 	rpm := b.limit(now)
 	if c.Pacing.Share == 0 || rpm <= 0 || b.firstAttempts.secs == nil {
 		return 1
 	}
 	secs, o := c.Breaker.Window.Seconds(), b.others(now)
-	first := float64(int64(b.firstAttempts.sum(now))+o.firstAttempts)/secs + float64(b.parkedTotal())/ParkRecheck.Seconds()
+	first := float64(int64(b.firstAttempts.sum(now))+o.firstAttempts)/secs + float64(b.fleetParked(now))/ParkRecheck.Seconds()
 	if first <= 0 {
 		return 1
 	}

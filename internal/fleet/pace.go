@@ -56,6 +56,18 @@ func (b *Bucket) learnLimit(now time.Time, c *Config, rpm int64, client string, 
 	}
 }
 
+// fromOthers takes the limit another replica's streams reported, unless
+// this replica let it expire within LimitTTL (the replicas would hand an
+// expired limit back and forth, never letting it go).
+func (b *Bucket) fromOthers(now time.Time, c *Config) {
+	if b.rpm > 0 || len(b.remote) == 0 || (!b.rpmExpiredAt.IsZero() && now.Sub(b.rpmExpiredAt) <= LimitTTL) {
+		return
+	}
+	if r := b.others(now).rpm; r > 0 {
+		b.learnLimit(now, c, r, "", true)
+	}
+}
+
 // limit is the learnt request limit that paces now (0: none): corroborated
 // and not expired.
 func (b *Bucket) limit(now time.Time) int64 {
@@ -63,7 +75,7 @@ func (b *Bucket) limit(now time.Time) int64 {
 		if b.rpmConfirmed {
 			b.startRelease(now) // the calls the pace parked leave in slots, not at once
 		}
-		b.rpm, b.rpmConfirmed, b.cutAt = 0, false, time.Time{}
+		b.rpm, b.rpmConfirmed, b.cutAt, b.rpmExpiredAt = 0, false, time.Time{}, now
 	}
 	if !b.rpmConfirmed {
 		return 0

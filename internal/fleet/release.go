@@ -63,6 +63,18 @@ func (b *Bucket) parkedTotal() int64 {
 	return n
 }
 
+// fleetParked estimates the parked calls of the whole fleet: this
+// replica's streams' times the replicas active on the bucket (the streams
+// spread evenly over the replicas; the counts exchanged do not carry
+// parked calls).
+func (b *Bucket) fleetParked(now time.Time) int64 {
+	n := b.parkedTotal()
+	if n > 0 && len(b.remote) > 0 {
+		n *= int64(b.others(now).replicas + 1)
+	}
+	return n
+}
+
 // noteBaseRate remembers the admitted first attempts a second as a closed
 // breaker opens or a pace starts: the traffic the release after the
 // incident is paced by.
@@ -78,7 +90,7 @@ func (b *Bucket) noteBaseRate(now time.Time, c *BreakerConfig) {
 // startRelease sizes the release window at a close or a pace's end.
 func (b *Bucket) startRelease(at time.Time) {
 	b.releaseFrom, b.releaseSpan, b.releaseSlots = at, 0, nil
-	n := b.parkedTotal()
+	n := b.fleetParked(at)
 	if n == 0 || b.baseRate <= 0 {
 		return
 	}
@@ -107,12 +119,17 @@ func (f *Fleet) releaseHold(b *Bucket, client string, now time.Time) time.Durati
 // probePermit says whether client gets the probing breaker's permit now:
 // one every ProbeInterval, to a client holding parked calls (a real call
 // that was waiting anyway), so that while the provider is back the probes
-// that close the breaker follow each other a second apart.
-func (b *Bucket) probePermit(client string, now time.Time, c *BreakerConfig) bool {
+// that close the breaker follow each other a second apart. Replicas take
+// the intervals in turn (their slot rank), each for its own streams.
+func (f *Fleet) probePermit(b *Bucket, client string, now time.Time, c *BreakerConfig) bool {
 	if b.state != HalfOpen || b.parkedBy[client] == 0 || now.Before(b.nextPermit) {
 		return false
 	}
-	b.nextPermit = now.Add(c.ProbeInterval)
+	k := int64(now.Sub(b.halfOpenAt) / c.ProbeInterval)
+	if stride := int64(f.slotStride.Load()); stride > 1 && k%stride != int64(f.slotOffset.Load()) {
+		return false
+	}
+	b.nextPermit = b.halfOpenAt.Add(time.Duration(k+1) * c.ProbeInterval)
 	return true
 }
 
