@@ -22,7 +22,7 @@ import (
 
 // LimitTTL is how long a learnt request limit lasts without a header or a
 // 429 that carries it again.
-const LimitTTL = 10 * time.Second
+const LimitTTL = 5 * time.Second
 
 // The pace's AIMD: a 429 cuts the share to CutFactor of itself (at most
 // every cutEvery, never below MinCut); each second without one raises it

@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"container/heap"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -29,6 +30,10 @@ type Config struct {
 	// Exchanges returns n meeting places on a clean slate (an empty
 	// database) for one run, and a func that closes them.
 	Exchanges func(n int) ([]fleet.Exchange, func(), error)
+	// NoReference skips the run without the incident that herd_ref and
+	// unaffected are read from (they are NaN then): half the cost, for
+	// checks that read neither.
+	NoReference bool
 }
 
 // Epoch is the virtual clock's zero.
@@ -188,7 +193,8 @@ func Run(cfg Config) (*Result, error) {
 		}
 	}
 	res := r.rec.result(r)
-	if sc := cfg.Scenario; !sc.healthy {
+	res.HerdRef = math.NaN()
+	if sc := cfg.Scenario; !sc.healthy && !cfg.NoReference {
 		// The same agents, with the same draws, without the incident: the
 		// unaffected model's goodput is measured against it (any difference
 		// is spillover), and its herd statistic is the noise floor (the
