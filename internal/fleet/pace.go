@@ -85,7 +85,7 @@ func (b *Bucket) limit(now time.Time) int64 {
 
 // paceWhy says how the pace stands, for the assignment's reason.
 func (b *Bucket) paceWhy(now time.Time, c *Config, share float64) string {
-	why := fmt.Sprintf("pacing a limit of %d requests a minute (learnt %v ago): %.0f %% of first attempts", b.rpm,
+	why := fmt.Sprintf("pacing a limit of %d requests a minute (last seen %v ago): %.0f %% of first attempts", b.rpm,
 		now.Sub(b.rpmAt).Round(time.Second), 100*share)
 	if !b.cutAt.IsZero() {
 		why += fmt.Sprintf(", at %.0f %% of the limit's share after a 429 %v ago", 100*b.cutNow(now, c), now.Sub(b.cutAt).Round(time.Second))

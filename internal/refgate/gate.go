@@ -322,3 +322,7 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resume
 	}
 	return Verdict{}
 }
+
+// Cancel takes a parked call the caller cancelled out of the park: it
+// counts as shed.
+func (g *Gate) Cancel(*Parked) { g.Shed++ }
