@@ -191,6 +191,81 @@ func TestAgentGoals(t *testing.T) {
 	}
 }
 
+// The agents' goals hold at 2,000 agents on one key: loss and goodput
+// against the best baseline, the outage's amplification after detection
+// (0.05 here: with ten times the calls starting, the detection's last
+// second weighs less), recovery, and the quota's 429s; the quota's goodput
+// and use are short as at 200 agents (docs/fleet-simulation.md).
+func TestAgentGoalsAtScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2,000 agents")
+	}
+	for _, sc := range []string{Outage, Quota} {
+		t.Run(sc, func(t *testing.T) {
+			t.Parallel()
+			scn, err := NewScenario(sc, DefaultTiming)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs := map[string]*Result{}
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for _, pol := range append([]string{PolicyFleetStream}, baselines...) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					p, err := NewPolicy(pol)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					r, err := Run(Config{Scenario: scn, Policy: p, Agents: 2000, Seed: 1})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					runs[pol] = r
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			fs := runs[PolicyFleetStream]
+			if fs == nil {
+				t.Fatal("no fleet-stream run")
+			}
+			t.Log(fs.Line())
+			bestLoss, bestGood := math.Inf(1), 0.0
+			for _, pol := range baselines {
+				if r := runs[pol]; r != nil {
+					bestLoss, bestGood = min(bestLoss, r.Loss), max(bestGood, r.Goodput)
+				}
+			}
+			goodShare := 0.98
+			if sc == Quota {
+				goodShare = 0.96
+			}
+			if fs.Loss > bestLoss+0.01 || fs.Goodput < goodShare*bestGood {
+				t.Errorf("loss %.3f (best %.3f), goodput %.2f (best %.2f, want ≥ %.2f ×)", fs.Loss, bestLoss, fs.Goodput, bestGood, goodShare)
+			}
+			if fs.Herd > 2 || fs.TTR > 10 || fs.SuccessPathDecisions != 0 || fs.StreamRate > 1 {
+				t.Errorf("herd %.2f × baseline, recovery %v s, %d RPCs on the success path, %.2f stream messages a second",
+					fs.Herd, fs.TTR, fs.SuccessPathDecisions, fs.StreamRate)
+			}
+			switch sc {
+			case Outage:
+				if fs.AfterDetection > 0.1 {
+					t.Errorf("amplification after detection %.2f > 0.1", fs.AfterDetection)
+				}
+			case Quota:
+				if fs.Throttled > 0.05 {
+					t.Errorf("%.3f of attempts throttled > 0.05", fs.Throttled)
+				}
+			}
+		})
+	}
+}
+
 // Recovery after a full outage, over seeds 1–20 (one run's recovery
 // depends on where in the breaker's cycle the provider comes back): a
 // median ≤ 5 s and no seed above 10 s; after a quota lifts, ≤ 10 s every
