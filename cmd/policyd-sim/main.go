@@ -242,11 +242,8 @@ func drawChart(path string, sc fleetsim.Scenario, results []*fleetsim.Result) er
 	if err != nil {
 		return err
 	}
-	if _, err := c.WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	_, err = c.WriteTo(f)
+	return errors.Join(err, f.Close())
 }
 
 // panel plots series(r) for each result, and dotted extra(r) when not nil.
