@@ -72,6 +72,8 @@ type Bucket struct {
 	rpmBy                                       string    // the client that reported it first
 	rpmConfirmed                                bool      // carried by a 429 or reported by a second client
 	rpmExpiredAt                                time.Time
+	paceWhyKey                                  paceWhyKey // what paceWhyText says
+	paceWhyText                                 string
 	cut                                         float64 // pacing's cut after 429s (see throttled)
 	cutAt                                       time.Time
 	holdSlots                                   map[string]int

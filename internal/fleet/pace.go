@@ -83,12 +83,29 @@ func (b *Bucket) limit(now time.Time) int64 {
 	return b.rpm
 }
 
-// paceWhy says how the pace stands, for the assignment's reason.
+// paceWhy says how the pace stands, for the assignment's reason. Every
+// stream asks for it four times a second: the text is kept until what it
+// says changes.
 func (b *Bucket) paceWhy(now time.Time, c *Config, share float64) string {
-	why := fmt.Sprintf("pacing a limit of %d requests a minute (last seen %v ago): %.0f %% of first attempts", b.rpm,
-		now.Sub(b.rpmAt).Round(time.Second), 100*share)
+	seen, cut := now.Sub(b.rpmAt).Round(time.Second), time.Duration(-1)
 	if !b.cutAt.IsZero() {
-		why += fmt.Sprintf(", at %.0f %% of the limit's share after a 429 %v ago", 100*b.cutNow(now, c), now.Sub(b.cutAt).Round(time.Second))
+		cut = now.Sub(b.cutAt).Round(time.Second)
 	}
+	key := paceWhyKey{rpm: b.rpm, seen: seen, cut: cut, share: int(100*share + 0.5), cutShare: int(100*b.cutNow(now, c) + 0.5)}
+	if key == b.paceWhyKey && b.paceWhyText != "" {
+		return b.paceWhyText
+	}
+	why := fmt.Sprintf("pacing a limit of %d requests a minute (last seen %v ago): %d %% of first attempts", key.rpm, seen, key.share)
+	if cut >= 0 {
+		why += fmt.Sprintf(", at %d %% of the limit's share after a 429 %v ago", key.cutShare, cut)
+	}
+	b.paceWhyKey, b.paceWhyText = key, why
 	return why
+}
+
+// paceWhyKey is what a pace's reason says.
+type paceWhyKey struct {
+	rpm             int64
+	seen, cut       time.Duration
+	share, cutShare int
 }

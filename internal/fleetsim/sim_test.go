@@ -197,8 +197,8 @@ func TestAgentGoals(t *testing.T) {
 // second weighs less), recovery, and the quota's 429s; the quota's goodput
 // and use are short as at 200 agents (docs/fleet-simulation.md).
 func TestAgentGoalsAtScale(t *testing.T) {
-	if testing.Short() {
-		t.Skip("2,000 agents")
+	if testing.Short() || raceEnabled {
+		t.Skip("2,000 agents: checked without -short and -race (make sim-goals)")
 	}
 	for _, sc := range []string{Outage, Quota} {
 		t.Run(sc, func(t *testing.T) {
@@ -271,8 +271,8 @@ func TestAgentGoalsAtScale(t *testing.T) {
 // median ≤ 5 s and no seed above 10 s; after a quota lifts, ≤ 10 s every
 // seed. The seeds run in parallel.
 func TestStreamRecovery(t *testing.T) {
-	if testing.Short() {
-		t.Skip("20 seeds")
+	if testing.Short() || raceEnabled {
+		t.Skip("20 seeds: checked without -short and -race (make sim-goals)")
 	}
 	for _, life := range []int{0, 3} {
 		t.Run("life="+LifeName(life), func(t *testing.T) {
