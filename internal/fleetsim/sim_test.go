@@ -158,6 +158,9 @@ func TestAgentGoals(t *testing.T) {
 	for _, sc := range []string{Outage, Partial, Quota, Restart} {
 		for _, life := range []int{0, 3} {
 			t.Run(sc+"/life="+LifeName(life), func(t *testing.T) {
+				if raceEnabled && life != 0 {
+					t.Skip("life 3: checked without -race (make sim-goals)")
+				}
 				t.Parallel()
 				fs := simulate(t, sc, PolicyFleetStream, life, 1)
 				bestLoss, bestGood, by := math.Inf(1), 0.0, ""
