@@ -18,8 +18,11 @@ type Usage struct {
 	// failures decided without NextDelay, retries sent.
 	Admitted, Shed, Succeeded, Failed, Retries int64
 	// RequestsPerMinute is the provider's request limit from the last
-	// success's rate-limit headers (0: none reported).
+	// success's rate-limit headers (0: none reported), and RemainingShare
+	// the share of it they say is left (RemainingShare; -1 or 0 with no
+	// limit: not said).
 	RequestsPerMinute int64
+	RemainingShare    float64
 	// Parked is how many calls the client's gate holds parked now;
 	// ParkedNew the calls it parked at their first check, and Released
 	// the parked calls it admitted (counted in Admitted too).
@@ -150,6 +153,7 @@ func (f *Fleet) Report(u Usage) {
 	}
 	if rl := bs[1]; rl != nil && u.RequestsPerMinute > 0 {
 		rl.learnLimit(now, c, u.RequestsPerMinute, u.ClientID, false)
+		rl.followRemaining(now, c, u.RemainingShare)
 	}
 	f.store.unlock()
 	f.publish(events, u.Tenant)

@@ -18,7 +18,9 @@ import (
 //     SDKs' adaptive retry mode do (additive increase, multiplicative
 //     decrease): cut by CutFactor on a 429, raised by RisePerSecond of the
 //     limit each second without one, up to the whole limit, never below
-//     MinCut.
+//     MinCut;
+//   - a success whose headers say more than half the limit is left lifts
+//     a cut at once (followRemaining).
 
 // LimitTTL is how long a learnt request limit lasts without a header or a
 // 429 that carries it again.
@@ -81,6 +83,21 @@ func (b *Bucket) limit(now time.Time) int64 {
 		return 0
 	}
 	return b.rpm
+}
+
+// followRemaining takes what a success's headers say is left of the limit:
+// more than half of it left means the limit is not what binds the fleet
+// now, and a pace cut by 429s goes back to the limit's whole share at once
+// instead of rising a step a second.
+func (b *Bucket) followRemaining(now time.Time, c *Config, share float64) {
+	if share <= 0.5 || b.cutAt.IsZero() || !b.rpmConfirmed {
+		return
+	}
+	top := 1.0
+	if c.Pacing.Share > 0 {
+		top = 1 / c.Pacing.Share
+	}
+	b.cut, b.cutAt = top, now
 }
 
 // paceWhy says how the pace stands, for the assignment's reason. Every

@@ -48,6 +48,16 @@ func TestPaceLearntLimit(t *testing.T) {
 				a.RequestsPerMinute = rpm
 				f.Decide(a)
 			}},
+		{name: "a success with more than half the limit left lifts a cut at once", want: 10.0 / 20, why: "pacing",
+			run: func(f *Fleet, clk *fakeClock) {
+				report(f, "a", rpm)
+				report(f, "b", rpm)
+				clk.advance(time.Second)
+				a := ask("a", rateLimit, time.Second)
+				a.RequestsPerMinute = rpm
+				f.Decide(a)
+				f.Report(Usage{Target: streamTarget, ClientID: "a", RequestsPerMinute: rpm, RemainingShare: 0.8})
+			}},
 		{name: "without a 429 the pace rises, additively, to the whole limit", want: 10.0 / 20, why: "pacing",
 			run: func(f *Fleet, clk *fakeClock) {
 				report(f, "a", rpm)

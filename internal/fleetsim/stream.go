@@ -228,7 +228,7 @@ func (p *streamProcess) report(now time.Time) {
 	in.fleets[p.replica].Report(fleet.Usage{Target: p.target(), ClientID: p.id, Admitted: p.admitted, Shed: p.shed,
 		Succeeded: p.succeeded, Failed: p.failed, Retries: p.retries, Parked: p.parkedCount(),
 		ParkedNew: p.parkedNew, Released: p.released,
-		RequestsPerMinute: fleet.RequestsPerMinute(Provider, p.headers)})
+		RequestsPerMinute: fleet.RequestsPerMinute(Provider, p.headers), RemainingShare: fleet.RemainingShare(Provider, p.headers)})
 	p.admitted, p.shed, p.succeeded, p.failed, p.retries, p.headers = 0, 0, 0, 0, 0, nil
 	p.parkedNew, p.released = 0, 0
 	p.parkedShown = p.parkedCount()

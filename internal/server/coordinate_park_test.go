@@ -38,11 +38,15 @@ func TestCoordinateParkedCalls(t *testing.T) {
 		return a.GetBreaker() == policydv1.BreakerState_BREAKER_STATE_HALF_OPEN && a.GetProbePermits() == 1
 	})
 	s2.report(&policydv1.BucketUsage{Parked: 3, ParkedNew: 3})
-	s2.next("half-open", func(a *policydv1.Assignment) bool { return a.GetBreaker() == policydv1.BreakerState_BREAKER_STATE_HALF_OPEN })
+	s2.next("half-open", func(a *policydv1.Assignment) bool {
+		return a.GetBreaker() == policydv1.BreakerState_BREAKER_STATE_HALF_OPEN
+	})
 	s.report(&policydv1.BucketUsage{Admitted: 1, Released: 1, Succeeded: 2, Parked: 2})
 	var held int
 	for _, st := range []*testStream{s, s2} {
-		a := st.next("closed", func(a *policydv1.Assignment) bool { return a.GetBreaker() == policydv1.BreakerState_BREAKER_STATE_CLOSED })
+		a := st.next("closed", func(a *policydv1.Assignment) bool {
+			return a.GetBreaker() == policydv1.BreakerState_BREAKER_STATE_CLOSED
+		})
 		if a.GetHold().AsDuration() > 0 && strings.Contains(a.GetReason(), "parked calls released over") {
 			held++
 		}
