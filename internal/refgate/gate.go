@@ -274,8 +274,8 @@ func (g *Gate) parked(now time.Time, r policydv1.StopReason, cause string) Verdi
 }
 
 // check is the gate's rule; resumed says the call is a parked one: it
-// probes only with a permit, and an expired assignment lets it go (the
-// daemon that would wake it is away).
+// probes only with a permit, and an expired assignment lets it go while
+// the process's own budget allows (the daemon that would wake it is away).
 func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resumed bool) Verdict {
 	g.refill(now)
 	a := g.a
@@ -287,8 +287,11 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resume
 	}
 	age := now.Sub(g.receivedAt)
 	if age >= a.TTL+Grace {
-		if resumed {
-			return Verdict{}
+		if resumed && g.tokens <= ownThreshold {
+			// policyd is away and cannot wake it: the process's own budget
+			// lets parked calls go as it lets first attempts go.
+			return Verdict{Action: Park, StopReason: policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED,
+				Reason: "waiting for the fleet: policyd is unreachable and this process's own budget for " + g.Target + " is spent"}
 		}
 		if g.tokens > ownThreshold {
 			g.OwnAdmitted++
