@@ -153,7 +153,6 @@ func TestAgentGoals(t *testing.T) {
 		Outage:  {herd: 2.3},
 		Quota:   {goodput: 0.93, herd: 2.8}, // the pace's noise: 0.83–0.92 of the quota used
 		Partial: {herd: 2.8},                // half the agents: a noisier second (healthy 1.78)
-		Restart: {herd: 2.3},
 	}
 	for _, sc := range []string{Outage, Partial, Quota, Restart} {
 		for _, life := range []int{0, 3} {
