@@ -33,7 +33,7 @@ type gateVectorCase struct {
 	// Requires names a gate feature the case needs; this gate does not
 	// park yet.
 	Requires string `json:"requires"`
-	Steps []struct {
+	Steps    []struct {
 		AtMs   int64 `json:"at_ms"`
 		Assign *struct {
 			TTLMs         int64               `json:"ttl_ms"`
