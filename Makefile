@@ -100,13 +100,17 @@ test: ## Everything: generated code current, lint, tests with -race (PostgreSQL 
 	fi
 
 .PHONY: test-all
-test-all: check-generate lint deploy-check go-test conformance clients-test fuzz-short # `make test` with TEST_DATABASE_URL set.
+test-all: check-generate lint deploy-check go-test sim-goals conformance clients-test fuzz-short # `make test` with TEST_DATABASE_URL set.
 
 ##@ Parts of `make test`
 
 .PHONY: go-test
 go-test: build $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Run the Go tests with -race (TEST_DATABASE_URL, else private clusters).
 	go test $(GO_TEST_FLAGS) $(GO_PACKAGES)
+
+.PHONY: sim-goals
+sim-goals: ## The fleet simulation's goals at full strength (seeds 1–20, 2,000 agents), without -race: go-test's race run checks the cheaper ones.
+	go test -count=1 ./internal/fleetsim
 
 .PHONY: conformance
 conformance: build ## Replay the peers' retry tests and the real-failure corpus; print agreement per peer and provider.

@@ -34,6 +34,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/policyd/policyd/internal/fleet"
 	"github.com/policyd/policyd/internal/fleet/fleettest"
@@ -56,7 +57,7 @@ func run(args []string, stdout io.Writer) error {
 	lives := fs.String("life", "inf,3", "process lifetimes, comma-separated: inf (one process per agent) or logical calls per process")
 	agents := fs.Int("agents", 200, "agents in the closed loop")
 	seed := fs.Uint64("seed", 1, "the run's seed")
-	svgDir := fs.String("svg-dir", "", "draw <dir>/<scenario>.svg (attempts per second, life inf, every policy asked for)")
+	svgDir := fs.String("svg-dir", "", "draw <dir>/<scenario>.svg (attempts and successful calls per second, and parked calls, life inf, every policy asked for)")
 	doc := fs.String("doc", "", "rewrite this Markdown file's table between <!-- sim:table:begin --> and <!-- sim:table:end -->")
 	replicaList := fs.String("replicas", "1", "policyd replicas, comma-separated (e.g. 1,3): more than one runs the outage, quota and herd scenarios of the policies with fleet memory, sharing it through -database-url, or in memory without one")
 	databaseURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL `url` the replicas share (migrated; its fleet tables are cleared before each run); empty: they share an in-memory exchange (env DATABASE_URL)")
@@ -185,12 +186,13 @@ func list(s string, all []string) ([]string, error) {
 }
 
 // The policies' colours (Okabe–Ito, readable by colour-blind readers) and
-// widths: fleet memory drawn thickest.
+// widths: fleet memory drawn thickest, with its streams' gates in black.
 var styles = map[string]struct {
 	c     color.RGBA
 	width vg.Length
 	dash  []vg.Length
 }{
+	fleetsim.PolicyFleetStream: {color.RGBA{0, 0, 0, 255}, 2.2, nil},
 	fleetsim.PolicyFleet:       {color.RGBA{0, 114, 178, 255}, 2, nil},
 	fleetsim.PolicyStateless:   {color.RGBA{213, 94, 0, 255}, 1.2, nil},
 	fleetsim.PolicySDK:         {color.RGBA{0, 158, 115, 255}, 1, []vg.Length{vg.Points(4), vg.Points(2)}},
@@ -204,50 +206,101 @@ var titles = map[string]string{
 	fleetsim.Quota:   "Shared quota: 600 requests/min on the key from 60 s to 180 s",
 	fleetsim.Herd:    "Synchronised hint: 429 with Retry-After to 70 s, from 60 s to 70 s",
 	fleetsim.Partial: "Partial: gpt-4o down from 60 s to 180 s, gpt-4o-mini fine",
+	fleetsim.Restart: "Outage with policyd killed from 90 s to 120 s",
 }
 
-// drawChart plots each result's attempts per second, with the incident's
-// start and end as grey lines.
+// drawChart draws two panels, one above the other, with the incident's
+// start and end as grey lines: what the provider sees (upstream attempts
+// per second) and what the agents' users get (successful calls per second,
+// and the calls the gates hold parked, dotted, for fleet-stream).
 func drawChart(path string, sc fleetsim.Scenario, results []*fleetsim.Result) error {
+	top, err := panel(sc, results, "upstream attempts per second", func(r *fleetsim.Result) []int { return r.PerSecond }, nil)
+	if err != nil {
+		return err
+	}
+	top.Title.Text = fmt.Sprintf("%s (%d agents, life inf)", titles[sc.Name], results[0].Agents)
+	bottom, err := panel(sc, results, "successful calls per second (dotted: parked)", func(r *fleetsim.Result) []int { return r.GoodPerSecond },
+		func(r *fleetsim.Result) []int {
+			if r.Policy != fleetsim.PolicyFleetStream {
+				return nil
+			}
+			return r.Parked
+		})
+	if err != nil {
+		return err
+	}
+	bottom.X.Label.Text = "time (s)"
+	const w, h = 10 * vg.Inch, 8 * vg.Inch
+	c := vgsvg.New(w, h)
+	dc := draw.New(c)
+	tiles := draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(8), PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(4)}
+	plots := [][]*plot.Plot{{top}, {bottom}}
+	canvases := plot.Align(plots, tiles, dc)
+	top.Draw(canvases[0][0])
+	bottom.Draw(canvases[1][0])
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = c.WriteTo(f)
+	return errors.Join(err, f.Close())
+}
+
+// panel plots series(r) for each result, and dotted extra(r) when not nil.
+func panel(sc fleetsim.Scenario, results []*fleetsim.Result, ylabel string, series, extra func(*fleetsim.Result) []int) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s (%d agents, life inf)", titles[sc.Name], results[0].Agents)
-	p.X.Label.Text = "time (s)"
-	p.Y.Label.Text = "upstream attempts per second"
+	p.Y.Label.Text = ylabel
 	p.Legend.Top = true
 	p.Legend.Left = false
 	p.Add(plotter.NewGrid())
 	ymax := 0.0
 	for _, r := range results {
-		for _, v := range r.PerSecond {
+		for _, v := range series(r) {
 			ymax = max(ymax, float64(v))
 		}
 	}
 	for _, at := range []float64{sc.Start.Seconds(), sc.End.Seconds()} {
 		l, err := plotter.NewLine(plotter.XYs{{X: at, Y: 0}, {X: at, Y: ymax}})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		l.Color = color.Gray{Y: 150}
 		l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
 		p.Add(l)
 	}
-	for _, r := range results {
-		xys := make(plotter.XYs, len(r.PerSecond))
-		for i, v := range r.PerSecond {
+	line := func(ys []int) (*plotter.Line, error) {
+		xys := make(plotter.XYs, len(ys))
+		for i, v := range ys {
 			xys[i] = plotter.XY{X: float64(i), Y: float64(v)}
 		}
-		l, err := plotter.NewLine(xys)
-		if err != nil {
-			return err
+		return plotter.NewLine(xys)
+	}
+	for _, r := range results {
+		st, ok := styles[r.Policy]
+		if !ok {
+			return nil, fmt.Errorf("policy %s has no line style", r.Policy)
 		}
-		st := styles[r.Policy]
+		l, err := line(series(r))
+		if err != nil {
+			return nil, err
+		}
 		l.LineStyle = draw.LineStyle{Color: st.c, Width: vg.Points(float64(st.width)), Dashes: st.dash}
 		p.Add(l)
 		p.Legend.Add(r.Policy, l)
+		if extra == nil || extra(r) == nil {
+			continue
+		}
+		e, err := line(extra(r))
+		if err != nil {
+			return nil, err
+		}
+		e.LineStyle = draw.LineStyle{Color: st.c, Width: vg.Points(1), Dashes: []vg.Length{vg.Points(1), vg.Points(1.5)}}
+		p.Add(e)
+		p.Legend.Add(r.Policy+" parked", e)
 	}
 	p.X.Min, p.X.Max = 0, sc.Duration.Seconds()
 	p.Y.Min = 0
-	return p.Save(10*vg.Inch, 4.5*vg.Inch, path)
+	return p, nil
 }
 
 const (
@@ -268,8 +321,8 @@ func rewriteTable(path string, results []*fleetsim.Result, agents int, seed uint
 	var b bytes.Buffer
 	b.Write(data[:i+len(beginMarker)])
 	fmt.Fprintf(&b, "\n\n_Generated by `make simulate` (%d agents, seed %d); do not edit by hand._\n\n", agents, seed)
-	b.WriteString("| scenario | life | policy | amplification | load | herd (healthy) | ttr_s | goodput/s | loss | other |\n")
-	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| scenario | life | policy | loss | goodput/s | ttr_s | p95_s | amplification (after detection) | load | herd (healthy) | other |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range results {
 		f := map[string]string{}
 		for _, x := range r.Fields() {
@@ -288,8 +341,12 @@ func rewriteTable(path string, results []*fleetsim.Result, agents int, seed uint
 		if r.Replicas > 1 {
 			name += fmt.Sprintf(" ×%d replicas", r.Replicas)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s (%s) | %s | %s | %s | %s |\n", r.Scenario, fleetsim.LifeName(r.Life), name,
-			f["amplification"], f["load"], f["herd"], f["herd_ref"], f["ttr_s"], f["goodput"], f["loss"], strings.Join(other, ", "))
+		amp := f["amplification"]
+		if v := f["amplification_after_detection"]; v != "-" {
+			amp += " (" + v + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s (%s) | %s |\n", r.Scenario, fleetsim.LifeName(r.Life), name,
+			f["loss"], f["goodput"], f["ttr_s"], f["p95_s"], amp, f["load"], f["herd"], f["herd_ref"], strings.Join(other, ", "))
 	}
 	b.WriteString("\n")
 	b.Write(data[j:])

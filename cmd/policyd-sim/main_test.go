@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/policyd/policyd/internal/fleetsim"
+
 	"bytes"
 	"os"
 	"path/filepath"
@@ -83,5 +85,16 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	_ = os.WriteFile(doc, []byte("no markers"), 0o644)
 	if err := run([]string{"-scenario", "herd", "-policy", "sdk", "-life", "3", "-agents", "10", "-doc", doc}, &bytes.Buffer{}); err == nil {
 		t.Error("a doc without markers accepted")
+	}
+}
+
+// Every policy has a line style: a policy without one drew no line, and
+// nobody saw it.
+func TestEveryPolicyHasALineStyle(t *testing.T) {
+	t.Parallel()
+	for _, p := range fleetsim.PolicyNames {
+		if _, ok := styles[p]; !ok {
+			t.Errorf("policy %s has no line style", p)
+		}
 	}
 }

@@ -25,8 +25,15 @@ type Usage struct {
 	// failures decided without NextDelay, retries sent.
 	Admitted, Shed, Succeeded, Failed, Retries int64
 	// RequestsPerMinute is the provider's request limit from the last
-	// success's rate-limit headers (0: none reported).
+	// success's rate-limit headers (0: none reported), and RemainingShare
+	// the share of it they say is left (RemainingShare; -1 or 0 with no
+	// limit: not said).
 	RequestsPerMinute int64
+	RemainingShare    float64
+	// Parked is how many calls the client's gate holds parked now;
+	// ParkedNew the calls it parked at their first check, and Released
+	// the parked calls it admitted (counted in Admitted too).
+	Parked, ParkedNew, Released int64
 }
 
 // Assignment is a target's state for one client's gate, durations from now.
@@ -40,6 +47,10 @@ type Assignment struct {
 	// Cause names what keeps the gate from admitting everything, for the
 	// fallback's kind.
 	Cause Cause
+	// ParkHint is the daemon's estimate of how long a parked call waits
+	// (0: unknown or none): a gate does not park a call whose deadline
+	// comes first.
+	ParkHint time.Duration
 }
 
 // Cause is what keeps a gate from admitting every first attempt.
@@ -122,7 +133,9 @@ func (f *Fleet) Report(u Usage) {
 		if _, ok := b.streamClients[u.ClientID]; ok || len(b.streamClients) < maxHoldSlots {
 			b.streamClients[u.ClientID] = now.UnixNano()
 		}
-		b.firstAttempts.add(now, int(u.Admitted+u.Shed))
+		// The calls that arrived: a released call arrived when it parked.
+		b.firstAttempts.add(now, int(u.Admitted-u.Released+u.Shed+u.ParkedNew))
+		b.reportParked(u.ClientID, u.Parked)
 		b.retries.add(now, int(u.Retries))
 		b.admitted.add(now, int(u.Admitted))
 		if u.Shed > 0 {
@@ -135,6 +148,7 @@ func (f *Fleet) Report(u Usage) {
 		}
 	}
 	if av := bs[0]; av != nil {
+		av.advance(now, c, emit) // a success after the open period ended is a probe's
 		av.successes.add(now, int(u.Succeeded))
 		if av.state == HalfOpen {
 			av.probeOK += int(u.Succeeded)
@@ -151,7 +165,8 @@ func (f *Fleet) Report(u Usage) {
 		av.maybeOpen(now, u.ClientID, "reported failures", &c.Breaker, emit)
 	}
 	if rl := bs[1]; rl != nil && u.RequestsPerMinute > 0 {
-		rl.rpm = u.RequestsPerMinute
+		rl.learnLimit(now, c, u.RequestsPerMinute, u.ClientID, false)
+		rl.followRemaining(now, c, u.RemainingShare)
 	}
 	f.store.unlock()
 	stamp(events, u.Origin)
@@ -198,6 +213,21 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 		}
 		if av.state != Closed && a.Cause == CauseNone {
 			a.Cause = CauseBreaker
+		}
+		a.ParkHint = av.parkHint(now, &c.Breaker)
+		if f.probePermit(av, client, now, &c.Breaker) {
+			a.ProbePermits = 1
+			why = append(why, "a probe permit for a parked call")
+		}
+	}
+	for _, b := range []*Bucket{av, rl} {
+		if b == nil {
+			continue
+		}
+		b.limit(now) // a limit that expired starts its release
+		if h := f.releaseHold(b, client, now); h > a.Hold {
+			a.Hold = h
+			why = append(why, b.releaseWhy(h))
 		}
 	}
 	for _, b := range []*Bucket{rl, av} {

@@ -74,6 +74,12 @@ type Bucket struct {
 	// as its own would keep the flag, and the bucket, alive for ever.
 	streamedElsewhere time.Time
 	rpm               int64
+	rpmAt             time.Time // when a header or a 429 last carried it (pace.go)
+	rpmBy             string    // the client that reported it first
+	rpmConfirmed      bool      // carried by a 429 or reported by a second client
+	rpmExpiredAt      time.Time
+	paceWhyKey        paceWhyKey // what paceWhyText says
+	paceWhyText       string
 	cut               float64 // pacing's cut after 429s (see throttled)
 	cutAt             time.Time
 	holdSlots         map[string]int
@@ -81,6 +87,7 @@ type Bucket struct {
 	shedPending       int64
 	shedEventAt       time.Time
 	totals            streamTotals
+	parkState
 
 	// A shared fleet's (replica.go, shared_counts.go): the breaker's shared
 	// version, local transitions made and pushed, registers raised here and
@@ -175,6 +182,12 @@ func (b *Bucket) advance(now time.Time, cfg *Config, emit func(Event)) {
 // (docs/fleet-simulation.md).
 func (b *Bucket) reopenPeriod(now time.Time, c *BreakerConfig) time.Duration {
 	if b.streamed(now, c) {
+		if b.parkedTotal() > 0 {
+			// Parked calls wait for the daemon's word, not a timer: a probe
+			// every parkedReopen keeps the attempts an outage costs at a
+			// tenth of the calls that start in it.
+			return min(c.OpenFor, parkedReopen*c.ProbeInterval)
+		}
 		return min(c.OpenFor, 2*c.ProbeInterval)
 	}
 	return min(2*b.openPeriod, c.MaxOpenFor)
@@ -194,6 +207,7 @@ func (b *Bucket) streamedHere(now time.Time, c *BreakerConfig) bool {
 
 func (b *Bucket) close(at time.Time, why string, c *Config, emit func(Event)) {
 	b.state, b.openPeriod, b.probeOK, b.closedAt = Closed, 0, 0, at
+	b.startRelease(at)
 	b.moves++
 	b.window.reset()
 	b.successes.reset()
@@ -268,6 +282,7 @@ func (b *Bucket) maybeOpen(now time.Time, client, last string, c *BreakerConfig,
 	if volume > failures {
 		why = fmt.Sprintf("%d of %d attempts failed in %v, from %d clients (last: %s)", failures, volume, c.Window, clients, last)
 	}
+	b.noteBaseRate(now, c)
 	b.open(now, c.OpenFor, client, why, emit)
 }
 
@@ -384,53 +399,64 @@ func (b *Bucket) refill(now time.Time, c *Config) {
 // limit buckets), whichever is lower.
 func (b *Bucket) admitFraction(now time.Time, c *Config) (float64, string) {
 	f, why := 1.0, ""
-	if !b.closedAt.IsZero() && c.SlowStart.Window > 0 && b.state == Closed {
+	// A release window after the close spreads the parked calls instead.
+	if !b.closedAt.IsZero() && c.SlowStart.Window > 0 && b.state == Closed && b.releaseSpan == 0 {
 		if el := now.Sub(b.closedAt); el < c.SlowStart.Window {
 			f = c.SlowStart.From + (1-c.SlowStart.From)*float64(el)/float64(c.SlowStart.Window)
 			why = fmt.Sprintf("slow start after the breaker closed: %.0f %% of first attempts", 100*f)
 		}
 	}
 	if p := b.pace(now, c); p < f {
-		f, why = p, fmt.Sprintf("pacing a limit of %d requests a minute: %.0f %% of first attempts", b.rpm, 100*p)
+		f, why = p, b.paceWhy(now, c, p)
 	}
 	return f, why
 }
 
 // pace is the share of first attempts that keeps the fleet at Share of the
-// provider's request limit, given the demand streams reported.
+// provider's request limit (pace.go: corroborated, expiring, AIMD), given
+// the demand: the calls the streams reported arriving, and each parked
+// call drawing again every ParkRecheck.
 func (b *Bucket) pace(now time.Time, c *Config) float64 {
-	if b.rpm <= 0 && len(b.remote) > 0 {
-		b.rpm = b.others(now).rpm // another replica's streams reported the limit
-	}
-	if c.Pacing.Share == 0 || b.rpm <= 0 || b.firstAttempts.secs == nil {
+	b.fromOthers(now, c)
+	rpm := b.limit(now)
+	if c.Pacing.Share == 0 || rpm <= 0 || b.firstAttempts.secs == nil {
 		return 1
 	}
 	secs, o := c.Breaker.Window.Seconds(), b.others(now)
-	first := float64(int64(b.firstAttempts.sum(now))+o.firstAttempts) / secs
+	first := float64(int64(b.firstAttempts.sum(now))+o.firstAttempts)/secs + float64(b.fleetParked(now))/ParkRecheck.Seconds()
 	if first <= 0 {
 		return 1
 	}
-	room := c.Pacing.Share*float64(b.rpm)/60 - float64(int64(b.retries.sum(now))+o.retries)/secs
-	return min(1, max(0, room/first)) * b.cutNow(now)
+	room := c.Pacing.Share*float64(rpm)/60*b.cutNow(now, c) - float64(int64(b.retries.sum(now))+o.retries)/secs
+	// Bounded below: a second's worth of the fleet's room at the least cut.
+	room = max(room, MinCut*c.Pacing.Share*float64(rpm)/60/secs)
+	return min(1, max(0, room/first))
 }
 
-// throttled cuts the paced share by a fifth (at most every 200 ms, to at
-// least 30 %) when a paced bucket still gets 429s; the cut heals by 0.1 a
-// second. The demand and retries pacing divides by are averages over the
-// window: they lag a sudden quota, and the 429s tell at once (measured in
-// the simulation's quota scenario: most 429s came in the first seconds).
-func (b *Bucket) throttled(now time.Time) {
-	if b.rpm <= 0 || now.Sub(b.cutAt) < 200*time.Millisecond {
+// throttled cuts the paced share (CutFactor, at most every cutEvery, not
+// below MinCut) when a paced bucket still gets 429s; it rises again by
+// RisePerSecond (pace.go). The demand and retries pacing divides by are
+// averages over the window: they lag a sudden quota, and the 429s tell at
+// once (measured in the simulation's quota scenario: most 429s came in the
+// first seconds).
+func (b *Bucket) throttled(now time.Time, c *Config) {
+	if b.rpm <= 0 || now.Sub(b.cutAt) < cutEvery {
 		return
 	}
-	b.cut, b.cutAt = max(0.3, 0.8*b.cutNow(now)), now
+	b.cut, b.cutAt = max(MinCut, CutFactor*b.cutNow(now, c)), now
 }
 
-func (b *Bucket) cutNow(now time.Time) float64 {
+// cutNow is the pace's share of the learnt limit's Share: 1 until a 429,
+// then cut and rising, up to the whole limit.
+func (b *Bucket) cutNow(now time.Time, c *Config) float64 {
 	if b.cutAt.IsZero() {
 		return 1
 	}
-	return min(1, b.cut+0.1*now.Sub(b.cutAt).Seconds())
+	top := 1.0
+	if c.Pacing.Share > 0 {
+		top = 1 / c.Pacing.Share
+	}
+	return min(top, b.cut+RisePerSecond*now.Sub(b.cutAt).Seconds())
 }
 
 func typeName(t policydv1.FailureType) string { return enums.Short(t) }

@@ -109,6 +109,8 @@ func (b *Bucket) clear(now time.Time, c Clearing) {
 	}
 	if c.Pace {
 		b.rpm, b.cut, b.cutAt = 0, 0, time.Time{}
+		b.rpmAt, b.rpmBy, b.rpmConfirmed, b.rpmExpiredAt = time.Time{}, "", false, time.Time{}
+		b.paceWhyKey, b.paceWhyText = paceWhyKey{}, ""
 		for id, r := range b.remote {
 			r.RequestsPerMinute = 0
 			b.remote[id] = r

@@ -49,7 +49,7 @@ type HoldConfig struct {
 	MinSpread, MaxSpread time.Duration
 	// MaxHint is the longest hold one failure's delay hint sets for the
 	// fleet (a hint is also cut to what the caller's own profile would
-	// wait, Ask.HintCeiling). One caller's word holds every agent of its
+	// wait, Ask.HoldCeiling). One caller's word holds every agent of its
 	// tenant on the model: a provider's Retry-After of a week, by mistake
 	// or forged, must not. Five minutes: longer than any rate limit's
 	// window the providers document (a minute), shorter than a quota a

@@ -79,6 +79,10 @@ const (
 	ReasonStop
 	// ReasonDeadline: the wait the fleet asks for does not fit.
 	ReasonDeadline
+	// ReasonAboveCeiling: a shared cooldown (another agent's server delay
+	// hint) is longer than the caller's hint ceiling, which stops (or falls
+	// back) as the hint itself would have.
+	ReasonAboveCeiling
 )
 
 // Ask is one failed attempt and what the caller's strategy answered.
@@ -89,9 +93,9 @@ type Ask struct {
 	Attempt     int
 	// RetryAfter is the server's delay hint (0: none).
 	RetryAfter time.Duration
-	// HintCeiling is the longest the caller's own profile would wait on a
+	// HoldCeiling is the longest the caller's own profile would wait on a
 	// hint (0: no limit): the fleet never holds others longer on its word.
-	HintCeiling time.Duration
+	HoldCeiling time.Duration
 	// Origin is who asks (identity and address): distinct clients are
 	// counted by it, and events record it.
 	Origin Origin
@@ -108,9 +112,28 @@ type Ask struct {
 	CanFallBack bool
 	// MaxWait is the longest wait within the deadline, the time budget and
 	// the profile's ceiling: 0 for no limit, negative when no wait fits.
-	MaxWait  time.Duration
-	Switches Switches
+	MaxWait time.Duration
+	// HintCeiling is the longest server delay hint the caller's strategy
+	// waits for (0: none), and AboveCeiling what it does with a longer one.
+	// A shared cooldown is another agent's hint: it meets the same ceiling,
+	// so that every agent of a bucket gets the same answer.
+	HintCeiling  time.Duration
+	AboveCeiling CeilingAction
+	Switches     Switches
 }
+
+// CeilingAction is what a strategy does with a server delay hint above its
+// ceiling (strategy.AboveCeiling, as the fleet needs it).
+type CeilingAction uint8
+
+const (
+	// CeilingStop stops, or falls back when the caller can.
+	CeilingStop CeilingAction = iota
+	// CeilingIgnore does not trust the hint: the cooldown is not waited.
+	CeilingIgnore
+	// CeilingClamp waits the ceiling.
+	CeilingClamp
+)
 
 // Answer is the fleet's word on an Ask.
 type Answer struct {
@@ -207,6 +230,7 @@ type decision struct {
 
 	delay  time.Duration // the wait so far (the strategy's, then longer)
 	probe  bool          // the retry goes as the half-open breaker's probe
+	parks  bool          // the client's gate parks the retry behind the breaker
 	show   *Bucket       // the bucket the answer's State shows
 	events []Event
 }
@@ -247,10 +271,10 @@ func (d *decision) run() Answer {
 func (d *decision) record() {
 	a, c, now, sw := d.a, d.c, d.now, d.a.Switches
 	if d.rl != nil && a.RequestsPerMinute > 0 {
-		d.rl.rpm = a.RequestsPerMinute
+		d.rl.learnLimit(now, c, a.RequestsPerMinute, a.ClientID, a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT)
 	}
 	if d.rl != nil && a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT {
-		d.rl.throttled(now)
+		d.rl.throttled(now, c)
 	}
 	own := d.own
 	if own == nil {
@@ -281,8 +305,8 @@ func (d *decision) record() {
 // fleet's ceiling and to what the caller's profile would wait.
 func (d *decision) hint() time.Duration {
 	h := min(d.a.RetryAfter, d.c.Hold.MaxHint)
-	if d.a.HintCeiling > 0 {
-		h = min(h, d.a.HintCeiling)
+	if d.a.HoldCeiling > 0 {
+		h = min(h, d.a.HoldCeiling)
 	}
 	return h
 }
@@ -323,6 +347,14 @@ func (d *decision) stopStep() (Answer, bool) {
 func (d *decision) breakerStep() (Answer, bool) {
 	av, c, now := d.av, d.c, d.now
 	if !d.a.Switches.Breaker || av == nil || av.state == Closed {
+		return Answer{}, false
+	}
+	if d.parked() {
+		// The client's gate parks the retry until the daemon releases it
+		// (a probe permit, the close's release slot): no wait to guess,
+		// no stop at a longest wait, no budget token spent.
+		d.parks = true
+		d.changed(av, effectCircuit)
 		return Answer{}, false
 	}
 	wait, what := av.openUntil.Sub(now), "open"
@@ -382,11 +414,22 @@ func (d *decision) holdStep() (Answer, bool) {
 		}
 		wait := b.holdUntil.Sub(d.now) + d.f.slot(b.waiters, b.releaseWindow(&d.c.Hold))
 		b.waiters++
+		if c := d.a.HintCeiling; c > 0 && wait > c {
+			switch d.a.AboveCeiling {
+			case CeilingIgnore:
+				continue
+			case CeilingClamp:
+				wait = c
+			default:
+				return d.stopped(b, ReasonAboveCeiling, effectHold, fmt.Sprintf("the fleet's shared cooldown on %s (%v left, with this agent's release slot) is above the %v ceiling for a server's delay",
+					b.key, wait.Round(time.Second), c))
+			}
+		}
 		if wait <= d.delay {
 			continue
 		}
 		if !d.fits(wait) {
-			return d.stopped(b, ReasonDeadline, effectDeadline, fmt.Sprintf("the fleet's shared cooldown on %s (%v left, with this agent's release slot) would pass the deadline or the ceiling",
+			return d.stopped(b, ReasonDeadline, effectDeadline, fmt.Sprintf("the fleet's shared cooldown on %s (%v left, with this agent's release slot) would pass the deadline",
 				b.key, wait.Round(time.Second)))
 		}
 		d.delay = wait
@@ -400,7 +443,7 @@ func (d *decision) holdStep() (Answer, bool) {
 // its hold, the server's own word, and a key's by its stop.
 func (d *decision) budgetStep() (Answer, bool) {
 	av, c, now, a := d.av, d.c, d.now, d.a
-	if !a.Switches.Budget || av == nil || d.probe || (d.tracked && d.scope != ScopeAvailability) {
+	if !a.Switches.Budget || av == nil || d.probe || d.parks || (d.tracked && d.scope != ScopeAvailability) {
 		return Answer{}, false
 	}
 	av.ensureRings(&c.Breaker)
@@ -430,6 +473,14 @@ func (d *decision) budgetStep() (Answer, bool) {
 	return Answer{}, false
 }
 
+// parked says whether the asking client's gate parks its retries: it
+// streams reports on the failure's availability bucket (within the
+// breaker's window), so the daemon can wake it.
+func (d *decision) parked() bool {
+	at, ok := d.av.streamClients[d.a.ClientID]
+	return ok && d.now.Sub(time.Unix(0, at)) < d.c.Breaker.Window && !d.a.CanFallBack
+}
+
 // spread is a waiter's slot behind an open breaker, over the open period,
 // so that agents waiting it out do not return in the same instant.
 //
@@ -442,9 +493,11 @@ func (f *Fleet) spread(c *Config, b *Bucket) time.Duration {
 	return d
 }
 
-// longestWait is the longest the fleet makes an agent wait behind a breaker
-// or an empty budget: two first open periods (10 s by default). The daemon
-// cannot wake an agent it told to sleep, so an agent sent to sleep through a
+// longestWait is the longest the fleet makes an agent without a stream
+// wait behind a breaker or an empty budget: two first open periods (10 s by
+// default). (A streamed client's gate parks its retries instead, and the
+// daemon wakes them: parked.) The daemon cannot wake an agent it told to
+// sleep, so an agent sent to sleep through a
 // 60-s open period, or to the end of a queue of paced retries, sleeps through
 // the provider's recovery too: in the simulation (`make simulate`,
 // docs/fleet-simulation.md) waits of up to the strategy's 120-s ceiling

@@ -28,7 +28,7 @@ func TestHoldIsCappedByTheFleetAndTheCallersProfile(t *testing.T) {
 			t.Parallel()
 			f, clk, rec := newTestFleet(t, func(c *Config) { c.Hold.MaxHint = tt.maxHint })
 			a := ask("a", policydv1.FailureType_FAILURE_TYPE_OVERLOADED, time.Second)
-			a.RetryAfter, a.HintCeiling = tt.hint, tt.ceil
+			a.RetryAfter, a.HoldCeiling = tt.hint, tt.ceil
 			a.Origin = Origin{Identity: "token:abc", Peer: "10.0.0.1:4242"}
 			f.Decide(a)
 			v, ok := f.Bucket("team", "availability:openai/gpt-4o")

@@ -24,6 +24,26 @@ func TestRequestsPerMinute(t *testing.T) {
 	}
 }
 
+func TestRemainingShare(t *testing.T) {
+	for _, c := range []struct {
+		name, provider string
+		headers        map[string]string
+		want           float64
+	}{
+		{"openai", "openai", map[string]string{"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "45"}, 0.75},
+		{"anthropic", "anthropic", map[string]string{"anthropic-ratelimit-requests-limit": "50", "anthropic-ratelimit-requests-remaining": "0"}, 0},
+		{"more left than the limit", "openai", map[string]string{"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "90"}, 1},
+		{"no remaining count", "openai", map[string]string{"x-ratelimit-limit-requests": "60"}, -1},
+		{"no limit", "openai", map[string]string{"x-ratelimit-remaining-requests": "5"}, -1},
+		{"garbage", "openai", map[string]string{"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "some"}, -1},
+		{"unknown provider", "mistral", map[string]string{"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "5"}, -1},
+	} {
+		if got := RemainingShare(c.provider, c.headers); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 func FuzzRequestsPerMinute(f *testing.F) {
 	f.Add("openai", "x-ratelimit-limit-requests", "60")
 	f.Add("groq", "X-RATELIMIT-LIMIT-REQUESTS", "9223372036854775807")

@@ -269,6 +269,12 @@ func (b *Bucket) adoptBreaker(v Verdict, now time.Time) {
 		if v.OpenUntil.After(prevOpenUntil) && v.OpenUntil.Before(now) {
 			b.closedAt = v.OpenUntil
 		}
+		if prev != Closed {
+			b.startRelease(b.closedAt) // this replica's parked calls (release.go)
+		}
+	}
+	if prev == Closed && v.Breaker == Open && b.admitted.secs != nil {
+		b.baseRate = float64(int64(b.admitted.sum(now))+b.others(now).admitted) / float64(len(b.admitted.secs))
 	}
 }
 

@@ -101,7 +101,8 @@ func TestAssignHoldSlotsPerClient(t *testing.T) {
 func TestPacingFromRateLimitHeaders(t *testing.T) {
 	f, _, _ := newTestFleet(t, nil)
 	rpm := RequestsPerMinute("openai", map[string]string{"x-ratelimit-limit-requests": "600"})
-	f.Report(Usage{Target: streamTarget, ClientID: "a", Admitted: 200, RequestsPerMinute: rpm}) // 20/s against 10/s
+	f.Report(Usage{Target: streamTarget, ClientID: "a", Admitted: 100, RequestsPerMinute: rpm}) // 20/s against 10/s
+	f.Report(Usage{Target: streamTarget, ClientID: "b", Admitted: 100, RequestsPerMinute: rpm}) // corroborated
 	a := f.Assign(streamTarget, "a")
 	if want := 0.93 * 10 / 20; a.AdmitFraction < want-0.01 || a.AdmitFraction > want+0.01 || a.Cause != CausePacing {
 		t.Fatalf("paced: %+v, want about %.3f", a, want)

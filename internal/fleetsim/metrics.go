@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,12 +41,19 @@ type recorder struct {
 	decisions, successPathDecisions                                                int64
 	firstOK                                                                        int
 	shedCalls                                                                      []int
+	// per second: successful calls (all models), the most calls parked
+	// at once; and every successful call's latency
+	good, parkedMax []int
+	parkedNow       int
+	parkedSec       int // the last second parkedMax was filled to
+	latencies       []time.Duration
 }
 
 func newRecorder(sc Scenario) *recorder {
 	n := int(sc.Duration/time.Second) + 1
 	mk := func() []int { return make([]int, n) }
-	return &recorder{sc: sc, attempts: mk(), failAttempts: mk(), failStarts: mk(), failGood: mk(), otherGood: mk(), throttled: mk(), okAttempts: mk(), shedCalls: mk()}
+	return &recorder{sc: sc, attempts: mk(), failAttempts: mk(), failStarts: mk(), failGood: mk(), otherGood: mk(), throttled: mk(), okAttempts: mk(), shedCalls: mk(),
+		good: mk(), parkedMax: mk()}
 }
 
 // shed counts a call a gate did not send.
@@ -79,13 +87,27 @@ func (r *recorder) attempt(now time.Duration, model string, o *Outcome) {
 	}
 }
 
-func (r *recorder) callDone(now time.Duration, model string, ok bool, attempts int, decisions int64) {
+// park counts a call parked (+1) or leaving the park (-1).
+func (r *recorder) park(now time.Duration, n int) {
+	s := min(sec(now), len(r.parkedMax)-1)
+	for ; r.parkedSec < s; r.parkedSec++ {
+		r.parkedMax[r.parkedSec+1] = r.parkedNow // the seconds without a change
+	}
+	r.parkedNow += n
+	r.parkedMax[s] = max(r.parkedMax[s], r.parkedNow)
+}
+
+func (r *recorder) callDone(now time.Duration, model string, ok bool, attempts int, decisions int64, latency time.Duration) {
 	r.decisions += decisions
 	if !ok {
 		r.failed++
 		return
 	}
 	r.ok++
+	r.latencies = append(r.latencies, latency)
+	if s := sec(now); s < len(r.good) {
+		r.good[s]++
+	}
 	if attempts == 1 {
 		r.firstOK++
 		r.successPathDecisions += decisions
@@ -144,6 +166,9 @@ type Result struct {
 	Goodput float64
 	// Loss: logical calls given up ÷ logical calls finished, whole run.
 	Loss float64
+	// P95: the 95th percentile latency of successful calls, seconds (from
+	// the call's start: parks and waits included).
+	P95 float64
 	// Quota scenario: 429s ÷ attempts, and successful attempts ÷ what the
 	// quota allowed, during the incident.
 	Throttled, QuotaUsed float64
@@ -161,8 +186,10 @@ type Result struct {
 	// Decisions: daemon RPCs (NextDelay); SuccessPathDecisions: those made
 	// for calls whose first attempt succeeded (must be 0).
 	Decisions, SuccessPathDecisions int64
-	// PerSecond: attempts sent in each second of the run, all models.
-	PerSecond []int
+	// PerSecond: attempts sent in each second of the run, all models;
+	// GoodPerSecond the calls that succeeded in it; Parked the most calls
+	// parked in it.
+	PerSecond, GoodPerSecond, Parked []int
 	// Fleet: what fleet memory changed, by effect (policy fleet only).
 	Fleet map[string]int64
 
@@ -181,12 +208,14 @@ func sum(xs []int, from, to time.Duration) int {
 
 func (r *recorder) result(rn *run) *Result {
 	sc := r.sc
+	r.park(rn.now, 0)
 	res := &Result{Scenario: sc.Name, Policy: rn.cfg.Policy.Name(), Agents: rn.cfg.Agents, Life: rn.cfg.Life, Seed: rn.cfg.Seed,
 		Replicas:  rn.cfg.Replicas,
 		Throttled: math.NaN(), QuotaUsed: math.NaN(), Unaffected: math.NaN(),
 		Calls: r.ok + r.failed, FirstOK: r.firstOK, Attempts: r.attemptsTotal,
 		Decisions: r.decisions, SuccessPathDecisions: r.successPathDecisions,
-		PerSecond: r.attempts[:sec(sc.Duration)], otherGood: r.otherGood}
+		PerSecond: r.attempts[:sec(sc.Duration)], GoodPerSecond: r.good[:sec(sc.Duration)], Parked: r.parkedMax[:sec(sc.Duration)],
+		otherGood: r.otherGood}
 	if f, ok := rn.inst.(interface{ Fleet() *fleet.Fleet }); ok && f.Fleet() != nil {
 		res.Fleet = rn.inst.(interface{ Effects() map[string]int64 }).Effects()
 	}
@@ -238,6 +267,12 @@ func (r *recorder) result(rn *run) *Result {
 	}
 	res.Goodput = float64(good) / sc.Duration.Seconds()
 	res.Loss = float64(r.failed) / float64(max(r.ok+r.failed, 1))
+	res.P95 = math.NaN()
+	if n := len(r.latencies); n > 0 {
+		ls := slices.Clone(r.latencies)
+		slices.Sort(ls)
+		res.P95 = ls[min(n-1, int(math.Ceil(0.95*float64(n)))-1)].Seconds()
+	}
 	if sc.Name == Quota {
 		res.Throttled = float64(sum(r.throttled, sc.Start, sc.End)) / float64(max(inWindow, 1))
 		allowed := float64(QuotaPerMinute)/60*window + QuotaBurst
@@ -280,6 +315,7 @@ func (r *Result) Fields() []Field {
 		{"ttr_s", num(r.TTR, 0)},
 		{"goodput", num(r.Goodput, 2)},
 		{"loss", num(r.Loss, 3)},
+		{"p95_s", num(r.P95, 1)},
 	}
 	if r.Scenario == Quota {
 		fs = append(fs, Field{"throttled", num(r.Throttled, 3)}, Field{"quota_used", num(r.QuotaUsed, 2)})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/enums"
@@ -42,10 +43,25 @@ type Advancer interface {
 	Advance(now time.Time)
 }
 
-// Gater is a Process whose first attempts pass a gate: send after wait, or
-// (admit false) give the call up.
+// Gater is a Process whose attempts pass a gate (docs/clients.md, "The
+// fleet gate"): sent, sent after a wait, parked in the process until an
+// assignment admits them, or given up.
 type Gater interface {
-	Admit(now time.Time, model string, r *rand.Rand) (admit bool, wait time.Duration)
+	// Admit gates an attempt (retry: not the call's first) with left
+	// before the call's deadline.
+	Admit(now time.Time, model string, left time.Duration, retry bool, r *rand.Rand) GateAnswer
+	// Resume checks the process's parked call again.
+	Resume(now time.Time, left time.Duration, r *rand.Rand) GateAnswer
+	// Generation changes whenever an assignment reaches the process: its
+	// parked calls are checked again then.
+	Generation() uint64
+}
+
+// GateAnswer is a gate's word on an attempt: Send (after Wait), Park, or
+// neither (the call is given up).
+type GateAnswer struct {
+	Send, Park bool
+	Wait       time.Duration
 }
 
 // Instance is a policy in one run: the state every process shares (the
@@ -77,6 +93,9 @@ type Attempt struct {
 	Outcome *Outcome
 	// Rand is the agent's jitter stream.
 	Rand *rand.Rand
+	// Deadline is the logical call's (DeadlineOf): every policy stops a
+	// call that cannot finish by it.
+	Deadline time.Time
 }
 
 // The policies' names.
@@ -355,6 +374,7 @@ func (pp *policydProcess) Failed(a *Attempt) (bool, time.Duration) {
 		Profile:  p.profile,
 		Elapsed:  durationpb.New(a.Elapsed),
 		ClientId: pp.id,
+		Deadline: timestamppb.New(a.Deadline),
 	}
 	pp.decisions++
 	d := p.pol.Decide(req, policy.Call{Now: a.Now, Rand: a.Rand, Profile: policy.ProfileName(req.GetProfile()), Fleet: pp.in.pick(), ClientID: pp.id})

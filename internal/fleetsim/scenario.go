@@ -40,6 +40,28 @@ const RestartDown = 30 * time.Second
 // ScenarioNames are the scenarios in the order the reports list them.
 var ScenarioNames = []string{Outage, Quota, Herd, Partial, Restart}
 
+// Every logical call has a deadline, by its agent's kind: half the agents
+// are interactive (a person waits for a chat answer or a coding CLI's
+// turn, and gives up after about a minute), half run batch work (a task
+// runner, an evaluation job) with 10 minutes a call, the OpenAI and
+// Anthropic SDKs' default request timeout. Every policy stops a call that
+// cannot finish by its deadline: no retry, wait or park past it, and an
+// answer that comes after it is a call given up.
+const (
+	InteractiveDeadline = time.Minute
+	BatchDeadline       = 10 * time.Minute
+)
+
+// DeadlineOf is agent i's deadline: agents 0, 1 interactive, 2, 3 batch,
+// and so on, so that the partial scenario's two models (odd and even
+// agents) get both kinds alike.
+func DeadlineOf(i int) time.Duration {
+	if (i/2)%2 == 0 {
+		return InteractiveDeadline
+	}
+	return BatchDeadline
+}
+
 // Timing is a run's length and its incident's place in it.
 type Timing struct {
 	// Duration of the run, virtual.

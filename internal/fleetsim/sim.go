@@ -3,7 +3,9 @@ package fleetsim
 import (
 	"container/heap"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"sort"
 	"time"
 
 	"github.com/policyd/policyd/internal/fleet"
@@ -28,6 +30,10 @@ type Config struct {
 	// Exchanges returns n meeting places on a clean slate (an empty
 	// database) for one run, and a func that closes them.
 	Exchanges func(n int) ([]fleet.Exchange, func(), error)
+	// NoReference skips the run without the incident that herd_ref and
+	// unaffected are read from (they are NaN then): half the cost, for
+	// checks that read neither.
+	NoReference bool
 }
 
 // Epoch is the virtual clock's zero.
@@ -52,9 +58,16 @@ type eventKind uint8
 
 const (
 	evCall    eventKind = iota // think ends: a logical call begins
-	evAttempt                  // an attempt is sent
+	evAttempt                  // an attempt is sent (a gate's wait ended)
 	evAnswer                   // an attempt's answer arrives
+	evSend                     // a retry or a gate's wait ends: the attempt goes through the gate again
+	evTick                     // the daemon's timers and the parked calls' rechecks run
 )
+
+// tickEvery is how often the run looks at the daemon's timers and the
+// parked calls when no agent's event comes sooner: with every call
+// parked, nothing else happens.
+const simTick = 50 * time.Millisecond
 
 type event struct {
 	at    time.Duration
@@ -87,10 +100,16 @@ type agent struct {
 	think, lat, jit    *rand.Rand
 	proc               Process
 	procN, callsInProc int
-	callStart          time.Duration // the logical call's first attempt
+	callStart          time.Duration // the logical call's start
+	deadline           time.Duration // callStart + the agent's deadline
 	attempts           int
-	outcome            Outcome
-	decisionsAtCall    int64
+	// A parked call: the assignment generation it last saw, and when it is
+	// checked again without one.
+	parked          bool
+	parkGen         uint64
+	parkCheck       time.Duration
+	outcome         Outcome
+	decisionsAtCall int64
 }
 
 type run struct {
@@ -102,6 +121,8 @@ type run struct {
 	inst   Instance
 	agents []*agent
 	rec    *recorder
+	// parked calls, in the order they parked
+	parked []*agent
 }
 
 // Run simulates cfg and returns its measurements.
@@ -134,11 +155,15 @@ func Run(cfg Config) (*Result, error) {
 	env.Now, env.DaemonUp = r.clock, r.daemonUp
 	r.inst = cfg.Policy.Start(env)
 	for i := range cfg.Agents {
-		a := &agent{idx: i, model: cfg.Scenario.modelOf(i),
+		a := &agent{idx: i, model: cfg.Scenario.modelOf(i), deadline: DeadlineOf(i),
 			think: stream(cfg.Seed, i, streamThink), lat: stream(cfg.Seed, i, streamLatency), jit: stream(cfg.Seed, i, streamJitter)}
 		r.agents = append(r.agents, a)
 		r.newProcess(a)
 		r.schedule(r.thinkTime(a), a, evCall)
+	}
+	if _, ok := r.inst.(Advancer); ok {
+		r.seq++
+		heap.Push(&r.events, event{at: simTick, seq: r.seq, agent: -1, kind: evTick})
 	}
 	for len(r.events) > 0 {
 		e := heap.Pop(&r.events).(event)
@@ -149,18 +174,27 @@ func Run(cfg Config) (*Result, error) {
 		if adv, ok := r.inst.(Advancer); ok {
 			adv.Advance(r.clock())
 		}
+		r.resumeParked()
+		if e.kind == evTick {
+			r.seq++
+			heap.Push(&r.events, event{at: r.now + simTick, seq: r.seq, agent: -1, kind: evTick})
+			continue
+		}
 		a := r.agents[e.agent]
 		switch e.kind {
 		case evCall:
 			r.call(a)
 		case evAttempt:
+			r.attempt(a)
+		case evSend:
 			r.send(a)
 		case evAnswer:
 			r.answer(a)
 		}
 	}
 	res := r.rec.result(r)
-	if sc := cfg.Scenario; !sc.healthy {
+	res.HerdRef = math.NaN()
+	if sc := cfg.Scenario; !sc.healthy && !cfg.NoReference {
 		// The same agents, with the same draws, without the incident: the
 		// unaffected model's goodput is measured against it (any difference
 		// is spillover), and its herd statistic is the noise floor (the
@@ -212,43 +246,144 @@ func (r *run) call(a *agent) {
 	a.callStart, a.attempts = r.now, 0
 	a.decisionsAtCall = a.proc.Decisions()
 	r.rec.callStarted(r.now, a.model)
-	if g, ok := a.proc.(Gater); ok {
-		admit, wait := g.Admit(r.clock(), a.model, a.jit)
-		if !admit {
-			// Shed: the call ends at once, without an attempt.
-			r.rec.shed(r.now, a.model)
-			r.rec.callDone(r.now, a.model, false, 0, a.proc.Decisions()-a.decisionsAtCall)
-			r.schedule(r.thinkTime(a), a, evCall)
-			return
-		}
-		if wait > 0 {
-			r.schedule(wait, a, evAttempt)
-			return
-		}
-	}
 	r.send(a)
 }
 
+// send sends the call's next attempt, through the process's gate when it
+// has one: at once, after the gate's wait, parked, or not at all.
 func (r *run) send(a *agent) {
+	if r.now >= a.callStart+a.deadline {
+		r.done(a, false)
+		return
+	}
+	if g, ok := a.proc.(Gater); ok {
+		ans := g.Admit(r.clock(), a.model, a.callStart+a.deadline-r.now, a.attempts > 0, a.jit)
+		if r.gated(a, g, ans) {
+			return
+		}
+	}
+	r.attempt(a)
+}
+
+// gated acts on a gate's answer; false: send the attempt now.
+func (r *run) gated(a *agent, g Gater, ans GateAnswer) bool {
+	switch {
+	case ans.Park:
+		if !a.parked {
+			a.parked = true
+			r.parked = append(r.parked, a)
+			r.rec.park(r.now, 1)
+		}
+		a.parkGen, a.parkCheck = g.Generation(), r.now+parkRecheck
+		return true
+	case !ans.Send:
+		if a.attempts == 0 {
+			r.rec.shed(r.now, a.model)
+		}
+		r.done(a, false)
+		return true
+	case ans.Wait > 0:
+		r.scheduleAttempt(a, ans.Wait, evAttempt)
+		return true
+	}
+	return false
+}
+
+// scheduleAttempt sends the attempt after wait (evAttempt: as it is;
+// evSend: through the gate), when the deadline allows.
+func (r *run) scheduleAttempt(a *agent, wait time.Duration, k eventKind) {
+	if r.now+wait >= a.callStart+a.deadline {
+		r.done(a, false)
+		return
+	}
+	r.seq++
+	heap.Push(&r.events, event{at: r.now + wait, seq: r.seq, agent: int32(a.idx), kind: k})
+}
+
+// parkRecheck is how often a parked call is checked without a new
+// assignment (refgate.Recheck).
+const parkRecheck = time.Second
+
+// resumeParked checks the parked calls whose process received an
+// assignment, or whose recheck is due, earliest deadline first.
+func (r *run) resumeParked() {
+	if len(r.parked) == 0 {
+		return
+	}
+	var due []*agent
+	kept := r.parked[:0]
+	for _, a := range r.parked {
+		g := a.proc.(Gater)
+		if g.Generation() != a.parkGen || r.now >= a.parkCheck || r.now >= a.callStart+a.deadline {
+			due = append(due, a)
+		}
+		kept = append(kept, a)
+	}
+	r.parked = kept
+	if len(due) == 0 {
+		return
+	}
+	sort.SliceStable(due, func(i, j int) bool { return due[i].callStart+due[i].deadline < due[j].callStart+due[j].deadline })
+	for _, a := range due {
+		g := a.proc.(Gater)
+		ans := g.Resume(r.clock(), a.callStart+a.deadline-r.now, a.jit)
+		if ans.Park && r.now < a.callStart+a.deadline {
+			a.parkGen, a.parkCheck = g.Generation(), r.now+parkRecheck
+			continue
+		}
+		a.parked = false
+		r.unpark(a)
+		if !ans.Park && r.gated(a, g, ans) {
+			continue
+		}
+		if ans.Park { // its deadline passed
+			r.done(a, false)
+			continue
+		}
+		r.attempt(a)
+	}
+}
+
+func (r *run) unpark(a *agent) {
+	for i, b := range r.parked {
+		if b == a {
+			r.parked = append(r.parked[:i], r.parked[i+1:]...)
+			break
+		}
+	}
+	r.rec.park(r.now, -1)
+}
+
+func (r *run) attempt(a *agent) {
 	a.attempts++
 	a.outcome = r.prov.attempt(r.now, a.model, a.lat)
 	r.rec.attempt(r.now, a.model, &a.outcome)
 	r.schedule(a.outcome.Latency, a, evAnswer)
 }
 
+// done ends the logical call and starts the agent's think time.
+func (r *run) done(a *agent, ok bool) {
+	r.rec.callDone(r.now, a.model, ok, a.attempts, a.proc.Decisions()-a.decisionsAtCall, r.now-a.callStart)
+	r.schedule(r.thinkTime(a), a, evCall)
+}
+
 func (r *run) answer(a *agent) {
-	at := &Attempt{Now: r.clock(), N: a.attempts, Elapsed: r.now - a.callStart, Outcome: &a.outcome, Rand: a.jit}
-	if a.outcome.OK {
+	at := &Attempt{Now: r.clock(), N: a.attempts, Elapsed: r.now - a.callStart, Outcome: &a.outcome, Rand: a.jit,
+		Deadline: Epoch.Add(a.callStart + a.deadline)}
+	if a.outcome.OK && r.now <= a.callStart+a.deadline {
 		a.proc.Succeeded(at)
-		r.rec.callDone(r.now, a.model, true, a.attempts, a.proc.Decisions()-a.decisionsAtCall)
-		r.schedule(r.thinkTime(a), a, evCall)
+		r.done(a, true)
+		return
+	}
+	if a.outcome.OK { // it came back after the caller had given up
+		a.proc.Succeeded(at)
+		r.done(a, false)
 		return
 	}
 	retry, delay := a.proc.Failed(at)
 	if retry {
-		r.schedule(max(delay, 0), a, evAttempt)
+		r.scheduleAttempt(a, max(delay, 0), evSend)
 		return
 	}
-	r.rec.callDone(r.now, a.model, false, a.attempts, a.proc.Decisions()-a.decisionsAtCall)
-	r.schedule(r.thinkTime(a), a, evCall)
+	r.done(a, false)
 }

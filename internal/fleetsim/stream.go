@@ -165,6 +165,7 @@ type streamProcess struct {
 
 	// The counts of the current report interval.
 	admitted, shed, succeeded, failed, retries int64
+	parkedNew, released                        int64
 	headers                                    map[string]string
 	reportAt                                   time.Time
 
@@ -173,6 +174,11 @@ type streamProcess struct {
 	backoff               time.Duration
 	sent                  fleet.Assignment
 	sentAt, evalAt        time.Time
+	gen                   uint64 // assignments received
+	// the call the gate parked (one at a time: an agent makes one call)
+	parked      *refgate.Parked
+	parkedRetry bool
+	parkedShown int64 // the parked count the last report gave
 	// ownBound is what the process's own budget allows while policyd is
 	// away: 5 first attempts above its threshold, then 0.1 a second.
 	ownBound   int64
@@ -186,7 +192,14 @@ func (p *streamProcess) target() fleet.Target {
 }
 
 func (p *streamProcess) pending() bool {
-	return p.admitted+p.shed+p.succeeded+p.failed+p.retries > 0
+	return p.admitted+p.shed+p.succeeded+p.failed+p.retries+p.parkedNew != 0 || p.parkedCount() != p.parkedShown
+}
+
+func (p *streamProcess) parkedCount() int64 {
+	if p.parked != nil {
+		return 1
+	}
+	return 0
 }
 
 func (p *streamProcess) activity(now time.Time) {
@@ -213,9 +226,12 @@ func (p *streamProcess) report(now time.Time) {
 	in := p.sin
 	in.msgs++
 	in.fleets[p.replica].Report(fleet.Usage{Target: p.target(), ClientID: p.id, Admitted: p.admitted, Shed: p.shed,
-		Succeeded: p.succeeded, Failed: p.failed, Retries: p.retries,
-		RequestsPerMinute: fleet.RequestsPerMinute(Provider, p.headers)})
+		Succeeded: p.succeeded, Failed: p.failed, Retries: p.retries, Parked: p.parkedCount(),
+		ParkedNew: p.parkedNew, Released: p.released,
+		RequestsPerMinute: fleet.RequestsPerMinute(Provider, p.headers), RemainingShare: fleet.RemainingShare(Provider, p.headers)})
 	p.admitted, p.shed, p.succeeded, p.failed, p.retries, p.headers = 0, 0, 0, 0, 0, nil
+	p.parkedNew, p.released = 0, 0
+	p.parkedShown = p.parkedCount()
 	p.reportAt = time.Time{}
 	first := !p.subscribed
 	p.subscribed = true
@@ -231,13 +247,15 @@ func (p *streamProcess) deliver(now time.Time, force bool) {
 	}
 	p.sin.msgs++
 	p.sent, p.sentAt = a, now
+	p.gen++
 	p.gate.Assign(now, &refgate.Assignment{TTL: a.TTL, Breaker: a.Breaker, Hold: a.Hold, Stop: a.Stop,
-		AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason})
+		AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason, ParkHint: a.ParkHint})
 }
 
 // Admit implements Gater.
-func (p *streamProcess) Admit(now time.Time, model string, r *rand.Rand) (bool, time.Duration) {
+func (p *streamProcess) Admit(now time.Time, model string, left time.Duration, retry bool, r *rand.Rand) GateAnswer {
 	p.modelName = model
+	p.gate.Target = Provider + "/" + model
 	if p.sin.up() && p.connected && !p.subscribed {
 		// The first call on a target waits for its first assignment (a
 		// local daemon answers in well under the clients' 100-ms limit).
@@ -250,16 +268,56 @@ func (p *streamProcess) Admit(now time.Time, model string, r *rand.Rand) (bool, 
 	if p.sin.up() {
 		p.localSince = time.Time{}
 	}
-	v := p.gate.Check(now, -1, false, r.Float64())
 	p.activity(now)
+	var v refgate.Verdict
+	if retry {
+		v = p.gate.CheckRetry(now, left)
+	} else {
+		v = p.gate.Check(now, left, false, r.Float64())
+	}
+	return p.answer(v, retry, false)
+}
+
+// Resume implements Gater.
+func (p *streamProcess) Resume(now time.Time, left time.Duration, r *rand.Rand) GateAnswer {
+	p.activity(now)
+	v := p.gate.Resume(now, p.parked, r.Float64())
+	return p.answer(v, p.parkedRetry, true)
+}
+
+// answer counts a gate's verdict for the reports: first attempts admitted
+// (a released call among them), shed, parked at their first check.
+func (p *streamProcess) answer(v refgate.Verdict, retry, resumed bool) GateAnswer {
+	p.parked, p.parkedRetry = nil, false
 	switch v.Action {
 	case refgate.Admit, refgate.Wait:
-		p.admitted++
-		return true, v.Wait
+		if !retry {
+			p.admitted++
+			if resumed {
+				p.released++
+			}
+		}
+		return GateAnswer{Send: true, Wait: v.Wait}
+	case refgate.Park:
+		p.parked, p.parkedRetry = v.Parked, retry
+		if !retry && !resumed {
+			p.parkedNew++
+		}
+		return GateAnswer{Park: true}
 	}
-	p.shed++
-	return false, 0
+	if resumed && !retry {
+		p.shed++ // gave up parked: it arrived when it parked
+		p.parkedNew--
+		return GateAnswer{}
+	}
+	if !retry {
+		p.shed++
+	}
+	return GateAnswer{}
 }
+
+// Generation implements Gater.
+func (p *streamProcess) Generation() uint64 { return p.gen }
 
 // Failed implements Process: the gate's budget counts the failure, and
 // policyd (or, while it is down, the fail-open policy) decides.

@@ -14,10 +14,19 @@ import (
 
 // fleetStopReasons maps the fleet's reasons to the API's.
 var fleetStopReasons = map[fleet.Reason]policydv1.StopReason{
-	fleet.ReasonCircuitOpen: policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN,
-	fleet.ReasonBudget:      policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED,
-	fleet.ReasonStop:        policydv1.StopReason_STOP_REASON_FLEET_STOP,
-	fleet.ReasonDeadline:    policydv1.StopReason_STOP_REASON_DEADLINE,
+	fleet.ReasonCircuitOpen:  policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN,
+	fleet.ReasonBudget:       policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED,
+	fleet.ReasonStop:         policydv1.StopReason_STOP_REASON_FLEET_STOP,
+	fleet.ReasonDeadline:     policydv1.StopReason_STOP_REASON_DEADLINE,
+	fleet.ReasonAboveCeiling: policydv1.StopReason_STOP_REASON_SERVER_DELAY_ABOVE_CEILING,
+}
+
+// ceilingActions maps a strategy's answer to a hint above its ceiling to
+// the fleet's, which a shared cooldown (another agent's hint) meets too.
+var ceilingActions = map[strategy.AboveCeiling]fleet.CeilingAction{
+	strategy.AboveCeilingStop:    fleet.CeilingStop,
+	strategy.AboveCeilingBackoff: fleet.CeilingIgnore,
+	strategy.AboveCeilingClamp:   fleet.CeilingClamp,
 }
 
 // applyFleet lets fleet memory record the failure and change v: a longer
@@ -27,23 +36,30 @@ func (p *Policy) applyFleet(v *verdict, c Call, f *policydv1.Failure, t policydv
 	cls *policydv1.Classification, strat strategy.Strategy, prof *Profile, in strategy.Input, out strategy.Decision) {
 	hasChain := len(p.Chains.Errors[chainKey(f.GetProvider(), f.GetModel())]) > 0
 	ask := fleet.Ask{
-		Target:      fleet.Target{Tenant: c.Tenant, Provider: f.GetProvider(), Model: f.GetModel(), KeyID: f.GetKeyId()},
-		ClientID:    c.ClientID,
-		Origin:      c.Origin,
-		HintCeiling: hintCeiling(in, strat),
-		FailureType: t,
-		Attempt:     in.Attempt,
-		Recovery:    cls.GetRecoveryAction(),
-		Retry:       v.action == policydv1.Action_ACTION_RETRY,
-		Delay:       out.Delay,
-		CanFallBack: strat.Fallback != strategy.FallbackNone || hasChain,
-		MaxWait:     maxWait(in, strat),
-		Switches:    prof.Fleet,
+		Target:       fleet.Target{Tenant: c.Tenant, Provider: f.GetProvider(), Model: f.GetModel(), KeyID: f.GetKeyId()},
+		ClientID:     c.ClientID,
+		Origin:       c.Origin,
+		HoldCeiling:  holdCeiling(in, strat),
+		FailureType:  t,
+		Attempt:      in.Attempt,
+		Recovery:     cls.GetRecoveryAction(),
+		Retry:        v.action == policydv1.Action_ACTION_RETRY,
+		Delay:        out.Delay,
+		CanFallBack:  strat.Fallback != strategy.FallbackNone || hasChain,
+		MaxWait:      maxWait(in, strat),
+		Switches:     prof.Fleet,
+		AboveCeiling: ceilingActions[strat.AboveCeiling],
 		// A 429 carries the provider's limit too: pacing starts at once.
 		RequestsPerMinute: fleet.RequestsPerMinute(f.GetProvider(), f.GetHeaders()),
 	}
 	if in.HasRetryAfter && in.RetryAfter > 0 {
 		ask.RetryAfter = in.RetryAfter
+	}
+	if strat.HonorRetryAfter {
+		ask.HintCeiling = strat.RetryAfterCeiling
+		if in.MaxDelayCap > 0 && (ask.HintCeiling == 0 || in.MaxDelayCap < ask.HintCeiling) {
+			ask.HintCeiling = in.MaxDelayCap
+		}
 	}
 	ans := c.Fleet.Decide(ask)
 	v.fleet = ans.State
@@ -67,10 +83,10 @@ func (p *Policy) applyFleet(v *verdict, c Call, f *policydv1.Failure, t policydv
 	}
 }
 
-// hintCeiling is the longest the profile would wait on a server's hint:
+// holdCeiling is the longest the profile would wait on a server's hint:
 // its Retry-After ceiling (its backoff cap when it ignores hints), under
 // the operator's cap; 0 for no limit.
-func hintCeiling(in strategy.Input, s strategy.Strategy) time.Duration {
+func holdCeiling(in strategy.Input, s strategy.Strategy) time.Duration {
 	limit := s.MaxDelay
 	if s.HonorRetryAfter {
 		limit = s.RetryAfterCeiling

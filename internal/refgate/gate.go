@@ -6,6 +6,7 @@
 package refgate
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/policyd/policyd/internal/fleet"
@@ -25,9 +26,18 @@ type Gate struct {
 	tokens   float64
 	tokensAt time.Time
 
+	// Target names the gate's target in a parked call's reason
+	// ("openai/gpt-4o").
+	Target string
+	// ParkLimit bounds how long a call without a deadline may park:
+	// 0 is DefaultParkLimit, negative turns parking off (a call the fleet
+	// would park is not admitted at once, as before parking).
+	ParkLimit time.Duration
+
 	// Admitted and Shed count first attempts; OwnAdmitted those the
-	// process's own budget admitted (policyd unreachable).
-	Admitted, Shed, OwnAdmitted int64
+	// process's own budget admitted (policyd unreachable); Parked the
+	// checks that parked a call (a parked call's re-checks included).
+	Admitted, Shed, OwnAdmitted, Parked int64
 }
 
 // The gate's constants (docs/clients.md).
@@ -40,6 +50,16 @@ const (
 	ownThreshold   = ownMaxTokens / 2
 	ownSuccessGain = 0.1
 	ownRefill      = 0.1 // tokens a second
+
+	// DefaultParkLimit is the longest a call without a deadline parks: two
+	// of the breaker's longest open periods (60 s), so that a call outlives
+	// an open period that doubled once, and a caller that gave no deadline
+	// still gets an answer within two minutes.
+	DefaultParkLimit = 2 * time.Minute
+	// Recheck is how often a parked call is checked again when no
+	// assignment arrives, and how often a call parked by a pace draws
+	// again (the daemon counts each parked call as one draw a Recheck).
+	Recheck = fleet.ParkRecheck
 )
 
 // Assignment is an assignment as the gate keeps it.
@@ -51,6 +71,9 @@ type Assignment struct {
 	ProbePermits  uint32
 	Reason        string
 	Fallback      *policydv1.Fallback
+	// ParkHint is the daemon's estimate of how long until the gate admits
+	// again (0: unknown): a call whose deadline comes first does not park.
+	ParkHint time.Duration
 }
 
 // Action is what the gate does with a first attempt.
@@ -61,6 +84,10 @@ const (
 	Wait
 	FallBack
 	Stop
+	// Park: hold the call in the client (no attempt, no RPC) and Resume it
+	// at each assignment for the target (earliest deadline first) and
+	// every Recheck, until it is admitted or stopped.
+	Park
 )
 
 // Verdict is the gate's answer.
@@ -72,6 +99,19 @@ type Verdict struct {
 	StopReason policydv1.StopReason
 	Fallback   *policydv1.Fallback
 	Reason     string
+	// Parked is the parked call to Resume (action Park); Waited how long
+	// the call was parked before this verdict (Resume).
+	Parked *Parked
+	Waited time.Duration
+}
+
+// Parked is a call the gate holds.
+type Parked struct {
+	// At is when it parked; Until when it must have an answer by (the
+	// caller's deadline, or At + the park limit).
+	At, Until   time.Time
+	canFallBack bool
+	drawAt      time.Time // when a pace's draw is due again
 }
 
 // New returns a gate with a full budget.
@@ -118,7 +158,93 @@ func (g *Gate) refill(now time.Time) {
 // Check gates a first attempt: deadline is the time left before the
 // caller's deadline (negative: none), draw uniform in [0, 1).
 func (g *Gate) Check(now time.Time, deadline time.Duration, canFallBack bool, draw float64) Verdict {
-	v := g.check(now, deadline, draw)
+	v := g.check(now, deadline, draw, false)
+	if v.Action == Park {
+		limit := g.ParkLimit
+		if limit == 0 {
+			limit = DefaultParkLimit
+		}
+		until := now.Add(limit)
+		if deadline >= 0 {
+			until = now.Add(deadline)
+		}
+		switch {
+		case canFallBack && g.a.Fallback != nil, limit < 0, !until.After(now.Add(g.hintLeft(now))):
+			// Somewhere else to go, parking off, or no wait can fit: the
+			// answer is now, as the cause says.
+			v.Action, v.Reason = Stop, g.a.Reason
+		default:
+			v.Parked = &Parked{At: now, Until: until, canFallBack: canFallBack, drawAt: now.Add(Recheck)}
+			g.Parked++
+			return v
+		}
+	}
+	return g.count(v, canFallBack)
+}
+
+// CheckRetry gates a retry that NextDelay allowed, before it is sent: a
+// stopped key stops it, an open breaker (or a probing one without a
+// permit) parks it as a first attempt would be; otherwise it goes, after
+// the wait the decision already gave. Retries are not counted as first
+// attempts.
+func (g *Gate) CheckRetry(now time.Time, deadline time.Duration) Verdict {
+	v := g.check(now, deadline, 0, true)
+	switch v.Action {
+	case Park:
+		if v.StopReason == policydv1.StopReason_STOP_REASON_FLEET_SHED {
+			return Verdict{} // a retry is paced by the daemon's budget, not the gate's share
+		}
+		until := now.Add(DefaultParkLimit)
+		if g.ParkLimit > 0 {
+			until = now.Add(g.ParkLimit)
+		}
+		if deadline >= 0 {
+			until = now.Add(deadline)
+		}
+		if g.ParkLimit < 0 || !until.After(now.Add(g.hintLeft(now))) {
+			return Verdict{Action: Stop, StopReason: v.StopReason, Reason: g.a.Reason}
+		}
+		v.Parked = &Parked{At: now, Until: until}
+		return v
+	case Wait:
+		return Verdict{} // the decision's delay already waited out the cooldown
+	}
+	return v
+}
+
+// Resume checks a parked call again: admitted (Waited says how long it
+// was parked), still parked, or stopped (DEADLINE) as soon as the time it
+// has left is no longer than the fleet's estimate of the wait.
+func (g *Gate) Resume(now time.Time, p *Parked, draw float64) Verdict {
+	if now.Before(p.drawAt) {
+		draw = 1 // a pace's draw is not due: only a full share admits
+	} else {
+		p.drawAt = now.Add(Recheck)
+	}
+	v := g.check(now, -1, draw, true)
+	v.Waited = now.Sub(p.At)
+	left := p.Until.Sub(now)
+	switch v.Action {
+	case Park:
+		if left <= g.hintLeft(now) || left <= 0 {
+			v = Verdict{Action: Stop, StopReason: policydv1.StopReason_STOP_REASON_DEADLINE, Waited: v.Waited,
+				Reason: fmt.Sprintf("gave up waiting for the fleet after %v: %s", v.Waited.Round(time.Second), g.a.Reason)}
+			return g.count(v, p.canFallBack)
+		}
+		v.Parked = p
+		g.Parked++
+		return v
+	case Wait:
+		if v.Wait > left {
+			v = Verdict{Action: Stop, StopReason: policydv1.StopReason_STOP_REASON_DEADLINE, Waited: v.Waited, Reason: g.a.Reason}
+		}
+	}
+	return g.count(v, p.canFallBack)
+}
+
+// count counts a verdict that is not Park, and turns a stop into the
+// assignment's fallback when the caller can take it.
+func (g *Gate) count(v Verdict, canFallBack bool) Verdict {
 	if v.Action == Stop {
 		g.Shed++
 		if canFallBack && g.a != nil && g.a.Fallback != nil {
@@ -130,7 +256,27 @@ func (g *Gate) Check(now time.Time, deadline time.Duration, canFallBack bool, dr
 	return v
 }
 
-func (g *Gate) check(now time.Time, deadline time.Duration, draw float64) Verdict {
+// hintLeft is what is left of the assignment's park hint.
+func (g *Gate) hintLeft(now time.Time) time.Duration {
+	if g.a == nil {
+		return 0
+	}
+	return max(0, g.a.ParkHint-now.Sub(g.receivedAt))
+}
+
+// parked is the verdict that parks a call for cause ("breaker open").
+func (g *Gate) parked(now time.Time, r policydv1.StopReason, cause string) Verdict {
+	why := fmt.Sprintf("waiting for the fleet: %s on %s", cause, g.Target)
+	if h := g.hintLeft(now); h > 0 {
+		why += fmt.Sprintf(", ~%d s", int(h.Round(time.Second)/time.Second))
+	}
+	return Verdict{Action: Park, StopReason: r, Reason: why}
+}
+
+// check is the gate's rule; resumed says the call is a parked one: it
+// probes only with a permit, and an expired assignment lets it go while
+// the process's own budget allows (the daemon that would wake it is away).
+func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resumed bool) Verdict {
 	g.refill(now)
 	a := g.a
 	if a == nil {
@@ -141,6 +287,12 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64) Verdic
 	}
 	age := now.Sub(g.receivedAt)
 	if age >= a.TTL+Grace {
+		if resumed && g.tokens <= ownThreshold {
+			// policyd is away and cannot wake it: the process's own budget
+			// lets parked calls go as it lets first attempts go.
+			return Verdict{Action: Park, StopReason: policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED,
+				Reason: "waiting for the fleet: policyd is unreachable and this process's own budget for " + g.Target + " is spent"}
+		}
 		if g.tokens > ownThreshold {
 			g.OwnAdmitted++
 			return Verdict{}
@@ -152,18 +304,18 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64) Verdic
 	case a.Stop > age:
 		return stop(policydv1.StopReason_STOP_REASON_FLEET_STOP)
 	case a.Breaker == fleet.Open:
-		return stop(policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN)
+		return g.parked(now, policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN, "breaker open")
 	case a.Breaker == fleet.HalfOpen:
 		if g.permits > 0 {
 			g.permits--
 			return Verdict{Probe: true}
 		}
-		if draw < a.AdmitFraction {
+		if !resumed && draw < a.AdmitFraction {
 			return Verdict{Probe: true}
 		}
-		return stop(policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN)
+		return g.parked(now, policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN, "breaker probing")
 	case a.AdmitFraction < 1 && draw >= a.AdmitFraction:
-		return stop(policydv1.StopReason_STOP_REASON_FLEET_SHED)
+		return g.parked(now, policydv1.StopReason_STOP_REASON_FLEET_SHED, "paced")
 	case a.Hold > age:
 		left := a.Hold - age
 		if deadline >= 0 && left > deadline {
@@ -173,3 +325,7 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64) Verdic
 	}
 	return Verdict{}
 }
+
+// Cancel takes a parked call the caller cancelled out of the park: it
+// counts as shed.
+func (g *Gate) Cancel(*Parked) { g.Shed++ }

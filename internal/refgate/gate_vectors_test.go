@@ -27,6 +27,7 @@ type gateVectors struct {
 				ProbePermits  uint32          `json:"probe_permits"`
 				Reason        string          `json:"reason"`
 				Fallback      *vectorFallback `json:"fallback"`
+				ParkHintMs    int64           `json:"park_hint_ms"`
 			} `json:"assign"`
 			Abandon bool   `json:"abandon"`
 			Outcome string `json:"outcome"`
@@ -34,16 +35,25 @@ type gateVectors struct {
 				DeadlineMs  *int64  `json:"deadline_ms"`
 				CanFallBack bool    `json:"can_fall_back"`
 				Draw        float64 `json:"draw"`
+				MaxParkMs   *int64  `json:"max_park_ms"`
+				Call        string  `json:"call"`
 			} `json:"gate"`
+			Resume *struct {
+				Call string  `json:"call"`
+				Draw float64 `json:"draw"`
+			} `json:"resume"`
 			Want struct {
 				Action     string          `json:"action"`
 				WaitMs     int64           `json:"wait_ms"`
 				Probe      bool            `json:"probe"`
 				StopReason string          `json:"stop_reason"`
 				Fallback   *vectorFallback `json:"fallback"`
+				WaitedMs   *int64          `json:"waited_ms"`
+				Reason     string          `json:"reason"`
 			} `json:"want"`
 		} `json:"steps"`
-		Counts *struct{ Admitted, Shed int64 } `json:"counts"`
+		Requires string                                  `json:"requires"`
+		Counts   *struct{ Admitted, Shed, Parked int64 } `json:"counts"`
 	} `json:"cases"`
 }
 
@@ -62,7 +72,7 @@ func (f *vectorFallback) proto(t *testing.T) *policydv1.Fallback {
 	return &policydv1.Fallback{Kind: k, Provider: f.Provider, Model: f.Model, Reason: f.Reason}
 }
 
-var gateActionNames = map[Action]string{Admit: "admit", Wait: "wait", FallBack: "fall_back", Stop: "stop"}
+var gateActionNames = map[Action]string{Admit: "admit", Wait: "wait", FallBack: "fall_back", Stop: "stop", Park: "park"}
 
 func TestGateVectors(t *testing.T) {
 	b, err := os.ReadFile("../../clients/testdata/gate.json")
@@ -81,6 +91,8 @@ func TestGateVectors(t *testing.T) {
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
 			g := New()
+			g.Target = "openai/gpt-4o"
+			parked := map[string]*Parked{}
 			for i, s := range c.Steps {
 				now := t0.Add(time.Duration(s.AtMs) * time.Millisecond)
 				switch {
@@ -91,34 +103,60 @@ func TestGateVectors(t *testing.T) {
 						t.Fatalf("step %d: breaker %q", i, a.Breaker)
 					}
 					g.Assign(now, &Assignment{TTL: ms(a.TTLMs), Breaker: br, Hold: ms(a.HoldMs), Stop: ms(a.StopMs),
-						AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason, Fallback: a.Fallback.proto(t)})
+						AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason, Fallback: a.Fallback.proto(t),
+						ParkHint: ms(a.ParkHintMs)})
 				case s.Abandon:
 					g.Assign(now, nil)
 				case s.Outcome != "":
 					g.Record(now, s.Outcome == "success")
-				case s.Gate != nil:
-					deadline := time.Duration(-1)
-					if s.Gate.DeadlineMs != nil {
-						deadline = ms(*s.Gate.DeadlineMs)
+				case s.Gate != nil, s.Resume != nil:
+					var got Verdict
+					if s.Gate != nil {
+						deadline := time.Duration(-1)
+						if s.Gate.DeadlineMs != nil {
+							deadline = ms(*s.Gate.DeadlineMs)
+						}
+						g.ParkLimit = 0
+						if s.Gate.MaxParkMs != nil {
+							g.ParkLimit = ms(*s.Gate.MaxParkMs)
+							if g.ParkLimit == 0 {
+								g.ParkLimit = -1 // parking off
+							}
+						}
+						got = g.Check(now, deadline, s.Gate.CanFallBack, s.Gate.Draw)
+						if got.Parked != nil {
+							parked[s.Gate.Call] = got.Parked
+						}
+					} else {
+						p := parked[s.Resume.Call]
+						if p == nil {
+							t.Fatalf("step %d: no parked call %q", i, s.Resume.Call)
+						}
+						got = g.Resume(now, p, s.Resume.Draw)
 					}
-					got := g.Check(now, deadline, s.Gate.CanFallBack, s.Gate.Draw)
 					w := s.Want
 					if gateActionNames[got.Action] != w.Action || got.Wait != ms(w.WaitMs) || got.Probe != w.Probe {
-						t.Fatalf("step %d at %dms: got %s wait %v probe %v, want %s wait %dms probe %v",
-							i, s.AtMs, gateActionNames[got.Action], got.Wait, got.Probe, w.Action, w.WaitMs, w.Probe)
+						t.Fatalf("step %d at %dms: got %s wait %v probe %v (%s), want %s wait %dms probe %v",
+							i, s.AtMs, gateActionNames[got.Action], got.Wait, got.Probe, got.Reason, w.Action, w.WaitMs, w.Probe)
 					}
-					if w.Action == "stop" && enums.Short(got.StopReason) != w.StopReason {
+					if (w.Action == "stop" || w.Action == "park") && enums.Short(got.StopReason) != w.StopReason {
 						t.Fatalf("step %d: stop reason %s, want %s", i, enums.Short(got.StopReason), w.StopReason)
 					}
 					if w.Action == "fall_back" && !equalFallback(got.Fallback, w.Fallback.proto(t)) {
 						t.Fatalf("step %d: fallback %v, want %v", i, got.Fallback, w.Fallback)
 					}
+					if w.WaitedMs != nil && got.Waited != ms(*w.WaitedMs) {
+						t.Fatalf("step %d: waited %v, want %dms", i, got.Waited, *w.WaitedMs)
+					}
+					if w.Reason != "" && got.Reason != w.Reason {
+						t.Fatalf("step %d: reason %q, want %q", i, got.Reason, w.Reason)
+					}
 				default:
 					t.Fatalf("step %d does nothing", i)
 				}
 			}
-			if c.Counts != nil && (g.Admitted != c.Counts.Admitted || g.Shed != c.Counts.Shed) {
-				t.Fatalf("counts admitted %d shed %d, want %d %d", g.Admitted, g.Shed, c.Counts.Admitted, c.Counts.Shed)
+			if c.Counts != nil && (g.Admitted != c.Counts.Admitted || g.Shed != c.Counts.Shed || g.Parked != c.Counts.Parked) {
+				t.Fatalf("counts admitted %d shed %d parked %d, want %d %d %d", g.Admitted, g.Shed, g.Parked, c.Counts.Admitted, c.Counts.Shed, c.Counts.Parked)
 			}
 		})
 	}

@@ -21,6 +21,10 @@ import (
 // process calls a handful of models with a handful of keys.
 const maxStreamTargets = 1024
 
+// maxParked bounds one report's parked gauge: a gate holds calls a process
+// makes, and the release window is sized by their total.
+const maxParked = 1 << 20
+
 // Coordinate implements FleetService.Coordinate: reports up, assignments
 // down, for one client process (docs/fleet.md, "The Coordinate stream").
 func (s *FleetServer) Coordinate(stream grpc.BidiStreamingServer[policydv1.CoordinateRequest, policydv1.CoordinateResponse]) error {
@@ -163,7 +167,9 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 		c.s.fleet.Report(fleet.Usage{Target: t, ClientID: c.client, Origin: c.origin, Elapsed: u.GetElapsed().AsDuration(),
 			Admitted: int64(u.GetAdmitted()), Shed: int64(u.GetShed()), Succeeded: int64(u.GetSucceeded()),
 			Failed: int64(u.GetFailed()), Retries: int64(u.GetRetries()),
-			RequestsPerMinute: fleet.RequestsPerMinute(t.Provider, u.GetRateLimitHeaders())})
+			Parked: int64(min(u.GetParked(), maxParked)), ParkedNew: int64(u.GetParkedNew()), Released: int64(u.GetReleased()),
+			RequestsPerMinute: fleet.RequestsPerMinute(t.Provider, u.GetRateLimitHeaders()),
+			RemainingShare:    fleet.RemainingShare(t.Provider, u.GetRateLimitHeaders())})
 	}
 	if len(m.GetUsage()) == 0 {
 		return nil
@@ -233,6 +239,9 @@ func (c *coordination) assignmentProto(t fleet.Target, a fleet.Assignment) *poli
 	}
 	if a.Stop > 0 {
 		out.Stop = durationpb.New(a.Stop)
+	}
+	if a.ParkHint > 0 {
+		out.ParkHint = durationpb.New(a.ParkHint)
 	}
 	if !a.Admits() && c.s.policies != nil {
 		out.Fallback = c.s.policies.Policy().GateFallback(t, a.Cause, c.s.fleet)

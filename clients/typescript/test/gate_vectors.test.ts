@@ -37,6 +37,8 @@ interface Step {
 
 interface Case {
   id: string;
+  // A gate feature the case needs; this gate does not park yet.
+  requires?: string;
   steps: Step[];
   counts?: { admitted: number; shed: number };
 }
@@ -55,7 +57,7 @@ describe("vectors: gate.json", () => {
   test("has cases", () => assert.ok(vectors.cases.length > 0));
 
   for (const c of vectors.cases) {
-    test(c.id, () => {
+    test(c.id, { skip: c.requires === "park" ? "parking (docs/clients.md) is not implemented by this gate yet" : false }, () => {
       const g = new Gate();
       c.steps.forEach((s, i) => {
         const now = s.at_ms;

@@ -158,11 +158,11 @@ type BucketUsage struct {
 	Target *BucketTarget          `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
 	// Since this bucket's last report (or its first use): more than 0, at most 10 minutes.
 	Elapsed *durationpb.Duration `protobuf:"bytes,2,opt,name=elapsed,proto3" json:"elapsed,omitempty"`
-	// First attempts the gate admitted, and those it did not (stopped, fell back).
-	// Each count, and admitted and shed together, is at most 1,000 for each
-	// second of elapsed (of the time the daemon saw pass since the stream's
-	// last report of the bucket, when shorter; at least a second): more is
-	// INVALID_ARGUMENT naming it.
+	// First attempts the gate admitted, and those it did not (stopped, fell back,
+	// or gave up parked). Each count, and admitted and shed together, is at most
+	// 1,000 for each second of elapsed (of the time the daemon saw pass since the
+	// stream's last report of the bucket, when shorter; at least a second): more
+	// is INVALID_ARGUMENT naming it.
 	Admitted uint64 `protobuf:"varint,3,opt,name=admitted,proto3" json:"admitted,omitempty"`
 	Shed     uint64 `protobuf:"varint,4,opt,name=shed,proto3" json:"shed,omitempty"`
 	// Attempts that succeeded.
@@ -176,8 +176,17 @@ type BucketUsage struct {
 	// The rate-limit headers of the last success, as received: only
 	// x-ratelimit-* and anthropic-ratelimit-* (at most 16, values at most 64 bytes).
 	RateLimitHeaders map[string]string `protobuf:"bytes,8,rep,name=rate_limit_headers,json=rateLimitHeaders,proto3" json:"rate_limit_headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Calls the gate holds parked now (a gauge, not a count over the
+	// interval): the daemon hands probe permits to clients that hold some and
+	// sizes the release after a close by their total.
+	Parked uint64 `protobuf:"varint,9,opt,name=parked,proto3" json:"parked,omitempty"`
+	// First attempts the gate parked at their first check in the interval,
+	// and parked calls it admitted (released; counted in admitted too). A
+	// parked call that gives up counts in shed.
+	ParkedNew     uint64 `protobuf:"varint,10,opt,name=parked_new,json=parkedNew,proto3" json:"parked_new,omitempty"`
+	Released      uint64 `protobuf:"varint,11,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BucketUsage) Reset() {
@@ -266,6 +275,27 @@ func (x *BucketUsage) GetRateLimitHeaders() map[string]string {
 	return nil
 }
 
+func (x *BucketUsage) GetParked() uint64 {
+	if x != nil {
+		return x.Parked
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetParkedNew() uint64 {
+	if x != nil {
+		return x.ParkedNew
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetReleased() uint64 {
+	if x != nil {
+		return x.Released
+	}
+	return 0
+}
+
 // CoordinateResponse is one message down the stream.
 type CoordinateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -337,7 +367,11 @@ type Assignment struct {
 	// Why, for a human: "breaker open: 24 failures in 10s from 6 clients".
 	Reason string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Where to go when the gate does not admit and the caller can fall back.
-	Fallback      *Fallback `protobuf:"bytes,10,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	Fallback *Fallback `protobuf:"bytes,10,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	// The daemon's estimate of how long a parked call waits from receipt
+	// (the open period's rest and a probe interval); unset: unknown. A gate
+	// does not park a call whose deadline comes first.
+	ParkHint      *durationpb.Duration `protobuf:"bytes,11,opt,name=park_hint,json=parkHint,proto3" json:"park_hint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -438,6 +472,13 @@ func (x *Assignment) GetReason() string {
 func (x *Assignment) GetFallback() *Fallback {
 	if x != nil {
 		return x.Fallback
+	}
+	return nil
+}
+
+func (x *Assignment) GetParkHint() *durationpb.Duration {
+	if x != nil {
+		return x.ParkHint
 	}
 	return nil
 }
@@ -1014,7 +1055,7 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\fBucketTarget\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x15\n" +
-	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\x96\x03\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xe9\x03\n" +
 	"\vBucketUsage\x120\n" +
 	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x123\n" +
 	"\aelapsed\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12\x1a\n" +
@@ -1023,12 +1064,17 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\tsucceeded\x18\x05 \x01(\x04R\tsucceeded\x12\x16\n" +
 	"\x06failed\x18\x06 \x01(\x04R\x06failed\x12\x18\n" +
 	"\aretries\x18\a \x01(\x04R\aretries\x12[\n" +
-	"\x12rate_limit_headers\x18\b \x03(\v2-.policyd.v1.BucketUsage.RateLimitHeadersEntryR\x10rateLimitHeaders\x1aC\n" +
+	"\x12rate_limit_headers\x18\b \x03(\v2-.policyd.v1.BucketUsage.RateLimitHeadersEntryR\x10rateLimitHeaders\x12\x16\n" +
+	"\x06parked\x18\t \x01(\x04R\x06parked\x12\x1d\n" +
+	"\n" +
+	"parked_new\x18\n" +
+	" \x01(\x04R\tparkedNew\x12\x1a\n" +
+	"\breleased\x18\v \x01(\x04R\breleased\x1aC\n" +
 	"\x15RateLimitHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
 	"\x12CoordinateResponse\x128\n" +
-	"\vassignments\x18\x01 \x03(\v2\x16.policyd.v1.AssignmentR\vassignments\"\xad\x03\n" +
+	"\vassignments\x18\x01 \x03(\v2\x16.policyd.v1.AssignmentR\vassignments\"\xe5\x03\n" +
 	"\n" +
 	"Assignment\x120\n" +
 	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x12\x18\n" +
@@ -1041,7 +1087,8 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\rprobe_permits\x18\b \x01(\rR\fprobePermits\x12\x16\n" +
 	"\x06reason\x18\t \x01(\tR\x06reason\x120\n" +
 	"\bfallback\x18\n" +
-	" \x01(\v2\x14.policyd.v1.FallbackR\bfallback\"\xf4\x05\n" +
+	" \x01(\v2\x14.policyd.v1.FallbackR\bfallback\x126\n" +
+	"\tpark_hint\x18\v \x01(\v2\x19.google.protobuf.DurationR\bparkHint\"\xf4\x05\n" +
 	"\x06Bucket\x12,\n" +
 	"\x05state\x18\x01 \x01(\v2\x16.policyd.v1.FleetStateR\x05state\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1a\n" +
@@ -1138,25 +1185,26 @@ var file_policyd_v1_fleet_proto_depIdxs = []int32{
 	13, // 8: policyd.v1.Assignment.hold:type_name -> google.protobuf.Duration
 	13, // 9: policyd.v1.Assignment.stop:type_name -> google.protobuf.Duration
 	15, // 10: policyd.v1.Assignment.fallback:type_name -> policyd.v1.Fallback
-	16, // 11: policyd.v1.Bucket.state:type_name -> policyd.v1.FleetState
-	13, // 12: policyd.v1.Bucket.open_period:type_name -> google.protobuf.Duration
-	13, // 13: policyd.v1.Bucket.idle:type_name -> google.protobuf.Duration
-	5,  // 14: policyd.v1.ListBucketsResponse.buckets:type_name -> policyd.v1.Bucket
-	5,  // 15: policyd.v1.ClearBucketResponse.bucket:type_name -> policyd.v1.Bucket
-	5,  // 16: policyd.v1.GetBucketResponse.bucket:type_name -> policyd.v1.Bucket
-	6,  // 17: policyd.v1.FleetService.ListBuckets:input_type -> policyd.v1.ListBucketsRequest
-	10, // 18: policyd.v1.FleetService.GetBucket:input_type -> policyd.v1.GetBucketRequest
-	0,  // 19: policyd.v1.FleetService.Coordinate:input_type -> policyd.v1.CoordinateRequest
-	8,  // 20: policyd.v1.FleetService.ClearBucket:input_type -> policyd.v1.ClearBucketRequest
-	7,  // 21: policyd.v1.FleetService.ListBuckets:output_type -> policyd.v1.ListBucketsResponse
-	11, // 22: policyd.v1.FleetService.GetBucket:output_type -> policyd.v1.GetBucketResponse
-	3,  // 23: policyd.v1.FleetService.Coordinate:output_type -> policyd.v1.CoordinateResponse
-	9,  // 24: policyd.v1.FleetService.ClearBucket:output_type -> policyd.v1.ClearBucketResponse
-	21, // [21:25] is the sub-list for method output_type
-	17, // [17:21] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	13, // 11: policyd.v1.Assignment.park_hint:type_name -> google.protobuf.Duration
+	16, // 12: policyd.v1.Bucket.state:type_name -> policyd.v1.FleetState
+	13, // 13: policyd.v1.Bucket.open_period:type_name -> google.protobuf.Duration
+	13, // 14: policyd.v1.Bucket.idle:type_name -> google.protobuf.Duration
+	5,  // 15: policyd.v1.ListBucketsResponse.buckets:type_name -> policyd.v1.Bucket
+	5,  // 16: policyd.v1.ClearBucketResponse.bucket:type_name -> policyd.v1.Bucket
+	5,  // 17: policyd.v1.GetBucketResponse.bucket:type_name -> policyd.v1.Bucket
+	6,  // 18: policyd.v1.FleetService.ListBuckets:input_type -> policyd.v1.ListBucketsRequest
+	10, // 19: policyd.v1.FleetService.GetBucket:input_type -> policyd.v1.GetBucketRequest
+	0,  // 20: policyd.v1.FleetService.Coordinate:input_type -> policyd.v1.CoordinateRequest
+	8,  // 21: policyd.v1.FleetService.ClearBucket:input_type -> policyd.v1.ClearBucketRequest
+	7,  // 22: policyd.v1.FleetService.ListBuckets:output_type -> policyd.v1.ListBucketsResponse
+	11, // 23: policyd.v1.FleetService.GetBucket:output_type -> policyd.v1.GetBucketResponse
+	3,  // 24: policyd.v1.FleetService.Coordinate:output_type -> policyd.v1.CoordinateResponse
+	9,  // 25: policyd.v1.FleetService.ClearBucket:output_type -> policyd.v1.ClearBucketResponse
+	22, // [22:26] is the sub-list for method output_type
+	18, // [18:22] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_policyd_v1_fleet_proto_init() }

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file policyd/v1/fleet.proto.
  */
 export const file_policyd_v1_fleet: GenFile = /*@__PURE__*/
-  fileDesc("ChZwb2xpY3lkL3YxL2ZsZWV0LnByb3RvEgpwb2xpY3lkLnYxIl8KEUNvb3JkaW5hdGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgdwcm9maWxlGAIgASgJEiYKBXVzYWdlGAMgAygLMhcucG9saWN5ZC52MS5CdWNrZXRVc2FnZSI/CgxCdWNrZXRUYXJnZXQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGa2V5X2lkGAMgASgJIrsCCgtCdWNrZXRVc2FnZRIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIqCgdlbGFwc2VkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGFkbWl0dGVkGAMgASgEEgwKBHNoZWQYBCABKAQSEQoJc3VjY2VlZGVkGAUgASgEEg4KBmZhaWxlZBgGIAEoBBIPCgdyZXRyaWVzGAcgASgEEkkKEnJhdGVfbGltaXRfaGVhZGVycxgIIAMoCzItLnBvbGljeWQudjEuQnVja2V0VXNhZ2UuUmF0ZUxpbWl0SGVhZGVyc0VudHJ5GjcKFVJhdGVMaW1pdEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKEkNvb3JkaW5hdGVSZXNwb25zZRIrCgthc3NpZ25tZW50cxgBIAMoCzIWLnBvbGljeWQudjEuQXNzaWdubWVudCLTAgoKQXNzaWdubWVudBIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIPCgdhYmFuZG9uGAIgASgIEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIpCgdicmVha2VyGAQgASgOMhgucG9saWN5ZC52MS5CcmVha2VyU3RhdGUSJwoEaG9sZBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgRzdG9wGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmFkbWl0X2ZyYWN0aW9uGAcgASgBEhUKDXByb2JlX3Blcm1pdHMYCCABKA0SDgoGcmVhc29uGAkgASgJEiYKCGZhbGxiYWNrGAogASgLMhQucG9saWN5ZC52MS5GYWxsYmFjayL5AwoGQnVja2V0EiUKBXN0YXRlGAEgASgLMhYucG9saWN5ZC52MS5GbGVldFN0YXRlEg0KBXNjb3BlGAIgASgJEhAKCHByb3ZpZGVyGAMgASgJEg0KBW1vZGVsGAQgASgJEg4KBmtleV9pZBgFIAEoCRIXCg93aW5kb3dfZmFpbHVyZXMYBiABKAUSFgoOd2luZG93X2NsaWVudHMYByABKAUSLgoLb3Blbl9wZXJpb2QYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGQoRZGVjaXNpb25zX2NoYW5nZWQYCSABKAMSFwoPZmlyc3RfY2xpZW50X2lkGAogASgJEicKBGlkbGUYCyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGQoRc3RyZWFtaW5nX2NsaWVudHMYDCABKAUSDwoHcmVwb3J0cxgNIAEoAxIYChBhc3NpZ25tZW50c19zZW50GA4gASgDEh8KF2ZpcnN0X2F0dGVtcHRzX2FkbWl0dGVkGA8gASgDEhsKE2ZpcnN0X2F0dGVtcHRzX3NoZWQYECABKAMSEQoJc3VjY2Vzc2VzGBEgASgDEhYKDmFkbWl0X2ZyYWN0aW9uGBIgASgBEhsKE3JlcXVlc3RzX3Blcl9taW51dGUYEyABKAMiXAoSTGlzdEJ1Y2tldHNSZXF1ZXN0EhAKCHByb3ZpZGVyGAEgASgJEg0KBW1vZGVsGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlMKE0xpc3RCdWNrZXRzUmVzcG9uc2USIwoHYnVja2V0cxgBIAMoCzISLnBvbGljeWQudjEuQnVja2V0EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ/ChJDbGVhckJ1Y2tldFJlcXVlc3QSDgoGYnVja2V0GAEgASgJEgwKBGhvbGQYAiABKAgSDAoEc3RvcBgDIAEoCBIPCgdicmVha2VyGAQgASgIEgwKBHBhY2UYBSABKAgSDgoGcmVhc29uGAYgASgJEg4KBnRlbmFudBgHIAEoCSI5ChNDbGVhckJ1Y2tldFJlc3BvbnNlEiIKBmJ1Y2tldBgBIAEoCzISLnBvbGljeWQudjEuQnVja2V0IiIKEEdldEJ1Y2tldFJlcXVlc3QSDgoGYnVja2V0GAEgASgJIjcKEUdldEJ1Y2tldFJlc3BvbnNlEiIKBmJ1Y2tldBgBIAEoCzISLnBvbGljeWQudjEuQnVja2V0MskCCgxGbGVldFNlcnZpY2USTgoLTGlzdEJ1Y2tldHMSHi5wb2xpY3lkLnYxLkxpc3RCdWNrZXRzUmVxdWVzdBofLnBvbGljeWQudjEuTGlzdEJ1Y2tldHNSZXNwb25zZRJICglHZXRCdWNrZXQSHC5wb2xpY3lkLnYxLkdldEJ1Y2tldFJlcXVlc3QaHS5wb2xpY3lkLnYxLkdldEJ1Y2tldFJlc3BvbnNlEk8KCkNvb3JkaW5hdGUSHS5wb2xpY3lkLnYxLkNvb3JkaW5hdGVSZXF1ZXN0Gh4ucG9saWN5ZC52MS5Db29yZGluYXRlUmVzcG9uc2UoATABEk4KC0NsZWFyQnVja2V0Eh4ucG9saWN5ZC52MS5DbGVhckJ1Y2tldFJlcXVlc3QaHy5wb2xpY3lkLnYxLkNsZWFyQnVja2V0UmVzcG9uc2VCNVozZ2l0aHViLmNvbS9wb2xpY3lkL3BvbGljeWQvZ2VuL3BvbGljeWQvdjE7cG9saWN5ZHYxYgZwcm90bzM", [file_google_protobuf_duration, file_policyd_v1_policy]);
+  fileDesc("ChZwb2xpY3lkL3YxL2ZsZWV0LnByb3RvEgpwb2xpY3lkLnYxIl8KEUNvb3JkaW5hdGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgdwcm9maWxlGAIgASgJEiYKBXVzYWdlGAMgAygLMhcucG9saWN5ZC52MS5CdWNrZXRVc2FnZSI/CgxCdWNrZXRUYXJnZXQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGa2V5X2lkGAMgASgJIvECCgtCdWNrZXRVc2FnZRIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIqCgdlbGFwc2VkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGFkbWl0dGVkGAMgASgEEgwKBHNoZWQYBCABKAQSEQoJc3VjY2VlZGVkGAUgASgEEg4KBmZhaWxlZBgGIAEoBBIPCgdyZXRyaWVzGAcgASgEEkkKEnJhdGVfbGltaXRfaGVhZGVycxgIIAMoCzItLnBvbGljeWQudjEuQnVja2V0VXNhZ2UuUmF0ZUxpbWl0SGVhZGVyc0VudHJ5Eg4KBnBhcmtlZBgJIAEoBBISCgpwYXJrZWRfbmV3GAogASgEEhAKCHJlbGVhc2VkGAsgASgEGjcKFVJhdGVMaW1pdEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKEkNvb3JkaW5hdGVSZXNwb25zZRIrCgthc3NpZ25tZW50cxgBIAMoCzIWLnBvbGljeWQudjEuQXNzaWdubWVudCKBAwoKQXNzaWdubWVudBIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIPCgdhYmFuZG9uGAIgASgIEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIpCgdicmVha2VyGAQgASgOMhgucG9saWN5ZC52MS5CcmVha2VyU3RhdGUSJwoEaG9sZBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgRzdG9wGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmFkbWl0X2ZyYWN0aW9uGAcgASgBEhUKDXByb2JlX3Blcm1pdHMYCCABKA0SDgoGcmVhc29uGAkgASgJEiYKCGZhbGxiYWNrGAogASgLMhQucG9saWN5ZC52MS5GYWxsYmFjaxIsCglwYXJrX2hpbnQYCyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24i+QMKBkJ1Y2tldBIlCgVzdGF0ZRgBIAEoCzIWLnBvbGljeWQudjEuRmxlZXRTdGF0ZRINCgVzY29wZRgCIAEoCRIQCghwcm92aWRlchgDIAEoCRINCgVtb2RlbBgEIAEoCRIOCgZrZXlfaWQYBSABKAkSFwoPd2luZG93X2ZhaWx1cmVzGAYgASgFEhYKDndpbmRvd19jbGllbnRzGAcgASgFEi4KC29wZW5fcGVyaW9kGAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhkKEWRlY2lzaW9uc19jaGFuZ2VkGAkgASgDEhcKD2ZpcnN0X2NsaWVudF9pZBgKIAEoCRInCgRpZGxlGAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhkKEXN0cmVhbWluZ19jbGllbnRzGAwgASgFEg8KB3JlcG9ydHMYDSABKAMSGAoQYXNzaWdubWVudHNfc2VudBgOIAEoAxIfChdmaXJzdF9hdHRlbXB0c19hZG1pdHRlZBgPIAEoAxIbChNmaXJzdF9hdHRlbXB0c19zaGVkGBAgASgDEhEKCXN1Y2Nlc3NlcxgRIAEoAxIWCg5hZG1pdF9mcmFjdGlvbhgSIAEoARIbChNyZXF1ZXN0c19wZXJfbWludXRlGBMgASgDIlwKEkxpc3RCdWNrZXRzUmVxdWVzdBIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJTChNMaXN0QnVja2V0c1Jlc3BvbnNlEiMKB2J1Y2tldHMYASADKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkifwoSQ2xlYXJCdWNrZXRSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCRIMCgRob2xkGAIgASgIEgwKBHN0b3AYAyABKAgSDwoHYnJlYWtlchgEIAEoCBIMCgRwYWNlGAUgASgIEg4KBnJlYXNvbhgGIAEoCRIOCgZ0ZW5hbnQYByABKAkiOQoTQ2xlYXJCdWNrZXRSZXNwb25zZRIiCgZidWNrZXQYASABKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldCIiChBHZXRCdWNrZXRSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCSI3ChFHZXRCdWNrZXRSZXNwb25zZRIiCgZidWNrZXQYASABKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldDLJAgoMRmxlZXRTZXJ2aWNlEk4KC0xpc3RCdWNrZXRzEh4ucG9saWN5ZC52MS5MaXN0QnVja2V0c1JlcXVlc3QaHy5wb2xpY3lkLnYxLkxpc3RCdWNrZXRzUmVzcG9uc2USSAoJR2V0QnVja2V0EhwucG9saWN5ZC52MS5HZXRCdWNrZXRSZXF1ZXN0Gh0ucG9saWN5ZC52MS5HZXRCdWNrZXRSZXNwb25zZRJPCgpDb29yZGluYXRlEh0ucG9saWN5ZC52MS5Db29yZGluYXRlUmVxdWVzdBoeLnBvbGljeWQudjEuQ29vcmRpbmF0ZVJlc3BvbnNlKAEwARJOCgtDbGVhckJ1Y2tldBIeLnBvbGljeWQudjEuQ2xlYXJCdWNrZXRSZXF1ZXN0Gh8ucG9saWN5ZC52MS5DbGVhckJ1Y2tldFJlc3BvbnNlQjVaM2dpdGh1Yi5jb20vcG9saWN5ZC9wb2xpY3lkL2dlbi9wb2xpY3lkL3YxO3BvbGljeWR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_policyd_v1_policy]);
 
 /**
  * CoordinateRequest is one message up the stream.
@@ -106,11 +106,11 @@ export type BucketUsage = Message<"policyd.v1.BucketUsage"> & {
   elapsed?: Duration | undefined;
 
   /**
-   * First attempts the gate admitted, and those it did not (stopped, fell back).
-   * Each count, and admitted and shed together, is at most 1,000 for each
-   * second of elapsed (of the time the daemon saw pass since the stream's
-   * last report of the bucket, when shorter; at least a second): more is
-   * INVALID_ARGUMENT naming it.
+   * First attempts the gate admitted, and those it did not (stopped, fell back,
+   * or gave up parked). Each count, and admitted and shed together, is at most
+   * 1,000 for each second of elapsed (of the time the daemon saw pass since the
+   * stream's last report of the bucket, when shorter; at least a second): more
+   * is INVALID_ARGUMENT naming it.
    *
    * @generated from field: uint64 admitted = 3;
    */
@@ -151,6 +151,29 @@ export type BucketUsage = Message<"policyd.v1.BucketUsage"> & {
    * @generated from field: map<string, string> rate_limit_headers = 8;
    */
   rateLimitHeaders: { [key: string]: string };
+
+  /**
+   * Calls the gate holds parked now (a gauge, not a count over the
+   * interval): the daemon hands probe permits to clients that hold some and
+   * sizes the release after a close by their total.
+   *
+   * @generated from field: uint64 parked = 9;
+   */
+  parked: bigint;
+
+  /**
+   * First attempts the gate parked at their first check in the interval,
+   * and parked calls it admitted (released; counted in admitted too). A
+   * parked call that gives up counts in shed.
+   *
+   * @generated from field: uint64 parked_new = 10;
+   */
+  parkedNew: bigint;
+
+  /**
+   * @generated from field: uint64 released = 11;
+   */
+  released: bigint;
 };
 
 /**
@@ -256,6 +279,15 @@ export type Assignment = Message<"policyd.v1.Assignment"> & {
    * @generated from field: policyd.v1.Fallback fallback = 10;
    */
   fallback?: Fallback | undefined;
+
+  /**
+   * The daemon's estimate of how long a parked call waits from receipt
+   * (the open period's rest and a probe interval); unset: unknown. A gate
+   * does not park a call whose deadline comes first.
+   *
+   * @generated from field: google.protobuf.Duration park_hint = 11;
+   */
+  parkHint?: Duration | undefined;
 };
 
 /**

@@ -31,7 +31,7 @@ class BucketTarget(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ...) -> None: ...
 
 class BucketUsage(_message.Message):
-    __slots__ = ("target", "elapsed", "admitted", "shed", "succeeded", "failed", "retries", "rate_limit_headers")
+    __slots__ = ("target", "elapsed", "admitted", "shed", "succeeded", "failed", "retries", "rate_limit_headers", "parked", "parked_new", "released")
     class RateLimitHeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,9 @@ class BucketUsage(_message.Message):
     FAILED_FIELD_NUMBER: _ClassVar[int]
     RETRIES_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMIT_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    PARKED_FIELD_NUMBER: _ClassVar[int]
+    PARKED_NEW_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
     target: BucketTarget
     elapsed: _duration_pb2.Duration
     admitted: int
@@ -55,7 +58,10 @@ class BucketUsage(_message.Message):
     failed: int
     retries: int
     rate_limit_headers: _containers.ScalarMap[str, str]
-    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admitted: _Optional[int] = ..., shed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., rate_limit_headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    parked: int
+    parked_new: int
+    released: int
+    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admitted: _Optional[int] = ..., shed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., rate_limit_headers: _Optional[_Mapping[str, str]] = ..., parked: _Optional[int] = ..., parked_new: _Optional[int] = ..., released: _Optional[int] = ...) -> None: ...
 
 class CoordinateResponse(_message.Message):
     __slots__ = ("assignments",)
@@ -64,7 +70,7 @@ class CoordinateResponse(_message.Message):
     def __init__(self, assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("target", "abandon", "ttl", "breaker", "hold", "stop", "admit_fraction", "probe_permits", "reason", "fallback")
+    __slots__ = ("target", "abandon", "ttl", "breaker", "hold", "stop", "admit_fraction", "probe_permits", "reason", "fallback", "park_hint")
     TARGET_FIELD_NUMBER: _ClassVar[int]
     ABANDON_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +81,7 @@ class Assignment(_message.Message):
     PROBE_PERMITS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    PARK_HINT_FIELD_NUMBER: _ClassVar[int]
     target: BucketTarget
     abandon: bool
     ttl: _duration_pb2.Duration
@@ -85,7 +92,8 @@ class Assignment(_message.Message):
     probe_permits: int
     reason: str
     fallback: _policy_pb2.Fallback
-    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., abandon: _Optional[bool] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ..., hold: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admit_fraction: _Optional[float] = ..., probe_permits: _Optional[int] = ..., reason: _Optional[str] = ..., fallback: _Optional[_Union[_policy_pb2.Fallback, _Mapping]] = ...) -> None: ...
+    park_hint: _duration_pb2.Duration
+    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., abandon: _Optional[bool] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ..., hold: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admit_fraction: _Optional[float] = ..., probe_permits: _Optional[int] = ..., reason: _Optional[str] = ..., fallback: _Optional[_Union[_policy_pb2.Fallback, _Mapping]] = ..., park_hint: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Bucket(_message.Message):
     __slots__ = ("state", "scope", "provider", "model", "key_id", "window_failures", "window_clients", "open_period", "decisions_changed", "first_client_id", "idle", "streaming_clients", "reports", "assignments_sent", "first_attempts_admitted", "first_attempts_shed", "successes", "admit_fraction", "requests_per_minute")

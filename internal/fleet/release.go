@@ -1,0 +1,149 @@
+package fleet
+
+import (
+	"fmt"
+	"time"
+)
+
+// Parked calls and their release. A streamed client's gate parks first
+// attempts (and retries) that meet an open breaker, a probing one or a
+// pace, and reports how many it holds. The daemon wakes them: while the
+// breaker probes, it hands probe permits to clients that hold parked calls;
+// when it closes, it gives every client a release slot spread over a window
+// sized so that the backlog drains at ReleaseFactor times the traffic the
+// bucket had before the incident.
+
+// ReleaseFactor is the release rate after a close, as a multiple of the
+// first attempts a second the bucket admitted before its breaker opened:
+// the backlog drains a fifth faster than the fleet's own pace. Faster
+// recovers sooner and makes the provider's busiest second after the
+// incident busier: docs/fleet-simulation.md measures both (at 1.2, a
+// median of 5 s and of 2.0 × the baseline over seeds 1–20).
+const ReleaseFactor = 1.2
+
+// parkedReopen is the open period after a failed probe, in probe
+// intervals, while clients hold parked calls (bucket.reopenPeriod).
+const parkedReopen = 5
+
+// maxRelease bounds the release window: a backlog that would take longer
+// drains faster than ReleaseFactor rather than keep calls parked.
+const maxRelease = 10 * time.Second
+
+// parkState is a bucket's view of its parked calls.
+type parkState struct {
+	parkedBy     map[string]int64 // each streamed client's last reported count
+	parkedSum    int64            // their sum
+	baseRate     float64          // first attempts a second before the breaker opened
+	releaseFrom  time.Time        // the last close, or a pace's end
+	releaseSpan  time.Duration    // the release window from releaseFrom
+	releaseSlots map[string]int
+	nextPermit   time.Time
+}
+
+// reportParked records client's parked calls.
+func (b *Bucket) reportParked(client string, n int64) {
+	if n == 0 && b.parkedBy == nil {
+		return
+	}
+	if b.parkedBy == nil {
+		b.parkedBy = make(map[string]int64)
+	}
+	b.parkedSum -= b.parkedBy[client]
+	if n == 0 {
+		delete(b.parkedBy, client)
+		return
+	}
+	if _, ok := b.parkedBy[client]; ok || len(b.parkedBy) < maxHoldSlots {
+		b.parkedBy[client] = n
+		b.parkedSum += n
+	}
+}
+
+func (b *Bucket) parkedTotal() int64 { return b.parkedSum }
+
+// fleetParked estimates the parked calls of the whole fleet: this
+// replica's streams' times the replicas active on the bucket (the streams
+// spread evenly over the replicas; the counts exchanged do not carry
+// parked calls).
+func (b *Bucket) fleetParked(now time.Time) int64 {
+	n := b.parkedTotal()
+	if n > 0 && len(b.remote) > 0 {
+		n *= int64(b.others(now).replicas + 1)
+	}
+	return n
+}
+
+// noteBaseRate remembers the admitted first attempts a second as a closed
+// breaker opens or a pace starts: the traffic the release after the
+// incident is paced by.
+func (b *Bucket) noteBaseRate(now time.Time, c *BreakerConfig) {
+	if b.admitted.secs == nil {
+		return
+	}
+	if r := float64(int64(b.admitted.sum(now))+b.others(now).admitted) / c.Window.Seconds(); r > 0 {
+		b.baseRate = r
+	}
+}
+
+// startRelease sizes the release window at a close or a pace's end.
+func (b *Bucket) startRelease(at time.Time) {
+	b.releaseFrom, b.releaseSpan, b.releaseSlots = at, 0, nil
+	n := b.fleetParked(at)
+	if n == 0 || b.baseRate <= 0 {
+		return
+	}
+	b.releaseSpan = min(maxRelease, time.Duration(float64(n)/(ReleaseFactor*b.baseRate)*float64(time.Second)))
+}
+
+// releaseHold is client's wait for its release slot after a close or a
+// pace's end (0: none).
+func (f *Fleet) releaseHold(b *Bucket, client string, now time.Time) time.Duration {
+	if b.state != Closed || b.releaseSpan <= 0 || !now.Before(b.releaseFrom.Add(b.releaseSpan)) {
+		return 0
+	}
+	i, ok := b.releaseSlots[client]
+	if !ok {
+		i = len(b.releaseSlots)
+		if b.releaseSlots == nil {
+			b.releaseSlots = make(map[string]int)
+		}
+		if len(b.releaseSlots) < maxHoldSlots {
+			b.releaseSlots[client] = i
+		}
+	}
+	return max(0, b.releaseFrom.Add(f.slot(i, b.releaseSpan)).Sub(now))
+}
+
+// probePermit says whether client gets the probing breaker's permit now:
+// one every ProbeInterval, to a client holding parked calls (a real call
+// that was waiting anyway), so that while the provider is back the probes
+// that close the breaker follow each other a second apart. Replicas take
+// the intervals in turn (their slot rank), each for its own streams.
+func (f *Fleet) probePermit(b *Bucket, client string, now time.Time, c *BreakerConfig) bool {
+	if b.state != HalfOpen || b.parkedBy[client] == 0 || now.Before(b.nextPermit) {
+		return false
+	}
+	k := int64(now.Sub(b.halfOpenAt) / c.ProbeInterval)
+	if stride := int64(f.slotStride.Load()); stride > 1 && k%stride != int64(f.slotOffset.Load()) {
+		return false
+	}
+	b.nextPermit = b.halfOpenAt.Add(time.Duration(k+1) * c.ProbeInterval)
+	return true
+}
+
+// parkHint is the daemon's estimate of how long a gate's parked call
+// waits: the open period's rest and a probe interval and latency, or a
+// probe interval while probing.
+func (b *Bucket) parkHint(now time.Time, c *BreakerConfig) time.Duration {
+	switch b.state {
+	case Open:
+		return b.openUntil.Sub(now) + c.ProbeInterval
+	case HalfOpen:
+		return c.ProbeInterval
+	}
+	return 0
+}
+
+func (b *Bucket) releaseWhy(hold time.Duration) string {
+	return fmt.Sprintf("parked calls released over %v: this client's slot in %v", b.releaseSpan.Round(100*time.Millisecond), hold.Round(100*time.Millisecond))
+}

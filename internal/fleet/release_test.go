@@ -1,0 +1,93 @@
+package fleet
+
+import (
+	"testing"
+	"time"
+)
+
+// openWithParked opens the breaker of streamTarget after 20 first attempts
+// a second were admitted, with clients "p1".."p4" holding a parked call
+// each and "idle" holding none.
+func openWithParked(t *testing.T) (*Fleet, *fakeClock) {
+	t.Helper()
+	f, clk, _ := newTestFleet(t, func(c *Config) { c.Breaker.MinVolume, c.Breaker.MinClients = 5, 1 })
+	f.Report(Usage{Target: streamTarget, ClientID: "idle", Admitted: 200}) // 20 a second over the window
+	for range 5 {
+		f.Decide(ask("b", overloaded, time.Second))
+	}
+	for _, c := range []string{"p1", "p2", "p3", "p4"} {
+		f.Report(Usage{Target: streamTarget, ClientID: c, Parked: 1, ParkedNew: 1})
+	}
+	if a := f.Assign(streamTarget, "p1"); a.Breaker != Open || a.ParkHint <= 0 {
+		t.Fatalf("not open, or no park hint: %+v", a)
+	}
+	return f, clk
+}
+
+// While the breaker probes, the daemon hands one probe permit a probe
+// interval, only to clients holding parked calls.
+func TestProbePermitsGoToParkedCalls(t *testing.T) {
+	t.Parallel()
+	f, clk := openWithParked(t)
+	clk.advance(f.Config().Breaker.OpenFor)
+	if a := f.Assign(streamTarget, "idle"); a.Breaker != HalfOpen || a.ProbePermits != 0 {
+		t.Fatalf("a client without parked calls: %+v", a)
+	}
+	if a := f.Assign(streamTarget, "p1"); a.ProbePermits != 1 {
+		t.Fatalf("the first parked client: %+v, want a permit", a)
+	}
+	if a := f.Assign(streamTarget, "p2"); a.ProbePermits != 0 {
+		t.Fatalf("a second permit in the same interval: %+v", a)
+	}
+	clk.advance(f.Config().Breaker.ProbeInterval)
+	if a := f.Assign(streamTarget, "p2"); a.ProbePermits != 1 {
+		t.Fatalf("the next interval: %+v, want a permit", a)
+	}
+}
+
+// At the close, every client gets a release slot over a window sized so
+// that the backlog drains at ReleaseFactor times the traffic before the
+// incident: the slots differ, and the last is within the window.
+func TestCloseReleasesParkedCallsInSlots(t *testing.T) {
+	t.Parallel()
+	f, clk := openWithParked(t)
+	clk.advance(f.Config().Breaker.OpenFor)
+	f.Report(Usage{Target: streamTarget, ClientID: "p1", Succeeded: 2})
+	perSecond := ReleaseFactor * 20.0
+	window := time.Duration(4 / perSecond * float64(time.Second))
+	seen := map[time.Duration]bool{}
+	for _, c := range []string{"p1", "p2", "p3", "p4"} {
+		a := f.Assign(streamTarget, c)
+		if a.Breaker != Closed || a.Hold >= window || seen[a.Hold] {
+			t.Fatalf("%s: %+v, want closed with a slot of its own under %v", c, a, window)
+		}
+		seen[a.Hold] = true
+	}
+	clk.advance(window)
+	if a := f.Assign(streamTarget, "p4"); a.Hold != 0 || !a.Admits() {
+		t.Fatalf("after the release window: %+v", a)
+	}
+}
+
+// A streamed client's retry behind an open breaker is not stopped at the
+// longest wait nor sent to sleep: its gate parks it and the daemon wakes it.
+func TestStreamedRetryParksBehindTheBreaker(t *testing.T) {
+	t.Parallel()
+	f, _ := openWithParked(t)
+	f.Report(Usage{Target: streamTarget, ClientID: "p1", Parked: 1})
+	tests := []struct {
+		name, client string
+		retry        bool
+	}{
+		{name: "streamed: retries, the gate parks it", client: "p1", retry: true},
+		{name: "not streamed: waits or stops", client: "nostream", retry: false},
+	}
+	for _, tt := range tests {
+		a := ask(tt.client, overloaded, time.Second)
+		a.MaxWait = 2 * time.Second // under the open period
+		ans := f.Decide(a)
+		if ans.Retry != tt.retry || (tt.retry && ans.Delay != time.Second) || ans.State == nil || ans.State.Breaker != Open {
+			t.Errorf("%s: %+v", tt.name, ans)
+		}
+	}
+}
