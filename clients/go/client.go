@@ -81,7 +81,11 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		// The fleet stream can sit idle: pings find a dead connection, no
 		// more often than policyd's keepalive enforcement allows.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveInterval, Timeout: 20 * time.Second})}
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveInterval, Timeout: 20 * time.Second}),
+		// Redial at least every second while policyd is away, so that the
+		// calls and the fleet stream notice its return within about a second
+		// (gRPC's default waits up to two minutes).
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectParams, MinConnectTimeout: 20 * time.Second})}
 	if cfg.token != "" && !cfg.tls && len(cfg.dialOptions) == 0 && !isLoopbackTarget(addr) {
 		return nil, fmt.Errorf("policyd: dial %q: %s", addr, plaintextTokenError(addr))
 	}
@@ -388,6 +392,12 @@ func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Dur
 		if r.gated && breakerCounts(d.FailureType) {
 			c.gate.countFailedLocally(now, r.target)
 		}
+		if d.Action == ActionRetry && r.gated && !c.gate.allowRetry(now, r.target) {
+			// Without policyd, the process's own budget limits retries
+			// (never first attempts).
+			d.Action, d.StopReason, d.StopText, d.Delay, d.AttemptsLeft = ActionStop, StopRetryBudgetExhausted, budgetText(r.target), 0, 0
+			d.Fleet = &FleetState{BudgetExhausted: true, Changed: true, Reason: d.StopText}
+		}
 	}
 	// Whoever decided, never wait past the caller's deadline.
 	if d.Action == ActionRetry && !r.deadline.IsZero() && c.cfg.clock.Now().Add(d.Delay).After(r.deadline) {
@@ -485,13 +495,8 @@ func (r *run) gateError(v gateVerdict) *Error {
 		Fleet: &FleetState{
 			Breaker: enumName(policydv1.BreakerState_name, int32(v.breaker), "BREAKER_STATE_"),
 			Stopped: v.stopReason == StopFleetStop, Changed: true, Reason: v.reason,
+			HoldRemaining: v.holdLeft, OpenRemaining: v.stopLeft,
 		},
-	}
-	switch v.stopReason {
-	case StopFleetStop:
-		d.Fleet.OpenRemaining = v.left
-	case StopDeadline:
-		d.Fleet.HoldRemaining = v.left
 	}
 	return &Error{Decision: d, ContextID: r.contextID, gated: true}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -41,6 +42,11 @@ const (
 	maxUsageCount     = 1 << 30
 	keepaliveInterval = 30 * time.Second // policyd allows pings every 15 s
 )
+
+// reconnectParams is the connection's redial backoff: 0.5 s growing to
+// 1 s, so that the stream (which waits for the connection) is back within
+// about a second of policyd.
+var reconnectParams = backoff.Config{BaseDelay: 500 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}
 
 // coordinator runs one client's stream.
 type coordinator struct {

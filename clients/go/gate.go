@@ -2,6 +2,7 @@ package policyd
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +17,8 @@ import (
 // never an RPC. clients/testdata/gate.json pins its answers.
 
 // DefaultGateGrace is how long the gate keeps an assignment past its time
-// to live (policyd unreachable) before it gates with the process's own
-// budget instead; WithGateGrace changes it.
+// to live (policyd unreachable) before it admits every first attempt
+// instead; WithGateGrace changes it.
 const DefaultGateGrace = 10 * time.Second
 
 // The process's own budget per target: gRPC A6's retry throttling, with a
@@ -187,7 +188,9 @@ type gateVerdict struct {
 	reason     string // the assignment's reason, or the gate's own
 	fallback   *gateFallback
 	breaker    policydv1.BreakerState
-	left       time.Duration // of the stop, or the hold, that stopped the attempt
+	// What the assignment said when the attempt was not admitted.
+	admitFraction      float64
+	holdLeft, stopLeft time.Duration
 }
 
 // gate is the table. Its zero value is not usable: see newGate.
@@ -294,22 +297,21 @@ func (g *gate) decide(now time.Time, e *gateEntry, deadline time.Duration, draw 
 	if a == nil {
 		return gateVerdict{}
 	}
-	stop := func(r StopReason, left time.Duration) gateVerdict {
-		return gateVerdict{action: gateStop, stopReason: r, reason: a.reason, breaker: a.breaker, left: left}
-	}
 	age := now.Sub(e.receivedAt)
+	stop := func(r StopReason) gateVerdict {
+		return gateVerdict{action: gateStop, stopReason: r, reason: a.reason, breaker: a.breaker, admitFraction: a.admitFraction,
+			holdLeft: max(0, a.hold-age), stopLeft: max(0, a.stop-age)}
+	}
 	if age >= a.ttl+g.grace {
-		if e.tokens > ownThreshold {
-			return gateVerdict{}
-		}
-		return gateVerdict{action: gateStop, stopReason: StopRetryBudgetExhausted, breaker: a.breaker,
-			reason: "policyd is unreachable and this process's own budget for the target is spent"}
+		// policyd away never stops an agent: the process's own budget
+		// limits its retries (allowRetry), never its first attempts.
+		return gateVerdict{}
 	}
 	switch {
 	case a.stop > age:
-		return stop(StopFleetStop, a.stop-age)
+		return stop(StopFleetStop)
 	case a.breaker == policydv1.BreakerState_BREAKER_STATE_OPEN:
-		return stop(StopCircuitOpen, 0)
+		return stop(StopCircuitOpen)
 	case a.breaker == policydv1.BreakerState_BREAKER_STATE_HALF_OPEN:
 		if e.permits > 0 {
 			e.permits--
@@ -320,13 +322,13 @@ func (g *gate) decide(now time.Time, e *gateEntry, deadline time.Duration, draw 
 		if draw.Float64() < a.admitFraction {
 			return gateVerdict{probe: true}
 		}
-		return stop(StopCircuitOpen, 0)
+		return stop(StopCircuitOpen)
 	case a.admitFraction < 1 && draw.Float64() >= a.admitFraction:
-		return stop(StopFleetShed, 0)
+		return stop(StopFleetShed)
 	case a.hold > age:
 		left := a.hold - age
 		if deadline >= 0 && left > deadline {
-			return stop(StopDeadline, left)
+			return stop(StopDeadline)
 		}
 		return gateVerdict{action: gateWait, wait: left}
 	}
@@ -389,6 +391,20 @@ func (g *gate) record(now time.Time, t target, ok bool) (urgent bool) {
 		return true
 	}
 	return false
+}
+
+// allowRetry says whether a retry decided without policyd (the fail-open
+// policy) may be sent to t: the process's own budget has more than half
+// its tokens, as gRPC A6's retry throttling.
+func (g *gate) allowRetry(now time.Time, t target) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entry(now, t)
+	if e == nil || g.off {
+		return true
+	}
+	e.refill(now)
+	return e.tokens > ownThreshold
 }
 
 // countRetry counts a retry sent to t.
@@ -521,30 +537,37 @@ func (g *gate) turnOff() {
 	clear(g.entries)
 }
 
-// gateText says in a sentence why the gate did not admit a first attempt.
+// gateText says in a sentence why the gate did not admit a first attempt
+// (docs/clients.md, "What the caller sees"; clients/testdata/gate.json pins
+// it): what the fleet does, then the assignment's reason.
 func gateText(t target, v gateVerdict) string {
 	var s string
 	switch v.stopReason {
 	case StopFleetStop:
-		s = fmt.Sprintf("the fleet stopped the key %q for another %v", t.keyID, v.left.Round(time.Millisecond))
+		s = fmt.Sprintf("the fleet stopped calls to %s for another %s", t, textSeconds(v.stopLeft))
 	case StopCircuitOpen:
 		if v.breaker == policydv1.BreakerState_BREAKER_STATE_HALF_OPEN {
-			s = "the fleet's circuit breaker is half-open and this process has no probe permit left"
+			s = fmt.Sprintf("the fleet's circuit breaker for %s is half-open and this process has no probe permit left", t)
 		} else {
-			s = "the fleet's circuit breaker is open"
+			s = fmt.Sprintf("the fleet's circuit breaker for %s is open", t)
 		}
 	case StopFleetShed:
-		s = "the fleet sheds part of the first attempts"
+		s = fmt.Sprintf("the fleet admits %d%% of first attempts to %s, not this one", int(math.Floor(v.admitFraction*100+0.5)), t)
 	case StopDeadline:
-		s = fmt.Sprintf("the fleet's hold (%v left) would pass the deadline", v.left.Round(time.Millisecond))
-	case StopRetryBudgetExhausted:
-		return fmt.Sprintf("no assignment from policyd for %s for too long: %s", t, v.reason)
+		s = fmt.Sprintf("the fleet holds first attempts to %s for another %s, past the deadline", t, textSeconds(v.holdLeft))
 	default:
-		s = "not admitted"
+		s = "the fleet did not admit a first attempt to " + t.String()
 	}
-	s += " on " + t.String()
 	if v.reason != "" {
 		s += ": " + v.reason
 	}
 	return s
 }
+
+// budgetText is the stop text of a retry the process's own budget refused.
+func budgetText(t target) string {
+	return "policyd is unreachable and this process's own retry budget for " + t.String() + " is spent"
+}
+
+// textSeconds renders d as the texts do: seconds with one decimal.
+func textSeconds(d time.Duration) string { return fmt.Sprintf("%.1f s", max(0, d).Seconds()) }

@@ -1,6 +1,8 @@
 package policyd
 
 import (
+	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -42,8 +44,9 @@ type gateVectorCase struct {
 			Reason        string              `json:"reason"`
 			Fallback      *gateVectorFallback `json:"fallback"`
 		} `json:"assign"`
-		Abandon bool   `json:"abandon"`
-		Outcome string `json:"outcome"`
+		Abandon bool      `json:"abandon"`
+		Retry   *struct{} `json:"retry"`
+		Outcome string    `json:"outcome"`
 		Gate    *struct {
 			DeadlineMs  *int64  `json:"deadline_ms"`
 			CanFallBack bool    `json:"can_fall_back"`
@@ -55,9 +58,27 @@ type gateVectorCase struct {
 			Probe      bool                `json:"probe"`
 			StopReason string              `json:"stop_reason"`
 			Fallback   *gateVectorFallback `json:"fallback"`
+			Text       string              `json:"text"`
+			Fleet      *struct {
+				Breaker         string `json:"breaker"`
+				Stopped         bool   `json:"stopped"`
+				HoldRemainingMs int64  `json:"hold_remaining_ms"`
+				OpenRemainingMs int64  `json:"open_remaining_ms"`
+				Reason          string `json:"reason"`
+			} `json:"fleet"`
 		} `json:"want"`
 	} `json:"steps"`
-	Counts *struct{ Admitted, Shed uint64 } `json:"counts"`
+	Counts   *struct{ Admitted, Shed uint64 } `json:"counts"`
+	Requires string                           `json:"requires"`
+}
+
+// gateVectorTarget is the file's target, which the texts name.
+type gateVectorTarget struct {
+	Target struct {
+		Provider string `json:"provider"`
+		Model    string `json:"model"`
+		KeyID    string `json:"key_id"`
+	} `json:"target"`
 }
 
 var gateActionNames = map[gateAction]string{gateAdmit: "admit", gateWait: "wait", gateFallBack: "fall_back", gateStop: "stop"}
@@ -65,9 +86,20 @@ var gateActionNames = map[gateAction]string{gateAdmit: "admit", gateWait: "wait"
 func TestGateVectors(t *testing.T) {
 	v := readVectors[gateVectorCase](t, "gate.json")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	tg := target{provider: "openai", model: "gpt-4o", keyID: "k"}
+	var vt gateVectorTarget
+	b, err := os.ReadFile("../testdata/gate.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &vt); err != nil {
+		t.Fatal(err)
+	}
+	tg := target{provider: vt.Target.Provider, model: vt.Target.Model, keyID: vt.Target.KeyID}
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
+			if c.Requires != "" {
+				t.Skipf("requires %s", c.Requires)
+			}
 			g := newGate(DefaultGateGrace)
 			for i, s := range c.Steps {
 				now := t0.Add(ms(s.AtMs))
@@ -85,6 +117,13 @@ func TestGateVectors(t *testing.T) {
 					g.assign(now, tg, nil)
 				case s.Outcome != "":
 					g.record(now, tg, s.Outcome == "success")
+				case s.Retry != nil:
+					if got, want := g.allowRetry(now, tg), s.Want.Action == "admit"; got != want {
+						t.Fatalf("step %d at %dms: retry allowed %v, want %v", i, s.AtMs, got, want)
+					}
+					if s.Want.Action == "stop" && budgetText(tg) != s.Want.Text {
+						t.Fatalf("step %d: text %q, want %q", i, budgetText(tg), s.Want.Text)
+					}
 				case s.Gate != nil:
 					deadline := time.Duration(-1)
 					if s.Gate.DeadlineMs != nil {
@@ -96,12 +135,24 @@ func TestGateVectors(t *testing.T) {
 						t.Fatalf("step %d at %dms: got %s wait %v probe %v, want %s wait %dms probe %v",
 							i, s.AtMs, gateActionNames[got.action], got.wait, got.probe, w.Action, w.WaitMs, w.Probe)
 					}
-					if w.Action == "stop" && got.stopReason.String() != w.StopReason {
+					if (w.Action == "stop" || w.Action == "fall_back") && got.stopReason.String() != w.StopReason {
 						t.Fatalf("step %d: stop reason %s, want %s", i, got.stopReason, w.StopReason)
 					}
 					if w.Action == "fall_back" {
 						if want := w.Fallback.fallback(t); got.fallback == nil || *got.fallback != *want {
 							t.Fatalf("step %d: fallback %+v, want %+v", i, got.fallback, want)
+						}
+					}
+					if w.Action == "stop" || w.Action == "fall_back" {
+						// What the caller sees: the decision the call's error carries.
+						d := (&run{target: tg}).gateError(got).Decision
+						if d.StopText != w.Text {
+							t.Fatalf("step %d: text %q, want %q", i, d.StopText, w.Text)
+						}
+						f, wf := d.Fleet, w.Fleet
+						if wf == nil || f.Breaker != wf.Breaker || f.Stopped != wf.Stopped || f.HoldRemaining != ms(wf.HoldRemainingMs) ||
+							f.OpenRemaining != ms(wf.OpenRemainingMs) || f.Reason != wf.Reason {
+							t.Fatalf("step %d: fleet %+v, want %+v", i, f, wf)
 						}
 					}
 				default:

@@ -25,8 +25,8 @@ type Gate struct {
 	tokens   float64
 	tokensAt time.Time
 
-	// Admitted and Shed count first attempts; OwnAdmitted those the
-	// process's own budget admitted (policyd unreachable).
+	// Admitted and Shed count first attempts; OwnAdmitted those admitted
+	// past an expired assignment (policyd unreachable).
 	Admitted, Shed, OwnAdmitted int64
 }
 
@@ -115,6 +115,15 @@ func (g *Gate) refill(now time.Time) {
 	}
 }
 
+// AllowRetry says whether a retry the client decided without policyd (its
+// fail-open policy) may be sent: the process's own budget for the target
+// has more than half its tokens (gRPC A6's retry throttling). It takes
+// nothing; Record counts the attempt's outcome.
+func (g *Gate) AllowRetry(now time.Time) bool {
+	g.refill(now)
+	return g.tokens > ownThreshold
+}
+
 // Check gates a first attempt: deadline is the time left before the
 // caller's deadline (negative: none), draw uniform in [0, 1).
 func (g *Gate) Check(now time.Time, deadline time.Duration, canFallBack bool, draw float64) Verdict {
@@ -141,12 +150,10 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64) Verdic
 	}
 	age := now.Sub(g.receivedAt)
 	if age >= a.TTL+Grace {
-		if g.tokens > ownThreshold {
-			g.OwnAdmitted++
-			return Verdict{}
-		}
-		return Verdict{Action: Stop, StopReason: policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED,
-			Reason: "policyd is unreachable and this process's own budget for the target is spent"}
+		// policyd away never stops an agent: the process's own budget
+		// limits its retries (AllowRetry), never its first attempts.
+		g.OwnAdmitted++
+		return Verdict{}
 	}
 	switch {
 	case a.Stop > age:

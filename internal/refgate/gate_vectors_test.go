@@ -28,8 +28,9 @@ type gateVectors struct {
 				Reason        string          `json:"reason"`
 				Fallback      *vectorFallback `json:"fallback"`
 			} `json:"assign"`
-			Abandon bool   `json:"abandon"`
-			Outcome string `json:"outcome"`
+			Abandon bool      `json:"abandon"`
+			Retry   *struct{} `json:"retry"`
+			Outcome string    `json:"outcome"`
 			Gate    *struct {
 				DeadlineMs  *int64  `json:"deadline_ms"`
 				CanFallBack bool    `json:"can_fall_back"`
@@ -41,10 +42,23 @@ type gateVectors struct {
 				Probe      bool            `json:"probe"`
 				StopReason string          `json:"stop_reason"`
 				Fallback   *vectorFallback `json:"fallback"`
+				Text       string          `json:"text"`
+				Fleet      *struct {
+					Breaker         string `json:"breaker"`
+					Stopped         bool   `json:"stopped"`
+					HoldRemainingMs int64  `json:"hold_remaining_ms"`
+					OpenRemainingMs int64  `json:"open_remaining_ms"`
+					Reason          string `json:"reason"`
+				} `json:"fleet"`
 			} `json:"want"`
 		} `json:"steps"`
-		Counts *struct{ Admitted, Shed int64 } `json:"counts"`
+		Counts   *struct{ Admitted, Shed int64 } `json:"counts"`
+		Requires string                          `json:"requires"`
 	} `json:"cases"`
+	Target struct {
+		Provider string `json:"provider"`
+		Model    string `json:"model"`
+	} `json:"target"`
 }
 
 type vectorFallback struct {
@@ -78,8 +92,13 @@ func TestGateVectors(t *testing.T) {
 	}
 	breakers := map[string]fleet.BreakerState{"CLOSED": fleet.Closed, "OPEN": fleet.Open, "HALF_OPEN": fleet.HalfOpen}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	target := v.Target.Provider + "/" + v.Target.Model
+	breakerNames := map[fleet.BreakerState]string{fleet.Closed: "CLOSED", fleet.Open: "OPEN", fleet.HalfOpen: "HALF_OPEN"}
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
+			if c.Requires != "" {
+				t.Skipf("requires %s", c.Requires)
+			}
 			g := New()
 			for i, s := range c.Steps {
 				now := t0.Add(time.Duration(s.AtMs) * time.Millisecond)
@@ -96,6 +115,14 @@ func TestGateVectors(t *testing.T) {
 					g.Assign(now, nil)
 				case s.Outcome != "":
 					g.Record(now, s.Outcome == "success")
+				case s.Retry != nil:
+					want := s.Want.Action == "admit"
+					if got := g.AllowRetry(now); got != want {
+						t.Fatalf("step %d at %dms: retry allowed %v, want %v", i, s.AtMs, got, want)
+					}
+					if !want && s.Want.Text != BudgetText(target) {
+						t.Fatalf("step %d: text %q, want %q", i, BudgetText(target), s.Want.Text)
+					}
 				case s.Gate != nil:
 					deadline := time.Duration(-1)
 					if s.Gate.DeadlineMs != nil {
@@ -107,11 +134,21 @@ func TestGateVectors(t *testing.T) {
 						t.Fatalf("step %d at %dms: got %s wait %v probe %v, want %s wait %dms probe %v",
 							i, s.AtMs, gateActionNames[got.Action], got.Wait, got.Probe, w.Action, w.WaitMs, w.Probe)
 					}
-					if w.Action == "stop" && enums.Short(got.StopReason) != w.StopReason {
+					if (w.Action == "stop" || w.Action == "fall_back") && enums.Short(got.StopReason) != w.StopReason {
 						t.Fatalf("step %d: stop reason %s, want %s", i, enums.Short(got.StopReason), w.StopReason)
 					}
 					if w.Action == "fall_back" && !equalFallback(got.Fallback, w.Fallback.proto(t)) {
 						t.Fatalf("step %d: fallback %v, want %v", i, got.Fallback, w.Fallback)
+					}
+					if w.Action == "stop" || w.Action == "fall_back" {
+						if text := g.Text(now, target, got); text != w.Text {
+							t.Fatalf("step %d: text %q, want %q", i, text, w.Text)
+						}
+						f, wf := g.Fields(now, got), w.Fleet
+						if wf == nil || breakerNames[f.Breaker] != wf.Breaker || f.Stopped != wf.Stopped || f.HoldRemaining != ms(wf.HoldRemainingMs) ||
+							f.OpenRemaining != ms(wf.OpenRemainingMs) || f.Reason != wf.Reason {
+							t.Fatalf("step %d: fleet %+v, want %+v", i, f, wf)
+						}
 					}
 				default:
 					t.Fatalf("step %d does nothing", i)
