@@ -258,7 +258,7 @@ def test_a_daemon_that_is_down_or_hung_blocks_nothing(down: str) -> None:
             hole.close()
 
 
-def test_an_expired_assignment_is_kept_for_the_grace_then_the_own_budget_admits(binary: str, tmp_path: Path) -> None:
+def test_an_expired_assignment_is_kept_for_the_grace_then_first_attempts_go(binary: str, tmp_path: Path) -> None:
     d = start_daemon(binary, tmp_path, SHORT_TTL_POLICY)
     op = Op()
     try:
@@ -277,7 +277,7 @@ def test_an_expired_assignment_is_kept_for_the_grace_then_the_own_budget_admits(
             assert info.value.decision is not None and info.value.decision.stop_reason == "CIRCUIT_OPEN"
             assert len(op.at) == 1
 
-            # Then the process's own budget (full: no failures) admits.
+            # Then every first attempt goes: policyd away never stops an agent.
             while len(op.at) == 1:
                 assert time.monotonic() - killed < 3, "still stopped 3 s after the daemon died"
                 try:
@@ -288,6 +288,116 @@ def test_an_expired_assignment_is_kept_for_the_grace_then_the_own_budget_admits(
             assert op.at[-1] - killed <= 2.2
     finally:
         d.stop()
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_policyd_restarted_on_its_address_stops_no_call_and_the_stream_is_back_within_2s(
+    binary: str, tmp_path: Path, kind: str
+) -> None:
+    """policyd killed for a while and restarted on the same address, while a provider fails every
+    call's first attempt: no first attempt is refused by the gate, and the stream is back (the
+    daemon counts the client as streaming) within 2 s of the restart."""
+    model = f"py-restart-{kind}"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(SHORT_TTL_POLICY)
+    d = Daemon(binary, args=("--fleet", "on", "--policy", str(policy)))
+    addr = d.addr
+    refused: list[str] = []
+    budget_stops = 0
+    calls = 0
+    attempts = 0
+
+    def provider() -> Callable[[], str]:
+        first = True
+
+        def op() -> str:
+            nonlocal first, attempts
+            attempts += 1
+            if first:
+                first = False
+                raise ConnectionResetError("the provider drops every call's first attempt")
+            return "ok"
+
+        return op
+
+    def outcome(err: RetryStopped | None) -> None:
+        nonlocal calls, budget_stops
+        calls += 1
+        if err is None:
+            return
+        assert err.decision is not None
+        if err.decision.source == SOURCE_FLEET_GATE:
+            refused.append(err.decision.stop_text)
+        elif err.decision.stop_reason == "RETRY_BUDGET_EXHAUSTED":
+            budget_stops += 1
+
+    def streaming() -> bool:
+        try:
+            return any(b.streaming_clients >= 1 for b in buckets(addr, model).values())
+        except grpc.RpcError:
+            return False
+
+    async def run_async(until: Callable[[], bool], c: AsyncClient) -> None:
+        while not until():
+            try:
+                await c.call(provider(), provider="openai", model=model, operation="chat")
+                outcome(None)
+            except RetryStopped as e:
+                outcome(e)
+            await asyncio.sleep(0.05)
+
+    def run_sync(until: Callable[[], bool], c: Client) -> None:
+        while not until():
+            try:
+                c.call(provider(), provider="openai", model=model, operation="chat")
+                outcome(None)
+            except RetryStopped as e:
+                outcome(e)
+            time.sleep(0.05)
+
+    d2: Daemon | None = None
+    sleeps: list[float] = []
+    try:
+
+        def phases(run: Callable[[Callable[[], bool]], object]) -> float:
+            nonlocal d2
+            run(streaming)  # subscribed: the daemon counts the stream
+            d.proc.kill()
+            d.proc.wait()
+            killed = time.monotonic()
+            run(lambda: time.monotonic() - killed > 4)  # away past ttl (1 s) + grace (1 s)
+            d2 = Daemon(binary, args=("--fleet", "on", "--policy", str(policy), "--listen", addr))
+            back = time.monotonic()
+            run(lambda: streaming() or time.monotonic() - back > 15)
+            return time.monotonic() - back
+
+        if kind == "sync":
+            with Client(addr, timeout=0.5, fleet_grace=1.0, sleep=sleeps.append) as c:
+                took = phases(lambda until: run_sync(until, c))
+        else:
+
+            async def main() -> float:
+                async def no_sleep(s: float) -> None:
+                    sleeps.append(s)
+
+                async with AsyncClient(addr, timeout=0.5, fleet_grace=1.0, sleep=no_sleep) as c:
+                    loop = asyncio.get_running_loop()
+                    return await loop.run_in_executor(
+                        None,
+                        lambda: phases(
+                            lambda until: asyncio.run_coroutine_threadsafe(run_async(until, c), loop).result()
+                        ),
+                    )
+
+            took = asyncio.run(main())
+        print(f"{kind}: {calls} calls, {attempts} attempts, {budget_stops} retries refused by the own budget; "
+              f"stream back {took:.2f} s after the restart")  # fmt: skip
+        assert refused == [], "first attempts refused by the gate while policyd was away"
+        assert took <= 2.0, f"the stream was back {took:.2f} s after policyd; want within 2 s"
+    finally:
+        d.stop()
+        if d2 is not None:
+            d2.stop()
 
 
 def test_fleet_off_stops_the_stream_and_logs_once(daemon: Daemon, caplog: pytest.LogCaptureFixture) -> None:

@@ -241,7 +241,7 @@ def test_targets_are_what_the_daemon_accepts() -> None:
     t = target_of("openai\udcff", "m" * 10_000, "k" * 500)
     assert t is not None
     assert t.provider == "openai?" and len(t.model) == 8 << 10 and len(t.key_id) == 128
-    assert str(Target("openai", "gpt-4o", "k1")) == "openai/gpt-4o (key k1)"
+    assert str(Target("openai", "gpt-4o", "k1")) == "openai/gpt-4o@k1"
 
 
 def test_backoff_doubles_from_1s_to_30s_with_full_jitter() -> None:
@@ -334,7 +334,7 @@ def test_a_fleet_stop_falls_back_or_stops(env: Env) -> None:
     assert isinstance(h.error, FleetGateError) and h.error.stop_reason == "FLEET_STOP"
     with pytest.raises(RetryStopped) as info:
         env.call()
-    assert "the fleet has stopped calls on openai/gpt-4o (key k1) (invalid API key)" in str(info.value)
+    assert "the fleet stopped calls to openai/gpt-4o@k1 for another 60.0 s: invalid API key" in str(info.value)
     env.clock.now += 60
     assert env.call() == "sent"
 
@@ -388,21 +388,28 @@ def test_attempts_are_counted_for_the_report() -> None:
     e.client.close()
 
 
-def test_the_own_budget_decides_after_the_grace() -> None:
+def test_policyd_away_limits_retries_never_first_attempts() -> None:
     e = Env(fleet_grace=2.0)
-    assign(e.table, ttl=1)
+    e.draw = 0.0  # fail-open delays of 0
+    assign(e.table, ttl=1, breaker=policy_pb2.BREAKER_STATE_OPEN)
     for _ in range(6):
         e.table.record(T, False)  # 10 - 6 = 4 tokens
-    e.clock.now += 2.9  # within ttl + grace: the (closed) assignment admits
+    with pytest.raises(RetryStopped):
+        e.call()  # within ttl + grace: the open breaker stops
+    e.clock.now += 3.1  # past it: every first attempt goes, whatever the budget
     assert e.call() == "sent"
-    e.clock.now += 0.2  # past it: 4.31 tokens, not above 5
+
+    def failing() -> str:
+        e.sent += 1
+        raise ConnectionResetError()
+
     with pytest.raises(RetryStopped) as info:
-        e.call()
-    assert info.value.decision is not None and info.value.decision.stop_reason == "RETRY_BUDGET_EXHAUSTED"
-    assert "policyd is unreachable" in str(info.value)
-    e.clock.now += 7  # 5.01 tokens
-    assert e.call() == "sent"
-    assert e.sent == 2
+        e.client.call(failing, provider="openai", model="gpt-4o", key_id="k1", operation="chat")
+    assert e.sent == 2  # its first attempt was sent, its retry was not: the budget (4.3 tokens) is spent
+    d = info.value.decision
+    assert d is not None and d.stop_reason == "RETRY_BUDGET_EXHAUSTED"
+    assert d.fleet is not None and d.fleet.budget_exhausted
+    assert "own retry budget for openai/gpt-4o@k1 is spent" in str(info.value)
     e.client.close()
 
 
@@ -435,7 +442,7 @@ def test_async_hold_and_stop() -> None:
             with pytest.raises(RetryStopped) as info:
                 await c.call(op, provider="openai", model="gpt-4o", key_id="k1")
             assert info.value.decision is not None and info.value.decision.stop_reason == "CIRCUIT_OPEN"
-            clock.now += 1  # ttl + grace (0) over: the own budget (full) admits
+            clock.now += 1  # ttl + grace (0) over: policyd away never stops a first attempt
             assert await c.call(op, provider="openai", model="gpt-4o", key_id="k1") == "sent"
 
     asyncio.run(main())

@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 
+from policyd_client._fleet import Target, budget_text, gate_decision
 from policyd_client._gate import Fallback, Gate, GateAssignment
 
 TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
-CASES: list[dict[str, Any]] = json.loads((TESTDATA / "gate.json").read_text())["cases"]
+VECTORS: dict[str, Any] = json.loads((TESTDATA / "gate.json").read_text())
+CASES: list[dict[str, Any]] = VECTORS["cases"]
+TARGET = Target(VECTORS["target"]["provider"], VECTORS["target"]["model"], VECTORS["target"]["key_id"])
 
 
 def fallback(f: dict[str, Any] | None) -> Fallback | None:
@@ -28,6 +31,8 @@ def test_the_cases_are_there() -> None:
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c["id"]) for c in CASES])
 def test_gate_vector(case: dict[str, Any]) -> None:
+    if case.get("requires"):
+        pytest.skip(f"requires {case['requires']}")
     g = Gate()
     for i, step in enumerate(case["steps"]):
         now = step["at_ms"] / 1000
@@ -53,6 +58,11 @@ def test_gate_vector(case: dict[str, Any]) -> None:
         elif "outcome" in step:
             assert step["outcome"] in ("success", "failure"), where
             g.record(now, step["outcome"] == "success")
+        elif "retry" in step:
+            want = step["want"]
+            assert g.allow_retry(now) == (want["action"] == "admit"), where
+            if want["action"] == "stop":
+                assert budget_text(TARGET) == want["text"], where
         elif "gate" in step:
             gate, want = step["gate"], step["want"]
             deadline = gate.get("deadline_ms")
@@ -60,11 +70,18 @@ def test_gate_vector(case: dict[str, Any]) -> None:
             assert got.action.value == want["action"], where
             assert got.wait * 1000 == pytest.approx(want.get("wait_ms", 0), abs=1e-6), where
             assert got.probe == want.get("probe", False), where
-            if want["action"] == "stop":
+            if want["action"] in ("stop", "fall_back"):
                 assert got.stop_reason == want["stop_reason"], where
+                # What the caller sees: the decision the call's error carries.
+                d = gate_decision(TARGET, got)
+                assert d.stop_text == want["text"], where
+                f, wf = d.fleet, want["fleet"]
+                assert f is not None, where
+                assert (f.breaker, f.stopped, f.reason) == (wf["breaker"], wf["stopped"], wf["reason"]), where
+                assert f.hold_remaining * 1000 == pytest.approx(wf["hold_remaining_ms"], abs=1e-6), where
+                assert f.open_remaining * 1000 == pytest.approx(wf["open_remaining_ms"], abs=1e-6), where
             if want["action"] == "fall_back":
                 assert got.fallback == fallback(want["fallback"]), where
-                assert got.stop_reason, where  # why it fell back
         else:
             pytest.fail(f"{where} does nothing")
     if case.get("counts") is not None:

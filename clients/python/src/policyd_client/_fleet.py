@@ -11,6 +11,7 @@ thread for :class:`~policyd_client.Client`; the asyncio client's task is in
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -25,7 +26,7 @@ from ._gate import CLOSED, GRACE, HALF_OPEN, OPEN, Fallback, Gate, GateAction, G
 from ._gen.policyd.v1 import fleet_pb2 as fpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from ._stubs import fleet_stub
-from .decision import SOURCE_FLEET_GATE, Action, Decision, FallbackHint, _enum_name
+from .decision import SOURCE_FLEET_GATE, Action, Decision, FallbackHint, FleetState, _enum_name
 from .errors import FleetGateError, RetryCancelled, RetryStopped
 from .failure import _FIELD_BYTES, _clip, clip_label
 
@@ -71,7 +72,7 @@ class Target(NamedTuple):
 
     def __str__(self) -> str:
         s = f"{self.provider}/{self.model}" if self.model else self.provider
-        return f"{s} (key {self.key_id})" if self.key_id else s
+        return f"{s}@{self.key_id}" if self.key_id else s
 
 
 def _utf8(s: str) -> str:
@@ -288,6 +289,16 @@ class FleetTable:
             if e is not None:
                 e.failed += 1
 
+    def allow_retry(self, target: Target) -> bool:
+        """Whether a retry the fail-open policy decided may go: the process's own
+        budget for the target allows it (policyd away limits retries, never first attempts)."""
+        with self._lock:
+            if self._disabled:
+                return True
+            now = self._clock()
+            e = self._entry(target, now)
+            return e is None or e.gate.allow_retry(now)
+
     def retried(self, target: Target) -> None:
         """Count a retry sent."""
         with self._lock:
@@ -388,21 +399,60 @@ class FleetTable:
 
 # ---- what a call does with a verdict that is not "admit"
 
-_STOP_TEXT = {
-    "FLEET_STOP": "the fleet has stopped calls on {t}",
-    "CIRCUIT_OPEN": "the fleet's circuit breaker for {t} is open",
-    "FLEET_SHED": "the fleet sheds first attempts to {t}",
-    "DEADLINE": "the fleet holds {t} past the caller's deadline",
-    "RETRY_BUDGET_EXHAUSTED": "policyd is unreachable and this process's own budget for {t} is spent",
-}
+
+def _seconds_text(s: float) -> str:
+    return f"{max(s, 0.0):.1f} s"
 
 
 def stop_text(target: Target, v: GateVerdict) -> str:
-    """The reason in a sentence: the stop reason's and the assignment's."""
-    text = _STOP_TEXT.get(v.stop_reason, "the fleet gate did not admit the call to {t}").format(t=target)
-    if v.reason and v.reason not in text:
-        text += f" ({v.reason})"
-    return text
+    """Why the gate did not admit a first attempt, in a sentence (docs/clients.md,
+    "What the caller sees"; clients/testdata/gate.json pins it): what the fleet
+    does, then the assignment's reason."""
+    t = str(target)
+    if v.stop_reason == "FLEET_STOP":
+        text = f"the fleet stopped calls to {t} for another {_seconds_text(v.stop_left)}"
+    elif v.stop_reason == "CIRCUIT_OPEN":
+        text = f"the fleet's circuit breaker for {t} is " + (
+            "half-open and this process has no probe permit left" if v.breaker == HALF_OPEN else "open"
+        )
+    elif v.stop_reason == "FLEET_SHED":
+        text = f"the fleet admits {math.floor(v.admit_fraction * 100 + 0.5)}% of first attempts to {t}, not this one"
+    elif v.stop_reason == "DEADLINE":
+        text = f"the fleet holds first attempts to {t} for another {_seconds_text(v.hold_left)}, past the deadline"
+    else:
+        text = f"the fleet did not admit a first attempt to {t}"
+    return f"{text}: {v.reason}" if v.reason else text
+
+
+def budget_text(target: Target) -> str:
+    """The stop text of a retry the process's own budget refused."""
+    return f"policyd is unreachable and this process's own retry budget for {target} is spent"
+
+
+def budget_stop(target: Target, d: Decision) -> Decision:
+    """The fail-open policy's retry turned into a stop: the process's own budget is spent."""
+    text = budget_text(target)
+    return dataclasses.replace(
+        d,
+        action=Action.STOP,
+        delay=0.0,
+        attempts_left=0,
+        stop_reason="RETRY_BUDGET_EXHAUSTED",
+        stop_text=text,
+        fleet=FleetState(budget_exhausted=True, changed=True, reason=text),
+    )
+
+
+def gate_fleet(v: GateVerdict) -> FleetState:
+    """The decision's fleet fields for a first attempt the gate did not send."""
+    return FleetState(
+        breaker=v.breaker,
+        hold_remaining=v.hold_left,
+        open_remaining=v.stop_left,
+        stopped=v.stop_reason == "FLEET_STOP",
+        changed=True,
+        reason=v.reason,
+    )
 
 
 def gate_decision(target: Target, v: GateVerdict) -> Decision:
@@ -420,6 +470,7 @@ def gate_decision(target: Target, v: GateVerdict) -> Decision:
         source=SOURCE_FLEET_GATE,
         fallback_provider=fb.provider if fb else "",
         fallback_model=fb.model if fb else "",
+        fleet=gate_fleet(v),
     )
 
 
@@ -569,6 +620,7 @@ class SyncStream:
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._kick = threading.Event()  # send a report now
+        self._wake = threading.Event()  # stop waiting out the reconnect backoff: policyd answers again
         self._thread: threading.Thread | None = None
         self._call: Any = None
         self._reachable = True  # not known to be down: a first call may wait for its assignment
@@ -597,6 +649,11 @@ class SyncStream:
         """Send the pending report now rather than at the next tick."""
         self._kick.set()
 
+    def daemon_answered(self) -> None:
+        """A unary call got through: a broken stream reconnects now, not after its backoff."""
+        if not self._reachable:
+            self._wake.set()
+
     def first_call(self, target: Target, remaining: float | None) -> None:
         """A target's first call: subscribe it at once and wait (briefly) for its assignment."""
         wait = first_call_wait(remaining)
@@ -612,6 +669,7 @@ class SyncStream:
         with self._lock:
             self._closed.set()
             self._kick.set()
+            self._wake.set()
             call, thread = self._call, self._thread
         if call is not None:
             call.cancel()
@@ -656,7 +714,10 @@ class SyncStream:
                 self._log.off(err)
                 return
             self._log.broke(err)
-            if self._closed.wait(backoff.next()):
+            self._wake.clear()
+            if self._wake.wait(backoff.next()):
+                backoff.reset()  # policyd answered a call: it is back
+            if self._closed.is_set():
                 return
 
     def _requests(self, done: threading.Event) -> Iterator[fpb.CoordinateRequest]:

@@ -9,12 +9,12 @@ thread-safe: the table serialises access.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["GRACE", "Fallback", "Gate", "GateAction", "GateAssignment", "GateVerdict"]
 
 #: How long an assignment is kept past its ttl (policyd unreachable) before
-#: the process's own budget decides, seconds.
+#: the gate admits every first attempt, seconds.
 GRACE = 10.0
 # The process's own budget: gRPC A6's retry throttling (10 tokens, admit above
 # half), with a refill by time so that a process that sends nothing tries again.
@@ -73,6 +73,11 @@ class GateVerdict:
     stop_reason: str = ""
     reason: str = ""
     fallback: Fallback | None = None
+    # What the assignment said when the attempt was not admitted (the texts and fleet fields).
+    breaker: str = ""
+    admit_fraction: float = 1.0
+    hold_left: float = 0.0
+    stop_left: float = 0.0
 
 
 _ADMIT = GateVerdict()
@@ -115,6 +120,12 @@ class Gate:
         if self.tokens_at is None or now > self.tokens_at:
             self.tokens_at = now
 
+    def allow_retry(self, now: float) -> bool:
+        """Whether a retry decided without policyd (the fail-open policy) may go:
+        the process's own budget has more than half its tokens (gRPC A6)."""
+        self._refill(now)
+        return self.tokens > OWN_THRESHOLD
+
     def check(self, now: float, deadline: float | None, can_fall_back: bool, draw: float) -> GateVerdict:
         """Gate a first attempt. ``deadline``: seconds left before the caller's
         deadline (None: none); ``draw``: uniform in [0, 1)."""
@@ -123,9 +134,7 @@ class Gate:
             self.shed += 1
             a = self.assignment
             if can_fall_back and a is not None and a.fallback is not None:
-                return GateVerdict(
-                    GateAction.FALL_BACK, stop_reason=v.stop_reason, reason=v.reason, fallback=a.fallback
-                )
+                return replace(v, action=GateAction.FALL_BACK, fallback=a.fallback)
         else:
             self.admitted += 1
         return v
@@ -137,16 +146,20 @@ class Gate:
             return _ADMIT
         age = now - self.received_at
         if age >= a.ttl + self.grace:
-            if self.tokens > OWN_THRESHOLD:
-                return _ADMIT
-            return GateVerdict(
-                GateAction.STOP,
-                stop_reason="RETRY_BUDGET_EXHAUSTED",
-                reason="policyd is unreachable and this process's own budget for the target is spent",
-            )
+            # policyd away never stops an agent: the process's own budget
+            # limits its retries (allow_retry), never its first attempts.
+            return _ADMIT
 
         def stop(reason: str) -> GateVerdict:
-            return GateVerdict(GateAction.STOP, stop_reason=reason, reason=a.reason)
+            return GateVerdict(
+                GateAction.STOP,
+                stop_reason=reason,
+                reason=a.reason,
+                breaker=a.breaker,
+                admit_fraction=a.admit_fraction,
+                hold_left=max(0.0, a.hold - age),
+                stop_left=max(0.0, a.stop - age),
+            )
 
         if a.stop > age:
             return stop("FLEET_STOP")

@@ -247,6 +247,15 @@ class AsyncClient:
                         and fleet is not None
                     ):
                         fleet.failed_locally(target)
+                    if (
+                        decision.source == SOURCE_FAIL_OPEN
+                        and decision.action is Action.RETRY
+                        and target is not None
+                        and fleet is not None
+                        and not fleet.allow_retry(target)
+                    ):
+                        # policyd away: the process's own budget limits retries, never first attempts.
+                        decision = _fleet.budget_stop(target, decision)
                     if decision.action is Action.RETRY:
                         delay = _core.bounded(decision.delay, self._remaining(st))
                         _core.log_retry(self._log, spec, st.attempt, delay, failure, decision)
@@ -363,6 +372,8 @@ class AsyncClient:
             self._warn.daemon_failed(err)
             return self._fail_open(spec, st, failure, duration)
         self._warn.daemon_ok()
+        if self._stream is not None:
+            self._stream.daemon_answered()
         decision = Decision.from_proto(resp.decision)
         if st.journal and not decision.journaled:
             st.pending.append(_core.record_request(spec, st, failure, decision, duration))
@@ -484,6 +495,7 @@ class _AsyncStream:
         self._log = log
         self._loop = asyncio.get_running_loop()
         self._kick = asyncio.Event()  # send a report now
+        self._wake = asyncio.Event()  # stop waiting out the reconnect backoff: policyd answers again
         self._reachable = True  # not known to be down: a first call may wait for its assignment
         self._task = self._loop.create_task(self._run(), name="policyd-fleet-stream")
 
@@ -517,6 +529,11 @@ class _AsyncStream:
         self._task.cancel()
         await asyncio.wait([self._task])  # raises only when close() itself is cancelled
 
+    def daemon_answered(self) -> None:
+        """A unary call got through: a broken stream reconnects now, not after its backoff."""
+        if not self._reachable:
+            self._wake.set()
+
     async def _run(self) -> None:
         backoff = _fleet.Backoff(self._random)
         while True:
@@ -548,7 +565,12 @@ class _AsyncStream:
                 self._log.off(err)
                 return
             self._log.broke(err)
-            await asyncio.sleep(backoff.next())
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), backoff.next())
+                backoff.reset()  # policyd answered a call: it is back
+            except asyncio.TimeoutError:
+                pass
 
     async def _requests(self) -> AsyncIterator[fpb.CoordinateRequest]:
         yield self._hello

@@ -281,6 +281,15 @@ class Client:
                         and fleet is not None
                     ):
                         fleet.failed_locally(target)
+                    if (
+                        decision.source == SOURCE_FAIL_OPEN
+                        and decision.action is Action.RETRY
+                        and target is not None
+                        and fleet is not None
+                        and not fleet.allow_retry(target)
+                    ):
+                        # policyd away: the process's own budget limits retries, never first attempts.
+                        decision = _fleet.budget_stop(target, decision)
                     if decision.action is Action.RETRY:
                         delay = _core.bounded(decision.delay, self._remaining(st))
                         self._before_sleep(spec, st, exc, failure, decision, delay)
@@ -413,6 +422,8 @@ class Client:
             self._warn.daemon_failed(err)
             return self._fail_open(spec, st, failure, duration)
         self._warn.daemon_ok()
+        if self._stream is not None:
+            self._stream.daemon_answered()
         decision = Decision.from_proto(resp.decision)
         if st.journal and not decision.journaled:
             st.pending.append(_core.record_request(spec, st, failure, decision, duration))
