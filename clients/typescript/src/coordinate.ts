@@ -21,9 +21,9 @@ import {
 } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import type { Clock, Random } from "./clock.js";
-import { type Decision, durationMs, durationOf, type FailureType, type FleetState, names } from "./decision.js";
+import { type Decision, durationMs, durationOf, type FailureType, names } from "./decision.js";
 import { emptyFailure, headersOf } from "./failure.js";
-import { Gate, type GateAssignment, type GateVerdict, OWN_BUDGET_REASON } from "./gate.js";
+import { Gate, type GateAssignment, type GateVerdict, type Target } from "./gate.js";
 import {
   type Assignment,
   type BucketUsageSchema,
@@ -33,6 +33,7 @@ import {
 } from "./gen/policyd/v1/fleet_pb.js";
 import type { FallbackHint } from "./options.js";
 import { PolicydError } from "./policyd_error.js";
+import { gateDecision, targetName } from "./texts.js";
 
 /** The failures decided locally that a report counts: the types the daemon's breakers count. */
 export const BREAKER_COUNTED: ReadonlySet<FailureType> = new Set<FailureType>([
@@ -41,13 +42,6 @@ export const BREAKER_COUNTED: ReadonlySet<FailureType> = new Set<FailureType>([
   "TIMEOUT",
   "CONNECTION_ERROR",
 ]);
-
-/** What a call names: the gate's key. */
-export interface Target {
-  provider: string;
-  model: string;
-  keyId: string;
-}
 
 /** @internal What the coordinator needs from its client. */
 export interface CoordinatorDeps {
@@ -139,6 +133,8 @@ export class Coordinator {
   /** Ends the wait for the next report: send one now. */
   #wake: AbortController | undefined;
   #flushWanted = false;
+  /** Ends the pause before the stream reopens: policyd answered a call. */
+  #reconnect: AbortController | undefined;
 
   constructor(deps: CoordinatorDeps) {
     this.#d = deps;
@@ -194,6 +190,24 @@ export class Coordinator {
     else e.shed++;
     this.#start();
     return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt) };
+  }
+
+  /**
+   * allowRetry says whether a retry to target that the fail-open policy
+   * decided may go: the process's own budget for it allows one (policyd
+   * away limits retries, never first attempts).
+   */
+  allowRetry(target: Target): boolean {
+    const e = this.#entry(target);
+    return !e || e.gate.allowRetry(this.#d.now());
+  }
+
+  /**
+   * daemonAnswered: a unary call got through, so policyd is back; a broken
+   * stream reopens now rather than after its backoff.
+   */
+  daemonAnswered(): void {
+    if (this.#down) this.#reconnect?.abort();
   }
 
   /** A retry of a call to target is being sent. */
@@ -334,8 +348,12 @@ export class Coordinator {
       if (this.#closed || this.#off) break;
       breaks = heard ? 1 : breaks + 1;
       const cap = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** Math.min(breaks - 1, 10));
+      const reconnect = new AbortController();
+      this.#reconnect = reconnect;
       // Timing jitter comes from Math.random, not the client's random source, which the gate's draws use.
-      await pause(Math.random() * cap, this.#closing.signal);
+      await pause(Math.random() * cap, this.#closing.signal, reconnect.signal);
+      this.#reconnect = undefined;
+      if (reconnect.signal.aborted) breaks = 0; // policyd answered a call: it is back, the backoff starts over
       if (this.#closed) break;
       this.#down = false;
     }
@@ -529,10 +547,6 @@ function assignmentOf(a: Assignment): GateAssignment {
   return g;
 }
 
-function targetName(t: { provider: string; model: string; keyId: string }): string {
-  return `${t.provider}${t.model ? `/${t.model}` : ""}${t.keyId ? `@${t.keyId}` : ""}`;
-}
-
 function describe(a: GateAssignment): string {
   const parts = [`ttl ${a.ttlMs}ms`];
   if (a.breaker) parts.push(`breaker ${a.breaker}`);
@@ -543,85 +557,6 @@ function describe(a: GateAssignment): string {
   if (a.fallback) parts.push(`fallback ${a.fallback.kind || "?"} ${a.fallback.provider}/${a.fallback.model}`);
   if (a.reason) parts.push(a.reason);
   return parts.join(", ");
-}
-
-const RECOVERY: Partial<Record<Decision["stopReason"], string>> = {
-  FLEET_STOP:
-    "Another agent's failure stopped this key for the fleet (a revoked key, an exhausted quota): fix the key or wait for the stop to end.",
-  CIRCUIT_OPEN:
-    "The target is failing for the fleet: fall back to another model or provider (a fallback function), or try again in a few seconds.",
-  FLEET_SHED: "The fleet is pacing first attempts to this target: try again shortly, or fall back.",
-  DEADLINE: "Give the call a longer deadline, or fall back.",
-  RETRY_BUDGET_EXHAUSTED:
-    "Recent attempts to this target failed while policyd was unreachable: try again in a few seconds, or bring policyd back.",
-};
-
-/**
- * gateDecision is the decision a gate that did not admit gives the caller
- * (in a PolicydError, or a fallback hint): action STOP or FALL_BACK, the
- * stop reason, a sentence naming the reason and the assignment's own, and
- * what the assignment said (as FleetState, bucket "").
- */
-export function gateDecision(v: GateVerdict, t: Target, a: GateAssignment | undefined, ageMs: number): Decision {
-  const name = targetName(t);
-  const left = (ms: number) => `${(Math.max(0, ms) / 1000).toFixed(1)}s`;
-  let what: string;
-  switch (v.stopReason) {
-    case "FLEET_STOP":
-      what = `the fleet stopped calls to ${name} for another ${left((a?.stopMs ?? 0) - ageMs)}`;
-      break;
-    case "CIRCUIT_OPEN":
-      what =
-        a?.breaker === "HALF_OPEN"
-          ? `the fleet's circuit breaker for ${name} is half-open and this process has no probe permit left`
-          : `the fleet's circuit breaker for ${name} is open`;
-      break;
-    case "FLEET_SHED":
-      what = `the fleet admits ${Math.round((a?.admitFraction ?? 0) * 100)}% of first attempts to ${name}, not this one`;
-      break;
-    case "DEADLINE":
-      what = `the fleet holds first attempts to ${name} for another ${left((a?.holdMs ?? 0) - ageMs)}, past the deadline`;
-      break;
-    default:
-      what = `${name}: ${OWN_BUDGET_REASON}`;
-  }
-  const reason = v.stopReason === "RETRY_BUDGET_EXHAUSTED" ? "" : v.reason;
-  const stopText = `first attempt not sent (${v.stopReason}): ${what}${reason ? `: ${reason}` : ""}`;
-  const fb = v.fallback;
-  const fleet: FleetState = {
-    bucket: "",
-    breaker: a?.breaker ?? "",
-    holdRemainingMs: Math.max(0, (a?.holdMs ?? 0) - ageMs),
-    openRemainingMs: Math.max(0, (a?.stopMs ?? 0) - ageMs),
-    budgetTokens: 0,
-    budgetExhausted: v.stopReason === "RETRY_BUDGET_EXHAUSTED",
-    stopped: v.stopReason === "FLEET_STOP",
-    changed: true,
-    reason: v.reason,
-  };
-  return {
-    action: v.action === "fall_back" ? "FALL_BACK" : "STOP",
-    delayMs: 0,
-    classification: {
-      failureType: "",
-      retryable: false,
-      rule: "fleet.gate",
-      reason: what,
-      recoveryAction: RECOVERY[v.stopReason] ?? "",
-      retryAfterSource: "",
-      continuationPrompt: "",
-    },
-    attemptsLeft: 0,
-    stopReason: v.stopReason,
-    stopText,
-    fallback: fb
-      ? { kind: fb.kind, reason: fb.reason || stopText, provider: fb.provider, model: fb.model }
-      : { kind: "", reason: "", provider: "", model: "" },
-    strategy: { name: "", summary: "" },
-    journaled: false,
-    fleet,
-    failOpen: false,
-  };
 }
 
 /**

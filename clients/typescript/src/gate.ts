@@ -15,6 +15,13 @@ const OWN_THRESHOLD = OWN_MAX_TOKENS / 2;
 const OWN_SUCCESS_GAIN = 0.1;
 const OWN_REFILL_PER_S = 0.1;
 
+/** What a call names: the gate's key. */
+export interface Target {
+  provider: string;
+  model: string;
+  keyId: string;
+}
+
 /** Where an assignment sends a first attempt the gate did not admit. */
 export interface GateFallback {
   kind: FallbackKind;
@@ -52,7 +59,7 @@ export interface GateVerdict {
   stopReason: StopReason;
   /** fall_back: the assignment's fallback. */
   fallback?: GateFallback | undefined;
-  /** fall_back and stop: the assignment's reason (or the gate's, for RETRY_BUDGET_EXHAUSTED). */
+  /** fall_back and stop: the assignment's reason. */
   reason: string;
 }
 
@@ -63,9 +70,6 @@ const ADMIT: Readonly<GateVerdict> = Object.freeze({
   stopReason: "",
   reason: "",
 });
-
-/** The reason of a RETRY_BUDGET_EXHAUSTED verdict. */
-export const OWN_BUDGET_REASON = "policyd is unreachable and this process's own budget for the target is spent";
 
 /**
  * Gate is one target's gate: the last assignment, the half-open probe
@@ -82,7 +86,7 @@ export class Gate {
   /** First attempts admitted (admit and wait) and shed (stop and fall back) so far. */
   admitted = 0;
   shed = 0;
-  /** First attempts the process's own budget admitted (an expired assignment: policyd unreachable). */
+  /** First attempts admitted past an expired assignment (policyd unreachable). */
   ownAdmitted = 0;
 
   /** graceMs: how long an expired assignment is kept (default GATE_GRACE_MS). */
@@ -125,6 +129,16 @@ export class Gate {
   }
 
   /**
+   * allowRetry says whether a retry the fail-open policy decided (policyd
+   * unreachable) may be sent at nowMs: the process's own budget has more
+   * than half its tokens, as gRPC A6's retry throttling.
+   */
+  allowRetry(nowMs: number): boolean {
+    this.#refill(nowMs);
+    return this.#tokens > OWN_THRESHOLD;
+  }
+
+  /**
    * check gates a first attempt at nowMs. deadlineMs is the time left before
    * the caller's deadline (undefined: none); draw is uniform in [0, 1) (a
    * function is called only when the assignment admits a share).
@@ -150,16 +164,16 @@ export class Gate {
     this.#refill(nowMs);
     const a = this.#a;
     if (!a) return { ...ADMIT };
-    const stop = (stopReason: StopReason, reason = a.reason): GateVerdict => ({
+    const stop = (stopReason: StopReason): GateVerdict => ({
       action: "stop",
       waitMs: 0,
       probe: false,
       stopReason,
-      reason,
+      reason: a.reason,
     });
     const age = nowMs - this.#receivedAt;
     if (age >= a.ttlMs + this.#graceMs) {
-      if (this.#tokens <= OWN_THRESHOLD) return stop("RETRY_BUDGET_EXHAUSTED", OWN_BUDGET_REASON);
+      // policyd away never stops an agent: the process's own budget limits its retries (allowRetry), never its first attempts.
       this.ownAdmitted++;
       return { ...ADMIT };
     }

@@ -32,6 +32,7 @@ export { type Cause, emptyFailure, type Failure, failureFromError, headersOf, ty
 export {
   GATE_GRACE_MS,
   Gate,
+  type Target,
   type GateAction,
   type GateAssignment,
   type GateFallback,
@@ -50,3 +51,5 @@ export {
 } from "./options.js";
 export { PolicydError, type PolicydErrorInit } from "./policyd_error.js";
 export { retryAfterMs } from "./retry_after.js";
+/** @internal What the caller sees of the fleet gate, for the shared vectors' replay. */
+export { budgetText, gateDecision } from "./texts.js";

@@ -11,11 +11,10 @@ import { create } from "@bufbuild/protobuf";
 import type { Interceptor, Transport } from "@connectrpc/connect";
 import { defaultAgent, parseAddress } from "./address.js";
 import { type Clock, type Random, systemClock } from "./clock.js";
-import type { Target } from "./coordinate.js";
 import type { Decision, Safety } from "./decision.js";
 import { type FailOpenOptions, FailOpenPolicy } from "./fail_open.js";
 import { clipLabel } from "./failure.js";
-import { GATE_GRACE_MS } from "./gate.js";
+import { GATE_GRACE_MS, type Target } from "./gate.js";
 import { type ClassifyOptions, ClassifyOptionsSchema } from "./gen/policyd/v1/policy_pb.js";
 
 /** The daemon address used when none is given and POLICYD_ADDR is unset: `make run`'s listen address. */

@@ -25,6 +25,7 @@ import {
   targetOf,
 } from "./options.js";
 import { PolicydError } from "./policyd_error.js";
+import { budgetStop } from "./texts.js";
 import type { RpcResult } from "./rpc.js";
 import { AttemptSignal, Budget } from "./signals.js";
 import type { Daemon } from "./transport.js";
@@ -154,7 +155,14 @@ export async function run<T>(
         }
         if (!decision || budget.expired) throw outOfTime();
         lastDecision = decision;
-        if (decision.failOpen) coord?.failedLocally(target, decision.classification.failureType);
+        if (decision.failOpen) {
+          coord?.failedLocally(target, decision.classification.failureType);
+          // policyd away: the process's own budget limits retries, never first attempts.
+          if (decision.action === "RETRY" && coord && !coord.allowRetry(target)) {
+            decision = budgetStop(decision, target);
+            lastDecision = decision;
+          }
+        }
         s.logger.debug?.(
           `policyd: attempt ${attempt} failed: ${decision.action}${decision.action === "RETRY" ? ` after ${decision.delayMs}ms` : ""}: ${explain(decision)}`,
         );
@@ -239,6 +247,7 @@ async function decide(
   if (refusal) throw refusal;
   let d: Decision;
   if (res.ok) {
+    ctx.coordinator?.daemonAnswered(); // a broken fleet stream reopens now
     d = decisionFromProto(res.value.decision);
   } else {
     d = s.failOpen.decide(failure, {

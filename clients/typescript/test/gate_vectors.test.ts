@@ -6,7 +6,15 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { type BreakerState, Gate, type GateAssignment, type GateFallback } from "@policyd/client";
+import {
+  type BreakerState,
+  budgetText,
+  Gate,
+  type GateAssignment,
+  type GateFallback,
+  gateDecision,
+  type Target,
+} from "@policyd/client";
 
 const TESTDATA = fileURLToPath(new URL("../../../testdata/", import.meta.url));
 
@@ -31,17 +39,41 @@ interface Step {
   };
   abandon?: boolean;
   outcome?: "success" | "failure";
+  retry?: Record<string, never>;
   gate?: { deadline_ms?: number; can_fall_back: boolean; draw: number };
-  want?: { action: string; wait_ms?: number; probe?: boolean; stop_reason?: string; fallback?: VectorFallback };
+  want?: {
+    action: string;
+    wait_ms?: number;
+    probe?: boolean;
+    stop_reason?: string;
+    fallback?: VectorFallback;
+    text?: string;
+    fleet?: {
+      breaker: string;
+      stopped: boolean;
+      hold_remaining_ms: number;
+      open_remaining_ms: number;
+      reason: string;
+    };
+  };
 }
 
 interface Case {
   id: string;
+  requires?: string;
   steps: Step[];
   counts?: { admitted: number; shed: number };
 }
 
-const vectors = JSON.parse(readFileSync(`${TESTDATA}gate.json`, "utf8")) as { cases: Case[] };
+const vectors = JSON.parse(readFileSync(`${TESTDATA}gate.json`, "utf8")) as {
+  cases: Case[];
+  target: { provider: string; model: string; key_id: string };
+};
+const TARGET: Target = {
+  provider: vectors.target.provider,
+  model: vectors.target.model,
+  keyId: vectors.target.key_id,
+};
 const BREAKERS = new Set<BreakerState>(["CLOSED", "OPEN", "HALF_OPEN"]);
 const KINDS = new Set(["LARGER_CONTEXT_MODEL", "OTHER_PROVIDER", "OTHER_MODEL"]);
 
@@ -55,7 +87,7 @@ describe("vectors: gate.json", () => {
   test("has cases", () => assert.ok(vectors.cases.length > 0));
 
   for (const c of vectors.cases) {
-    test(c.id, () => {
+    test(c.id, { skip: c.requires ? `requires ${c.requires}` : false }, () => {
       const g = new Gate();
       c.steps.forEach((s, i) => {
         const now = s.at_ms;
@@ -77,6 +109,10 @@ describe("vectors: gate.json", () => {
           g.assign(now, undefined);
         } else if (s.outcome) {
           g.record(now, s.outcome === "success");
+        } else if (s.retry) {
+          const w = s.want!;
+          assert.equal(g.allowRetry(now), w.action === "admit", `step ${i} at ${s.at_ms}ms: retry`);
+          if (w.action === "stop") assert.equal(budgetText(TARGET), w.text, `step ${i}: text`);
         } else if (s.gate) {
           const got = g.check(now, s.gate.deadline_ms, s.gate.can_fall_back, s.gate.draw);
           const w = s.want!;
@@ -84,7 +120,24 @@ describe("vectors: gate.json", () => {
           assert.equal(got.action, w.action, `${where}: ${JSON.stringify(got)}`);
           assert.equal(got.waitMs, w.wait_ms ?? 0, `${where}: wait`);
           assert.equal(got.probe, w.probe ?? false, `${where}: probe`);
-          if (w.action === "stop") assert.equal(got.stopReason, w.stop_reason, `${where}: stop reason`);
+          if (w.action === "stop" || w.action === "fall_back") {
+            assert.equal(got.stopReason, w.stop_reason, `${where}: stop reason`);
+            // What the caller sees: the decision the call's error carries.
+            const d = gateDecision(got, TARGET, g.assignment, now - g.receivedAt);
+            assert.equal(d.stopText, w.text, `${where}: text`);
+            const f = d.fleet!;
+            assert.deepEqual(
+              {
+                breaker: f.breaker,
+                stopped: f.stopped,
+                hold_remaining_ms: f.holdRemainingMs,
+                open_remaining_ms: f.openRemainingMs,
+                reason: f.reason,
+              },
+              w.fleet,
+              `${where}: fleet`,
+            );
+          }
           if (w.action === "fall_back") assert.deepEqual(got.fallback, fallbackOf(w.fallback), `${where}: fallback`);
         } else {
           assert.fail(`step ${i} does nothing`);
