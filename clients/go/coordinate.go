@@ -381,10 +381,14 @@ func rateLimitHeaders(h http.Header) map[string]string {
 	return out
 }
 
+// rateLimitPrefixes are the prefixes of the rate-limit headers policyd
+// reads.
+var rateLimitPrefixes = []string{"x-ratelimit-", "anthropic-ratelimit-"}
+
 // rateLimitName says whether a lower-case header name is a rate-limit
 // header policyd reads.
 func rateLimitName(n string) bool {
-	for _, p := range [...]string{"x-ratelimit-", "anthropic-ratelimit-"} {
+	for _, p := range rateLimitPrefixes {
 		if strings.HasPrefix(n, p) && len(n) > len(p) {
 			return true
 		}

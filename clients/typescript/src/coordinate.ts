@@ -24,6 +24,7 @@ import type { Clock, Random } from "./clock.js";
 import { type Decision, durationMs, durationOf, type FailureType, names } from "./decision.js";
 import { emptyFailure, headersOf } from "./failure.js";
 import { Gate, type GateAssignment, type GateVerdict, type Target } from "./gate.js";
+import { FLEET_LIMITS } from "./limits.js";
 import {
   type Assignment,
   type BucketUsageSchema,
@@ -67,28 +68,26 @@ export interface Gated {
   decision(v: GateVerdict): Decision;
 }
 
-// Reports: about once a second (±10 %), at most 256 targets a message; a
-// target's first call waits up to 100 ms for its first assignment.
-const REPORT_EVERY_MS = 1000;
-const FIRST_ANSWER_WAIT_MS = 100;
-const REPORT_JITTER = 0.1;
-const MAX_USAGES = 256;
-const MAX_ELAPSED_MS = 10 * 60_000;
-const MAX_COUNT = 2 ** 30; // per count and report; the rest waits for the next
-// Reconnects: 1 s doubling to 30 s, full jitter.
-const BACKOFF_FIRST_MS = 1000;
-const BACKOFF_MAX_MS = 30_000;
-// The table: at most this many targets (the daemon's limit per stream; more are not gated);
-// one unused this long with nothing to report is forgotten.
-const MAX_TARGETS = 1024;
+// The limits and timing of clients/testdata/limits.json (limits.ts).
+const { protocol: P, client: C } = FLEET_LIMITS;
+const REPORT_EVERY_MS = C.reportIntervalMs;
+const FIRST_ANSWER_WAIT_MS = C.firstAssignmentWaitMs;
+const REPORT_JITTER = C.reportJitter;
+const MAX_USAGES = P.usagesPerMessage;
+const MAX_ELAPSED_MS = P.elapsedMaxMs;
+const MAX_COUNT = P.countMax; // per count and report; the rest waits for the next
+const BACKOFF_FIRST_MS = C.reconnectInitialMs;
+const BACKOFF_MAX_MS = C.reconnectMaxMs;
+// The table: at most this many targets (more are not gated); one unused this
+// long with nothing to report is forgotten.
+const MAX_TARGETS = P.targetsPerStream;
 const FORGET_AFTER_MS = 10 * 60_000;
-// Rate-limit headers handed over: these prefixes, at most 16, values at most 64 bytes.
-const RATE_LIMIT_PREFIXES = ["x-ratelimit-", "anthropic-ratelimit-"];
-const MAX_RATE_LIMIT_HEADERS = 16;
-const MAX_RATE_LIMIT_VALUE_BYTES = 64;
-// A target field longer than the daemon accepts (validate.MaxFieldBytes) is not gated.
-const MAX_FIELD_BYTES = 8 << 10;
-const MAX_KEY_ID_BYTES = 128;
+const RATE_LIMIT_PREFIXES = P.rateLimitHeaderPrefixes;
+const MAX_RATE_LIMIT_HEADERS = P.rateLimitHeadersMax;
+const MAX_RATE_LIMIT_VALUE_BYTES = P.rateLimitValueBytesMax;
+// A target field longer than the daemon accepts is not gated.
+const MAX_FIELD_BYTES = P.targetFieldBytesMax;
+const MAX_KEY_ID_BYTES = P.keyIdBytesMax;
 
 /** One target's row: its gate and what has not been reported yet. */
 interface Entry {
