@@ -455,7 +455,13 @@ func (r *run) admit(ctx context.Context) error {
 			left = max(0, r.deadline.Sub(now))
 		}
 		canFallBack := r.call.Fallback != nil && r.fallbacks < MaxFallbacks
-		v := c.gate.check(now, r.target, left, canFallBack, c.cfg.rand)
+		v := c.gate.check(now, r.target, left, canFallBack, c.cfg.rand, c.cfg.parkLimit)
+		if v.action == gatePark {
+			var err error
+			if v, err = r.park(ctx, v); err != nil {
+				return err
+			}
+		}
 		switch v.action {
 		case gateAdmit:
 			return nil
@@ -488,13 +494,70 @@ func (r *run) admit(ctx context.Context) error {
 	return nil
 }
 
+// park holds a first attempt the gate parked (docs/clients.md, "Parking"):
+// no attempt, no RPC, until a re-check at the target's next assignment,
+// every parkRecheck, or at the call's end admits or stops it. The decision
+// hook sees it park and leave. A cancelled ctx ends the wait.
+func (r *run) park(ctx context.Context, v gateVerdict) (gateVerdict, error) {
+	c := r.c
+	p := v.parked
+	c.cfg.logger.DebugContext(ctx, "policyd: fleet gate parks", "target", r.target.String(), "reason", v.reason)
+	r.parkHook(v, true)
+	for v.action == gatePark {
+		wake := c.gate.parkWake(r.target)
+		now := c.cfg.clock.Now()
+		next := p.drawAt
+		if p.until.Before(next) {
+			next = p.until
+		}
+		t := c.cfg.clock.NewTimer(max(0, next.Sub(now)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			c.gate.cancelPark(c.cfg.clock.Now(), r.target)
+			return v, &Error{ContextID: r.contextID, ctxErr: context.Cause(ctx), gated: true}
+		case <-wake:
+		case <-t.C():
+		}
+		t.Stop()
+		v = c.gate.resume(c.cfg.clock.Now(), r.target, p, c.cfg.rand)
+	}
+	c.cfg.logger.DebugContext(ctx, "policyd: fleet gate unparks", "target", r.target.String(), "waited", v.waited)
+	r.parkHook(v, false)
+	return v, nil
+}
+
+// parkHook reports a parked call to the decision hook: as it parks, and
+// as it leaves (admitted: ActionRetry; else the stop's decision).
+func (r *run) parkHook(v gateVerdict, parks bool) {
+	fn := r.c.cfg.onDecision
+	if fn == nil {
+		return
+	}
+	var d Decision
+	switch {
+	case parks || v.action == gateAdmit || v.action == gateWait:
+		d = Decision{Action: ActionRetry, Delay: v.wait, StopReason: v.stopReason, StopText: v.reason, Strategy: "fleet-gate",
+			Fleet: &FleetState{Breaker: enumName(policydv1.BreakerState_name, int32(v.breaker), "BREAKER_STATE_"), Changed: true,
+				Reason: v.assignmentReason, HoldRemaining: v.holdLeft, OpenRemaining: v.stopLeft}}
+		d.Reason = v.reason
+		if !parks {
+			d.StopReason, d.StopText, d.Reason = StopReasonUnspecified, "", fmt.Sprintf("released by the fleet after %v", v.waited.Round(time.Millisecond))
+		}
+	default:
+		d = r.gateError(v).Decision
+	}
+	d.Parked, d.Waited = true, v.waited
+	fn(0, nil, d)
+}
+
 // gateError is the error of a first attempt the gate did not admit.
 func (r *run) gateError(v gateVerdict) *Error {
 	d := Decision{
 		Action: ActionStop, StopReason: v.stopReason, StopText: gateText(r.target, v), Strategy: "fleet-gate",
 		Fleet: &FleetState{
 			Breaker: enumName(policydv1.BreakerState_name, int32(v.breaker), "BREAKER_STATE_"),
-			Stopped: v.stopReason == StopFleetStop, Changed: true, Reason: v.reason,
+			Stopped: v.stopReason == StopFleetStop, Changed: true, Reason: v.assignmentReason,
 			HoldRemaining: v.holdLeft, OpenRemaining: v.stopLeft,
 		},
 	}

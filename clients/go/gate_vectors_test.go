@@ -43,6 +43,7 @@ type gateVectorCase struct {
 			ProbePermits  uint32              `json:"probe_permits"`
 			Reason        string              `json:"reason"`
 			Fallback      *gateVectorFallback `json:"fallback"`
+			ParkHintMs    int64               `json:"park_hint_ms"`
 		} `json:"assign"`
 		Abandon bool      `json:"abandon"`
 		Retry   *struct{} `json:"retry"`
@@ -51,7 +52,13 @@ type gateVectorCase struct {
 			DeadlineMs  *int64  `json:"deadline_ms"`
 			CanFallBack bool    `json:"can_fall_back"`
 			Draw        float64 `json:"draw"`
+			MaxParkMs   *int64  `json:"max_park_ms"`
+			Call        string  `json:"call"`
 		} `json:"gate"`
+		Resume *struct {
+			Call string  `json:"call"`
+			Draw float64 `json:"draw"`
+		} `json:"resume"`
 		Want struct {
 			Action     string              `json:"action"`
 			WaitMs     int64               `json:"wait_ms"`
@@ -59,6 +66,8 @@ type gateVectorCase struct {
 			StopReason string              `json:"stop_reason"`
 			Fallback   *gateVectorFallback `json:"fallback"`
 			Text       string              `json:"text"`
+			WaitedMs   *int64              `json:"waited_ms"`
+			Reason     string              `json:"reason"`
 			Fleet      *struct {
 				Breaker         string `json:"breaker"`
 				Stopped         bool   `json:"stopped"`
@@ -68,8 +77,8 @@ type gateVectorCase struct {
 			} `json:"fleet"`
 		} `json:"want"`
 	} `json:"steps"`
-	Counts   *struct{ Admitted, Shed uint64 } `json:"counts"`
-	Requires string                           `json:"requires"`
+	Counts   *struct{ Admitted, Shed, Parked uint64 } `json:"counts"`
+	Requires string                                   `json:"requires"`
 }
 
 // gateVectorTarget is the file's target, which the texts name.
@@ -81,7 +90,7 @@ type gateVectorTarget struct {
 	} `json:"target"`
 }
 
-var gateActionNames = map[gateAction]string{gateAdmit: "admit", gateWait: "wait", gateFallBack: "fall_back", gateStop: "stop"}
+var gateActionNames = map[gateAction]string{gateAdmit: "admit", gateWait: "wait", gateFallBack: "fall_back", gateStop: "stop", gatePark: "park"}
 
 func TestGateVectors(t *testing.T) {
 	v := readVectors[gateVectorCase](t, "gate.json")
@@ -97,10 +106,11 @@ func TestGateVectors(t *testing.T) {
 	tg := target{provider: vt.Target.Provider, model: vt.Target.Model, keyID: vt.Target.KeyID}
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Requires != "" {
+			if c.Requires != "" && c.Requires != "park" {
 				t.Skipf("requires %s", c.Requires)
 			}
 			g := newGate(DefaultGateGrace)
+			parked := map[string]*parkedCall{}
 			for i, s := range c.Steps {
 				now := t0.Add(ms(s.AtMs))
 				switch {
@@ -112,7 +122,7 @@ func TestGateVectors(t *testing.T) {
 					}
 					g.assign(now, tg, &assignment{ttl: ms(a.TTLMs), breaker: policydv1.BreakerState(br), hold: ms(a.HoldMs),
 						stop: ms(a.StopMs), admitFraction: a.AdmitFraction, probePermits: a.ProbePermits, reason: a.Reason,
-						fallback: a.Fallback.fallback(t)})
+						fallback: a.Fallback.fallback(t), parkHint: ms(a.ParkHintMs)})
 				case s.Abandon:
 					g.assign(now, tg, nil)
 				case s.Outcome != "":
@@ -124,18 +134,43 @@ func TestGateVectors(t *testing.T) {
 					if s.Want.Action == "stop" && budgetText(tg) != s.Want.Text {
 						t.Fatalf("step %d: text %q, want %q", i, budgetText(tg), s.Want.Text)
 					}
-				case s.Gate != nil:
-					deadline := time.Duration(-1)
-					if s.Gate.DeadlineMs != nil {
-						deadline = ms(*s.Gate.DeadlineMs)
+				case s.Gate != nil, s.Resume != nil:
+					var got gateVerdict
+					if s.Gate != nil {
+						deadline := time.Duration(-1)
+						if s.Gate.DeadlineMs != nil {
+							deadline = ms(*s.Gate.DeadlineMs)
+						}
+						limit := time.Duration(0) // the default
+						if s.Gate.MaxParkMs != nil {
+							limit = ms(*s.Gate.MaxParkMs)
+							if limit == 0 {
+								limit = -1 // parking off
+							}
+						}
+						got = g.check(now, tg, deadline, s.Gate.CanFallBack, constRand(s.Gate.Draw), limit)
+						if got.parked != nil {
+							parked[s.Gate.Call] = got.parked
+						}
+					} else {
+						p := parked[s.Resume.Call]
+						if p == nil {
+							t.Fatalf("step %d: no parked call %q", i, s.Resume.Call)
+						}
+						got = g.resume(now, tg, p, constRand(s.Resume.Draw))
 					}
-					got := g.check(now, tg, deadline, s.Gate.CanFallBack, constRand(s.Gate.Draw))
 					w := s.Want
 					if gateActionNames[got.action] != w.Action || got.wait != ms(w.WaitMs) || got.probe != w.Probe {
 						t.Fatalf("step %d at %dms: got %s wait %v probe %v, want %s wait %dms probe %v",
 							i, s.AtMs, gateActionNames[got.action], got.wait, got.probe, w.Action, w.WaitMs, w.Probe)
 					}
-					if (w.Action == "stop" || w.Action == "fall_back") && got.stopReason.String() != w.StopReason {
+					if w.WaitedMs != nil && got.waited != ms(*w.WaitedMs) {
+						t.Fatalf("step %d: waited %v, want %dms", i, got.waited, *w.WaitedMs)
+					}
+					if w.Reason != "" && got.reason != w.Reason {
+						t.Fatalf("step %d: reason %q, want %q", i, got.reason, w.Reason)
+					}
+					if (w.Action == "stop" || w.Action == "fall_back" || w.Action == "park") && got.stopReason.String() != w.StopReason {
 						t.Fatalf("step %d: stop reason %s, want %s", i, got.stopReason, w.StopReason)
 					}
 					if w.Action == "fall_back" {
@@ -161,8 +196,8 @@ func TestGateVectors(t *testing.T) {
 			}
 			if c.Counts != nil {
 				e := g.entries[tg]
-				if e == nil || e.u.admitted != c.Counts.Admitted || e.u.shed != c.Counts.Shed {
-					t.Fatalf("counts %+v, want admitted %d shed %d", e, c.Counts.Admitted, c.Counts.Shed)
+				if e == nil || e.u.admitted != c.Counts.Admitted || e.u.shed != c.Counts.Shed || e.u.parkChecks != c.Counts.Parked {
+					t.Fatalf("counts %+v, want admitted %d shed %d parked %d", e, c.Counts.Admitted, c.Counts.Shed, c.Counts.Parked)
 				}
 			}
 		})
