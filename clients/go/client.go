@@ -167,6 +167,11 @@ func (c *Client) Do(ctx context.Context, call Call, fn AttemptFunc) error {
 				return err
 			}
 		} else if r.gated {
+			// A retry passes the gate too: an open breaker parks it until
+			// the fleet sees the provider back.
+			if err := r.admitRetry(ctx, attempt); err != nil {
+				return err
+			}
 			c.gate.countRetry(c.cfg.clock.Now(), r.target)
 		}
 		began := c.cfg.clock.Now()
@@ -492,6 +497,33 @@ func (r *run) admit(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// admitRetry runs the fleet gate before a retry (docs/clients.md,
+// "Retries"): nil when it may go; the *Error that stops the call when the
+// key is stopped or the park's end comes first.
+func (r *run) admitRetry(ctx context.Context, attempt int) error {
+	c := r.c
+	now := c.cfg.clock.Now()
+	left := time.Duration(-1)
+	if !r.deadline.IsZero() {
+		left = max(0, r.deadline.Sub(now))
+	}
+	v := c.gate.checkRetry(now, r.target, left, c.cfg.parkLimit)
+	if v.action == gatePark {
+		var err error
+		if v, err = r.park(ctx, v); err != nil {
+			r.finish(ctx, outcomeOf(ctx))
+			return &Error{Err: r.lastErr, Attempts: attempt - 1, ContextID: r.contextID, ctxErr: context.Cause(ctx)}
+		}
+	}
+	if v.action == gateAdmit || v.action == gateWait {
+		return nil
+	}
+	r.finish(ctx, policydv1.Outcome_OUTCOME_FAILED)
+	e := r.gateError(v)
+	e.Err, e.Attempts, e.gated = r.lastErr, attempt-1, false // a retry, not a first attempt
+	return e
 }
 
 // park holds a first attempt the gate parked (docs/clients.md, "Parking"):

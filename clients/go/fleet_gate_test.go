@@ -212,7 +212,7 @@ func TestGateFirstCallIsGated(t *testing.T) {
 	d := gateDaemon(t, breakerPolicy)
 	failures(t, d.addr, 3, overloaded) // other agents open the breaker
 	var rpcs rpcCounter
-	c := newClient(t, d.addr, rpcs.option())
+	c := newClient(t, d.addr, rpcs.option(), policyd.WithParkLimit(0)) // parking off: it stops at once
 	var op countingOp
 	start := time.Now()
 	err := c.Do(context.Background(), gpt4o, op.fn)
@@ -238,7 +238,7 @@ func TestGateBreakerOpenStops(t *testing.T) {
 	d := gateDaemon(t, breakerPolicy)
 	var rpcs rpcCounter
 	var decided decisions
-	c := newClient(t, d.addr, rpcs.option(), decided.option())
+	c := newClient(t, d.addr, rpcs.option(), decided.option(), policyd.WithParkLimit(0)) // parking off: it stops at once
 	subscribe(t, c, gpt4o)
 	openBreaker(t, d.addr, c)
 
@@ -374,7 +374,7 @@ func TestGateDaemonDownAdmits(t *testing.T) {
 func TestGateExpiryLimitsOnlyRetries(t *testing.T) {
 	t.Parallel()
 	d := gateDaemon(t, "fleet:\n  breaker: {min_volume: 3, min_clients: 1}\n  stream: {ttl: 1s}\n")
-	c := newClient(t, d.addr, policyd.WithGateGrace(time.Second), policyd.WithDaemonTimeout(300*time.Millisecond))
+	c := newClient(t, d.addr, policyd.WithGateGrace(time.Second), policyd.WithDaemonTimeout(300*time.Millisecond), policyd.WithParkLimit(0))
 	subscribe(t, c, gpt4o)
 	openBreaker(t, d.addr, c)
 	d.kill()

@@ -236,6 +236,7 @@ const (
 type parkedCall struct {
 	at, until   time.Time // when it parked; when it must have an answer by
 	canFallBack bool
+	retry       bool // a retry, not a first attempt: not counted as one
 	drawAt      time.Time // when a pace's draw is due again
 }
 
@@ -374,6 +375,49 @@ func (g *gate) check(now time.Time, t target, deadline time.Duration, canFallBac
 	return e.count(v, canFallBack)
 }
 
+// checkRetry gates a retry that NextDelay allowed, before it is sent
+// (docs/clients.md, "Retries"): a stopped key stops it; an open breaker, or
+// a probing one without a permit, parks it as a first attempt would be;
+// otherwise it goes (a pace or a hold does not hold it: its delay already
+// waited). Retries are not counted as first attempts.
+func (g *gate) checkRetry(now time.Time, t target, deadline, parkLimit time.Duration) gateVerdict {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entry(now, t)
+	if e == nil || g.off {
+		return gateVerdict{}
+	}
+	v := g.decide(now, t, e, deadline, constDraw(0), true)
+	switch v.action {
+	case gatePark:
+		if v.stopReason == StopFleetShed {
+			return gateVerdict{}
+		}
+		limit := parkLimit
+		if limit == 0 {
+			limit = DefaultParkLimit
+		}
+		until := now.Add(limit)
+		if deadline >= 0 {
+			until = now.Add(deadline)
+		}
+		if limit < 0 || !until.After(now.Add(e.hintLeft(now))) {
+			return v.refusal()
+		}
+		v.parked = &parkedCall{at: now, until: until, retry: true, drawAt: now.Add(parkRecheck)}
+		e.u.parkChecks++
+		return v
+	case gateWait:
+		return gateVerdict{}
+	}
+	return v
+}
+
+// constDraw always draws the same number.
+type constDraw float64
+
+func (d constDraw) Float64() float64 { return float64(d) }
+
 // resume checks a parked call again: admitted (waited says how long it
 // was parked), still parked, or stopped (DEADLINE) as soon as the time it
 // has left is no longer than the fleet's estimate of the wait.
@@ -403,7 +447,7 @@ func (g *gate) resume(now time.Time, t target, p *parkedCall, draw Rand) gateVer
 			v = gateVerdict{action: gateStop, stopReason: StopDeadline, waited: v.waited, breaker: v.breaker,
 				admitFraction: v.admitFraction, holdLeft: v.holdLeft, stopLeft: v.stopLeft, assignmentReason: reason,
 				reason: fmt.Sprintf("gave up waiting for the fleet after %v: %s", v.waited.Round(time.Second), reason)}
-			return e.count(v, p.canFallBack)
+			return e.countParked(v, p)
 		}
 		v.parked = p
 		e.u.parkChecks++
@@ -414,11 +458,23 @@ func (g *gate) resume(now time.Time, t target, p *parkedCall, draw Rand) gateVer
 				admitFraction: e.a.admitFraction, holdLeft: v.wait, assignmentReason: e.a.reason}
 		}
 	}
-	v = e.count(v, p.canFallBack)
-	if v.action == gateAdmit || v.action == gateWait {
+	v = e.countParked(v, p)
+	if !p.retry && (v.action == gateAdmit || v.action == gateWait) {
 		e.u.released++
 	}
 	return v
+}
+
+// countParked counts a parked call's verdict: a first attempt's as count
+// does; a retry's not at all (it goes after its wait, or stops).
+func (e *gateEntry) countParked(v gateVerdict, p *parkedCall) gateVerdict {
+	if p.retry {
+		if v.action == gateWait {
+			v.action, v.wait = gateAdmit, 0
+		}
+		return v
+	}
+	return e.count(v, p.canFallBack)
 }
 
 // cancelPark counts a parked call its caller cancelled.
