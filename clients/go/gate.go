@@ -236,7 +236,7 @@ const (
 type parkedCall struct {
 	at, until   time.Time // when it parked; when it must have an answer by
 	canFallBack bool
-	retry       bool // a retry, not a first attempt: not counted as one
+	retry       bool      // a retry, not a first attempt: not counted as one
 	drawAt      time.Time // when a pace's draw is due again
 }
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from policyd_client._fleet import Target, budget_text, gate_decision
-from policyd_client._gate import Fallback, Gate, GateAssignment
+from policyd_client._gate import Fallback, Gate, GateAssignment, Parked
 
 TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
 VECTORS: dict[str, Any] = json.loads((TESTDATA / "gate.json").read_text())
@@ -31,9 +31,10 @@ def test_the_cases_are_there() -> None:
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c["id"]) for c in CASES])
 def test_gate_vector(case: dict[str, Any]) -> None:
-    if case.get("requires"):
+    if case.get("requires") not in (None, "park"):
         pytest.skip(f"requires {case['requires']}")
-    g = Gate()
+    g = Gate(target=str(TARGET))
+    parked: dict[str, Parked] = {}
     for i, step in enumerate(case["steps"]):
         now = step["at_ms"] / 1000
         where = f"step {i} at {step['at_ms']}ms"
@@ -51,6 +52,7 @@ def test_gate_vector(case: dict[str, Any]) -> None:
                     probe_permits=a["probe_permits"],
                     reason=a["reason"],
                     fallback=fallback(a["fallback"]),
+                    park_hint=a.get("park_hint_ms", 0) / 1000,
                 ),
             )
         elif step.get("abandon"):
@@ -63,13 +65,32 @@ def test_gate_vector(case: dict[str, Any]) -> None:
             assert g.allow_retry(now) == (want["action"] == "admit"), where
             if want["action"] == "stop":
                 assert budget_text(TARGET) == want["text"], where
-        elif "gate" in step:
-            gate, want = step["gate"], step["want"]
-            deadline = gate.get("deadline_ms")
-            got = g.check(now, None if deadline is None else deadline / 1000, gate["can_fall_back"], gate["draw"])
+        elif "gate" in step or "resume" in step:
+            want = step["want"]
+            if "gate" in step:
+                gate = step["gate"]
+                deadline = gate.get("deadline_ms")
+                limit = gate.get("max_park_ms")
+                got = g.check(
+                    now,
+                    None if deadline is None else deadline / 1000,
+                    gate["can_fall_back"],
+                    gate["draw"],
+                    None if limit is None else limit / 1000,
+                )
+                if got.parked is not None:
+                    parked[gate.get("call", "")] = got.parked
+            else:
+                got = g.resume(now, parked[step["resume"]["call"]], step["resume"]["draw"])
             assert got.action.value == want["action"], where
             assert got.wait * 1000 == pytest.approx(want.get("wait_ms", 0), abs=1e-6), where
             assert got.probe == want.get("probe", False), where
+            if "waited_ms" in want:
+                assert got.waited * 1000 == pytest.approx(want["waited_ms"], abs=1e-6), where
+            if want.get("reason"):
+                assert got.reason == want["reason"], where
+            if want["action"] == "park":
+                assert got.stop_reason == want["stop_reason"], where
             if want["action"] in ("stop", "fall_back"):
                 assert got.stop_reason == want["stop_reason"], where
                 # What the caller sees: the decision the call's error carries.
@@ -85,4 +106,5 @@ def test_gate_vector(case: dict[str, Any]) -> None:
         else:
             pytest.fail(f"{where} does nothing")
     if case.get("counts") is not None:
-        assert (g.admitted, g.shed) == (case["counts"]["admitted"], case["counts"]["shed"])
+        counts = case["counts"]
+        assert (g.admitted, g.shed, g.parks) == (counts["admitted"], counts["shed"], counts.get("parked", 0))

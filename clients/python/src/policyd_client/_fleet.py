@@ -409,6 +409,8 @@ def stop_text(target: Target, v: GateVerdict) -> str:
     "What the caller sees"; clients/testdata/gate.json pins it): what the fleet
     does, then the assignment's reason."""
     t = str(target)
+    if v.stop_reason == "DEADLINE" and v.waited > 0 and v.reason.startswith("gave up waiting"):
+        return v.reason  # a parked call whose deadline can no longer be met
     if v.stop_reason == "FLEET_STOP":
         text = f"the fleet stopped calls to {t} for another {_seconds_text(v.stop_left)}"
     elif v.stop_reason == "CIRCUIT_OPEN":
@@ -451,7 +453,7 @@ def gate_fleet(v: GateVerdict) -> FleetState:
         open_remaining=v.stop_left,
         stopped=v.stop_reason == "FLEET_STOP",
         changed=True,
-        reason=v.reason,
+        reason=v.assignment_reason,
     )
 
 
