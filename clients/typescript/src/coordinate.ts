@@ -23,7 +23,7 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 import type { Clock, Random } from "./clock.js";
 import { type Decision, durationMs, durationOf, type FailureType, names } from "./decision.js";
 import { emptyFailure, headersOf } from "./failure.js";
-import { Gate, type GateAssignment, type GateVerdict, type Target } from "./gate.js";
+import { Gate, type GateAssignment, type GateVerdict, type Parked, type Target } from "./gate.js";
 import { FLEET_LIMITS } from "./limits.js";
 import {
   type Assignment,
@@ -54,6 +54,8 @@ export interface CoordinatorDeps {
   /** The gate's draws (the client's random source). */
   random: Random;
   graceMs: number;
+  /** How long a call without a deadline may park (undefined: PARK_LIMIT_MS; 0: parking off). */
+  parkLimitMs?: number | undefined;
   /** Bounds the wait for the daemon to end the stream at close. */
   closeTimeoutMs: number;
   debug: (message: string) => void;
@@ -108,6 +110,8 @@ interface Entry {
    * when it comes; windowEnd (performance.now) ends the first calls' wait.
    */
   firstAnswer: { promise: Promise<void>; resolve: () => void; windowEnd?: number } | undefined;
+  /** Resolved at the target's next assignment (or abandon): parked calls check again then. */
+  parkWake: { promise: Promise<void>; resolve: () => void } | undefined;
 }
 
 type Usage = MessageInitShape<typeof BucketUsageSchema>;
@@ -184,9 +188,9 @@ export class Coordinator {
     const now = this.#d.now();
     e.usedAt = now;
     const a = e.gate.assignment;
-    const verdict = e.gate.check(now, remainingMs, canFallBack, this.#d.random);
+    const verdict = e.gate.check(now, remainingMs, canFallBack, this.#d.random, this.#d.parkLimitMs);
     if (verdict.action === "admit" || verdict.action === "wait") e.admitted++;
-    else e.shed++;
+    else if (verdict.action !== "park") e.shed++;
     this.#start();
     return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt) };
   }
@@ -207,6 +211,65 @@ export class Coordinator {
    */
   daemonAnswered(): void {
     if (this.#down) this.#reconnect?.abort();
+  }
+
+  /**
+   * resume re-checks a call parked on target (Gate.resume), counting it as
+   * check does once it leaves the park.
+   */
+  resume(target: Target, p: Parked): Gated {
+    const e = this.#entry(target);
+    const now = this.#d.now();
+    if (!e) {
+      const verdict: GateVerdict = { action: "admit", waitMs: 0, probe: false, stopReason: "", reason: "" };
+      return { verdict, decision: (v) => gateDecision(v, target, undefined, 0) };
+    }
+    const a = e.gate.assignment;
+    const verdict = e.gate.resume(now, p, this.#d.random());
+    if (!p.retry && verdict.action !== "park") {
+      if (verdict.action === "admit" || verdict.action === "wait") e.admitted++;
+      else e.shed++;
+    }
+    return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt) };
+  }
+
+  /** checkRetry gates a retry to target (Gate.checkRetry); remainingMs as check's. */
+  checkRetry(target: Target, remainingMs: number | undefined): Gated {
+    const e = this.#entry(target);
+    const now = this.#d.now();
+    if (!e) {
+      const verdict: GateVerdict = { action: "admit", waitMs: 0, probe: false, stopReason: "", reason: "" };
+      return { verdict, decision: (v) => gateDecision(v, target, undefined, 0) };
+    }
+    const a = e.gate.assignment;
+    const verdict = e.gate.checkRetry(now, remainingMs, this.#d.parkLimitMs);
+    return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt) };
+  }
+
+  /**
+   * parkWait resolves at target's next assignment, at the parked call's
+   * next re-check or end, or when signal aborts.
+   */
+  parkWait(target: Target, p: Parked, signal: AbortSignal): Promise<void> {
+    const e = this.#entry(target);
+    if (!e) return Promise.resolve();
+    if (!e.parkWake) {
+      let resolve = () => {};
+      const promise = new Promise<void>((r) => {
+        resolve = r;
+      });
+      e.parkWake = { promise, resolve };
+    }
+    const ms = Math.max(0, Math.min(p.drawAt, p.until) - this.#d.now());
+    return waitFor(e.parkWake.promise, Math.max(1, ms), signal);
+  }
+
+  /** A call parked on target was cancelled by its caller. */
+  parkCancelled(target: Target, p: Parked): void {
+    const e = this.#entry(target);
+    if (!e) return;
+    e.gate.cancelled(p);
+    if (!p.retry) e.shed++;
   }
 
   /** A retry of a call to target is being sent. */
@@ -292,7 +355,9 @@ export class Coordinator {
       reportedAt: now,
       usedAt: now,
       firstAnswer: undefined,
+      parkWake: undefined,
     };
+    e.gate.target = targetName(t);
     let resolve = () => {};
     const promise = new Promise<void>((r) => {
       resolve = r;
@@ -438,6 +503,7 @@ export class Coordinator {
       const e = this.#entries.get(key);
       if (!e) continue; // forgotten here: the daemon abandons it in time
       if (a.abandon) {
+        wakeParked(e);
         if (hasCounts(e)) {
           // Used since the daemon gave up on it: the next report subscribes it again.
           e.gate.assign(now, undefined);
@@ -450,6 +516,7 @@ export class Coordinator {
       }
       const g = assignmentOf(a);
       e.gate.assign(now, g);
+      wakeParked(e);
       e.firstAnswer?.resolve();
       e.firstAnswer = undefined;
       this.#d.debug(`policyd: fleet assignment for ${targetName(t)}: ${describe(g)}`);
@@ -481,6 +548,12 @@ export class Coordinator {
         );
     }
   }
+}
+
+/** Wakes the calls parked on e. */
+function wakeParked(e: Entry): void {
+  e.parkWake?.resolve();
+  e.parkWake = undefined;
 }
 
 /** Takes a count out of e for a report: at most MAX_COUNT, the rest stays. */
@@ -648,6 +721,55 @@ export function streamTransport(
   return { transport, release: () => manager.abort() };
 }
 
+/**
+ * @internal park holds a call the gate parked (docs/clients.md, "Parking"):
+ * no attempt, no RPC, until a re-check at the target's next assignment,
+ * every second, or at the call's end admits or stops it. The decision hook
+ * sees it park and leave (decision.parked; waitedMs when it leaves). The
+ * call's signal ends the wait: the caller's abort rejects with its reason;
+ * the deadline's stops the call (DEADLINE).
+ */
+export async function park(
+  c: Coordinator,
+  target: Target,
+  gated: Gated,
+  signal: AbortSignal,
+  callerSignal: AbortSignal | undefined,
+  onDecision: ((event: { attempt: number; error: unknown; decision: Decision }) => void) | undefined,
+): Promise<Gated> {
+  const p = gated.verdict.parked!;
+  onDecision?.({ attempt: 0, error: undefined, decision: parkDecision(gated) });
+  while (gated.verdict.action === "park") {
+    await c.parkWait(target, p, signal);
+    if (signal.aborted) {
+      c.parkCancelled(target, p);
+      if (callerSignal?.aborted) throw callerSignal.reason;
+      const late: GateVerdict = { ...gated.verdict, action: "stop", stopReason: "DEADLINE", parked: undefined };
+      return { verdict: late, decision: gated.decision };
+    }
+    gated = c.resume(target, p);
+  }
+  onDecision?.({ attempt: 0, error: undefined, decision: parkDecision(gated) });
+  return gated;
+}
+
+/** The decision the hook sees as a call parks ("waiting for the fleet: …") and as it leaves (waitedMs). */
+function parkDecision(gated: Gated): Decision {
+  const v = gated.verdict;
+  const leaving = v.action !== "park";
+  const admitted = v.action === "admit" || v.action === "wait";
+  const base = gated.decision(leaving && !admitted ? v : { ...v, action: "stop" });
+  return {
+    ...base,
+    action: admitted || !leaving ? "RETRY" : base.action,
+    delayMs: v.waitMs,
+    stopReason: admitted ? "" : v.stopReason,
+    stopText: admitted ? `released by the fleet after ${v.waitedMs ?? 0}ms` : leaving ? base.stopText : v.reason,
+    parked: true,
+    waitedMs: v.waitedMs ?? 0,
+  };
+}
+
 /** @internal What gating a call's first attempt needs from the call. */
 export interface FirstAttempt<T> {
   target: Target;
@@ -677,7 +799,8 @@ export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): P
     if (f.callerSignal?.aborted) throw f.callerSignal.reason;
   }
   const remaining = f.deadlineMs === undefined ? undefined : Math.max(0, f.deadlineMs - f.clock.now());
-  const gated = c.check(f.target, remaining, f.fallback !== undefined);
+  let gated = c.check(f.target, remaining, f.fallback !== undefined);
+  if (gated.verdict.action === "park") gated = await park(c, f.target, gated, f.signal, f.callerSignal, f.onDecision);
   const verdict = gated.verdict;
   if (verdict.action === "admit") return undefined;
   const failure = emptyFailure();

@@ -37,6 +37,8 @@ export {
   type GateAssignment,
   type GateFallback,
   type GateVerdict,
+  PARK_LIMIT_MS,
+  type Parked,
 } from "./gate.js";
 export { checkResponse, HttpError, type HttpErrorInit } from "./http_error.js";
 export { type JournalOutcome, newContextId } from "./journal.js";

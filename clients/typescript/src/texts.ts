@@ -32,7 +32,8 @@ const RECOVERY: Partial<Record<StopReason, string>> = {
  */
 export function gateDecision(v: GateVerdict, t: Target, a: GateAssignment | undefined, ageMs: number): Decision {
   const what = gateText(v, t, a, ageMs);
-  const stopText = v.reason ? `${what}: ${v.reason}` : what;
+  const gaveUp = v.stopReason === "DEADLINE" && (v.waitedMs ?? 0) > 0 && v.reason.startsWith("gave up waiting");
+  const stopText = gaveUp ? v.reason : v.reason ? `${what}: ${v.reason}` : what;
   const fb = v.fallback;
   const fleet: FleetState = {
     bucket: "",
@@ -43,7 +44,7 @@ export function gateDecision(v: GateVerdict, t: Target, a: GateAssignment | unde
     budgetExhausted: false,
     stopped: v.stopReason === "FLEET_STOP",
     changed: true,
-    reason: v.reason,
+    reason: a?.reason ?? "",
   };
   return {
     action: v.action === "fall_back" ? "FALL_BACK" : "STOP",

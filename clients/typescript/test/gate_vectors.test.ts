@@ -13,6 +13,7 @@ import {
   type GateAssignment,
   type GateFallback,
   gateDecision,
+  type Parked,
   type Target,
 } from "@policyd/client";
 
@@ -36,11 +37,13 @@ interface Step {
     probe_permits: number;
     reason: string;
     fallback: VectorFallback | null;
+    park_hint_ms?: number;
   };
   abandon?: boolean;
   outcome?: "success" | "failure";
   retry?: Record<string, never>;
-  gate?: { deadline_ms?: number; can_fall_back: boolean; draw: number };
+  gate?: { deadline_ms?: number; can_fall_back: boolean; draw: number; max_park_ms?: number; call?: string };
+  resume?: { call: string; draw: number };
   want?: {
     action: string;
     wait_ms?: number;
@@ -48,6 +51,8 @@ interface Step {
     stop_reason?: string;
     fallback?: VectorFallback;
     text?: string;
+    waited_ms?: number;
+    reason?: string;
     fleet?: {
       breaker: string;
       stopped: boolean;
@@ -62,7 +67,7 @@ interface Case {
   id: string;
   requires?: string;
   steps: Step[];
-  counts?: { admitted: number; shed: number };
+  counts?: { admitted: number; shed: number; parked?: number };
 }
 
 const vectors = JSON.parse(readFileSync(`${TESTDATA}gate.json`, "utf8")) as {
@@ -87,8 +92,10 @@ describe("vectors: gate.json", () => {
   test("has cases", () => assert.ok(vectors.cases.length > 0));
 
   for (const c of vectors.cases) {
-    test(c.id, { skip: c.requires ? `requires ${c.requires}` : false }, () => {
+    test(c.id, { skip: c.requires && c.requires !== "park" ? `requires ${c.requires}` : false }, () => {
       const g = new Gate();
+      g.target = `${TARGET.provider}/${TARGET.model}`;
+      const parked = new Map<string, Parked>();
       c.steps.forEach((s, i) => {
         const now = s.at_ms;
         if (s.assign) {
@@ -103,6 +110,7 @@ describe("vectors: gate.json", () => {
             probePermits: a.probe_permits,
             reason: a.reason,
             fallback: fallbackOf(a.fallback),
+            parkHintMs: a.park_hint_ms ?? 0,
           };
           g.assign(now, assignment);
         } else if (s.abandon) {
@@ -113,10 +121,21 @@ describe("vectors: gate.json", () => {
           const w = s.want!;
           assert.equal(g.allowRetry(now), w.action === "admit", `step ${i} at ${s.at_ms}ms: retry`);
           if (w.action === "stop") assert.equal(budgetText(TARGET), w.text, `step ${i}: text`);
-        } else if (s.gate) {
-          const got = g.check(now, s.gate.deadline_ms, s.gate.can_fall_back, s.gate.draw);
+        } else if (s.gate || s.resume) {
+          let got;
+          if (s.gate) {
+            got = g.check(now, s.gate.deadline_ms, s.gate.can_fall_back, s.gate.draw, s.gate.max_park_ms);
+            if (got.parked) parked.set(s.gate.call ?? "", got.parked);
+          } else {
+            const p = parked.get(s.resume!.call);
+            assert.ok(p, `step ${i}: no parked call ${s.resume!.call}`);
+            got = g.resume(now, p, s.resume!.draw);
+          }
           const w = s.want!;
           const where = `step ${i} at ${s.at_ms}ms`;
+          if (w.waited_ms !== undefined) assert.equal(got.waitedMs, w.waited_ms, `${where}: waited`);
+          if (w.reason) assert.equal(got.reason, w.reason, `${where}: reason`);
+          if (w.action === "park") assert.equal(got.stopReason, w.stop_reason, `${where}: stop reason`);
           assert.equal(got.action, w.action, `${where}: ${JSON.stringify(got)}`);
           assert.equal(got.waitMs, w.wait_ms ?? 0, `${where}: wait`);
           assert.equal(got.probe, w.probe ?? false, `${where}: probe`);
@@ -143,7 +162,9 @@ describe("vectors: gate.json", () => {
           assert.fail(`step ${i} does nothing`);
         }
       });
-      if (c.counts) assert.deepEqual({ admitted: g.admitted, shed: g.shed }, c.counts);
+      if (c.counts) {
+        assert.deepEqual({ admitted: g.admitted, shed: g.shed, parked: g.parks }, { parked: 0, ...c.counts });
+      }
     });
   }
 });
