@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,12 +14,14 @@ from harness import closed_port_addr
 
 from policyd_client import (
     SOURCE_FLEET_GATE,
+    Action,
     AsyncClient,
     Client,
     FailOpenPolicy,
     FallbackHint,
     FleetGateError,
     RetryCancelled,
+    RetryEvent,
     RetryStopped,
     policy_pb2,
 )
@@ -121,7 +124,7 @@ def test_assignments_gate_and_abandon_forgets() -> None:
     table.check(T, None, False, 0.5)
     table.reports()
     assign(table, breaker=policy_pb2.BREAKER_STATE_OPEN, reason="breaker open: 24 failures")
-    v = table.check(T, None, False, 0.5)
+    v = table.check(T, None, False, 0.5, 0)  # parking off
     assert (v.action, v.stop_reason, v.reason) == (GateAction.STOP, "CIRCUIT_OPEN", "breaker open: 24 failures")
     assert usage_of(table.reports())[T].shed == 1
 
@@ -273,7 +276,7 @@ class Env:
             self.slept.append(s)
             self.clock.now += s
 
-        self.client = Client(closed_port_addr(), timeout=0.2, clock=self.clock, sleep=sleep, fail_open=fail_open,
+        self.client = Client(closed_port_addr(), park_limit=0, timeout=0.2, clock=self.clock, sleep=sleep, fail_open=fail_open,
                              **options)  # type: ignore[arg-type]  # fmt: skip
         assert self.client._stream is not None and self.client._fleet is not None
         self.client._stream.close()
@@ -291,6 +294,44 @@ class Env:
 def env() -> Iterator[Env]:
     e = Env()
     yield e
+    e.client.close()
+
+
+def test_a_first_attempt_parks_behind_an_open_breaker_until_it_closes_or_is_cancelled() -> None:
+    events: list[RetryEvent] = []
+    e = Env(on_retry=events.append)
+    e.client.park_limit = None  # the default: parking on (120 s without a deadline)
+    assign(e.table, breaker=policy_pb2.BREAKER_STATE_OPEN, reason="breaker open: 3 failures")
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(e.call()))
+    t.start()
+    deadline = time.monotonic() + 5
+    while not events and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert events and events[0].attempt == 0 and events[0].decision.parked
+    assert events[0].decision.stop_text == "waiting for the fleet: breaker open on openai/gpt-4o@k1"
+    assert e.sent == 0, "no attempt while parked"
+    assign(e.table, breaker=policy_pb2.BREAKER_STATE_CLOSED)
+    t.join(5)
+    assert got == ["sent"] and e.sent == 1
+    assert len(events) == 2 and events[1].decision.parked and events[1].decision.action is Action.RETRY
+
+    assign(e.table, breaker=policy_pb2.BREAKER_STATE_OPEN)
+    errors: list[BaseException] = []
+
+    def cancelled() -> None:
+        try:
+            e.call(cancel=e.cancel)
+        except RetryCancelled as err:
+            errors.append(err)
+
+    t = threading.Thread(target=cancelled)
+    t.start()
+    while len(events) < 3 and time.monotonic() < deadline + 5:
+        time.sleep(0.01)
+    e.cancel.set()
+    t.join(5)
+    assert len(errors) == 1 and e.sent == 1
     e.client.close()
 
 
@@ -431,7 +472,7 @@ def test_async_hold_and_stop() -> None:
         return "sent"
 
     async def main() -> None:
-        async with AsyncClient(closed_port_addr(), clock=clock, sleep=sleep, fleet_grace=0) as c:
+        async with AsyncClient(closed_port_addr(), park_limit=0, clock=clock, sleep=sleep, fleet_grace=0) as c:
             assert c._fleet is not None
             table = c._fleet
             assign(table, hold=2)

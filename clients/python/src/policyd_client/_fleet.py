@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, Protocol
 import grpc
 
 from ._core import rpc_code, rpc_text
-from ._gate import CLOSED, GRACE, HALF_OPEN, OPEN, Fallback, Gate, GateAction, GateAssignment, GateVerdict
+from ._gate import CLOSED, GRACE, HALF_OPEN, OPEN, Fallback, Gate, GateAction, GateAssignment, GateVerdict, Parked
 from ._gen.policyd.v1 import fleet_pb2 as fpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from ._stubs import fleet_stub
@@ -97,6 +97,15 @@ def check_grace(grace: float) -> float:
     if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < math.inf:
         raise ValueError(f"policyd: fleet_grace must be a number of seconds >= 0, not {grace!r}")
     return float(grace)
+
+
+def check_park_limit(limit: float | None) -> float | None:
+    """The park_limit option: None (the default, 120 s), or seconds ≥ 0 (0: parking off)."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit < 0:
+        raise ValueError(f"policyd: park_limit must be None or seconds >= 0, not {limit!r}")
+    return float(limit)
 
 
 def stream_metadata(token: str) -> tuple[tuple[str, str], ...] | None:
@@ -175,15 +184,28 @@ class Waiter(Protocol):
 class _Entry:
     """One target: its gate and what its next report carries."""
 
-    __slots__ = ("gate", "since", "admitted", "shed", "succeeded", "failed", "retries", "headers", "fresh", "waiter")
+    __slots__ = (
+        "gate",
+        "since",
+        "admitted",
+        "shed",
+        "succeeded",
+        "failed",
+        "retries",
+        "headers",
+        "fresh",
+        "waiter",
+        "parked",
+    )
 
-    def __init__(self, now: float, grace: float) -> None:
-        self.gate = Gate(grace)
+    def __init__(self, now: float, grace: float, target: str = "") -> None:
+        self.gate = Gate(grace, target)
         self.since = now  # the last report, or the first use
         self.admitted = self.shed = self.succeeded = self.failed = self.retries = 0
         self.headers: dict[str, str] | None = None
         self.fresh = False  # report even without counts: subscribe it on a new stream
         self.waiter: Waiter | None = None  # a first call waiting for the first assignment
+        self.parked: list[Waiter] = []  # parked calls, woken at the next assignment
 
     def counts(self) -> bool:
         return bool(self.admitted or self.shed or self.succeeded or self.failed or self.retries or self.headers)
@@ -221,7 +243,7 @@ class FleetTable:
         if e is None:
             if len(self._entries) >= MAX_TARGETS:
                 return None
-            e = self._entries[target] = _Entry(now, self._grace)
+            e = self._entries[target] = _Entry(now, self._grace, str(target))
         return e
 
     # ---- the callers' side
@@ -248,8 +270,11 @@ class FleetTable:
                     e.waiter.set()
                     e.waiter = None
 
-    def check(self, target: Target, remaining: float | None, can_fall_back: bool, draw: float) -> GateVerdict:
-        """Gate a first attempt to target; ``remaining``: seconds before the caller's deadline."""
+    def check(
+        self, target: Target, remaining: float | None, can_fall_back: bool, draw: float, park_limit: float | None = None
+    ) -> GateVerdict:
+        """Gate a first attempt to target; ``remaining``: seconds before the caller's deadline;
+        ``park_limit``: how long a call without a deadline may park (None: the default; 0: off)."""
         with self._lock:
             if self._disabled:
                 return _ADMIT
@@ -257,12 +282,44 @@ class FleetTable:
             e = self._entry(target, now)
             if e is None:
                 return _ADMIT
-            v = e.gate.check(now, None if remaining is None else max(remaining, 0.0), can_fall_back, draw)
-            if v.action in (GateAction.ADMIT, GateAction.WAIT):
-                e.admitted += 1
-            else:
-                e.shed += 1
+            v = e.gate.check(now, None if remaining is None else max(remaining, 0.0), can_fall_back, draw, park_limit)
+            self._count(e, v)
             return v
+
+    @staticmethod
+    def _count(e: _Entry, v: GateVerdict) -> None:
+        if v.action in (GateAction.ADMIT, GateAction.WAIT):
+            e.admitted += 1
+        elif v.action is not GateAction.PARK:
+            e.shed += 1
+
+    def resume(self, target: Target, p: Parked, draw: float) -> GateVerdict:
+        """Check a call parked on target again (Gate.resume)."""
+        with self._lock:
+            now = self._clock()
+            e = None if self._disabled else self._entry(target, now)
+            if e is None:
+                return _ADMIT
+            v = e.gate.resume(now, p, draw)
+            self._count(e, v)
+            return v
+
+    def park_wait(self, target: Target, waiter: Waiter) -> None:
+        """Set waiter at target's next assignment (or abandon)."""
+        with self._lock:
+            e = self._entries.get(target)
+            if e is None or self._disabled:
+                waiter.set()
+            else:
+                e.parked.append(waiter)
+
+    def park_cancelled(self, target: Target) -> None:
+        """A parked call's caller cancelled it: counted as shed."""
+        with self._lock:
+            e = self._entries.get(target)
+            if e is not None:
+                e.gate.cancelled()
+                e.shed += 1
 
     def record(self, target: Target, ok: bool) -> bool:
         """Count an attempt's outcome (a success for the report; both in the own budget). True
@@ -382,6 +439,7 @@ class FleetTable:
                 if a.abandon:
                     e = self._entries.get(t)
                     if e is not None:
+                        _wake_parked(e)
                         e.gate.assign(now, None)
                         e.fresh = False
                         if not e.counts():
@@ -392,9 +450,38 @@ class FleetTable:
                 e = self._entry(t, now)
                 if e is not None:
                     e.gate.assign(now, assignment_of(a))
+                    _wake_parked(e)
                     if e.waiter is not None:
                         e.waiter.set()
                         e.waiter = None
+
+
+def _wake_parked(e: _Entry) -> None:
+    for w in e.parked:
+        w.set()
+    e.parked.clear()
+
+
+def park_decision(target: Target, v: GateVerdict) -> Decision:
+    """What the on_retry hook sees of a parked call (attempt 0): as it parks ("waiting for the fleet:
+    breaker open on openai/gpt-4o, ~4 s"), and as it leaves (``waited``)."""
+    leaving = v.action is not GateAction.PARK
+    admitted = v.action in (GateAction.ADMIT, GateAction.WAIT)
+    if leaving and not admitted:
+        d = gate_decision(target, v)
+    else:
+        text = f"released by the fleet after {v.waited:.3g}s" if leaving else v.reason
+        d = Decision(
+            Action.RETRY,
+            delay=v.wait,
+            reason=text,
+            stop_reason="" if leaving else v.stop_reason,
+            stop_text=text,
+            strategy="fleet-gate",
+            source=SOURCE_FLEET_GATE,
+            fleet=gate_fleet(v) if not leaving else None,
+        )
+    return dataclasses.replace(d, parked=True, waited=v.waited)
 
 
 # ---- what a call does with a verdict that is not "admit"

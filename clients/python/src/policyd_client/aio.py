@@ -14,7 +14,7 @@ import grpc.aio
 
 from . import _auth, _core, _fleet
 from ._core import Deadline, Safety, Spec, State, rpc_code
-from ._gate import GRACE, GateAction
+from ._gate import GRACE, GateAction, GateVerdict
 from ._gen.policyd.v1 import fleet_pb2 as fpb
 from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
@@ -71,6 +71,7 @@ class AsyncClient:
         client_id: str | None = None,
         fleet_gate: bool = True,
         fleet_grace: float = GRACE,
+        park_limit: float | None = None,
     ) -> None:
         address = _core.resolve_addr(addr)
         self.addr = address.target
@@ -104,6 +105,9 @@ class AsyncClient:
         self._journal: AsyncJournalStub | None = None
         #: Whether first attempts go through the fleet gate.
         self.fleet_gate = bool(fleet_gate)
+        #: How long a call without a deadline may wait parked in the fleet gate, seconds (None:
+        #: 120; 0: parking off).
+        self.park_limit = _fleet.check_park_limit(park_limit)
         self._fleet: _fleet.FleetTable | None = None
         if self.fleet_gate:
             self._fleet = _fleet.FleetTable(clock, _fleet.check_grace(fleet_grace))
@@ -215,7 +219,9 @@ class AsyncClient:
             stream = self._start_stream(fleet)
             if stream is not None:
                 await stream.first_call(target, self._remaining(st))  # at most 100 ms, once per target
-            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random())
+            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit)
+            if v.action is GateAction.PARK:
+                v = await self._park(fleet, target, v)
             if v.action is GateAction.WAIT:
                 await self._sleep(v.wait)
             elif v.action is GateAction.FALL_BACK and fallback is not None:
@@ -461,6 +467,33 @@ class AsyncClient:
                 return False
             self._warn.journal_failed("finishing the context", err)
         return True
+
+    async def _park(self, fleet: _fleet.FleetTable, target: _fleet.Target, v: GateVerdict) -> GateVerdict:
+        """Hold a parked first attempt (docs/clients.md, "Parking"): no attempt, no RPC, until a
+        re-check at the target's next assignment, every second, or at the call's end admits or
+        stops it; cancelling the task ends the wait. on_retry sees it park and leave."""
+        p = v.parked
+        assert p is not None
+        self._park_hook(target, v)
+        while v.action is GateAction.PARK:
+            woken = asyncio.Event()
+            fleet.park_wait(target, woken)
+            try:
+                await asyncio.wait_for(woken.wait(), max(0.001, min(p.draw_at, p.until) - self._clock()))
+            except asyncio.TimeoutError:
+                pass
+            except asyncio.CancelledError:
+                fleet.park_cancelled(target)
+                raise
+            v = fleet.resume(target, p, self.fail_open.random())
+        self._park_hook(target, v)
+        return v
+
+    def _park_hook(self, target: _fleet.Target, v: GateVerdict) -> None:
+        if self.on_retry is not None:
+            failure = pb.Failure(provider=target.provider, model=target.model, key_id=target.key_id)
+            d = _fleet.park_decision(target, v)
+            self.on_retry(RetryEvent(0, d.delay, _fleet.gate_error(target, v), failure, d, None))
 
     async def _abandon(self, spec: Spec, st: State) -> None:
         """Finish a context ABANDONED, briefly, even from a cancelled task."""

@@ -14,7 +14,7 @@ import grpc
 
 from . import _auth, _core, _fleet
 from ._core import Deadline, Safety, Spec, State
-from ._gate import GRACE, GateAction
+from ._gate import GRACE, GateAction, GateVerdict
 from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from ._stubs import JournalStub, PolicyStub, journal_stub, policy_stub
@@ -103,6 +103,7 @@ class Client:
         client_id: str | None = None,
         fleet_gate: bool = True,
         fleet_grace: float = GRACE,
+        park_limit: float | None = None,
     ) -> None:
         address = _core.resolve_addr(addr)
         self.addr = address.target
@@ -138,6 +139,9 @@ class Client:
         self.journal_service: JournalStub = journal_stub(self._channel)
         #: Whether first attempts go through the fleet gate.
         self.fleet_gate = bool(fleet_gate)
+        #: How long a call without a deadline may wait parked in the fleet gate, seconds (None:
+        #: 120; 0: parking off).
+        self.park_limit = _fleet.check_park_limit(park_limit)
         self._fleet: _fleet.FleetTable | None = None
         self._stream: _fleet.SyncStream | None = None
         if self.fleet_gate:
@@ -248,7 +252,9 @@ class Client:
             if self._stream is not None:
                 self._stream.start()
                 self._stream.first_call(target, self._remaining(st))  # at most 100 ms, once per target
-            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random())
+            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit)
+            if v.action is GateAction.PARK:
+                v = self._park(fleet, target, v, cancel)
             if v.action is GateAction.WAIT:
                 if self._wait(v.wait, cancel):
                     raise _fleet.gate_cancelled(target)
@@ -515,6 +521,36 @@ class Client:
         _core.log_retry(self._log, spec, st.attempt, delay, failure, decision)
         if self.on_retry is not None:
             self.on_retry(RetryEvent(st.attempt, delay, exc, failure, decision, st.context_id if st.begun else None))
+
+    def _park(
+        self, fleet: _fleet.FleetTable, target: _fleet.Target, v: GateVerdict, cancel: threading.Event | None
+    ) -> GateVerdict:
+        """Hold a parked first attempt (docs/clients.md, "Parking"): no attempt, no RPC, until a
+        re-check at the target's next assignment, every second, or at the call's end admits or
+        stops it; ``cancel`` ends the wait (RetryCancelled). on_retry sees it park and leave."""
+        p = v.parked
+        assert p is not None
+        self._park_hook(target, v)
+        while v.action is GateAction.PARK:
+            woken = threading.Event()
+            fleet.park_wait(target, woken)
+            end = time.monotonic() + max(0.0, min(p.draw_at, p.until) - self._clock())
+            while not woken.is_set() and (left := end - time.monotonic()) > 0:
+                if cancel is not None and cancel.is_set():
+                    break
+                woken.wait(min(left, 0.05) if cancel is not None else left)
+            if cancel is not None and cancel.is_set():
+                fleet.park_cancelled(target)
+                raise _fleet.gate_cancelled(target)
+            v = fleet.resume(target, p, self.fail_open.random())
+        self._park_hook(target, v)
+        return v
+
+    def _park_hook(self, target: _fleet.Target, v: GateVerdict) -> None:
+        if self.on_retry is not None:
+            failure = pb.Failure(provider=target.provider, model=target.model, key_id=target.key_id)
+            d = _fleet.park_decision(target, v)
+            self.on_retry(RetryEvent(0, d.delay, _fleet.gate_error(target, v), failure, d, None))
 
     def _wait(self, delay: float, cancel: threading.Event | None) -> bool:
         """Sleep delay seconds; return True when cancel was set (at once, mid-sleep)."""
