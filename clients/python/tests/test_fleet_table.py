@@ -27,16 +27,15 @@ from policyd_client import (
 )
 from policyd_client._fleet import (
     MAX_TARGETS,
-    Backoff,
     FleetTable,
     Target,
     assignment_of,
     rate_limit_headers,
-    report_interval,
     target_of,
 )
 from policyd_client._gate import GateAction
 from policyd_client._gen.policyd.v1 import fleet_pb2 as fpb
+from policyd_client._stream import Backoff, report_interval
 
 T = Target("openai", "gpt-4o", "k1")
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from policyd_client._fleet import Target, budget_text, gate_decision
+from policyd_client._fleet import Target
 from policyd_client._gate import Fallback, Gate, GateAssignment, Parked
+from policyd_client._texts import budget_text, gate_decision
 
 TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
 VECTORS: dict[str, Any] = json.loads((TESTDATA / "gate.json").read_text())

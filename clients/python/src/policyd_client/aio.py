@@ -12,7 +12,7 @@ from typing import Any, ParamSpec, TypeVar
 import grpc
 import grpc.aio
 
-from . import _auth, _core, _fleet
+from . import _auth, _core, _fleet, _stream, _texts
 from ._core import Deadline, Safety, Spec, State, rpc_code
 from ._gate import GRACE, GateAction, GateVerdict
 from ._gen.policyd.v1 import fleet_pb2 as fpb
@@ -112,7 +112,7 @@ class AsyncClient:
         if self.fleet_gate:
             self._fleet = _fleet.FleetTable(clock, _fleet.check_grace(fleet_grace))
         self._stream: _AsyncStream | None = None
-        self._stream_log = _fleet.StreamLog(self.addr, self._log)
+        self._stream_log = _stream.StreamLog(self.addr, self._log)
 
     def _chan(self) -> grpc.aio.Channel:
         if self._channel is None:
@@ -225,9 +225,9 @@ class AsyncClient:
             if v.action is GateAction.WAIT:
                 await self._sleep(v.wait)
             elif v.action is GateAction.FALL_BACK and fallback is not None:
-                return await fallback(_fleet.gate_fallback(target, v))
+                return await fallback(_texts.gate_fallback(target, v))
             elif v.action is not GateAction.ADMIT:
-                stopped = _fleet.gate_stopped(target, v)
+                stopped = _texts.gate_stopped(target, v)
                 raise stopped from stopped.error
         try:
             while True:
@@ -261,7 +261,7 @@ class AsyncClient:
                         and not fleet.allow_retry(target)
                     ):
                         # policyd away: the process's own budget limits retries, never first attempts.
-                        decision = _fleet.budget_stop(target, decision)
+                        decision = _texts.budget_stop(target, decision)
                     if decision.action is Action.RETRY:
                         delay = _core.bounded(decision.delay, self._remaining(st))
                         _core.log_retry(self._log, spec, st.attempt, delay, failure, decision)
@@ -492,8 +492,8 @@ class AsyncClient:
     def _park_hook(self, target: _fleet.Target, v: GateVerdict) -> None:
         if self.on_retry is not None:
             failure = pb.Failure(provider=target.provider, model=target.model, key_id=target.key_id)
-            d = _fleet.park_decision(target, v)
-            self.on_retry(RetryEvent(0, d.delay, _fleet.gate_error(target, v), failure, d, None))
+            d = _texts.park_decision(target, v)
+            self.on_retry(RetryEvent(0, d.delay, _texts.gate_error(target, v), failure, d, None))
 
     async def _abandon(self, spec: Spec, st: State) -> None:
         """Finish a context ABANDONED, briefly, even from a cancelled task."""
@@ -518,11 +518,11 @@ class _AsyncStream:
         profile: str,
         metadata: tuple[tuple[str, str], ...] | None,
         random: Callable[[], float],
-        log: _fleet.StreamLog,
+        log: _stream.StreamLog,
     ) -> None:
         self._table = table
         self._stub = async_fleet_stub(channel)
-        self._hello = _fleet.hello(client_id, profile)
+        self._hello = _stream.hello(client_id, profile)
         self._metadata = metadata
         self._random = random
         self._log = log
@@ -538,7 +538,7 @@ class _AsyncStream:
 
     async def first_call(self, target: _fleet.Target, remaining: float | None) -> None:
         """A target's first call: subscribe it at once and wait (briefly) for its assignment."""
-        wait = _fleet.first_call_wait(remaining)
+        wait = _stream.first_call_wait(remaining)
         if wait <= 0 or not self._reachable or self._task.done():
             return
         answered = asyncio.Event()
@@ -568,7 +568,7 @@ class _AsyncStream:
             self._wake.set()
 
     async def _run(self) -> None:
-        backoff = _fleet.Backoff(self._random)
+        backoff = _stream.Backoff(self._random)
         while True:
             self._table.resubscribe()
             err: BaseException | None = None
@@ -593,7 +593,7 @@ class _AsyncStream:
                 err = e
             self._reachable = False
             self._table.release()
-            if _fleet.is_off(rpc_code(err) if err is not None else None):
+            if _stream.is_off(rpc_code(err) if err is not None else None):
                 self._table.disable()
                 self._log.off(err)
                 return
@@ -617,6 +617,6 @@ class _AsyncStream:
             for m in msgs:
                 yield m
             try:
-                await asyncio.wait_for(self._kick.wait(), _fleet.report_interval(self._random))
+                await asyncio.wait_for(self._kick.wait(), _stream.report_interval(self._random))
             except asyncio.TimeoutError:
                 pass

@@ -12,7 +12,7 @@ from typing import ParamSpec, TypeVar
 
 import grpc
 
-from . import _auth, _core, _fleet
+from . import _auth, _core, _fleet, _stream, _texts
 from ._core import Deadline, Safety, Spec, State
 from ._gate import GRACE, GateAction, GateVerdict
 from ._gen.policyd.v1 import journal_pb2 as jpb
@@ -143,17 +143,17 @@ class Client:
         #: 120; 0: parking off).
         self.park_limit = _fleet.check_park_limit(park_limit)
         self._fleet: _fleet.FleetTable | None = None
-        self._stream: _fleet.SyncStream | None = None
+        self._stream: _stream.SyncStream | None = None
         if self.fleet_gate:
             self._fleet = _fleet.FleetTable(clock, _fleet.check_grace(fleet_grace))
-            self._stream = _fleet.SyncStream(
+            self._stream = _stream.SyncStream(
                 self._fleet,
                 self._channel,
                 client_id=self.client_id,
                 profile=self.profile,
                 metadata=_fleet.stream_metadata(self._security.token),
                 random=self.fail_open.random,
-                log=_fleet.StreamLog(self.addr, self._log),
+                log=_stream.StreamLog(self.addr, self._log),
             )
             # A client dropped without close(), or alive at exit, still ends its stream.
             self._close_stream = weakref.finalize(self, self._stream.close)
@@ -257,11 +257,11 @@ class Client:
                 v = self._park(fleet, target, v, cancel)
             if v.action is GateAction.WAIT:
                 if self._wait(v.wait, cancel):
-                    raise _fleet.gate_cancelled(target)
+                    raise _texts.gate_cancelled(target)
             elif v.action is GateAction.FALL_BACK and fallback is not None:
-                return fallback(_fleet.gate_fallback(target, v))
+                return fallback(_texts.gate_fallback(target, v))
             elif v.action is not GateAction.ADMIT:
-                stopped = _fleet.gate_stopped(target, v)
+                stopped = _texts.gate_stopped(target, v)
                 raise stopped from stopped.error
         try:
             while True:
@@ -295,7 +295,7 @@ class Client:
                         and not fleet.allow_retry(target)
                     ):
                         # policyd away: the process's own budget limits retries, never first attempts.
-                        decision = _fleet.budget_stop(target, decision)
+                        decision = _texts.budget_stop(target, decision)
                     if decision.action is Action.RETRY:
                         delay = _core.bounded(decision.delay, self._remaining(st))
                         self._before_sleep(spec, st, exc, failure, decision, delay)
@@ -541,7 +541,7 @@ class Client:
                 woken.wait(min(left, 0.05) if cancel is not None else left)
             if cancel is not None and cancel.is_set():
                 fleet.park_cancelled(target)
-                raise _fleet.gate_cancelled(target)
+                raise _texts.gate_cancelled(target)
             v = fleet.resume(target, p, self.fail_open.random())
         self._park_hook(target, v)
         return v
@@ -549,8 +549,8 @@ class Client:
     def _park_hook(self, target: _fleet.Target, v: GateVerdict) -> None:
         if self.on_retry is not None:
             failure = pb.Failure(provider=target.provider, model=target.model, key_id=target.key_id)
-            d = _fleet.park_decision(target, v)
-            self.on_retry(RetryEvent(0, d.delay, _fleet.gate_error(target, v), failure, d, None))
+            d = _texts.park_decision(target, v)
+            self.on_retry(RetryEvent(0, d.delay, _texts.gate_error(target, v), failure, d, None))
 
     def _wait(self, delay: float, cancel: threading.Event | None) -> bool:
         """Sleep delay seconds; return True when cancel was set (at once, mid-sleep)."""
