@@ -358,7 +358,8 @@ func (c *Client) ObserveRateLimits(call Call, h http.Header) {
 }
 
 // rateLimitHeaders keeps the rate-limit headers of h: names in lower case,
-// repeated values joined with ", ", the first 16 names in order.
+// repeated values joined with ", ", values longer than policyd accepts
+// dropped, the first 16 names in order.
 func rateLimitHeaders(h http.Header) map[string]string {
 	var names []string
 	for name := range h {
@@ -376,7 +377,14 @@ func rateLimitHeaders(h http.Header) map[string]string {
 		if len(out) == maxRateLimits {
 			break
 		}
-		out[clip(strings.ToLower(name), maxHeaderNameBytes)] = clip(strings.Join(h[name], ", "), maxRateLimitByte)
+		v := strings.Join(h[name], ", ")
+		if len(v) > maxRateLimitByte {
+			continue // a clipped limit would misstate it: dropped, as the other clients do
+		}
+		out[strings.ToLower(name)] = v
+	}
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }

@@ -272,6 +272,20 @@ export class Coordinator {
     if (!p.retry) e.shed++;
   }
 
+  /**
+   * @internal takeReport takes the next report's usages out of the table,
+   * as the stream does when it sends one (for the shared vectors,
+   * clients/testdata/coordinate.json).
+   */
+  takeReport(): Usage[] {
+    return this.#report();
+  }
+
+  /** @internal apply applies a CoordinateResponse as the stream does (for the shared vectors). */
+  applyResponse(res: CoordinateResponse): void {
+    this.#apply(res);
+  }
+
   /** A retry of a call to target is being sent. */
   retry(target: Target): void {
     const e = this.#entry(target);

@@ -53,6 +53,8 @@ export {
 } from "./options.js";
 export { PolicydError, type PolicydErrorInit } from "./policyd_error.js";
 export { retryAfterMs } from "./retry_after.js";
+/** @internal The table and stream of the fleet gate, for the shared vectors' replay. */
+export { Coordinator } from "./coordinate.js";
 /** @internal The fleet protocol's limits (clients/testdata/limits.json). */
 export { FLEET_LIMITS } from "./limits.js";
 /** @internal What the caller sees of the fleet gate, for the shared vectors' replay. */
