@@ -6,13 +6,14 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 import grpc
 import grpc.aio
 
 from . import _auth, _core, _fleet, _stream, _texts
+from ._base import ClientBase
 from ._core import Deadline, Safety, Spec, State, rpc_code
 from ._gate import GRACE, GateAction, GateVerdict
 from ._gen.policyd.v1 import fleet_pb2 as fpb
@@ -33,7 +34,7 @@ P = ParamSpec("P")
 _ABANDON_TIMEOUT = 0.2
 
 
-class AsyncClient:
+class AsyncClient(ClientBase):
     """Run coroutines under policyd's retry policy, on grpc.aio.
 
     The same options and behaviour as :class:`~policyd_client.Client`, with
@@ -73,44 +74,34 @@ class AsyncClient:
         fleet_grace: float = GRACE,
         park_limit: float | None = None,
     ) -> None:
-        address = _core.resolve_addr(addr)
-        self.addr = address.target
-        if tls is None and address.tls:
-            tls = True  # https://
-        if channel is not None and (token or (tls and not address.tls) or tls_ca or tls_cert or tls_key):
-            raise ValueError("policyd: give token and TLS options or a channel, not both (the channel carries its own)")
-        self._security = (
-            _auth.Security()
-            if channel is not None
-            else _auth.resolve(self.addr, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
+        self._setup(
+            addr,
+            channel_given=channel is not None,
+            timeout=timeout,
+            profile=profile,
+            agent=agent,
+            journal=journal,
+            labels=labels,
+            fail_open=fail_open,
+            failure_mapper=failure_mapper,
+            on_retry=on_retry,
+            clock=clock,
+            logger=logger,
+            token=token,
+            tls=tls,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            client_id=client_id,
+            fleet_gate=fleet_gate,
+            fleet_grace=fleet_grace,
+            park_limit=park_limit,
         )
-        self.timeout = timeout
-        #: Sent with every NextDelay: the fleet's circuit breakers count distinct clients.
-        self.client_id = _core.resolve_client_id(client_id)
-        self.profile = profile
-        self.agent = _core.program_agent() if agent is None else agent
-        self.journal = journal
-        self.labels = dict(labels or {})
-        self.fail_open = fail_open or FailOpenPolicy()
-        self.failure_mapper = _core.default_mapper(failure_mapper)
-        self.on_retry = on_retry
-        self._clock = clock
         self._sleep = sleep or asyncio.sleep
-        self._log = logger or _core.log
-        self._warn = _core.Warnings(self.addr, self._log)
-        self._own_channel = channel is None
         self._channel = channel
         self._finishing: set[asyncio.Future[None]] = set()  # background finishing, cancelled by close()
         self._policy: AsyncPolicyStub | None = None
         self._journal: AsyncJournalStub | None = None
-        #: Whether first attempts go through the fleet gate.
-        self.fleet_gate = bool(fleet_gate)
-        #: How long a call without a deadline may wait parked in the fleet gate, seconds (None:
-        #: 120; 0: parking off).
-        self.park_limit = _fleet.check_park_limit(park_limit)
-        self._fleet: _fleet.FleetTable | None = None
-        if self.fleet_gate:
-            self._fleet = _fleet.FleetTable(clock, _fleet.check_grace(fleet_grace))
         self._stream: _AsyncStream | None = None
         self._stream_log = _stream.StreamLog(self.addr, self._log)
 
@@ -148,22 +139,6 @@ class AsyncClient:
             await self._channel.close()
             self._channel = None
             self._policy = self._journal = None
-
-    def observe_rate_limits(
-        self,
-        headers: Mapping[str, str] | Iterable[tuple[str, str]],
-        *,
-        provider: str,
-        model: str = "",
-        key_id: str = "",
-    ) -> None:
-        """Hand over the rate-limit headers of a successful response to provider/model/key_id.
-
-        As :meth:`policyd_client.Client.observe_rate_limits` (not a coroutine: no RPC).
-        """
-        target = self._target(provider, model, key_id)
-        if target is not None and self._fleet is not None:
-            self._fleet.observe(target, headers)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -328,12 +303,6 @@ class AsyncClient:
 
     # ---- the steps
 
-    def _target(self, provider: str, model: str, key_id: str) -> _fleet.Target | None:
-        """The call's gate target, None when the gate is off (here or at the daemon) or there is no provider."""
-        if self._fleet is None or self._fleet.disabled:
-            return None
-        return _fleet.target_of(provider, model, key_id)
-
     def _start_stream(self, fleet: _fleet.FleetTable) -> _AsyncStream | None:
         """Start the Coordinate stream on the running loop, once (again after a loop it ran on ended)."""
         if self._stream is not None and self._stream.alive():
@@ -350,9 +319,6 @@ class AsyncClient:
             log=self._stream_log,
         )
         return self._stream
-
-    def _remaining(self, st: State) -> float | None:
-        return st.remaining(self._clock())
 
     async def _decide(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
         st.failed = True
@@ -382,15 +348,6 @@ class AsyncClient:
             self._stream.daemon_answered()
         decision = Decision.from_proto(resp.decision)
         if st.journal and not decision.journaled:
-            st.pending.append(_core.record_request(spec, st, failure, decision, duration))
-        return decision
-
-    def _auth_error(self, method: str, err: BaseException) -> PolicydConfigError | None:
-        return _auth.auth_error(self.addr, method, err, token_set=bool(self._security.token))
-
-    def _fail_open(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
-        decision = self.fail_open.decide(failure, st.attempt, remaining=self._remaining(st), safety=spec.safety)
-        if st.journal:
             st.pending.append(_core.record_request(spec, st, failure, decision, duration))
         return decision
 
@@ -488,12 +445,6 @@ class AsyncClient:
             v = fleet.resume(target, p, self.fail_open.random())
         self._park_hook(target, v)
         return v
-
-    def _park_hook(self, target: _fleet.Target, v: GateVerdict) -> None:
-        if self.on_retry is not None:
-            failure = pb.Failure(provider=target.provider, model=target.model, key_id=target.key_id)
-            d = _texts.park_decision(target, v)
-            self.on_retry(RetryEvent(0, d.delay, _texts.gate_error(target, v), failure, d, None))
 
     async def _abandon(self, spec: Spec, st: State) -> None:
         """Finish a context ABANDONED, briefly, even from a cancelled task."""

@@ -7,12 +7,13 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import ParamSpec, TypeVar
 
 import grpc
 
 from . import _auth, _core, _fleet, _stream, _texts
+from ._base import ClientBase
 from ._core import Deadline, Safety, Spec, State
 from ._gate import GRACE, GateAction, GateVerdict
 from ._gen.policyd.v1 import journal_pb2 as jpb
@@ -29,7 +30,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Client:
+class Client(ClientBase):
     """Run operations under policyd's retry policy.
 
     ``addr`` is the daemon's address (default ``$POLICYD_ADDR``, else
@@ -72,8 +73,11 @@ class Client:
     to ``fallback``, or not sent (:class:`RetryStopped` with ``attempts`` 0
     and a :class:`FleetGateError`). ``fleet_grace`` is how long (seconds) an
     assignment is still used past its ttl when policyd cannot be reached,
-    before the process's own retry budget decides (docs/clients.md, "The
-    fleet gate"). The gate's draws use ``fail_open.random``.
+    before every first attempt goes (the process's own retry budget then
+    limits only retries); ``park_limit`` how long (seconds, default 120; 0:
+    off) a call without a deadline may wait parked behind the fleet's open
+    breaker or pace (docs/clients.md, "The fleet gate", "Parking"). The
+    gate's draws use ``fail_open.random``.
 
     A Client is thread-safe; close it (or use ``with``) to close its stream
     and channel.
@@ -105,47 +109,38 @@ class Client:
         fleet_grace: float = GRACE,
         park_limit: float | None = None,
     ) -> None:
-        address = _core.resolve_addr(addr)
-        self.addr = address.target
-        if tls is None and address.tls:
-            tls = True  # https://
-        if channel is not None and (token or (tls and not address.tls) or tls_ca or tls_cert or tls_key):
-            raise ValueError("policyd: give token and TLS options or a channel, not both (the channel carries its own)")
-        self._security = (
-            _auth.Security()
-            if channel is not None
-            else _auth.resolve(self.addr, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
+        self._setup(
+            addr,
+            channel_given=channel is not None,
+            timeout=timeout,
+            profile=profile,
+            agent=agent,
+            journal=journal,
+            labels=labels,
+            fail_open=fail_open,
+            failure_mapper=failure_mapper,
+            on_retry=on_retry,
+            clock=clock,
+            logger=logger,
+            token=token,
+            tls=tls,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            client_id=client_id,
+            fleet_gate=fleet_gate,
+            fleet_grace=fleet_grace,
+            park_limit=park_limit,
         )
-        self.timeout = timeout
-        #: Sent with every NextDelay: the fleet's circuit breakers count distinct clients.
-        self.client_id = _core.resolve_client_id(client_id)
-        self.profile = profile
-        self.agent = _core.program_agent() if agent is None else agent
-        self.journal = journal
-        self.labels = dict(labels or {})
-        self.fail_open = fail_open or FailOpenPolicy()
-        self.failure_mapper = _core.default_mapper(failure_mapper)
-        self.on_retry = on_retry
-        self._clock = clock
         self._sleep = sleep
-        self._log = logger or _core.log
-        self._warn = _core.Warnings(self.addr, self._log)
         self._closing = threading.Event()  # set by close(): background finishing stops
-        self._own_channel = channel is None
         self._channel = channel or _auth.sync_channel(self.addr, self._security)
         #: The generated PolicyService stub, for calls the client does not wrap.
         self.policy: PolicyStub = policy_stub(self._channel)
         #: The generated JournalService stub (GetContext, GetErrorReport, ListContexts, ...).
         self.journal_service: JournalStub = journal_stub(self._channel)
-        #: Whether first attempts go through the fleet gate.
-        self.fleet_gate = bool(fleet_gate)
-        #: How long a call without a deadline may wait parked in the fleet gate, seconds (None:
-        #: 120; 0: parking off).
-        self.park_limit = _fleet.check_park_limit(park_limit)
-        self._fleet: _fleet.FleetTable | None = None
         self._stream: _stream.SyncStream | None = None
-        if self.fleet_gate:
-            self._fleet = _fleet.FleetTable(clock, _fleet.check_grace(fleet_grace))
+        if self._fleet is not None:
             self._stream = _stream.SyncStream(
                 self._fleet,
                 self._channel,
@@ -169,26 +164,6 @@ class Client:
             self._close_stream()
         if self._own_channel:
             self._channel.close()
-
-    def observe_rate_limits(
-        self,
-        headers: Mapping[str, str] | Iterable[tuple[str, str]],
-        *,
-        provider: str,
-        model: str = "",
-        key_id: str = "",
-    ) -> None:
-        """Hand over the rate-limit headers of a successful response to provider/model/key_id.
-
-        Only ``x-ratelimit-*`` and ``anthropic-ratelimit-*`` are kept (at most
-        16, values of at most 64 bytes); the last set goes with the target's
-        next report, so that policyd can pace the fleet to the provider's
-        limits. ``headers``: a dict, httpx's or requests' headers, or pairs.
-        No RPC; nothing happens without ``provider`` or with the gate off.
-        """
-        target = self._target(provider, model, key_id)
-        if target is not None and self._fleet is not None:
-            self._fleet.observe(target, headers)
 
     def __enter__(self) -> Client:
         return self
@@ -364,48 +339,6 @@ class Client:
 
     # ---- the steps
 
-    def _target(self, provider: str, model: str, key_id: str) -> _fleet.Target | None:
-        """The call's gate target, None when the gate is off (here or at the daemon) or there is no provider."""
-        if self._fleet is None or self._fleet.disabled:
-            return None
-        return _fleet.target_of(provider, model, key_id)
-
-    def _spec(
-        self,
-        provider: str,
-        model: str,
-        key_id: str,
-        operation: str,
-        method: str,
-        profile: str | None,
-        journal: bool | None,
-        context_id: str | None,
-        labels: Mapping[str, str] | None,
-        safety: Safety | None,
-        retry_fetch_errors: bool,
-        continue_on_failed_api_call: bool | None,
-    ) -> Spec:
-        return Spec(
-            provider=provider,
-            model=model,
-            key_id=key_id,
-            operation=operation,
-            method=method.upper(),
-            profile=self.profile if profile is None else profile,
-            journal=self.journal if journal is None else journal,
-            agent=self.agent,
-            labels={**self.labels, **(labels or {})},
-            context_id=context_id,
-            safety=safety,
-            retry_fetch_errors=retry_fetch_errors,
-            continue_on_failed_api_call=continue_on_failed_api_call,
-            mapper=self.failure_mapper,
-            client_id=self.client_id,
-        )
-
-    def _remaining(self, st: State) -> float | None:
-        return st.remaining(self._clock())
-
     def _decide(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
         st.failed = True
         if st.attempt >= _core.MAX_ATTEMPTS:
@@ -432,15 +365,6 @@ class Client:
             self._stream.daemon_answered()
         decision = Decision.from_proto(resp.decision)
         if st.journal and not decision.journaled:
-            st.pending.append(_core.record_request(spec, st, failure, decision, duration))
-        return decision
-
-    def _auth_error(self, method: str, err: BaseException) -> PolicydConfigError | None:
-        return _auth.auth_error(self.addr, method, err, token_set=bool(self._security.token))
-
-    def _fail_open(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
-        decision = self.fail_open.decide(failure, st.attempt, remaining=self._remaining(st), safety=spec.safety)
-        if st.journal:
             st.pending.append(_core.record_request(spec, st, failure, decision, duration))
         return decision
 
@@ -545,12 +469,6 @@ class Client:
             v = fleet.resume(target, p, self.fail_open.random())
         self._park_hook(target, v)
         return v
-
-    def _park_hook(self, target: _fleet.Target, v: GateVerdict) -> None:
-        if self.on_retry is not None:
-            failure = pb.Failure(provider=target.provider, model=target.model, key_id=target.key_id)
-            d = _texts.park_decision(target, v)
-            self.on_retry(RetryEvent(0, d.delay, _texts.gate_error(target, v), failure, d, None))
 
     def _wait(self, delay: float, cancel: threading.Event | None) -> bool:
         """Sleep delay seconds; return True when cancel was set (at once, mid-sleep)."""
