@@ -1,28 +1,19 @@
 // Coordinator: the client's side of fleet memory's Coordinate stream
-// (docs/clients.md, "The fleet gate"). It keeps the gate table (one Gate
-// per target: provider, model, key id) and the counts not yet reported, and
-// runs one background stream per client: opened at the first gated call,
-// a report about every second, assignments applied as they arrive,
-// reopened with backoff after it breaks, given up when the daemon runs
-// without fleet memory. A call waits on it only at its target's first call
-// (100 ms at most), and it never keeps Node running.
+// (docs/clients.md, "The fleet gate"): the gate table (one Gate per target:
+// provider, model, key id) with the counts not yet reported, and the one
+// background stream per client that reports them and applies the
+// assignments: opened at the first gated call, a report about every second,
+// reopened with backoff after it breaks (at once when a call to policyd
+// gets through), given up when the daemon runs without fleet memory. The
+// fleet side's other parts: the gate (gate.ts), the texts the caller sees
+// (texts.ts), the stream's I/O (stream.ts), and a call's passage through
+// the gate (first_attempt.ts). It never keeps Node running.
 
-import type { ClientHttp2Stream, OutgoingHttpHeaders, SecureClientSessionOptions } from "node:http2";
-import { isIP, connect as netConnect } from "node:net";
-import type { Duplex } from "node:stream";
-import { connect as tlsConnect } from "node:tls";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import {
-  Code,
-  ConnectError,
-  createClient as createConnectClient,
-  type Interceptor,
-  type Transport,
-} from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import type { Clock, Random } from "./clock.js";
+import { Code, ConnectError, createClient as createConnectClient, type Transport } from "@connectrpc/connect";
+import type { Random } from "./clock.js";
 import { type Decision, durationMs, durationOf, type FailureType, names } from "./decision.js";
-import { emptyFailure, headersOf } from "./failure.js";
+import { headersOf } from "./failure.js";
 import { Gate, type GateAssignment, type GateVerdict, type Parked, type Target } from "./gate.js";
 import { FLEET_LIMITS } from "./limits.js";
 import {
@@ -32,8 +23,7 @@ import {
   type CoordinateResponse,
   FleetService,
 } from "./gen/policyd/v1/fleet_pb.js";
-import type { FallbackHint } from "./options.js";
-import { PolicydError } from "./policyd_error.js";
+import { pause, waitFor } from "./stream.js";
 import { gateDecision, targetName } from "./texts.js";
 
 /** The failures decided locally that a report counts: the types the daemon's breakers count. */
@@ -643,201 +633,4 @@ function describe(a: GateAssignment): string {
   if (a.fallback) parts.push(`fallback ${a.fallback.kind || "?"} ${a.fallback.provider}/${a.fallback.model}`);
   if (a.reason) parts.push(a.reason);
   return parts.join(", ");
-}
-
-/**
- * Resolves when p does, after ms, or when signal aborts, whichever is
- * first. Its timer keeps Node running: a call is under way. When it fires,
- * input already received is read first (an event loop that was busy past
- * ms must not lose an answer that came in time).
- */
-function waitFor(p: Promise<void>, ms: number, signal: AbortSignal): Promise<void> {
-  if (ms <= 0 || signal.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(() => setImmediate(done), ms);
-    signal.addEventListener("abort", done, { once: true });
-    void p.then(done);
-  });
-}
-
-/** Resolves after ms, or at once when any signal aborts; its timer does not keep Node running. */
-function pause(ms: number, ...signals: AbortSignal[]): Promise<void> {
-  return new Promise((resolve) => {
-    if (signals.some((s) => s.aborted)) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      for (const s of signals) s.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, Math.max(0, ms));
-    timer.unref?.();
-    for (const s of signals) s.addEventListener("abort", done, { once: true });
-  });
-}
-
-/**
- * @internal streamTransport is the stream's own gRPC transport: its own
- * HTTP/2 connection, with keepalive pings every 30 s while the stream is
- * open (policyd allows one every 15 s), whose socket never keeps Node
- * running: a script that forgets close() still exits. release closes the
- * connection.
- */
-export function streamTransport(
-  baseUrl: string,
-  nodeOptions: SecureClientSessionOptions | undefined,
-  interceptors: Interceptor[],
-): { transport: Transport; release: () => void } {
-  const tls = baseUrl.startsWith("https:");
-  const manager = new Http2SessionManager(
-    baseUrl,
-    { pingIntervalMs: 30_000, pingTimeoutMs: 15_000 },
-    {
-      ...(nodeOptions ?? {}),
-      createConnection: (authority: URL): Duplex => {
-        let host = authority.hostname || "localhost";
-        if (host.startsWith("[")) host = host.slice(1, -1);
-        const port = Number(authority.port || (tls ? 443 : 80));
-        const socket = tls
-          ? tlsConnect({
-              ...(nodeOptions ?? {}),
-              host,
-              port,
-              ALPNProtocols: ["h2"],
-              ...(isIP(host) ? {} : { servername: host }),
-            })
-          : netConnect({ host, port });
-        socket.unref();
-        return socket;
-      },
-    },
-  );
-  // The session manager refs the connection while a stream is open; undo it.
-  const unrefSessions = {
-    authority: manager.authority,
-    async request(
-      method: string,
-      path: string,
-      headers: OutgoingHttpHeaders,
-      options: Parameters<Http2SessionManager["request"]>[3],
-    ): Promise<ClientHttp2Stream> {
-      const stream = await manager.request(method, path, headers, options);
-      stream.session?.unref();
-      return stream;
-    },
-    notifyResponseByteRead: (stream: ClientHttp2Stream) => manager.notifyResponseByteRead(stream),
-  };
-  const transport = createGrpcTransport({ baseUrl, sessionManager: unrefSessions, interceptors });
-  return { transport, release: () => manager.abort() };
-}
-
-/**
- * @internal park holds a call the gate parked (docs/clients.md, "Parking"):
- * no attempt, no RPC, until a re-check at the target's next assignment,
- * every second, or at the call's end admits or stops it. The decision hook
- * sees it park and leave (decision.parked; waitedMs when it leaves). The
- * call's signal ends the wait: the caller's abort rejects with its reason;
- * the deadline's stops the call (DEADLINE).
- */
-export async function park(
-  c: Coordinator,
-  target: Target,
-  gated: Gated,
-  signal: AbortSignal,
-  callerSignal: AbortSignal | undefined,
-  onDecision: ((event: { attempt: number; error: unknown; decision: Decision }) => void) | undefined,
-): Promise<Gated> {
-  const p = gated.verdict.parked!;
-  onDecision?.({ attempt: 0, error: undefined, decision: parkDecision(gated) });
-  while (gated.verdict.action === "park") {
-    await c.parkWait(target, p, signal);
-    if (signal.aborted) {
-      c.parkCancelled(target, p);
-      if (callerSignal?.aborted) throw callerSignal.reason;
-      const late: GateVerdict = { ...gated.verdict, action: "stop", stopReason: "DEADLINE", parked: undefined };
-      return { verdict: late, decision: gated.decision };
-    }
-    gated = c.resume(target, p);
-  }
-  onDecision?.({ attempt: 0, error: undefined, decision: parkDecision(gated) });
-  return gated;
-}
-
-/** The decision the hook sees as a call parks ("waiting for the fleet: …") and as it leaves (waitedMs). */
-function parkDecision(gated: Gated): Decision {
-  const v = gated.verdict;
-  const leaving = v.action !== "park";
-  const admitted = v.action === "admit" || v.action === "wait";
-  const base = gated.decision(leaving && !admitted ? v : { ...v, action: "stop" });
-  return {
-    ...base,
-    action: admitted || !leaving ? "RETRY" : base.action,
-    delayMs: v.waitMs,
-    stopReason: admitted ? "" : v.stopReason,
-    stopText: admitted ? `released by the fleet after ${v.waitedMs ?? 0}ms` : leaving ? base.stopText : v.reason,
-    parked: true,
-    waitedMs: v.waitedMs ?? 0,
-  };
-}
-
-/** @internal What gating a call's first attempt needs from the call. */
-export interface FirstAttempt<T> {
-  target: Target;
-  deadlineMs: number | undefined;
-  clock: Clock;
-  /** The call's signal (the caller's and the deadline's). */
-  signal: AbortSignal;
-  callerSignal: AbortSignal | undefined;
-  fallback: ((hint: FallbackHint) => T | Promise<T>) | undefined;
-  operation: string;
-  onDecision: ((event: { attempt: number; error: unknown; decision: Decision }) => void) | undefined;
-}
-
-/**
- * gateFirstAttempt runs the gate before a call's first attempt: it returns
- * undefined to send it (after waiting out a hold), { value } when the call
- * fell back (the fallback function's result), and throws a PolicydError
- * (attempts 0) when the gate stopped it, or signal.reason when the caller
- * aborted during the wait. It makes no RPC.
- */
-export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): Promise<{ value: T } | undefined> {
-  const first = c.firstAnswer(f.target);
-  if (first) {
-    // The target's first call: its first assignment is on the way (100 ms at most, never past the deadline).
-    const left = f.deadlineMs === undefined ? Infinity : f.deadlineMs - f.clock.now();
-    await waitFor(first.answered, Math.min(first.waitMs, left), f.signal);
-    if (f.callerSignal?.aborted) throw f.callerSignal.reason;
-  }
-  const remaining = f.deadlineMs === undefined ? undefined : Math.max(0, f.deadlineMs - f.clock.now());
-  let gated = c.check(f.target, remaining, f.fallback !== undefined);
-  if (gated.verdict.action === "park") gated = await park(c, f.target, gated, f.signal, f.callerSignal, f.onDecision);
-  const verdict = gated.verdict;
-  if (verdict.action === "admit") return undefined;
-  const failure = emptyFailure();
-  failure.provider = f.target.provider;
-  failure.model = f.target.model;
-  failure.keyId = f.target.keyId;
-  failure.operation = f.operation;
-  if (verdict.action === "wait") {
-    try {
-      await f.clock.sleep(verdict.waitMs, f.signal);
-      return undefined;
-    } catch {
-      if (f.callerSignal?.aborted) throw f.callerSignal.reason;
-      const late: GateVerdict = { ...verdict, action: "stop", stopReason: "DEADLINE" };
-      throw new PolicydError({ cause: undefined, attempts: 0, decision: gated.decision(late), failure });
-    }
-  }
-  const d = gated.decision(verdict);
-  f.onDecision?.({ attempt: 0, error: undefined, decision: d });
-  if (verdict.action === "fall_back" && f.fallback) {
-    const { kind, reason, provider, model } = d.fallback;
-    const hint = { kind, reason, provider, model, error: undefined, attempt: 0, decision: d, signal: f.signal };
-    return { value: await f.fallback(hint) };
-  }
-  throw new PolicydError({ cause: undefined, attempts: 0, decision: d, failure });
 }

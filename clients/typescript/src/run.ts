@@ -9,7 +9,8 @@
 
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { PolicydAuthError, PolicydOptionsError } from "./auth.js";
-import { type Coordinator, gateFirstAttempt, park } from "./coordinate.js";
+import type { Coordinator } from "./coordinate.js";
+import { gateFirstAttempt, park } from "./first_attempt.js";
 import { type Decision, decisionFromProto, durationOf, explain, values } from "./decision.js";
 import { type Failure, failureFromError, failureToProto } from "./failure.js";
 import type { ClassifyOptions, Decision as PbDecision } from "./gen/policyd/v1/policy_pb.js";
