@@ -334,6 +334,45 @@ def test_a_first_attempt_parks_behind_an_open_breaker_until_it_closes_or_is_canc
     e.client.close()
 
 
+def test_a_retry_meets_the_gate_too() -> None:
+    events: list[RetryEvent] = []
+    e = Env(on_retry=events.append)
+    e.draw = 0.0  # fail-open delays of 0
+
+    def flaky() -> str:
+        e.sent += 1
+        if e.sent == 1:
+            assign(e.table, breaker=policy_pb2.BREAKER_STATE_OPEN, reason="breaker open")  # while it ran
+            raise ConnectionResetError()
+        return "sent"
+
+    # Parking off: the retry the fail-open policy allowed stops at the open breaker, not sent.
+    with pytest.raises(RetryStopped) as info:
+        e.client.call(flaky, provider="openai", model="gpt-4o", key_id="k1", operation="chat")
+    assert e.sent == 1 and info.value.attempts == 1
+    assert info.value.decision is not None and info.value.decision.stop_reason == "CIRCUIT_OPEN"
+
+    # Parking on: it waits for the breaker to close, then goes.
+    e.client.park_limit = None
+    e.sent = 0
+    assign(e.table, breaker=policy_pb2.BREAKER_STATE_CLOSED)
+    got: list[str] = []
+    t = threading.Thread(
+        target=lambda: got.append(
+            e.client.call(flaky, provider="openai", model="gpt-4o", key_id="k1", operation="chat")
+        )
+    )
+    t.start()
+    deadline = time.monotonic() + 5
+    while not any(ev.decision.parked for ev in events) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert e.sent == 1, "the retry is parked, not sent"
+    assign(e.table, breaker=policy_pb2.BREAKER_STATE_CLOSED)
+    t.join(5)
+    assert got == ["sent"] and e.sent == 2
+    e.client.close()
+
+
 def test_a_call_waits_out_the_rest_of_a_hold_then_sends(env: Env) -> None:
     assign(env.table, hold=5)
     env.clock.now += 1

@@ -292,8 +292,18 @@ class FleetTable:
             if e is None:
                 return _ADMIT
             v = e.gate.resume(now, p, draw)
-            self._count(e, v)
+            if not p.retry:
+                self._count(e, v)
             return v
+
+    def check_retry(self, target: Target, remaining: float | None, park_limit: float | None = None) -> GateVerdict:
+        """Gate a retry to target (Gate.check_retry)."""
+        with self._lock:
+            now = self._clock()
+            e = None if self._disabled else self._entry(target, now)
+            if e is None:
+                return _ADMIT
+            return e.gate.check_retry(now, None if remaining is None else max(remaining, 0.0), park_limit)
 
     def park_wait(self, target: Target, waiter: Waiter) -> None:
         """Set waiter at target's next assignment (or abandon)."""
@@ -304,12 +314,12 @@ class FleetTable:
             else:
                 e.parked.append(waiter)
 
-    def park_cancelled(self, target: Target) -> None:
-        """A parked call's caller cancelled it: counted as shed."""
+    def park_cancelled(self, target: Target, p: Parked | None = None) -> None:
+        """A parked call's caller cancelled it: a first attempt is counted as shed."""
         with self._lock:
             e = self._entries.get(target)
-            if e is not None:
-                e.gate.cancelled()
+            if e is not None and (p is None or not p.retry):
+                e.gate.cancelled(p)
                 e.shed += 1
 
     def record(self, target: Target, ok: bool) -> bool:

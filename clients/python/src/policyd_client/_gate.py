@@ -81,6 +81,8 @@ class Parked:
     until: float
     can_fall_back: bool = False
     draw_at: float = 0.0
+    #: A retry, not a first attempt: not counted as one.
+    retry: bool = False
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,24 @@ class Gate:
             return replace(v, parked=Parked(now, until, can_fall_back, now + PARK_RECHECK))
         return self._count(v, can_fall_back)
 
+    def check_retry(self, now: float, deadline: float | None, park_limit: float | None = None) -> GateVerdict:
+        """Gate a retry that NextDelay allowed, before it is sent: a stopped key stops it, an open
+        breaker (or a probing one without a permit) parks it; otherwise it goes (a pace or a hold
+        does not hold it: its delay already waited). Not counted as a first attempt."""
+        v = self._check(now, deadline, 0.0, True)
+        if v.action is GateAction.WAIT or (v.action is GateAction.PARK and v.stop_reason == "FLEET_SHED"):
+            return _ADMIT
+        if v.action is not GateAction.PARK:
+            return v
+        a = self.assignment
+        assert a is not None
+        limit = PARK_LIMIT if park_limit is None else park_limit
+        until = now + (deadline if deadline is not None else limit)
+        if limit <= 0 or until <= now + self._hint_left(now):
+            return replace(v, action=GateAction.STOP, reason=a.reason)
+        self.parks += 1
+        return replace(v, parked=Parked(now, until, False, now + PARK_RECHECK, retry=True))
+
     def resume(self, now: float, p: Parked, draw: float) -> GateVerdict:
         """Check a parked call again: admitted (``waited`` says how long it was
         parked), parked again, or stopped (DEADLINE) as soon as the time it has
@@ -208,7 +228,7 @@ class Gate:
             if left <= self._hint_left(now) or left <= 0:
                 text = f"gave up waiting for the fleet after {_go_seconds(v.waited)}: {reason}"
                 v = replace(v, action=GateAction.STOP, stop_reason="DEADLINE", reason=text, parked=None)
-                return self._count(v, p.can_fall_back)
+                return v if p.retry else self._count(v, p.can_fall_back)
             self.parks += 1
             return replace(v, parked=p)
         if v.action is GateAction.WAIT and v.wait > left and a is not None:
@@ -222,14 +242,17 @@ class Gate:
                 waited=v.waited,
                 assignment_reason=reason,
             )
+        if p.retry:
+            return replace(v, action=GateAction.ADMIT, wait=0.0) if v.action is GateAction.WAIT else v
         v = self._count(v, p.can_fall_back)
         if v.action in (GateAction.ADMIT, GateAction.WAIT):
             self.released += 1
         return v
 
-    def cancelled(self) -> None:
-        """Count a parked call its caller cancelled."""
-        self.shed += 1
+    def cancelled(self, p: Parked | None = None) -> None:
+        """Count a parked first attempt its caller cancelled."""
+        if p is None or not p.retry:
+            self.shed += 1
 
     def _count(self, v: GateVerdict, can_fall_back: bool) -> GateVerdict:
         if v.action is GateAction.STOP:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -205,14 +206,26 @@ class AsyncClient(ClientBase):
                 stopped = _texts.gate_stopped(target, v)
                 raise stopped from stopped.error
         try:
+            last_exc: Exception | None = None
             while True:
                 st.attempt += 1
                 if st.attempt > 1 and target is not None and fleet is not None:
+                    # A retry passes the gate too: an open breaker parks it until the fleet sees the
+                    # provider back; a stopped key stops it.
+                    rv = fleet.check_retry(target, self._remaining(st), self.park_limit)
+                    if rv.action is GateAction.PARK:
+                        rv = await self._park(fleet, target, rv)
+                    if rv.action in (GateAction.STOP, GateAction.FALL_BACK) and last_exc is not None:
+                        await self._finish(spec, st, jpb.OUTCOME_FAILED)
+                        d = _texts.gate_decision(target, dataclasses.replace(rv, action=GateAction.STOP))
+                        ctx = st.context_id if st.begun else None
+                        raise RetryStopped(last_exc, d, attempts=st.attempt - 1, context_id=ctx) from last_exc
                     fleet.retried(target)
                 started = self._clock()
                 try:
                     result = await fn()
                 except Exception as exc:
+                    last_exc = exc
                     failure = spec.failure(exc)
                     if target is not None and fleet is not None:
                         fleet.record(target, False)
@@ -440,7 +453,7 @@ class AsyncClient(ClientBase):
             except asyncio.TimeoutError:
                 pass
             except asyncio.CancelledError:
-                fleet.park_cancelled(target)
+                fleet.park_cancelled(target, p)
                 raise
             v = fleet.resume(target, p, self.fail_open.random())
         self._park_hook(target, v)

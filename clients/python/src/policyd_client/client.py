@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -239,14 +240,26 @@ class Client(ClientBase):
                 stopped = _texts.gate_stopped(target, v)
                 raise stopped from stopped.error
         try:
+            last_exc: Exception | None = None
             while True:
                 st.attempt += 1
                 if st.attempt > 1 and target is not None and fleet is not None:
+                    # A retry passes the gate too: an open breaker parks it until the fleet sees the
+                    # provider back; a stopped key stops it.
+                    rv = fleet.check_retry(target, self._remaining(st), self.park_limit)
+                    if rv.action is GateAction.PARK:
+                        rv = self._park(fleet, target, rv, cancel)
+                    if rv.action in (GateAction.STOP, GateAction.FALL_BACK) and last_exc is not None:
+                        self._finish(spec, st, jpb.OUTCOME_FAILED)
+                        d = _texts.gate_decision(target, dataclasses.replace(rv, action=GateAction.STOP))
+                        ctx = st.context_id if st.begun else None
+                        raise RetryStopped(last_exc, d, attempts=st.attempt - 1, context_id=ctx) from last_exc
                     fleet.retried(target)
                 started = self._clock()
                 try:
                     result = fn()
                 except Exception as exc:
+                    last_exc = exc
                     failure = spec.failure(exc)
                     if target is not None and fleet is not None:
                         fleet.record(target, False)
@@ -464,7 +477,7 @@ class Client(ClientBase):
                     break
                 woken.wait(min(left, 0.05) if cancel is not None else left)
             if cancel is not None and cancel.is_set():
-                fleet.park_cancelled(target)
+                fleet.park_cancelled(target, p)
                 raise _texts.gate_cancelled(target)
             v = fleet.resume(target, p, self.fail_open.random())
         self._park_hook(target, v)
