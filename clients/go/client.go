@@ -81,7 +81,11 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		// The fleet stream can sit idle: pings find a dead connection, no
 		// more often than policyd's keepalive enforcement allows.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveInterval, Timeout: 20 * time.Second})}
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveInterval, Timeout: 20 * time.Second}),
+		// Redial at least every second while policyd is away, so that the
+		// calls and the fleet stream notice its return within about a second
+		// (gRPC's default waits up to two minutes).
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectParams, MinConnectTimeout: 20 * time.Second})}
 	if cfg.token != "" && !cfg.tls && len(cfg.dialOptions) == 0 && !isLoopbackTarget(addr) {
 		return nil, fmt.Errorf("policyd: dial %q: %s", addr, plaintextTokenError(addr))
 	}
@@ -163,6 +167,11 @@ func (c *Client) Do(ctx context.Context, call Call, fn AttemptFunc) error {
 				return err
 			}
 		} else if r.gated {
+			// A retry passes the gate too: an open breaker parks it until
+			// the fleet sees the provider back.
+			if err := r.admitRetry(ctx, attempt); err != nil {
+				return err
+			}
 			c.gate.countRetry(c.cfg.clock.Now(), r.target)
 		}
 		began := c.cfg.clock.Now()
@@ -388,6 +397,12 @@ func (r *run) decide(ctx context.Context, f *Failure, attempt int, took time.Dur
 		if r.gated && breakerCounts(d.FailureType) {
 			c.gate.countFailedLocally(now, r.target)
 		}
+		if d.Action == ActionRetry && r.gated && !c.gate.allowRetry(now, r.target) {
+			// Without policyd, the process's own budget limits retries
+			// (never first attempts).
+			d.Action, d.StopReason, d.StopText, d.Delay, d.AttemptsLeft = ActionStop, StopRetryBudgetExhausted, budgetText(r.target), 0, 0
+			d.Fleet = &FleetState{BudgetExhausted: true, Changed: true, Reason: d.StopText}
+		}
 	}
 	// Whoever decided, never wait past the caller's deadline.
 	if d.Action == ActionRetry && !r.deadline.IsZero() && c.cfg.clock.Now().Add(d.Delay).After(r.deadline) {
@@ -445,7 +460,13 @@ func (r *run) admit(ctx context.Context) error {
 			left = max(0, r.deadline.Sub(now))
 		}
 		canFallBack := r.call.Fallback != nil && r.fallbacks < MaxFallbacks
-		v := c.gate.check(now, r.target, left, canFallBack, c.cfg.rand)
+		v := c.gate.check(now, r.target, left, canFallBack, c.cfg.rand, c.cfg.parkLimit)
+		if v.action == gatePark {
+			var err error
+			if v, err = r.park(ctx, v); err != nil {
+				return err
+			}
+		}
 		switch v.action {
 		case gateAdmit:
 			return nil
@@ -478,20 +499,99 @@ func (r *run) admit(ctx context.Context) error {
 	return nil
 }
 
+// admitRetry runs the fleet gate before a retry (docs/clients.md,
+// "Retries"): nil when it may go; the *Error that stops the call when the
+// key is stopped or the park's end comes first.
+func (r *run) admitRetry(ctx context.Context, attempt int) error {
+	c := r.c
+	now := c.cfg.clock.Now()
+	left := time.Duration(-1)
+	if !r.deadline.IsZero() {
+		left = max(0, r.deadline.Sub(now))
+	}
+	v := c.gate.checkRetry(now, r.target, left, c.cfg.parkLimit)
+	if v.action == gatePark {
+		var err error
+		if v, err = r.park(ctx, v); err != nil {
+			r.finish(ctx, outcomeOf(ctx))
+			return &Error{Err: r.lastErr, Attempts: attempt - 1, ContextID: r.contextID, ctxErr: context.Cause(ctx)}
+		}
+	}
+	if v.action == gateAdmit || v.action == gateWait {
+		return nil
+	}
+	r.finish(ctx, policydv1.Outcome_OUTCOME_FAILED)
+	e := r.gateError(v)
+	e.Err, e.Attempts, e.gated = r.lastErr, attempt-1, false // a retry, not a first attempt
+	return e
+}
+
+// park holds a first attempt the gate parked (docs/clients.md, "Parking"):
+// no attempt, no RPC, until a re-check at the target's next assignment,
+// every parkRecheck, or at the call's end admits or stops it. The decision
+// hook sees it park and leave. A cancelled ctx ends the wait.
+func (r *run) park(ctx context.Context, v gateVerdict) (gateVerdict, error) {
+	c := r.c
+	p := v.parked
+	c.cfg.logger.DebugContext(ctx, "policyd: fleet gate parks", "target", r.target.String(), "reason", v.reason)
+	r.parkHook(v, true)
+	for v.action == gatePark {
+		wake := c.gate.parkWake(r.target)
+		now := c.cfg.clock.Now()
+		next := p.drawAt
+		if p.until.Before(next) {
+			next = p.until
+		}
+		t := c.cfg.clock.NewTimer(max(0, next.Sub(now)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			c.gate.cancelPark(c.cfg.clock.Now(), r.target)
+			return v, &Error{ContextID: r.contextID, ctxErr: context.Cause(ctx), gated: true}
+		case <-wake:
+		case <-t.C():
+		}
+		t.Stop()
+		v = c.gate.resume(c.cfg.clock.Now(), r.target, p, c.cfg.rand)
+	}
+	c.cfg.logger.DebugContext(ctx, "policyd: fleet gate unparks", "target", r.target.String(), "waited", v.waited)
+	r.parkHook(v, false)
+	return v, nil
+}
+
+// parkHook reports a parked call to the decision hook: as it parks, and
+// as it leaves (admitted: ActionRetry; else the stop's decision).
+func (r *run) parkHook(v gateVerdict, parks bool) {
+	fn := r.c.cfg.onDecision
+	if fn == nil {
+		return
+	}
+	var d Decision
+	switch {
+	case parks || v.action == gateAdmit || v.action == gateWait:
+		d = Decision{Action: ActionRetry, Delay: v.wait, StopReason: v.stopReason, StopText: v.reason, Strategy: "fleet-gate",
+			Fleet: &FleetState{Breaker: enumName(policydv1.BreakerState_name, int32(v.breaker), "BREAKER_STATE_"), Changed: true,
+				Reason: v.assignmentReason, HoldRemaining: v.holdLeft, OpenRemaining: v.stopLeft}}
+		d.Reason = v.reason
+		if !parks {
+			d.StopReason, d.StopText, d.Reason = StopReasonUnspecified, "", fmt.Sprintf("released by the fleet after %v", v.waited.Round(time.Millisecond))
+		}
+	default:
+		d = r.gateError(v).Decision
+	}
+	d.Parked, d.Waited = true, v.waited
+	fn(0, nil, d)
+}
+
 // gateError is the error of a first attempt the gate did not admit.
 func (r *run) gateError(v gateVerdict) *Error {
 	d := Decision{
 		Action: ActionStop, StopReason: v.stopReason, StopText: gateText(r.target, v), Strategy: "fleet-gate",
 		Fleet: &FleetState{
 			Breaker: enumName(policydv1.BreakerState_name, int32(v.breaker), "BREAKER_STATE_"),
-			Stopped: v.stopReason == StopFleetStop, Changed: true, Reason: v.reason,
+			Stopped: v.stopReason == StopFleetStop, Changed: true, Reason: v.assignmentReason,
+			HoldRemaining: v.holdLeft, OpenRemaining: v.stopLeft,
 		},
-	}
-	switch v.stopReason {
-	case StopFleetStop:
-		d.Fleet.OpenRemaining = v.left
-	case StopDeadline:
-		d.Fleet.HoldRemaining = v.left
 	}
 	return &Error{Decision: d, ContextID: r.contextID, gated: true}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -38,9 +39,14 @@ const (
 	closeGrace        = 250 * time.Millisecond
 	maxUsagesPerMsg   = 256
 	maxReportElapsed  = 10 * time.Minute
-	maxUsageCount     = 1 << 30
+	maxUsageCount     = 1000             // per count, and admitted and shed together, in one report (policyd: 1,000 a second of it, at least a second)
 	keepaliveInterval = 30 * time.Second // policyd allows pings every 15 s
 )
+
+// reconnectParams is the connection's redial backoff: 0.5 s growing to
+// 1 s, so that the stream (which waits for the connection) is back within
+// about a second of policyd.
+var reconnectParams = backoff.Config{BaseDelay: 500 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}
 
 // coordinator runs one client's stream.
 type coordinator struct {
@@ -243,7 +249,7 @@ func (co *coordinator) sendReports(stream interface {
 			elapsed := min(max(now.Sub(r.from), time.Millisecond), maxReportElapsed)
 			req.Usage = append(req.Usage, &policydv1.BucketUsage{
 				Target: r.t.proto(), Elapsed: durationProto(elapsed),
-				Admitted: clampCount(r.u.admitted), Shed: clampCount(r.u.shed), Succeeded: clampCount(r.u.succeeded),
+				Admitted: clampCount(r.u.admitted), Shed: min(clampCount(r.u.shed), maxUsageCount-clampCount(r.u.admitted)), Succeeded: clampCount(r.u.succeeded),
 				Failed: clampCount(r.u.failed), Retries: clampCount(r.u.retries),
 				RateLimitHeaders: r.u.rateLimits,
 			})
@@ -352,7 +358,8 @@ func (c *Client) ObserveRateLimits(call Call, h http.Header) {
 }
 
 // rateLimitHeaders keeps the rate-limit headers of h: names in lower case,
-// repeated values joined with ", ", the first 16 names in order.
+// repeated values joined with ", ", values longer than policyd accepts
+// dropped, the first 16 names in order.
 func rateLimitHeaders(h http.Header) map[string]string {
 	var names []string
 	for name := range h {
@@ -370,15 +377,26 @@ func rateLimitHeaders(h http.Header) map[string]string {
 		if len(out) == maxRateLimits {
 			break
 		}
-		out[clip(strings.ToLower(name), maxHeaderNameBytes)] = clip(strings.Join(h[name], ", "), maxRateLimitByte)
+		v := strings.Join(h[name], ", ")
+		if len(v) > maxRateLimitByte {
+			continue // a clipped limit would misstate it: dropped, as the other clients do
+		}
+		out[strings.ToLower(name)] = v
+	}
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }
 
+// rateLimitPrefixes are the prefixes of the rate-limit headers policyd
+// reads.
+var rateLimitPrefixes = []string{"x-ratelimit-", "anthropic-ratelimit-"}
+
 // rateLimitName says whether a lower-case header name is a rate-limit
 // header policyd reads.
 func rateLimitName(n string) bool {
-	for _, p := range [...]string{"x-ratelimit-", "anthropic-ratelimit-"} {
+	for _, p := range rateLimitPrefixes {
 		if strings.HasPrefix(n, p) && len(n) > len(p) {
 			return true
 		}

@@ -61,6 +61,16 @@ type Decision struct {
 	// failure's bucket had no state.
 	Fleet *FleetState
 
+	// Parked is set on the decisions of a call the fleet gate parks
+	// before its first attempt (attempt 0 in the decision hook): when it
+	// parks (StopText "waiting for the fleet: breaker open on
+	// openai/gpt-4o, ~4 s", Delay the fleet's estimate of the wait, 0 when
+	// unknown), and when it leaves the park (Waited says how long it was
+	// parked; Action RETRY: the attempt goes).
+	Parked bool
+	// Waited is how long a parked call waited (Parked).
+	Waited time.Duration
+
 	// Strategy names the strategy applied, "<profile>/<FAILURE_TYPE>", e.g.
 	// "default/RATE_LIMIT" ("fail-open/..." for the fail-open policy).
 	Strategy string

@@ -111,7 +111,7 @@ func (r *fleetRun) stopped(reason policyd.StopReason) int64 {
 func runAgents(ctx context.Context, t *testing.T, addr, url, keyID string, n int, think time.Duration, run *fleetRun) {
 	var wg sync.WaitGroup
 	for i := range n {
-		c := newClient(t, addr, policyd.WithClientID(fmt.Sprintf("agent-%d", i)),
+		c := newClient(t, addr, policyd.WithClientID(fmt.Sprintf("agent-%d", i)), policyd.WithParkLimit(0),
 			policyd.WithOnDecision(func(int, error, policyd.Decision) { run.nextDelays.Add(1) }))
 		wg.Add(1)
 		go func() {
@@ -403,7 +403,7 @@ func TestFleetGateShedsOutage(t *testing.T) {
 	const agents, runFor = 30, 10 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), runFor)
 	began := time.Now()
-	runGateAgents(ctx, t, d.addr, p.URL, agents, 50*time.Millisecond, 5*time.Second, &log)
+	runGateAgents(ctx, t, d.addr, p.URL, agents, 50*time.Millisecond, 5*time.Second, &log, policyd.WithParkLimit(0))
 	cancel()
 	ended := time.Now()
 
@@ -476,10 +476,12 @@ func TestFleetGateShedsOutage(t *testing.T) {
 }
 
 // TestFleetGateDaemonRestart: policyd dies mid-outage and comes back a few
-// seconds later. Meanwhile no call blocks past its deadline and calls keep
-// flowing; once the assignments expire (ttl 1 s + grace 1 s) each process
-// gates with its own budget; after the restart every stream reconnects and
-// the new daemon's assignments stop first attempts again.
+// seconds later on the same address. Meanwhile no call blocks past its
+// deadline and calls keep flowing; once the assignments expire (ttl 1 s +
+// grace 1 s) no gate refuses a first attempt (policyd away never stops an
+// agent: the process's own budget limits only retries); after the restart
+// every stream is back within 2 s and the new daemon's assignments stop
+// first attempts again.
 func TestFleetGateDaemonRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real agents for several seconds")
@@ -494,7 +496,7 @@ func TestFleetGateDaemonRestart(t *testing.T) {
 	clientsCh := make(chan []*policyd.Client, 1)
 	go func() {
 		clientsCh <- runGateAgents(ctx, t, addr, p.URL, agents, 50*time.Millisecond, timeout, &log,
-			policyd.WithGateGrace(time.Second), policyd.WithDaemonTimeout(500*time.Millisecond))
+			policyd.WithGateGrace(time.Second), policyd.WithDaemonTimeout(500*time.Millisecond), policyd.WithParkLimit(0))
 	}()
 
 	// The outage opens the breaker, and the gates stop first attempts.
@@ -517,11 +519,11 @@ func TestFleetGateDaemonRestart(t *testing.T) {
 	t.Cleanup(d2.stop)
 	restarted := time.Now()
 
-	// Back: every stream reconnects (1 s doubling to 30 s, full jitter,
-	// since it broke: the last attempt before the restart may wait up to
-	// 8 s), and the new daemon assigns again: its breaker opens on the
-	// agents' failures and the gates stop first attempts.
-	var reopened time.Time
+	// Back: every stream reconnects (the connection redials every second
+	// at most, and the stream waits for it), and the new daemon assigns
+	// again: its breaker opens on the agents' failures and the gates stop
+	// first attempts.
+	var reopened, allBack time.Time
 	fc := policydv1.NewFleetServiceClient(rawGRPC(t, addr))
 	streaming := int32(0)
 	waitFor(t, 20*time.Second, "every stream back, and a CIRCUIT_OPEN gate stop after the restart", func() bool {
@@ -539,9 +541,12 @@ func TestFleetGateDaemonRestart(t *testing.T) {
 				streaming = max(streaming, b.GetStreamingClients())
 			}
 		}
-		return !reopened.IsZero() && streaming >= agents
+		if allBack.IsZero() && streaming >= agents {
+			allBack = time.Now()
+		}
+		return !reopened.IsZero() && !allBack.IsZero()
 	})
-	back := time.Since(restarted)
+	back := allBack.Sub(restarted)
 	cancel()
 	for _, c := range <-clientsCh {
 		c.Close() // before d2 stops: policyd's graceful stop waits for open streams
@@ -549,30 +554,141 @@ func TestFleetGateDaemonRestart(t *testing.T) {
 
 	calls, attempts := log.get(), p.times()
 	var longest time.Duration
-	var downCalls, budgetStops, ownAdmitted int
+	var downCalls, budgetStops, refused, ownAdmitted int
 	expired := killed.Add(2 * time.Second) // the last assignment's ttl + grace, at the latest
 	for _, c := range calls {
 		longest = max(longest, c.end.Sub(c.start))
 		if c.start.After(killed) && c.end.Before(restarted) {
 			downCalls++
-			if c.gated() && c.stopReason() == policyd.StopRetryBudgetExhausted {
+			if c.stopReason() == policyd.StopRetryBudgetExhausted {
 				budgetStops++
+			}
+			if c.gated() && c.start.After(expired.Add(100*time.Millisecond)) {
+				refused++
 			}
 		}
 	}
 	ownAdmitted = countSince(attempts, expired.Add(100*time.Millisecond), restarted)
-	t.Logf("down %v: %d calls finished, %d stopped by the own budget, %d attempts after the assignments expired; "+
-		"after the restart: assignments again %v later, all %d streams back %v later; longest call %v (timeout %v)",
-		down, downCalls, budgetStops, ownAdmitted, reopened.Sub(restarted).Round(time.Millisecond), streaming, back.Round(time.Millisecond),
+	t.Logf("down %v: %d calls finished, %d first attempts refused by the gate after the assignments expired, %d retries refused by "+
+		"the own budget, %d attempts after the assignments expired; after the restart: assignments again %v later, all %d streams back %v later; "+
+		"longest call %v (timeout %v)",
+		down, downCalls, refused, budgetStops, ownAdmitted, reopened.Sub(restarted).Round(time.Millisecond), streaming, back.Round(time.Millisecond),
 		longest.Round(time.Millisecond), timeout)
+	if refused > 0 {
+		t.Errorf("%d first attempts refused by the gate while policyd was away; want 0", refused)
+	}
+	if back > 2*time.Second {
+		t.Errorf("the streams were back %v after policyd; want within 2 s", back.Round(time.Millisecond))
+	}
 	if longest > timeout+300*time.Millisecond {
 		t.Errorf("a call took %v, past its %v deadline", longest, timeout)
 	}
 	if downCalls < agents*5 {
 		t.Errorf("only %d calls finished in the %v policyd was down; calls must keep flowing", downCalls, down)
 	}
-	if ownAdmitted == 0 || budgetStops == 0 {
-		t.Errorf("while policyd was down: %d attempts admitted by the own budget, %d calls stopped by it; want both",
-			ownAdmitted, budgetStops)
+	if ownAdmitted == 0 {
+		t.Errorf("while policyd was down: no attempt after the assignments expired")
+	}
+}
+
+// TestFleetGateParksThroughOutage: the provider is down for about 10 s.
+// Once the breaker opens, a first attempt that meets it parks in its
+// client (no upstream attempt, no RPC) instead of failing; the fleet's
+// probes (about one a second) find the provider back, the breaker closes,
+// and the parked calls complete. Calls arrive independently (a goroutine
+// each, 30 s deadlines), as requests to a service do.
+func TestFleetGateParksThroughOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real agents for about 20 s")
+	}
+	d := gateDaemon(t, gatePolicy)
+	began := time.Now()
+	const healthy, outage = 2 * time.Second, 10 * time.Second
+	downAt, upAt := began.Add(healthy), began.Add(healthy+outage)
+	p := newProvider(t, func(now time.Time) (int, map[string]string, string) {
+		if !now.Before(downAt) && now.Before(upAt) {
+			return 503, nil, fleetOverloadedBody
+		}
+		return 200, nil, "{}"
+	})
+	const agents, every, deadline = 5, 100 * time.Millisecond, 30 * time.Second
+	var log callLog
+	var parks atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range agents {
+		c := newClient(t, d.addr, policyd.WithClientID(fmt.Sprintf("park-agent-%d", i)),
+			policyd.WithOnDecision(func(attempt int, _ error, d policyd.Decision) {
+				if attempt == 0 && d.Parked && d.Waited == 0 {
+					parks.Add(1)
+				}
+			}))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			for ctx.Err() == nil && time.Now().Before(upAt.Add(6*time.Second)) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					start, attempts := time.Now(), 0
+					err := c.Do(context.Background(), policyd.Call{Provider: "openai", Model: "gpt-4o", KeyID: "k1", Operation: "chat",
+						Method: "POST", Profile: "fleet_e2e", Timeout: deadline},
+						func(ctx context.Context, attempt int) error {
+							attempts++
+							req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, nil)
+							resp, err := http.DefaultClient.Do(req)
+							if err != nil {
+								return err
+							}
+							defer resp.Body.Close()
+							return policyd.CheckResponse(resp)
+						})
+					log.add(callRecord{start: start, end: time.Now(), attempts: attempts, err: err})
+				}()
+				select {
+				case <-ctx.Done():
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	cancel()
+
+	calls, attempts := log.get(), p.times()
+	// The calls that start while the breaker is surely open (3 s into the
+	// outage) and before the provider is back: they should all complete,
+	// after the outage.
+	from := downAt.Add(3 * time.Second)
+	var during, ok, lateOK int
+	var longest time.Duration
+	for _, c := range calls {
+		if c.start.Before(from) || !c.start.Before(upAt) {
+			continue
+		}
+		during++
+		if c.err == nil {
+			ok++
+			if c.end.After(upAt) {
+				lateOK++
+			}
+		}
+		longest = max(longest, c.end.Sub(c.start))
+	}
+	upstream := countSince(attempts, from, upAt)
+	secs := upAt.Sub(from).Seconds()
+	t.Logf("%d calls; %d parked; %d started in the outage's last %.0f s: %d succeeded (%d after the outage), longest %v; "+
+		"%d upstream attempts in those %.0f s (%.2f a second)",
+		len(calls), parks.Load(), during, secs, ok, lateOK, longest.Round(time.Millisecond), upstream, secs, float64(upstream)/secs)
+	if during == 0 || parks.Load() == 0 {
+		t.Fatalf("no call parked during the outage")
+	}
+	if ok < during*95/100 {
+		t.Errorf("%d of %d calls started during the outage succeeded; want ≥ 95 %% (parked until the provider was back)", ok, during)
+	}
+	if limit := int(2*secs) + 2; upstream > limit {
+		t.Errorf("%d upstream attempts in %.0f s of outage, want at most %d (about one probe a second)", upstream, secs, limit)
 	}
 }

@@ -2,6 +2,7 @@ package policyd
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +17,8 @@ import (
 // never an RPC. clients/testdata/gate.json pins its answers.
 
 // DefaultGateGrace is how long the gate keeps an assignment past its time
-// to live (policyd unreachable) before it gates with the process's own
-// budget instead; WithGateGrace changes it.
+// to live (policyd unreachable) before it admits every first attempt
+// instead; WithGateGrace changes it.
 const DefaultGateGrace = 10 * time.Second
 
 // The process's own budget per target: gRPC A6's retry throttling, with a
@@ -75,6 +76,9 @@ type assignment struct {
 	probePermits    uint32
 	reason          string
 	fallback        *gateFallback
+	// parkHint is the daemon's estimate of how long until the gate admits
+	// again (0: unknown): a call whose deadline comes first does not park.
+	parkHint time.Duration
 }
 
 // gateFallback is an assignment's fallback.
@@ -113,7 +117,11 @@ func assignmentFromProto(pa *policydv1.Assignment) *assignment {
 // usage is a target's counts since its last report.
 type usage struct {
 	admitted, shed, succeeded, failed, retries uint64
-	rateLimits                                 map[string]string // the last success's, nil: none since the last report
+	// parkChecks counts the checks that parked a call, re-checks included;
+	// parkedNew the first attempts parked at their first check; released
+	// the parked calls admitted (also in admitted).
+	parkChecks, parkedNew, released uint64
+	rateLimits                      map[string]string // the last success's, nil: none since the last report
 }
 
 func (u *usage) add(o usage) {
@@ -122,6 +130,9 @@ func (u *usage) add(o usage) {
 	u.succeeded += o.succeeded
 	u.failed += o.failed
 	u.retries += o.retries
+	u.parkChecks += o.parkChecks
+	u.parkedNew += o.parkedNew
+	u.released += o.released
 	if u.rateLimits == nil {
 		u.rateLimits = o.rateLimits
 	}
@@ -143,10 +154,37 @@ type gateEntry struct {
 	usedAt     time.Time // its first use, or its last report: what the next report's elapsed counts from
 	rejected   bool      // policyd refused a report of it: never report it again
 
+	// wake is closed at the target's next assignment (or abandon): parked
+	// calls check again then.
+	wake chan struct{}
+
 	// The target's first call waits (a little) for its first assignment:
 	// answered is closed when it arrives, or when the stream goes down.
 	answered    chan struct{}
 	answerUntil time.Time // on the system clock
+}
+
+// wakeParked wakes the calls parked on e.
+func (e *gateEntry) wakeParked() {
+	if e.wake != nil {
+		close(e.wake)
+		e.wake = nil
+	}
+}
+
+// parkWake returns the channel closed at t's next assignment (nil: the
+// target has no row, or the gate is off).
+func (g *gate) parkWake(t target) <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e, ok := g.entries[t]
+	if !ok || g.off {
+		return nil
+	}
+	if e.wake == nil {
+		e.wake = make(chan struct{})
+	}
+	return e.wake
 }
 
 // answer releases the calls waiting for e's first assignment.
@@ -176,7 +214,36 @@ const (
 	gateWait
 	gateFallBack
 	gateStop
+	// gatePark: hold the call in the client (no attempt, no RPC) and
+	// resume it at each assignment for the target and every parkRecheck,
+	// until it is admitted or stopped.
+	gatePark
 )
+
+// Parking (docs/clients.md, "Parking").
+const (
+	// DefaultParkLimit is the longest a call without a deadline parks: two
+	// of the breaker's longest open periods (60 s), so that a call outlives
+	// an open period that doubled once, and a caller that gave no deadline
+	// still gets an answer within two minutes. WithParkLimit changes it.
+	DefaultParkLimit = 2 * time.Minute
+	// parkRecheck is how often a parked call is checked again when no
+	// assignment arrives, and how often a call parked by a pace draws again.
+	parkRecheck = time.Second
+)
+
+// parkedCall is a call the gate holds.
+type parkedCall struct {
+	at, until   time.Time // when it parked; when it must have an answer by
+	canFallBack bool
+	retry       bool      // a retry, not a first attempt: not counted as one
+	drawAt      time.Time // when a pace's draw is due again
+}
+
+// noDraw draws 1: only a full share admits.
+type noDraw struct{}
+
+func (noDraw) Float64() float64 { return 1 }
 
 // gateVerdict is the gate's answer for one first attempt.
 type gateVerdict struct {
@@ -187,7 +254,16 @@ type gateVerdict struct {
 	reason     string // the assignment's reason, or the gate's own
 	fallback   *gateFallback
 	breaker    policydv1.BreakerState
-	left       time.Duration // of the stop, or the hold, that stopped the attempt
+	// What the assignment said when the attempt was not admitted.
+	admitFraction      float64
+	holdLeft, stopLeft time.Duration
+	// parked is the call to resume (gatePark); waited how long the call was
+	// parked before this verdict (resume).
+	parked *parkedCall
+	waited time.Duration
+	// assignmentReason is the assignment's reason (reason is the park
+	// text while parked).
+	assignmentReason string
 }
 
 // gate is the table. Its zero value is not usable: see newGate.
@@ -267,15 +343,153 @@ func (g *gate) entry(now time.Time, t target) *gateEntry {
 // check gates a first attempt to t: deadline is the time left before the
 // caller's deadline (negative: none); draw is the uniform draw in [0, 1),
 // taken only when the assignment sheds a fraction.
-func (g *gate) check(now time.Time, t target, deadline time.Duration, canFallBack bool, draw Rand) gateVerdict {
+func (g *gate) check(now time.Time, t target, deadline time.Duration, canFallBack bool, draw Rand, parkLimit time.Duration) gateVerdict {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	e := g.entry(now, t)
 	if e == nil || g.off {
 		return gateVerdict{}
 	}
-	v := g.decide(now, e, deadline, draw)
+	v := g.decide(now, t, e, deadline, draw, false)
 	e.pending = !e.rejected
+	if v.action == gatePark {
+		limit := parkLimit
+		if limit == 0 {
+			limit = DefaultParkLimit
+		}
+		until := now.Add(limit)
+		if deadline >= 0 {
+			until = now.Add(deadline)
+		}
+		if canFallBack && e.a.fallback != nil || limit < 0 || !until.After(now.Add(e.hintLeft(now))) {
+			// Somewhere else to go, parking off, or no wait can fit: the
+			// answer is now, as the cause says.
+			v = v.refusal()
+		} else {
+			v.parked = &parkedCall{at: now, until: until, canFallBack: canFallBack, drawAt: now.Add(parkRecheck)}
+			e.u.parkChecks++
+			e.u.parkedNew++
+			return v
+		}
+	}
+	return e.count(v, canFallBack)
+}
+
+// checkRetry gates a retry that NextDelay allowed, before it is sent
+// (docs/clients.md, "Retries"): a stopped key stops it; an open breaker, or
+// a probing one without a permit, parks it as a first attempt would be;
+// otherwise it goes (a pace or a hold does not hold it: its delay already
+// waited). Retries are not counted as first attempts.
+func (g *gate) checkRetry(now time.Time, t target, deadline, parkLimit time.Duration) gateVerdict {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entry(now, t)
+	if e == nil || g.off {
+		return gateVerdict{}
+	}
+	v := g.decide(now, t, e, deadline, constDraw(0), true)
+	switch v.action {
+	case gatePark:
+		if v.stopReason == StopFleetShed {
+			return gateVerdict{}
+		}
+		limit := parkLimit
+		if limit == 0 {
+			limit = DefaultParkLimit
+		}
+		until := now.Add(limit)
+		if deadline >= 0 {
+			until = now.Add(deadline)
+		}
+		if limit < 0 || !until.After(now.Add(e.hintLeft(now))) {
+			return v.refusal()
+		}
+		v.parked = &parkedCall{at: now, until: until, retry: true, drawAt: now.Add(parkRecheck)}
+		e.u.parkChecks++
+		return v
+	case gateWait:
+		return gateVerdict{}
+	}
+	return v
+}
+
+// constDraw always draws the same number.
+type constDraw float64
+
+func (d constDraw) Float64() float64 { return float64(d) }
+
+// resume checks a parked call again: admitted (waited says how long it
+// was parked), still parked, or stopped (DEADLINE) as soon as the time it
+// has left is no longer than the fleet's estimate of the wait.
+func (g *gate) resume(now time.Time, t target, p *parkedCall, draw Rand) gateVerdict {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entry(now, t)
+	if e == nil || g.off {
+		return gateVerdict{waited: now.Sub(p.at)}
+	}
+	if now.Before(p.drawAt) {
+		draw = noDraw{} // a pace's draw is not due: only a full share admits
+	} else {
+		p.drawAt = now.Add(parkRecheck)
+	}
+	v := g.decide(now, t, e, -1, draw, true)
+	v.waited = now.Sub(p.at)
+	e.pending = !e.rejected
+	left := p.until.Sub(now)
+	switch v.action {
+	case gatePark:
+		if left <= e.hintLeft(now) || left <= 0 {
+			reason := ""
+			if e.a != nil {
+				reason = e.a.reason
+			}
+			v = gateVerdict{action: gateStop, stopReason: StopDeadline, waited: v.waited, breaker: v.breaker,
+				admitFraction: v.admitFraction, holdLeft: v.holdLeft, stopLeft: v.stopLeft, assignmentReason: reason,
+				reason: fmt.Sprintf("gave up waiting for the fleet after %v: %s", v.waited.Round(time.Second), reason)}
+			return e.countParked(v, p)
+		}
+		v.parked = p
+		e.u.parkChecks++
+		return v
+	case gateWait:
+		if v.wait > left {
+			v = gateVerdict{action: gateStop, stopReason: StopDeadline, waited: v.waited, reason: e.a.reason, breaker: e.a.breaker,
+				admitFraction: e.a.admitFraction, holdLeft: v.wait, assignmentReason: e.a.reason}
+		}
+	}
+	v = e.countParked(v, p)
+	if !p.retry && (v.action == gateAdmit || v.action == gateWait) {
+		e.u.released++
+	}
+	return v
+}
+
+// countParked counts a parked call's verdict: a first attempt's as count
+// does; a retry's not at all (it goes after its wait, or stops).
+func (e *gateEntry) countParked(v gateVerdict, p *parkedCall) gateVerdict {
+	if p.retry {
+		if v.action == gateWait {
+			v.action, v.wait = gateAdmit, 0
+		}
+		return v
+	}
+	return e.count(v, p.canFallBack)
+}
+
+// cancelPark counts a parked call its caller cancelled.
+func (g *gate) cancelPark(now time.Time, t target) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.entry(now, t); e != nil {
+		e.u.shed++
+		e.pending = !e.rejected
+	}
+}
+
+// count counts a verdict that is not gatePark, and turns a stop into the
+// assignment's fallback when the caller can take it. The caller holds g.mu.
+func (e *gateEntry) count(v gateVerdict, canFallBack bool) gateVerdict {
 	if v.action == gateStop {
 		e.u.shed++
 		if canFallBack && e.a != nil && e.a.fallback != nil {
@@ -287,46 +501,66 @@ func (g *gate) check(now time.Time, t target, deadline time.Duration, canFallBac
 	return v
 }
 
+// hintLeft is what is left of the assignment's park hint.
+func (e *gateEntry) hintLeft(now time.Time) time.Duration {
+	if e.a == nil {
+		return 0
+	}
+	return max(0, e.a.parkHint-now.Sub(e.receivedAt))
+}
+
+// refusal is a park verdict answered at once: not admitted, for its cause.
+func (v gateVerdict) refusal() gateVerdict {
+	v.action, v.reason = gateStop, v.assignmentReason
+	return v
+}
+
 // decide is the order of checks of docs/clients.md. The caller holds g.mu.
-func (g *gate) decide(now time.Time, e *gateEntry, deadline time.Duration, draw Rand) gateVerdict {
+func (g *gate) decide(now time.Time, t target, e *gateEntry, deadline time.Duration, draw Rand, resumed bool) gateVerdict {
 	e.refill(now)
 	a := e.a
 	if a == nil {
 		return gateVerdict{}
 	}
-	stop := func(r StopReason, left time.Duration) gateVerdict {
-		return gateVerdict{action: gateStop, stopReason: r, reason: a.reason, breaker: a.breaker, left: left}
-	}
 	age := now.Sub(e.receivedAt)
+	stop := func(r StopReason) gateVerdict {
+		return gateVerdict{action: gateStop, stopReason: r, reason: a.reason, breaker: a.breaker, admitFraction: a.admitFraction,
+			holdLeft: max(0, a.hold-age), stopLeft: max(0, a.stop-age), assignmentReason: a.reason}
+	}
+	park := func(r StopReason, cause string) gateVerdict {
+		v := stop(r)
+		v.action, v.reason = gatePark, parkText(cause, t, e.hintLeft(now))
+		return v
+	}
 	if age >= a.ttl+g.grace {
-		if e.tokens > ownThreshold {
-			return gateVerdict{}
-		}
-		return gateVerdict{action: gateStop, stopReason: StopRetryBudgetExhausted, breaker: a.breaker,
-			reason: "policyd is unreachable and this process's own budget for the target is spent"}
+		// policyd away never stops an agent: the process's own budget
+		// limits its retries (allowRetry), never its first attempts; a
+		// parked call goes (the daemon that would wake it is away).
+		return gateVerdict{}
 	}
 	switch {
 	case a.stop > age:
-		return stop(StopFleetStop, a.stop-age)
+		return stop(StopFleetStop)
 	case a.breaker == policydv1.BreakerState_BREAKER_STATE_OPEN:
-		return stop(StopCircuitOpen, 0)
+		return park(StopCircuitOpen, "breaker open")
 	case a.breaker == policydv1.BreakerState_BREAKER_STATE_HALF_OPEN:
 		if e.permits > 0 {
 			e.permits--
 			return gateVerdict{probe: true}
 		}
 		// Without a permit, the fleet's probe rate as a share of first
-		// attempts (the daemon sets it to about one a second in all).
-		if draw.Float64() < a.admitFraction {
+		// attempts (the daemon sets it to about one a second in all); a
+		// parked call probes only with a permit.
+		if !resumed && draw.Float64() < a.admitFraction {
 			return gateVerdict{probe: true}
 		}
-		return stop(StopCircuitOpen, 0)
+		return park(StopCircuitOpen, "breaker probing")
 	case a.admitFraction < 1 && draw.Float64() >= a.admitFraction:
-		return stop(StopFleetShed, 0)
+		return park(StopFleetShed, "paced")
 	case a.hold > age:
 		left := a.hold - age
 		if deadline >= 0 && left > deadline {
-			return stop(StopDeadline, left)
+			return stop(StopDeadline)
 		}
 		return gateVerdict{action: gateWait, wait: left}
 	}
@@ -346,6 +580,7 @@ func (g *gate) assign(now time.Time, t target, a *assignment) {
 			return
 		}
 		e.answer()
+		e.wakeParked()
 		e.a, e.subscribed = nil, false
 		if !e.pending {
 			// Forgotten, budget and all, once the budget has nothing to
@@ -363,6 +598,7 @@ func (g *gate) assign(now time.Time, t target, a *assignment) {
 	}
 	e.a, e.receivedAt, e.permits, e.subscribed = a, now, a.probePermits, true
 	e.answer()
+	e.wakeParked()
 }
 
 // record counts an attempt's outcome in the process's own budget; a
@@ -389,6 +625,20 @@ func (g *gate) record(now time.Time, t target, ok bool) (urgent bool) {
 		return true
 	}
 	return false
+}
+
+// allowRetry says whether a retry decided without policyd (the fail-open
+// policy) may be sent to t: the process's own budget has more than half
+// its tokens, as gRPC A6's retry throttling.
+func (g *gate) allowRetry(now time.Time, t target) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entry(now, t)
+	if e == nil || g.off {
+		return true
+	}
+	e.refill(now)
+	return e.tokens > ownThreshold
 }
 
 // countRetry counts a retry sent to t.
@@ -517,34 +767,56 @@ func (g *gate) turnOff() {
 	g.off = true
 	for _, e := range g.entries {
 		e.answer()
+		e.wakeParked()
 	}
 	clear(g.entries)
 }
 
-// gateText says in a sentence why the gate did not admit a first attempt.
+// gateText says in a sentence why the gate did not admit a first attempt
+// (docs/clients.md, "What the caller sees"; clients/testdata/gate.json pins
+// it): what the fleet does, then the assignment's reason.
 func gateText(t target, v gateVerdict) string {
+	if v.waited > 0 && v.stopReason == StopDeadline && v.parked == nil && strings.HasPrefix(v.reason, "gave up waiting") {
+		return v.reason // a parked call whose deadline can no longer be met
+	}
 	var s string
 	switch v.stopReason {
 	case StopFleetStop:
-		s = fmt.Sprintf("the fleet stopped the key %q for another %v", t.keyID, v.left.Round(time.Millisecond))
+		s = fmt.Sprintf("the fleet stopped calls to %s for another %s", t, textSeconds(v.stopLeft))
 	case StopCircuitOpen:
 		if v.breaker == policydv1.BreakerState_BREAKER_STATE_HALF_OPEN {
-			s = "the fleet's circuit breaker is half-open and this process has no probe permit left"
+			s = fmt.Sprintf("the fleet's circuit breaker for %s is half-open and this process has no probe permit left", t)
 		} else {
-			s = "the fleet's circuit breaker is open"
+			s = fmt.Sprintf("the fleet's circuit breaker for %s is open", t)
 		}
 	case StopFleetShed:
-		s = "the fleet sheds part of the first attempts"
+		s = fmt.Sprintf("the fleet admits %d%% of first attempts to %s, not this one", int(math.Floor(v.admitFraction*100+0.5)), t)
 	case StopDeadline:
-		s = fmt.Sprintf("the fleet's hold (%v left) would pass the deadline", v.left.Round(time.Millisecond))
-	case StopRetryBudgetExhausted:
-		return fmt.Sprintf("no assignment from policyd for %s for too long: %s", t, v.reason)
+		s = fmt.Sprintf("the fleet holds first attempts to %s for another %s, past the deadline", t, textSeconds(v.holdLeft))
 	default:
-		s = "not admitted"
+		s = "the fleet did not admit a first attempt to " + t.String()
 	}
-	s += " on " + t.String()
 	if v.reason != "" {
 		s += ": " + v.reason
 	}
 	return s
 }
+
+// parkText is what the decision hook reports of a parked call: "waiting
+// for the fleet: breaker open on openai/gpt-4o, ~4 s" (the hint's rest,
+// left out when unknown).
+func parkText(cause string, t target, hintLeft time.Duration) string {
+	s := fmt.Sprintf("waiting for the fleet: %s on %s", cause, t)
+	if hintLeft > 0 {
+		s += fmt.Sprintf(", ~%d s", int(hintLeft.Round(time.Second)/time.Second))
+	}
+	return s
+}
+
+// budgetText is the stop text of a retry the process's own budget refused.
+func budgetText(t target) string {
+	return "policyd is unreachable and this process's own retry budget for " + t.String() + " is spent"
+}
+
+// textSeconds renders d as the texts do: seconds with one decimal.
+func textSeconds(d time.Duration) string { return fmt.Sprintf("%.1f s", max(0, d).Seconds()) }

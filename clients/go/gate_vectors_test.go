@@ -1,6 +1,8 @@
 package policyd
 
 import (
+	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -29,11 +31,8 @@ func (f *gateVectorFallback) fallback(t *testing.T) *gateFallback {
 }
 
 type gateVectorCase struct {
-	ID string `json:"id"`
-	// Requires names a gate feature the case needs; this gate does not
-	// park yet.
-	Requires string `json:"requires"`
-	Steps    []struct {
+	ID    string `json:"id"`
+	Steps []struct {
 		AtMs   int64 `json:"at_ms"`
 		Assign *struct {
 			TTLMs         int64               `json:"ttl_ms"`
@@ -44,37 +43,74 @@ type gateVectorCase struct {
 			ProbePermits  uint32              `json:"probe_permits"`
 			Reason        string              `json:"reason"`
 			Fallback      *gateVectorFallback `json:"fallback"`
+			ParkHintMs    int64               `json:"park_hint_ms"`
 		} `json:"assign"`
-		Abandon bool   `json:"abandon"`
-		Outcome string `json:"outcome"`
+		Abandon bool      `json:"abandon"`
+		Retry   *struct{} `json:"retry"`
+		Outcome string    `json:"outcome"`
 		Gate    *struct {
 			DeadlineMs  *int64  `json:"deadline_ms"`
 			CanFallBack bool    `json:"can_fall_back"`
 			Draw        float64 `json:"draw"`
+			MaxParkMs   *int64  `json:"max_park_ms"`
+			Call        string  `json:"call"`
 		} `json:"gate"`
+		Resume *struct {
+			Call string  `json:"call"`
+			Draw float64 `json:"draw"`
+		} `json:"resume"`
 		Want struct {
 			Action     string              `json:"action"`
 			WaitMs     int64               `json:"wait_ms"`
 			Probe      bool                `json:"probe"`
 			StopReason string              `json:"stop_reason"`
 			Fallback   *gateVectorFallback `json:"fallback"`
+			Text       string              `json:"text"`
+			WaitedMs   *int64              `json:"waited_ms"`
+			Reason     string              `json:"reason"`
+			Fleet      *struct {
+				Breaker         string `json:"breaker"`
+				Stopped         bool   `json:"stopped"`
+				HoldRemainingMs int64  `json:"hold_remaining_ms"`
+				OpenRemainingMs int64  `json:"open_remaining_ms"`
+				Reason          string `json:"reason"`
+			} `json:"fleet"`
 		} `json:"want"`
 	} `json:"steps"`
-	Counts *struct{ Admitted, Shed uint64 } `json:"counts"`
+	Counts   *struct{ Admitted, Shed, Parked uint64 } `json:"counts"`
+	Requires string                                   `json:"requires"`
 }
 
-var gateActionNames = map[gateAction]string{gateAdmit: "admit", gateWait: "wait", gateFallBack: "fall_back", gateStop: "stop"}
+// gateVectorTarget is the file's target, which the texts name.
+type gateVectorTarget struct {
+	Target struct {
+		Provider string `json:"provider"`
+		Model    string `json:"model"`
+		KeyID    string `json:"key_id"`
+	} `json:"target"`
+}
+
+var gateActionNames = map[gateAction]string{gateAdmit: "admit", gateWait: "wait", gateFallBack: "fall_back", gateStop: "stop", gatePark: "park"}
 
 func TestGateVectors(t *testing.T) {
 	v := readVectors[gateVectorCase](t, "gate.json")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	tg := target{provider: "openai", model: "gpt-4o", keyID: "k"}
+	var vt gateVectorTarget
+	b, err := os.ReadFile("../testdata/gate.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &vt); err != nil {
+		t.Fatal(err)
+	}
+	tg := target{provider: vt.Target.Provider, model: vt.Target.Model, keyID: vt.Target.KeyID}
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Requires == "park" {
-				t.Skip("parking (docs/clients.md, \"Parking\") is not implemented by this gate yet")
+			if c.Requires != "" && c.Requires != "park" {
+				t.Skipf("requires %s", c.Requires)
 			}
 			g := newGate(DefaultGateGrace)
+			parked := map[string]*parkedCall{}
 			for i, s := range c.Steps {
 				now := t0.Add(ms(s.AtMs))
 				switch {
@@ -86,28 +122,72 @@ func TestGateVectors(t *testing.T) {
 					}
 					g.assign(now, tg, &assignment{ttl: ms(a.TTLMs), breaker: policydv1.BreakerState(br), hold: ms(a.HoldMs),
 						stop: ms(a.StopMs), admitFraction: a.AdmitFraction, probePermits: a.ProbePermits, reason: a.Reason,
-						fallback: a.Fallback.fallback(t)})
+						fallback: a.Fallback.fallback(t), parkHint: ms(a.ParkHintMs)})
 				case s.Abandon:
 					g.assign(now, tg, nil)
 				case s.Outcome != "":
 					g.record(now, tg, s.Outcome == "success")
-				case s.Gate != nil:
-					deadline := time.Duration(-1)
-					if s.Gate.DeadlineMs != nil {
-						deadline = ms(*s.Gate.DeadlineMs)
+				case s.Retry != nil:
+					if got, want := g.allowRetry(now, tg), s.Want.Action == "admit"; got != want {
+						t.Fatalf("step %d at %dms: retry allowed %v, want %v", i, s.AtMs, got, want)
 					}
-					got := g.check(now, tg, deadline, s.Gate.CanFallBack, constRand(s.Gate.Draw))
+					if s.Want.Action == "stop" && budgetText(tg) != s.Want.Text {
+						t.Fatalf("step %d: text %q, want %q", i, budgetText(tg), s.Want.Text)
+					}
+				case s.Gate != nil, s.Resume != nil:
+					var got gateVerdict
+					if s.Gate != nil {
+						deadline := time.Duration(-1)
+						if s.Gate.DeadlineMs != nil {
+							deadline = ms(*s.Gate.DeadlineMs)
+						}
+						limit := time.Duration(0) // the default
+						if s.Gate.MaxParkMs != nil {
+							limit = ms(*s.Gate.MaxParkMs)
+							if limit == 0 {
+								limit = -1 // parking off
+							}
+						}
+						got = g.check(now, tg, deadline, s.Gate.CanFallBack, constRand(s.Gate.Draw), limit)
+						if got.parked != nil {
+							parked[s.Gate.Call] = got.parked
+						}
+					} else {
+						p := parked[s.Resume.Call]
+						if p == nil {
+							t.Fatalf("step %d: no parked call %q", i, s.Resume.Call)
+						}
+						got = g.resume(now, tg, p, constRand(s.Resume.Draw))
+					}
 					w := s.Want
 					if gateActionNames[got.action] != w.Action || got.wait != ms(w.WaitMs) || got.probe != w.Probe {
 						t.Fatalf("step %d at %dms: got %s wait %v probe %v, want %s wait %dms probe %v",
 							i, s.AtMs, gateActionNames[got.action], got.wait, got.probe, w.Action, w.WaitMs, w.Probe)
 					}
-					if w.Action == "stop" && got.stopReason.String() != w.StopReason {
+					if w.WaitedMs != nil && got.waited != ms(*w.WaitedMs) {
+						t.Fatalf("step %d: waited %v, want %dms", i, got.waited, *w.WaitedMs)
+					}
+					if w.Reason != "" && got.reason != w.Reason {
+						t.Fatalf("step %d: reason %q, want %q", i, got.reason, w.Reason)
+					}
+					if (w.Action == "stop" || w.Action == "fall_back" || w.Action == "park") && got.stopReason.String() != w.StopReason {
 						t.Fatalf("step %d: stop reason %s, want %s", i, got.stopReason, w.StopReason)
 					}
 					if w.Action == "fall_back" {
 						if want := w.Fallback.fallback(t); got.fallback == nil || *got.fallback != *want {
 							t.Fatalf("step %d: fallback %+v, want %+v", i, got.fallback, want)
+						}
+					}
+					if w.Action == "stop" || w.Action == "fall_back" {
+						// What the caller sees: the decision the call's error carries.
+						d := (&run{target: tg}).gateError(got).Decision
+						if d.StopText != w.Text {
+							t.Fatalf("step %d: text %q, want %q", i, d.StopText, w.Text)
+						}
+						f, wf := d.Fleet, w.Fleet
+						if wf == nil || f.Breaker != wf.Breaker || f.Stopped != wf.Stopped || f.HoldRemaining != ms(wf.HoldRemainingMs) ||
+							f.OpenRemaining != ms(wf.OpenRemainingMs) || f.Reason != wf.Reason {
+							t.Fatalf("step %d: fleet %+v, want %+v", i, f, wf)
 						}
 					}
 				default:
@@ -116,8 +196,8 @@ func TestGateVectors(t *testing.T) {
 			}
 			if c.Counts != nil {
 				e := g.entries[tg]
-				if e == nil || e.u.admitted != c.Counts.Admitted || e.u.shed != c.Counts.Shed {
-					t.Fatalf("counts %+v, want admitted %d shed %d", e, c.Counts.Admitted, c.Counts.Shed)
+				if e == nil || e.u.admitted != c.Counts.Admitted || e.u.shed != c.Counts.Shed || e.u.parkChecks != c.Counts.Parked {
+					t.Fatalf("counts %+v, want admitted %d shed %d parked %d", e, c.Counts.Admitted, c.Counts.Shed, c.Counts.Parked)
 				}
 			}
 		})

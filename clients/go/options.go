@@ -42,6 +42,7 @@ type config struct {
 	clientID      string
 	fleetGate     bool
 	gateGrace     time.Duration
+	parkLimit     time.Duration // 0: DefaultParkLimit; negative: parking off
 
 	// Authentication and TLS (auth.go); the *Set fields say an option gave
 	// the value, else Dial reads the environment.
@@ -181,12 +182,25 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // once a second. Off, first attempts always go and no stream is opened.
 func WithFleetGate(on bool) Option { return func(c *config) { c.fleetGate = on } }
 
+// WithParkLimit bounds how long a call without a deadline may wait parked
+// in the fleet gate (default DefaultParkLimit, 2 minutes); a call with a
+// deadline parks until the deadline can no longer be met. d ≤ 0 turns
+// parking off: a call the fleet would park stops (or falls back) at once.
+func WithParkLimit(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			d = -1
+		}
+		c.parkLimit = d
+	}
+}
+
 // WithGateGrace sets how long the gate keeps an assignment past its time
 // to live when policyd stops refreshing it (default DefaultGateGrace,
-// 10 s); after that the gate admits first attempts while the process's
-// own budget for the target allows (gRPC A6's throttling: 10 tokens, a
-// failure takes 1, a success gives 0.1, time 0.1 a second, admitted above
-// 5).
+// 10 s); after that every first attempt goes, and the process's own
+// budget for the target limits only the fail-open policy's retries (gRPC
+// A6's throttling: 10 tokens, a failure takes 1, a success gives 0.1, time
+// 0.1 a second, retries above 5).
 func WithGateGrace(d time.Duration) Option {
 	return func(c *config) {
 		if d >= 0 {

@@ -34,9 +34,9 @@ type Gate struct {
 	// would park is not admitted at once, as before parking).
 	ParkLimit time.Duration
 
-	// Admitted and Shed count first attempts; OwnAdmitted those the
-	// process's own budget admitted (policyd unreachable); Parked the
-	// checks that parked a call (a parked call's re-checks included).
+	// Admitted and Shed count first attempts; OwnAdmitted those admitted
+	// past an expired assignment (policyd unreachable); Parked the checks
+	// that parked a call (a parked call's re-checks included).
 	Admitted, Shed, OwnAdmitted, Parked int64
 }
 
@@ -153,6 +153,15 @@ func (g *Gate) refill(now time.Time) {
 	if now.After(g.tokensAt) {
 		g.tokensAt = now
 	}
+}
+
+// AllowRetry says whether a retry the client decided without policyd (its
+// fail-open policy) may be sent: the process's own budget for the target
+// has more than half its tokens (gRPC A6's retry throttling). It takes
+// nothing; Record counts the attempt's outcome.
+func (g *Gate) AllowRetry(now time.Time) bool {
+	g.refill(now)
+	return g.tokens > ownThreshold
 }
 
 // Check gates a first attempt: deadline is the time left before the
@@ -287,18 +296,10 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resume
 	}
 	age := now.Sub(g.receivedAt)
 	if age >= a.TTL+Grace {
-		if resumed && g.tokens <= ownThreshold {
-			// policyd is away and cannot wake it: the process's own budget
-			// lets parked calls go as it lets first attempts go.
-			return Verdict{Action: Park, StopReason: policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED,
-				Reason: "waiting for the fleet: policyd is unreachable and this process's own budget for " + g.Target + " is spent"}
-		}
-		if g.tokens > ownThreshold {
-			g.OwnAdmitted++
-			return Verdict{}
-		}
-		return Verdict{Action: Stop, StopReason: policydv1.StopReason_STOP_REASON_RETRY_BUDGET_EXHAUSTED,
-			Reason: "policyd is unreachable and this process's own budget for the target is spent"}
+		// policyd away never stops an agent: the process's own budget
+		// limits its retries (AllowRetry), never its first attempts.
+		g.OwnAdmitted++
+		return Verdict{}
 	}
 	switch {
 	case a.Stop > age:

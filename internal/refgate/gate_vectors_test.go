@@ -29,8 +29,9 @@ type gateVectors struct {
 				Fallback      *vectorFallback `json:"fallback"`
 				ParkHintMs    int64           `json:"park_hint_ms"`
 			} `json:"assign"`
-			Abandon bool   `json:"abandon"`
-			Outcome string `json:"outcome"`
+			Abandon bool      `json:"abandon"`
+			Retry   *struct{} `json:"retry"`
+			Outcome string    `json:"outcome"`
 			Gate    *struct {
 				DeadlineMs  *int64  `json:"deadline_ms"`
 				CanFallBack bool    `json:"can_fall_back"`
@@ -50,11 +51,23 @@ type gateVectors struct {
 				Fallback   *vectorFallback `json:"fallback"`
 				WaitedMs   *int64          `json:"waited_ms"`
 				Reason     string          `json:"reason"`
+				Text       string          `json:"text"`
+				Fleet      *struct {
+					Breaker         string `json:"breaker"`
+					Stopped         bool   `json:"stopped"`
+					HoldRemainingMs int64  `json:"hold_remaining_ms"`
+					OpenRemainingMs int64  `json:"open_remaining_ms"`
+					Reason          string `json:"reason"`
+				} `json:"fleet"`
 			} `json:"want"`
 		} `json:"steps"`
 		Requires string                                  `json:"requires"`
 		Counts   *struct{ Admitted, Shed, Parked int64 } `json:"counts"`
 	} `json:"cases"`
+	Target struct {
+		Provider string `json:"provider"`
+		Model    string `json:"model"`
+	} `json:"target"`
 }
 
 type vectorFallback struct {
@@ -88,8 +101,13 @@ func TestGateVectors(t *testing.T) {
 	}
 	breakers := map[string]fleet.BreakerState{"CLOSED": fleet.Closed, "OPEN": fleet.Open, "HALF_OPEN": fleet.HalfOpen}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	target := v.Target.Provider + "/" + v.Target.Model
+	breakerNames := map[fleet.BreakerState]string{fleet.Closed: "CLOSED", fleet.Open: "OPEN", fleet.HalfOpen: "HALF_OPEN"}
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
+			if c.Requires != "" && c.Requires != "park" {
+				t.Skipf("requires %s", c.Requires)
+			}
 			g := New()
 			g.Target = "openai/gpt-4o"
 			parked := map[string]*Parked{}
@@ -109,6 +127,14 @@ func TestGateVectors(t *testing.T) {
 					g.Assign(now, nil)
 				case s.Outcome != "":
 					g.Record(now, s.Outcome == "success")
+				case s.Retry != nil:
+					want := s.Want.Action == "admit"
+					if got := g.AllowRetry(now); got != want {
+						t.Fatalf("step %d at %dms: retry allowed %v, want %v", i, s.AtMs, got, want)
+					}
+					if !want && s.Want.Text != BudgetText(target) {
+						t.Fatalf("step %d: text %q, want %q", i, BudgetText(target), s.Want.Text)
+					}
 				case s.Gate != nil, s.Resume != nil:
 					var got Verdict
 					if s.Gate != nil {
@@ -139,7 +165,7 @@ func TestGateVectors(t *testing.T) {
 						t.Fatalf("step %d at %dms: got %s wait %v probe %v (%s), want %s wait %dms probe %v",
 							i, s.AtMs, gateActionNames[got.Action], got.Wait, got.Probe, got.Reason, w.Action, w.WaitMs, w.Probe)
 					}
-					if (w.Action == "stop" || w.Action == "park") && enums.Short(got.StopReason) != w.StopReason {
+					if (w.Action == "stop" || w.Action == "park" || w.Action == "fall_back") && w.StopReason != "" && enums.Short(got.StopReason) != w.StopReason {
 						t.Fatalf("step %d: stop reason %s, want %s", i, enums.Short(got.StopReason), w.StopReason)
 					}
 					if w.Action == "fall_back" && !equalFallback(got.Fallback, w.Fallback.proto(t)) {
@@ -150,6 +176,16 @@ func TestGateVectors(t *testing.T) {
 					}
 					if w.Reason != "" && got.Reason != w.Reason {
 						t.Fatalf("step %d: reason %q, want %q", i, got.Reason, w.Reason)
+					}
+					if w.Text != "" || w.Fleet != nil {
+						if text := g.Text(now, target, got); text != w.Text {
+							t.Fatalf("step %d: text %q, want %q", i, text, w.Text)
+						}
+						f, wf := g.Fields(now, got), w.Fleet
+						if wf == nil || breakerNames[f.Breaker] != wf.Breaker || f.Stopped != wf.Stopped || f.HoldRemaining != ms(wf.HoldRemainingMs) ||
+							f.OpenRemaining != ms(wf.OpenRemainingMs) || f.Reason != wf.Reason {
+							t.Fatalf("step %d: fleet %+v, want %+v", i, f, wf)
+						}
 					}
 				default:
 					t.Fatalf("step %d does nothing", i)

@@ -57,7 +57,7 @@ def test_a_revoked_key_stops_the_fleet_on_that_key_only(fleet_daemon: Daemon, se
     no_sleep = lambda s: None  # noqa: E731
 
     # One agent's 401: the key id and the client id reach the daemon's auth bucket.
-    with Client(fleet_daemon.addr, timeout=10, client_id="py-agent-1", sleep=no_sleep) as first:
+    with Client(fleet_daemon.addr, park_limit=0, timeout=10, client_id="py-agent-1", sleep=no_sleep) as first:
         with pytest.raises(RetryStopped):
             chat(first, revoked, "revoked")
     (auth,) = [b for b in buckets(fleet_daemon.addr) if b.scope == "auth" and b.key_id == "revoked"]
@@ -67,7 +67,7 @@ def test_a_revoked_key_stops_the_fleet_on_that_key_only(fleet_daemon: Daemon, se
     # Another agent on the same key: its fleet gate does not even send the call (the key's
     # assignment arrives with its first call)...
     flaky = server.script("/v1/flaky", Reply(504, body="gateway timeout"), Reply(200, body="ok"))
-    with Client(fleet_daemon.addr, timeout=10, sleep=no_sleep) as gated:
+    with Client(fleet_daemon.addr, park_limit=0, timeout=10, sleep=no_sleep) as gated:
         with pytest.raises(RetryStopped) as info:
             chat(gated, flaky, "revoked")
         d = info.value.decision
@@ -75,7 +75,7 @@ def test_a_revoked_key_stops_the_fleet_on_that_key_only(fleet_daemon: Daemon, se
         assert d is not None and d.stop_reason == "FLEET_STOP" and d.source == "fleet-gate"
 
     # ... and without the gate, a retryable 504 stops at once, by NextDelay's fleet memory.
-    with Client(fleet_daemon.addr, timeout=10, sleep=no_sleep, fleet_gate=False) as second:
+    with Client(fleet_daemon.addr, park_limit=0, timeout=10, sleep=no_sleep, fleet_gate=False) as second:
         with pytest.raises(RetryStopped) as info:
             chat(second, flaky, "revoked")
         d = info.value.decision
@@ -99,7 +99,7 @@ def test_the_fallback_function_gets_the_chains_target(fleet_daemon: Daemon, serv
         hints.append(hint)
         return "from claude"
 
-    with Client(fleet_daemon.addr, timeout=10) as c:
+    with Client(fleet_daemon.addr, park_limit=0, timeout=10) as c:
         got = c.call(lambda: post(url), provider="openai", model="gpt-4o", key_id="fallback-test", operation="chat",
                      fallback=fallback)  # fmt: skip
     assert got == "from claude"
@@ -126,9 +126,9 @@ def test_key_id_is_clipped_and_fleet_is_none_when_the_daemon_says_nothing(client
 def test_client_id_default_and_option(client: Client) -> None:
     host = re.escape(socket.gethostname())
     assert re.fullmatch(rf"{host}/{os.getpid()}/[0-9a-f]{{8}}", client.client_id)
-    with Client(client.addr) as other:
+    with Client(client.addr, park_limit=0) as other:
         assert other.client_id != client.client_id  # each client its own: breakers count clients
-    with Client(client.addr, client_id="x" * 200) as named:
+    with Client(client.addr, park_limit=0, client_id="x" * 200) as named:
         assert named.client_id == "x" * 128
 
 

@@ -21,6 +21,7 @@ from policyd_client import (
     SOURCE_FLEET_GATE,
     AsyncClient,
     Client,
+    FailOpenPolicy,
     FallbackHint,
     FleetGateError,
     RetryStopped,
@@ -110,7 +111,7 @@ class Op:
 
 def test_admits_without_an_assignment_and_reports_to_the_daemon(fleet: Daemon) -> None:
     op = Op()
-    with Client(fleet.addr, timeout=10) as c:
+    with Client(fleet.addr, park_limit=0, timeout=10) as c:
         for _ in range(3):
             assert c.call(op, provider="openai", model="py-report", key_id="k-report") == "sent"
         assert len(op.at) == 3  # no assignment yet: admitted, nothing waited for the stream
@@ -131,7 +132,7 @@ def test_an_open_breaker_stops_the_first_attempt_without_an_rpc(fleet: Daemon) -
     interceptor = CountingInterceptor()
     channel = grpc.intercept_channel(grpc.insecure_channel(fleet.addr), interceptor)
     op = Op()
-    with Client(fleet.addr, timeout=10, channel=channel) as c:
+    with Client(fleet.addr, park_limit=0, timeout=10, channel=channel) as c:
         c.call(op, provider="openai", model="py-breaker")  # subscribes the target
         wait_for("the first assignment", lambda: assignment(c, "py-breaker") is not None)
         open_breaker(fleet.addr, "py-breaker")
@@ -164,7 +165,7 @@ def test_the_fallback_function_gets_the_assignments_fallback(fleet: Daemon) -> N
         hints.append(h)
         return f"from {h.model}"
 
-    with Client(fleet.addr, timeout=10) as c:
+    with Client(fleet.addr, park_limit=0, timeout=10) as c:
         c.call(op, provider="openai", model="gpt-4o", key_id="k-fb")
         wait_for("the first assignment", lambda: assignment(c, "gpt-4o", "k-fb") is not None)
         open_breaker(fleet.addr, "gpt-4o")
@@ -189,7 +190,7 @@ def test_a_targets_first_call_waits_briefly_for_its_assignment(fleet: Daemon) ->
     # A short-lived process (a CLI run) is gated too: the breaker is open before the client exists.
     open_breaker(fleet.addr, "py-cli")
     op = Op()
-    with Client(fleet.addr, timeout=10) as c:
+    with Client(fleet.addr, park_limit=0, timeout=10) as c:
         start = time.monotonic()
         with pytest.raises(RetryStopped) as info:
             c.call(op, provider="openai", model="py-cli")
@@ -198,7 +199,7 @@ def test_a_targets_first_call_waits_briefly_for_its_assignment(fleet: Daemon) ->
         assert op.at == []
 
     async def main() -> None:
-        async with AsyncClient(fleet.addr, timeout=10) as c:
+        async with AsyncClient(fleet.addr, park_limit=0, timeout=10) as c:
             with pytest.raises(RetryStopped) as info:
                 await c.call(op.aio, provider="openai", model="py-cli")
             assert info.value.decision is not None and info.value.decision.stop_reason == "CIRCUIT_OPEN"
@@ -209,7 +210,7 @@ def test_a_targets_first_call_waits_briefly_for_its_assignment(fleet: Daemon) ->
 
 def test_a_hold_delays_the_first_attempt(fleet: Daemon) -> None:
     op = Op()
-    with Client(fleet.addr, timeout=10) as c:
+    with Client(fleet.addr, park_limit=0, timeout=10) as c:
         c.call(op, provider="openai", model="py-hold", key_id="k-hold")
         wait_for("the first assignment", lambda: assignment(c, "py-hold", "k-hold") is not None)
         # Another agent's 429 with Retry-After: 2 holds the key's rate-limit bucket.
@@ -241,7 +242,7 @@ def test_a_daemon_that_is_down_or_hung_blocks_nothing(down: str) -> None:
     addr = hole.addr if hole else closed_port_addr()
     op = Op()
     try:
-        c = Client(addr, timeout=0.5)
+        c = Client(addr, park_limit=0, timeout=0.5)
         start = time.monotonic()
         for i in range(20):
             assert c.call(op, provider="openai", model=f"py-down-{i % 2}") == "sent"
@@ -258,11 +259,11 @@ def test_a_daemon_that_is_down_or_hung_blocks_nothing(down: str) -> None:
             hole.close()
 
 
-def test_an_expired_assignment_is_kept_for_the_grace_then_the_own_budget_admits(binary: str, tmp_path: Path) -> None:
+def test_an_expired_assignment_is_kept_for_the_grace_then_first_attempts_go(binary: str, tmp_path: Path) -> None:
     d = start_daemon(binary, tmp_path, SHORT_TTL_POLICY)
     op = Op()
     try:
-        with Client(d.addr, timeout=1, fleet_grace=1.0) as c:
+        with Client(d.addr, park_limit=0, timeout=1, fleet_grace=1.0) as c:
             c.call(op, provider="openai", model="py-expiry")
             wait_for("the first assignment", lambda: assignment(c, "py-expiry") is not None)
             open_breaker(d.addr, "py-expiry")
@@ -277,7 +278,7 @@ def test_an_expired_assignment_is_kept_for_the_grace_then_the_own_budget_admits(
             assert info.value.decision is not None and info.value.decision.stop_reason == "CIRCUIT_OPEN"
             assert len(op.at) == 1
 
-            # Then the process's own budget (full: no failures) admits.
+            # Then every first attempt goes: policyd away never stops an agent.
             while len(op.at) == 1:
                 assert time.monotonic() - killed < 3, "still stopped 3 s after the daemon died"
                 try:
@@ -290,10 +291,125 @@ def test_an_expired_assignment_is_kept_for_the_grace_then_the_own_budget_admits(
         d.stop()
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_policyd_restarted_on_its_address_stops_no_call_and_the_stream_is_back_within_2s(
+    binary: str, tmp_path: Path, kind: str
+) -> None:
+    """policyd killed for a while and restarted on the same address, while a provider fails every
+    call's first attempt: no first attempt is refused by the gate, and the stream is back (the
+    daemon counts the client as streaming) within 2 s of the restart."""
+    model = f"py-restart-{kind}"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(SHORT_TTL_POLICY)
+    d = Daemon(binary, args=("--fleet", "on", "--policy", str(policy)))
+    addr = d.addr
+    refused: list[str] = []
+    budget_stops = 0
+    calls = 0
+    attempts = 0
+
+    def provider() -> Callable[[], str]:
+        first = True
+
+        def op() -> str:
+            nonlocal first, attempts
+            attempts += 1
+            if first:
+                first = False
+                raise ConnectionResetError("the provider drops every call's first attempt")
+            return "ok"
+
+        return op
+
+    def outcome(err: RetryStopped | None) -> None:
+        nonlocal calls, budget_stops
+        calls += 1
+        if err is None:
+            return
+        assert err.decision is not None
+        if err.decision.source == SOURCE_FLEET_GATE:
+            refused.append(err.decision.stop_text)
+        elif err.decision.stop_reason == "RETRY_BUDGET_EXHAUSTED":
+            budget_stops += 1
+
+    def streaming() -> bool:
+        try:
+            return any(b.streaming_clients >= 1 for b in buckets(addr, model).values())
+        except grpc.RpcError:
+            return False
+
+    async def run_async(until: Callable[[], bool], c: AsyncClient) -> None:
+        while not until():
+            try:
+                await c.call(provider(), provider="openai", model=model, operation="chat")
+                outcome(None)
+            except RetryStopped as e:
+                outcome(e)
+            await asyncio.sleep(0.05)
+
+    def run_sync(until: Callable[[], bool], c: Client) -> None:
+        while not until():
+            try:
+                c.call(provider(), provider="openai", model=model, operation="chat")
+                outcome(None)
+            except RetryStopped as e:
+                outcome(e)
+            time.sleep(0.05)
+
+    d2: Daemon | None = None
+    sleeps: list[float] = []
+    try:
+
+        def phases(run: Callable[[Callable[[], bool]], object]) -> float:
+            nonlocal d2
+            run(streaming)  # subscribed: the daemon counts the stream
+            d.proc.kill()
+            d.proc.wait()
+            killed = time.monotonic()
+            run(lambda: time.monotonic() - killed > 4)  # away past ttl (1 s) + grace (1 s)
+            d2 = Daemon(binary, args=("--fleet", "on", "--policy", str(policy), "--listen", addr))
+            back = time.monotonic()
+            run(lambda: streaming() or time.monotonic() - back > 15)
+            return time.monotonic() - back
+
+        # The reconnect backoff's draws near their top (1, 2, 4 s...): the stream is back within 2 s
+        # only because a call that gets through ends the backoff. The calls' own sleeps are recorded.
+        late = FailOpenPolicy(random=lambda: 0.99)
+        if kind == "sync":
+            with Client(addr, park_limit=0, timeout=0.5, fleet_grace=1.0, sleep=sleeps.append, fail_open=late) as c:
+                took = phases(lambda until: run_sync(until, c))
+        else:
+
+            async def main() -> float:
+                async def no_sleep(s: float) -> None:
+                    sleeps.append(s)
+
+                async with AsyncClient(
+                    addr, park_limit=0, timeout=0.5, fleet_grace=1.0, sleep=no_sleep, fail_open=late
+                ) as c:
+                    loop = asyncio.get_running_loop()
+                    return await loop.run_in_executor(
+                        None,
+                        lambda: phases(
+                            lambda until: asyncio.run_coroutine_threadsafe(run_async(until, c), loop).result()
+                        ),
+                    )
+
+            took = asyncio.run(main())
+        print(f"{kind}: {calls} calls, {attempts} attempts, {budget_stops} retries refused by the own budget; "
+              f"stream back {took:.2f} s after the restart")  # fmt: skip
+        assert refused == [], "first attempts refused by the gate while policyd was away"
+        assert took <= 2.0, f"the stream was back {took:.2f} s after policyd; want within 2 s"
+    finally:
+        d.stop()
+        if d2 is not None:
+            d2.stop()
+
+
 def test_fleet_off_stops_the_stream_and_logs_once(daemon: Daemon, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="policyd_client")
     op = Op()
-    with Client(daemon.addr, timeout=10) as c:  # the session daemon runs --fleet off
+    with Client(daemon.addr, park_limit=0, timeout=10) as c:  # the session daemon runs --fleet off
         c.call(op, provider="openai", model="py-off")
         assert c._fleet is not None and c._stream is not None
         wait_for("the stream to give up", lambda: c._fleet is not None and c._fleet.disabled)
@@ -310,10 +426,10 @@ def test_fleet_off_stops_the_stream_and_logs_once(daemon: Daemon, caplog: pytest
 def test_the_stream_sends_the_token(auth_daemon: Daemon, caplog: pytest.LogCaptureFixture) -> None:
     # auth_daemon runs --fleet off: past authentication, the stream gets FAILED_PRECONDITION.
     caplog.set_level(logging.INFO, logger="policyd_client")
-    with Client(auth_daemon.addr, timeout=10, token=TOKEN) as c:
+    with Client(auth_daemon.addr, park_limit=0, timeout=10, token=TOKEN) as c:
         c.call(Op(), provider="openai", model="py-token")
         wait_for("FAILED_PRECONDITION, past authentication", lambda: c._fleet is not None and c._fleet.disabled)
-    with Client(auth_daemon.addr, timeout=10, token=WRONG_TOKEN) as c:
+    with Client(auth_daemon.addr, park_limit=0, timeout=10, token=WRONG_TOKEN) as c:
         c.call(Op(), provider="openai", model="py-token")
         wait_for("the refusal's warning", lambda: [r for r in caplog.records if "UNAUTHENTICATED" in r.getMessage()])
         assert c._fleet is not None and not c._fleet.disabled
@@ -323,7 +439,10 @@ def test_the_stream_sends_the_token(auth_daemon: Daemon, caplog: pytest.LogCaptu
 
 def test_the_gate_can_be_turned_off(fleet: Daemon) -> None:
     op = Op()
-    with Client(fleet.addr, timeout=10) as gated, Client(fleet.addr, timeout=10, fleet_gate=False) as ungated:
+    with (
+        Client(fleet.addr, park_limit=0, timeout=10) as gated,
+        Client(fleet.addr, park_limit=0, timeout=10, fleet_gate=False) as ungated,
+    ):
         gated.call(op, provider="openai", model="py-gate-off")
         wait_for("the first assignment", lambda: assignment(gated, "py-gate-off") is not None)
         open_breaker(fleet.addr, "py-gate-off")
@@ -338,7 +457,7 @@ def test_the_gate_can_be_turned_off(fleet: Daemon) -> None:
 def test_rate_limit_headers_reach_the_daemon(fleet: Daemon, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="policyd_client")
     op = Op()
-    with Client(fleet.addr, timeout=10) as c:
+    with Client(fleet.addr, park_limit=0, timeout=10) as c:
         c.call(op, provider="openai", model="py-rl", key_id="k-rl")
         c.observe_rate_limits(
             {"X-RateLimit-Limit-Requests": "600", "x-ratelimit-remaining-requests": "599", "content-type": "json"},
@@ -356,7 +475,7 @@ def test_rate_limit_headers_reach_the_daemon(fleet: Daemon, caplog: pytest.LogCa
 def test_bad_input_never_breaks_a_call_or_the_stream(fleet: Daemon, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="policyd_client")
     op = Op()
-    with Client(fleet.addr, timeout=10) as c:
+    with Client(fleet.addr, park_limit=0, timeout=10) as c:
         many = {f"x-ratelimit-h{i}": str(i) for i in range(40)}
         odd: dict[object, object] = {
             "x-ratelimit-": "no name",
@@ -393,7 +512,7 @@ def test_async_open_breaker_stops_and_close_ends_the_task(fleet: Daemon) -> None
             await asyncio.sleep(0.02)
 
     async def main() -> None:
-        async with AsyncClient(fleet.addr, timeout=10) as c:
+        async with AsyncClient(fleet.addr, park_limit=0, timeout=10) as c:
             await c.call(op.aio, provider="openai", model="py-async")
             await until("the first assignment", lambda: assignment(c, "py-async") is not None)
             await asyncio.to_thread(open_breaker, fleet.addr, "py-async")
@@ -427,7 +546,7 @@ def test_async_daemon_down_blocks_nothing(down: str) -> None:
     op = Op()
 
     async def main() -> None:
-        async with AsyncClient(addr, timeout=0.5) as c:
+        async with AsyncClient(addr, park_limit=0, timeout=0.5) as c:
             start = time.monotonic()
             for _ in range(20):
                 assert await c.call(op.aio, provider="openai", model="py-down") == "sent"
@@ -456,7 +575,7 @@ def test_async_hold_waits_with_the_clients_sleep(fleet: Daemon) -> None:
     op = Op()
 
     async def main() -> None:
-        async with AsyncClient(fleet.addr, timeout=10, sleep=sleep) as c:
+        async with AsyncClient(fleet.addr, park_limit=0, timeout=10, sleep=sleep) as c:
             await c.call(op.aio, provider="openai", model="py-hold-async", key_id="k-ha")
             t = Target("openai", "py-hold-async", "k-ha")
             while c._fleet is None or c._fleet.assignment(t) is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,27 +14,28 @@ from harness import closed_port_addr
 
 from policyd_client import (
     SOURCE_FLEET_GATE,
+    Action,
     AsyncClient,
     Client,
     FailOpenPolicy,
     FallbackHint,
     FleetGateError,
     RetryCancelled,
+    RetryEvent,
     RetryStopped,
     policy_pb2,
 )
 from policyd_client._fleet import (
     MAX_TARGETS,
-    Backoff,
     FleetTable,
     Target,
     assignment_of,
     rate_limit_headers,
-    report_interval,
     target_of,
 )
 from policyd_client._gate import GateAction
 from policyd_client._gen.policyd.v1 import fleet_pb2 as fpb
+from policyd_client._stream import Backoff, report_interval
 
 T = Target("openai", "gpt-4o", "k1")
 
@@ -121,7 +123,7 @@ def test_assignments_gate_and_abandon_forgets() -> None:
     table.check(T, None, False, 0.5)
     table.reports()
     assign(table, breaker=policy_pb2.BREAKER_STATE_OPEN, reason="breaker open: 24 failures")
-    v = table.check(T, None, False, 0.5)
+    v = table.check(T, None, False, 0.5, 0)  # parking off
     assert (v.action, v.stop_reason, v.reason) == (GateAction.STOP, "CIRCUIT_OPEN", "breaker open: 24 failures")
     assert usage_of(table.reports())[T].shed == 1
 
@@ -241,7 +243,7 @@ def test_targets_are_what_the_daemon_accepts() -> None:
     t = target_of("openai\udcff", "m" * 10_000, "k" * 500)
     assert t is not None
     assert t.provider == "openai?" and len(t.model) == 8 << 10 and len(t.key_id) == 128
-    assert str(Target("openai", "gpt-4o", "k1")) == "openai/gpt-4o (key k1)"
+    assert str(Target("openai", "gpt-4o", "k1")) == "openai/gpt-4o@k1"
 
 
 def test_backoff_doubles_from_1s_to_30s_with_full_jitter() -> None:
@@ -273,7 +275,7 @@ class Env:
             self.slept.append(s)
             self.clock.now += s
 
-        self.client = Client(closed_port_addr(), timeout=0.2, clock=self.clock, sleep=sleep, fail_open=fail_open,
+        self.client = Client(closed_port_addr(), park_limit=0, timeout=0.2, clock=self.clock, sleep=sleep, fail_open=fail_open,
                              **options)  # type: ignore[arg-type]  # fmt: skip
         assert self.client._stream is not None and self.client._fleet is not None
         self.client._stream.close()
@@ -291,6 +293,83 @@ class Env:
 def env() -> Iterator[Env]:
     e = Env()
     yield e
+    e.client.close()
+
+
+def test_a_first_attempt_parks_behind_an_open_breaker_until_it_closes_or_is_cancelled() -> None:
+    events: list[RetryEvent] = []
+    e = Env(on_retry=events.append)
+    e.client.park_limit = None  # the default: parking on (120 s without a deadline)
+    assign(e.table, breaker=policy_pb2.BREAKER_STATE_OPEN, reason="breaker open: 3 failures")
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(e.call()))
+    t.start()
+    deadline = time.monotonic() + 5
+    while not events and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert events and events[0].attempt == 0 and events[0].decision.parked
+    assert events[0].decision.stop_text == "waiting for the fleet: breaker open on openai/gpt-4o@k1"
+    assert e.sent == 0, "no attempt while parked"
+    assign(e.table, breaker=policy_pb2.BREAKER_STATE_CLOSED)
+    t.join(5)
+    assert got == ["sent"] and e.sent == 1
+    assert len(events) == 2 and events[1].decision.parked and events[1].decision.action is Action.RETRY
+
+    assign(e.table, breaker=policy_pb2.BREAKER_STATE_OPEN)
+    errors: list[BaseException] = []
+
+    def cancelled() -> None:
+        try:
+            e.call(cancel=e.cancel)
+        except RetryCancelled as err:
+            errors.append(err)
+
+    t = threading.Thread(target=cancelled)
+    t.start()
+    while len(events) < 3 and time.monotonic() < deadline + 5:
+        time.sleep(0.01)
+    e.cancel.set()
+    t.join(5)
+    assert len(errors) == 1 and e.sent == 1
+    e.client.close()
+
+
+def test_a_retry_meets_the_gate_too() -> None:
+    events: list[RetryEvent] = []
+    e = Env(on_retry=events.append)
+    e.draw = 0.0  # fail-open delays of 0
+
+    def flaky() -> str:
+        e.sent += 1
+        if e.sent == 1:
+            assign(e.table, breaker=policy_pb2.BREAKER_STATE_OPEN, reason="breaker open")  # while it ran
+            raise ConnectionResetError()
+        return "sent"
+
+    # Parking off: the retry the fail-open policy allowed stops at the open breaker, not sent.
+    with pytest.raises(RetryStopped) as info:
+        e.client.call(flaky, provider="openai", model="gpt-4o", key_id="k1", operation="chat")
+    assert e.sent == 1 and info.value.attempts == 1
+    assert info.value.decision is not None and info.value.decision.stop_reason == "CIRCUIT_OPEN"
+
+    # Parking on: it waits for the breaker to close, then goes.
+    e.client.park_limit = None
+    e.sent = 0
+    assign(e.table, breaker=policy_pb2.BREAKER_STATE_CLOSED)
+    got: list[str] = []
+    t = threading.Thread(
+        target=lambda: got.append(
+            e.client.call(flaky, provider="openai", model="gpt-4o", key_id="k1", operation="chat")
+        )
+    )
+    t.start()
+    deadline = time.monotonic() + 5
+    while not any(ev.decision.parked for ev in events) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert e.sent == 1, "the retry is parked, not sent"
+    assign(e.table, breaker=policy_pb2.BREAKER_STATE_CLOSED)
+    t.join(5)
+    assert got == ["sent"] and e.sent == 2
     e.client.close()
 
 
@@ -334,7 +413,7 @@ def test_a_fleet_stop_falls_back_or_stops(env: Env) -> None:
     assert isinstance(h.error, FleetGateError) and h.error.stop_reason == "FLEET_STOP"
     with pytest.raises(RetryStopped) as info:
         env.call()
-    assert "the fleet has stopped calls on openai/gpt-4o (key k1) (invalid API key)" in str(info.value)
+    assert "the fleet stopped calls to openai/gpt-4o@k1 for another 60.0 s: invalid API key" in str(info.value)
     env.clock.now += 60
     assert env.call() == "sent"
 
@@ -388,21 +467,28 @@ def test_attempts_are_counted_for_the_report() -> None:
     e.client.close()
 
 
-def test_the_own_budget_decides_after_the_grace() -> None:
+def test_policyd_away_limits_retries_never_first_attempts() -> None:
     e = Env(fleet_grace=2.0)
-    assign(e.table, ttl=1)
+    e.draw = 0.0  # fail-open delays of 0
+    assign(e.table, ttl=1, breaker=policy_pb2.BREAKER_STATE_OPEN)
     for _ in range(6):
         e.table.record(T, False)  # 10 - 6 = 4 tokens
-    e.clock.now += 2.9  # within ttl + grace: the (closed) assignment admits
+    with pytest.raises(RetryStopped):
+        e.call()  # within ttl + grace: the open breaker stops
+    e.clock.now += 3.1  # past it: every first attempt goes, whatever the budget
     assert e.call() == "sent"
-    e.clock.now += 0.2  # past it: 4.31 tokens, not above 5
+
+    def failing() -> str:
+        e.sent += 1
+        raise ConnectionResetError()
+
     with pytest.raises(RetryStopped) as info:
-        e.call()
-    assert info.value.decision is not None and info.value.decision.stop_reason == "RETRY_BUDGET_EXHAUSTED"
-    assert "policyd is unreachable" in str(info.value)
-    e.clock.now += 7  # 5.01 tokens
-    assert e.call() == "sent"
-    assert e.sent == 2
+        e.client.call(failing, provider="openai", model="gpt-4o", key_id="k1", operation="chat")
+    assert e.sent == 2  # its first attempt was sent, its retry was not: the budget (4.3 tokens) is spent
+    d = info.value.decision
+    assert d is not None and d.stop_reason == "RETRY_BUDGET_EXHAUSTED"
+    assert d.fleet is not None and d.fleet.budget_exhausted
+    assert "own retry budget for openai/gpt-4o@k1 is spent" in str(info.value)
     e.client.close()
 
 
@@ -424,7 +510,7 @@ def test_async_hold_and_stop() -> None:
         return "sent"
 
     async def main() -> None:
-        async with AsyncClient(closed_port_addr(), clock=clock, sleep=sleep, fleet_grace=0) as c:
+        async with AsyncClient(closed_port_addr(), park_limit=0, clock=clock, sleep=sleep, fleet_grace=0) as c:
             assert c._fleet is not None
             table = c._fleet
             assign(table, hold=2)
@@ -435,7 +521,7 @@ def test_async_hold_and_stop() -> None:
             with pytest.raises(RetryStopped) as info:
                 await c.call(op, provider="openai", model="gpt-4o", key_id="k1")
             assert info.value.decision is not None and info.value.decision.stop_reason == "CIRCUIT_OPEN"
-            clock.now += 1  # ttl + grace (0) over: the own budget (full) admits
+            clock.now += 1  # ttl + grace (0) over: policyd away never stops a first attempt
             assert await c.call(op, provider="openai", model="gpt-4o", key_id="k1") == "sent"
 
     asyncio.run(main())

@@ -9,10 +9,14 @@ from typing import Any
 
 import pytest
 
-from policyd_client._gate import Fallback, Gate, GateAssignment
+from policyd_client._fleet import Target
+from policyd_client._gate import Fallback, Gate, GateAssignment, Parked
+from policyd_client._texts import budget_text, gate_decision
 
 TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
-CASES: list[dict[str, Any]] = json.loads((TESTDATA / "gate.json").read_text())["cases"]
+VECTORS: dict[str, Any] = json.loads((TESTDATA / "gate.json").read_text())
+CASES: list[dict[str, Any]] = VECTORS["cases"]
+TARGET = Target(VECTORS["target"]["provider"], VECTORS["target"]["model"], VECTORS["target"]["key_id"])
 
 
 def fallback(f: dict[str, Any] | None) -> Fallback | None:
@@ -28,9 +32,10 @@ def test_the_cases_are_there() -> None:
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c["id"]) for c in CASES])
 def test_gate_vector(case: dict[str, Any]) -> None:
-    if case.get("requires") == "park":
-        pytest.skip("parking (docs/clients.md, 'Parking') is not implemented by this gate yet")
-    g = Gate()
+    if case.get("requires") not in (None, "park"):
+        pytest.skip(f"requires {case['requires']}")
+    g = Gate(target=str(TARGET))
+    parked: dict[str, Parked] = {}
     for i, step in enumerate(case["steps"]):
         now = step["at_ms"] / 1000
         where = f"step {i} at {step['at_ms']}ms"
@@ -48,6 +53,7 @@ def test_gate_vector(case: dict[str, Any]) -> None:
                     probe_permits=a["probe_permits"],
                     reason=a["reason"],
                     fallback=fallback(a["fallback"]),
+                    park_hint=a.get("park_hint_ms", 0) / 1000,
                 ),
             )
         elif step.get("abandon"):
@@ -55,19 +61,51 @@ def test_gate_vector(case: dict[str, Any]) -> None:
         elif "outcome" in step:
             assert step["outcome"] in ("success", "failure"), where
             g.record(now, step["outcome"] == "success")
-        elif "gate" in step:
-            gate, want = step["gate"], step["want"]
-            deadline = gate.get("deadline_ms")
-            got = g.check(now, None if deadline is None else deadline / 1000, gate["can_fall_back"], gate["draw"])
+        elif "retry" in step:
+            want = step["want"]
+            assert g.allow_retry(now) == (want["action"] == "admit"), where
+            if want["action"] == "stop":
+                assert budget_text(TARGET) == want["text"], where
+        elif "gate" in step or "resume" in step:
+            want = step["want"]
+            if "gate" in step:
+                gate = step["gate"]
+                deadline = gate.get("deadline_ms")
+                limit = gate.get("max_park_ms")
+                got = g.check(
+                    now,
+                    None if deadline is None else deadline / 1000,
+                    gate["can_fall_back"],
+                    gate["draw"],
+                    None if limit is None else limit / 1000,
+                )
+                if got.parked is not None:
+                    parked[gate.get("call", "")] = got.parked
+            else:
+                got = g.resume(now, parked[step["resume"]["call"]], step["resume"]["draw"])
             assert got.action.value == want["action"], where
             assert got.wait * 1000 == pytest.approx(want.get("wait_ms", 0), abs=1e-6), where
             assert got.probe == want.get("probe", False), where
-            if want["action"] == "stop":
+            if "waited_ms" in want:
+                assert got.waited * 1000 == pytest.approx(want["waited_ms"], abs=1e-6), where
+            if want.get("reason"):
+                assert got.reason == want["reason"], where
+            if want["action"] == "park":
                 assert got.stop_reason == want["stop_reason"], where
+            if want["action"] in ("stop", "fall_back"):
+                assert got.stop_reason == want["stop_reason"], where
+                # What the caller sees: the decision the call's error carries.
+                d = gate_decision(TARGET, got)
+                assert d.stop_text == want["text"], where
+                f, wf = d.fleet, want["fleet"]
+                assert f is not None, where
+                assert (f.breaker, f.stopped, f.reason) == (wf["breaker"], wf["stopped"], wf["reason"]), where
+                assert f.hold_remaining * 1000 == pytest.approx(wf["hold_remaining_ms"], abs=1e-6), where
+                assert f.open_remaining * 1000 == pytest.approx(wf["open_remaining_ms"], abs=1e-6), where
             if want["action"] == "fall_back":
                 assert got.fallback == fallback(want["fallback"]), where
-                assert got.stop_reason, where  # why it fell back
         else:
             pytest.fail(f"{where} does nothing")
     if case.get("counts") is not None:
-        assert (g.admitted, g.shed) == (case["counts"]["admitted"], case["counts"]["shed"])
+        counts = case["counts"]
+        assert (g.admitted, g.shed, g.parks) == (counts["admitted"], counts["shed"], counts.get("parked", 0))

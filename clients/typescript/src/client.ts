@@ -56,6 +56,7 @@ export class PolicydClient {
         now: s.fleetNow,
         random: s.random,
         graceMs: s.fleetGraceMs,
+        parkLimitMs: s.parkLimitMs,
         closeTimeoutMs: s.daemonTimeoutMs,
         debug: (m) => s.logger.debug?.(m),
         warnOnce: (key, m) => daemon.warnOnce(key, m),

@@ -1,29 +1,21 @@
 // Coordinator: the client's side of fleet memory's Coordinate stream
-// (docs/clients.md, "The fleet gate"). It keeps the gate table (one Gate
-// per target: provider, model, key id) and the counts not yet reported, and
-// runs one background stream per client: opened at the first gated call,
-// a report about every second, assignments applied as they arrive,
-// reopened with backoff after it breaks, given up when the daemon runs
-// without fleet memory. A call waits on it only at its target's first call
-// (100 ms at most), and it never keeps Node running.
+// (docs/clients.md, "The fleet gate"): the gate table (one Gate per target:
+// provider, model, key id) with the counts not yet reported, and the one
+// background stream per client that reports them and applies the
+// assignments: opened at the first gated call, a report about every second,
+// reopened with backoff after it breaks (at once when a call to policyd
+// gets through), given up when the daemon runs without fleet memory. The
+// fleet side's other parts: the gate (gate.ts), the texts the caller sees
+// (texts.ts), the stream's I/O (stream.ts), and a call's passage through
+// the gate (first_attempt.ts). It never keeps Node running.
 
-import type { ClientHttp2Stream, OutgoingHttpHeaders, SecureClientSessionOptions } from "node:http2";
-import { isIP, connect as netConnect } from "node:net";
-import type { Duplex } from "node:stream";
-import { connect as tlsConnect } from "node:tls";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import {
-  Code,
-  ConnectError,
-  createClient as createConnectClient,
-  type Interceptor,
-  type Transport,
-} from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import type { Clock, Random } from "./clock.js";
-import { type Decision, durationMs, durationOf, type FailureType, type FleetState, names } from "./decision.js";
-import { emptyFailure, headersOf } from "./failure.js";
-import { Gate, type GateAssignment, type GateVerdict, OWN_BUDGET_REASON } from "./gate.js";
+import { Code, ConnectError, createClient as createConnectClient, type Transport } from "@connectrpc/connect";
+import type { Random } from "./clock.js";
+import { type Decision, durationMs, durationOf, type FailureType, names } from "./decision.js";
+import { headersOf } from "./failure.js";
+import { Gate, type GateAssignment, type GateVerdict, type Parked, type Target } from "./gate.js";
+import { FLEET_LIMITS } from "./limits.js";
 import {
   type Assignment,
   type BucketUsageSchema,
@@ -31,8 +23,8 @@ import {
   type CoordinateResponse,
   FleetService,
 } from "./gen/policyd/v1/fleet_pb.js";
-import type { FallbackHint } from "./options.js";
-import { PolicydError } from "./policyd_error.js";
+import { pause, waitFor } from "./stream.js";
+import { gateDecision, targetName } from "./texts.js";
 
 /** The failures decided locally that a report counts: the types the daemon's breakers count. */
 export const BREAKER_COUNTED: ReadonlySet<FailureType> = new Set<FailureType>([
@@ -41,13 +33,6 @@ export const BREAKER_COUNTED: ReadonlySet<FailureType> = new Set<FailureType>([
   "TIMEOUT",
   "CONNECTION_ERROR",
 ]);
-
-/** What a call names: the gate's key. */
-export interface Target {
-  provider: string;
-  model: string;
-  keyId: string;
-}
 
 /** @internal What the coordinator needs from its client. */
 export interface CoordinatorDeps {
@@ -59,6 +44,8 @@ export interface CoordinatorDeps {
   /** The gate's draws (the client's random source). */
   random: Random;
   graceMs: number;
+  /** How long a call without a deadline may park (undefined: PARK_LIMIT_MS; 0: parking off). */
+  parkLimitMs?: number | undefined;
   /** Bounds the wait for the daemon to end the stream at close. */
   closeTimeoutMs: number;
   debug: (message: string) => void;
@@ -73,28 +60,26 @@ export interface Gated {
   decision(v: GateVerdict): Decision;
 }
 
-// Reports: about once a second (±10 %), at most 256 targets a message; a
-// target's first call waits up to 100 ms for its first assignment.
-const REPORT_EVERY_MS = 1000;
-const FIRST_ANSWER_WAIT_MS = 100;
-const REPORT_JITTER = 0.1;
-const MAX_USAGES = 256;
-const MAX_ELAPSED_MS = 10 * 60_000;
-const MAX_COUNT = 2 ** 30; // per count and report; the rest waits for the next
-// Reconnects: 1 s doubling to 30 s, full jitter.
-const BACKOFF_FIRST_MS = 1000;
-const BACKOFF_MAX_MS = 30_000;
-// The table: at most this many targets (the daemon's limit per stream; more are not gated);
-// one unused this long with nothing to report is forgotten.
-const MAX_TARGETS = 1024;
+// The limits and timing of clients/testdata/limits.json (limits.ts).
+const { protocol: P, client: C } = FLEET_LIMITS;
+const REPORT_EVERY_MS = C.reportIntervalMs;
+const FIRST_ANSWER_WAIT_MS = C.firstAssignmentWaitMs;
+const REPORT_JITTER = C.reportJitter;
+const MAX_USAGES = P.usagesPerMessage;
+const MAX_ELAPSED_MS = P.elapsedMaxMs;
+const MAX_COUNT = P.countMax; // per count and report; the rest waits for the next
+const BACKOFF_FIRST_MS = C.reconnectInitialMs;
+const BACKOFF_MAX_MS = C.reconnectMaxMs;
+// The table: at most this many targets (more are not gated); one unused this
+// long with nothing to report is forgotten.
+const MAX_TARGETS = P.targetsPerStream;
 const FORGET_AFTER_MS = 10 * 60_000;
-// Rate-limit headers handed over: these prefixes, at most 16, values at most 64 bytes.
-const RATE_LIMIT_PREFIXES = ["x-ratelimit-", "anthropic-ratelimit-"];
-const MAX_RATE_LIMIT_HEADERS = 16;
-const MAX_RATE_LIMIT_VALUE_BYTES = 64;
-// A target field longer than the daemon accepts (validate.MaxFieldBytes) is not gated.
-const MAX_FIELD_BYTES = 8 << 10;
-const MAX_KEY_ID_BYTES = 128;
+const RATE_LIMIT_PREFIXES = P.rateLimitHeaderPrefixes;
+const MAX_RATE_LIMIT_HEADERS = P.rateLimitHeadersMax;
+const MAX_RATE_LIMIT_VALUE_BYTES = P.rateLimitValueBytesMax;
+// A target field longer than the daemon accepts is not gated.
+const MAX_FIELD_BYTES = P.targetFieldBytesMax;
+const MAX_KEY_ID_BYTES = P.keyIdBytesMax;
 
 /** One target's row: its gate and what has not been reported yet. */
 interface Entry {
@@ -115,6 +100,8 @@ interface Entry {
    * when it comes; windowEnd (performance.now) ends the first calls' wait.
    */
   firstAnswer: { promise: Promise<void>; resolve: () => void; windowEnd?: number } | undefined;
+  /** Resolved at the target's next assignment (or abandon): parked calls check again then. */
+  parkWake: { promise: Promise<void>; resolve: () => void } | undefined;
 }
 
 type Usage = MessageInitShape<typeof BucketUsageSchema>;
@@ -139,6 +126,8 @@ export class Coordinator {
   /** Ends the wait for the next report: send one now. */
   #wake: AbortController | undefined;
   #flushWanted = false;
+  /** Ends the pause before the stream reopens: policyd answered a call. */
+  #reconnect: AbortController | undefined;
 
   constructor(deps: CoordinatorDeps) {
     this.#d = deps;
@@ -189,11 +178,102 @@ export class Coordinator {
     const now = this.#d.now();
     e.usedAt = now;
     const a = e.gate.assignment;
-    const verdict = e.gate.check(now, remainingMs, canFallBack, this.#d.random);
+    const verdict = e.gate.check(now, remainingMs, canFallBack, this.#d.random, this.#d.parkLimitMs);
     if (verdict.action === "admit" || verdict.action === "wait") e.admitted++;
-    else e.shed++;
+    else if (verdict.action !== "park") e.shed++;
     this.#start();
     return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt) };
+  }
+
+  /**
+   * allowRetry says whether a retry to target that the fail-open policy
+   * decided may go: the process's own budget for it allows one (policyd
+   * away limits retries, never first attempts).
+   */
+  allowRetry(target: Target): boolean {
+    const e = this.#entry(target);
+    return !e || e.gate.allowRetry(this.#d.now());
+  }
+
+  /**
+   * daemonAnswered: a unary call got through, so policyd is back; a broken
+   * stream reopens now rather than after its backoff.
+   */
+  daemonAnswered(): void {
+    if (this.#down) this.#reconnect?.abort();
+  }
+
+  /**
+   * resume re-checks a call parked on target (Gate.resume), counting it as
+   * check does once it leaves the park.
+   */
+  resume(target: Target, p: Parked): Gated {
+    const e = this.#entry(target);
+    const now = this.#d.now();
+    if (!e) {
+      const verdict: GateVerdict = { action: "admit", waitMs: 0, probe: false, stopReason: "", reason: "" };
+      return { verdict, decision: (v) => gateDecision(v, target, undefined, 0) };
+    }
+    const a = e.gate.assignment;
+    const verdict = e.gate.resume(now, p, this.#d.random());
+    if (!p.retry && verdict.action !== "park") {
+      if (verdict.action === "admit" || verdict.action === "wait") e.admitted++;
+      else e.shed++;
+    }
+    return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt) };
+  }
+
+  /** checkRetry gates a retry to target (Gate.checkRetry); remainingMs as check's. */
+  checkRetry(target: Target, remainingMs: number | undefined): Gated {
+    const e = this.#entry(target);
+    const now = this.#d.now();
+    if (!e) {
+      const verdict: GateVerdict = { action: "admit", waitMs: 0, probe: false, stopReason: "", reason: "" };
+      return { verdict, decision: (v) => gateDecision(v, target, undefined, 0) };
+    }
+    const a = e.gate.assignment;
+    const verdict = e.gate.checkRetry(now, remainingMs, this.#d.parkLimitMs);
+    return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt) };
+  }
+
+  /**
+   * parkWait resolves at target's next assignment, at the parked call's
+   * next re-check or end, or when signal aborts.
+   */
+  parkWait(target: Target, p: Parked, signal: AbortSignal): Promise<void> {
+    const e = this.#entry(target);
+    if (!e) return Promise.resolve();
+    if (!e.parkWake) {
+      let resolve = () => {};
+      const promise = new Promise<void>((r) => {
+        resolve = r;
+      });
+      e.parkWake = { promise, resolve };
+    }
+    const ms = Math.max(0, Math.min(p.drawAt, p.until) - this.#d.now());
+    return waitFor(e.parkWake.promise, Math.max(1, ms), signal);
+  }
+
+  /** A call parked on target was cancelled by its caller. */
+  parkCancelled(target: Target, p: Parked): void {
+    const e = this.#entry(target);
+    if (!e) return;
+    e.gate.cancelled(p);
+    if (!p.retry) e.shed++;
+  }
+
+  /**
+   * @internal takeReport takes the next report's usages out of the table,
+   * as the stream does when it sends one (for the shared vectors,
+   * clients/testdata/coordinate.json).
+   */
+  takeReport(): Usage[] {
+    return this.#report();
+  }
+
+  /** @internal apply applies a CoordinateResponse as the stream does (for the shared vectors). */
+  applyResponse(res: CoordinateResponse): void {
+    this.#apply(res);
   }
 
   /** A retry of a call to target is being sent. */
@@ -279,7 +359,9 @@ export class Coordinator {
       reportedAt: now,
       usedAt: now,
       firstAnswer: undefined,
+      parkWake: undefined,
     };
+    e.gate.target = targetName(t);
     let resolve = () => {};
     const promise = new Promise<void>((r) => {
       resolve = r;
@@ -334,8 +416,12 @@ export class Coordinator {
       if (this.#closed || this.#off) break;
       breaks = heard ? 1 : breaks + 1;
       const cap = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** Math.min(breaks - 1, 10));
+      const reconnect = new AbortController();
+      this.#reconnect = reconnect;
       // Timing jitter comes from Math.random, not the client's random source, which the gate's draws use.
-      await pause(Math.random() * cap, this.#closing.signal);
+      await pause(Math.random() * cap, this.#closing.signal, reconnect.signal);
+      this.#reconnect = undefined;
+      if (reconnect.signal.aborted) breaks = 0; // policyd answered a call: it is back, the backoff starts over
       if (this.#closed) break;
       this.#down = false;
     }
@@ -393,11 +479,12 @@ export class Coordinator {
     for (const e of this.#entries.values()) {
       if (usage.length >= MAX_USAGES) break;
       if (!pending(e)) continue;
+      const admitted = take(e, "admitted");
       const u = {
         target: { ...e.target },
         elapsed: durationOf(Math.min(MAX_ELAPSED_MS, Math.max(1, now - e.reportedAt))),
-        admitted: take(e, "admitted"),
-        shed: take(e, "shed"),
+        admitted,
+        shed: take(e, "shed", MAX_COUNT - Number(admitted)),
         succeeded: take(e, "succeeded"),
         failed: take(e, "failed"),
         retries: take(e, "retries"),
@@ -421,6 +508,7 @@ export class Coordinator {
       const e = this.#entries.get(key);
       if (!e) continue; // forgotten here: the daemon abandons it in time
       if (a.abandon) {
+        wakeParked(e);
         if (hasCounts(e)) {
           // Used since the daemon gave up on it: the next report subscribes it again.
           e.gate.assign(now, undefined);
@@ -433,6 +521,7 @@ export class Coordinator {
       }
       const g = assignmentOf(a);
       e.gate.assign(now, g);
+      wakeParked(e);
       e.firstAnswer?.resolve();
       e.firstAnswer = undefined;
       this.#d.debug(`policyd: fleet assignment for ${targetName(t)}: ${describe(g)}`);
@@ -466,9 +555,15 @@ export class Coordinator {
   }
 }
 
-/** Takes a count out of e for a report: at most MAX_COUNT, the rest stays. */
-function take(e: Entry, field: "admitted" | "shed" | "succeeded" | "failed" | "retries"): bigint {
-  const n = Math.min(e[field], MAX_COUNT);
+/** Wakes the calls parked on e. */
+function wakeParked(e: Entry): void {
+  e.parkWake?.resolve();
+  e.parkWake = undefined;
+}
+
+/** Takes a count out of e for a report: at most cap (MAX_COUNT), the rest stays. */
+function take(e: Entry, field: "admitted" | "shed" | "succeeded" | "failed" | "retries", cap = MAX_COUNT): bigint {
+  const n = Math.min(e[field], cap);
   e[field] -= n;
   return BigInt(n);
 }
@@ -529,10 +624,6 @@ function assignmentOf(a: Assignment): GateAssignment {
   return g;
 }
 
-function targetName(t: { provider: string; model: string; keyId: string }): string {
-  return `${t.provider}${t.model ? `/${t.model}` : ""}${t.keyId ? `@${t.keyId}` : ""}`;
-}
-
 function describe(a: GateAssignment): string {
   const parts = [`ttl ${a.ttlMs}ms`];
   if (a.breaker) parts.push(`breaker ${a.breaker}`);
@@ -543,230 +634,4 @@ function describe(a: GateAssignment): string {
   if (a.fallback) parts.push(`fallback ${a.fallback.kind || "?"} ${a.fallback.provider}/${a.fallback.model}`);
   if (a.reason) parts.push(a.reason);
   return parts.join(", ");
-}
-
-const RECOVERY: Partial<Record<Decision["stopReason"], string>> = {
-  FLEET_STOP:
-    "Another agent's failure stopped this key for the fleet (a revoked key, an exhausted quota): fix the key or wait for the stop to end.",
-  CIRCUIT_OPEN:
-    "The target is failing for the fleet: fall back to another model or provider (a fallback function), or try again in a few seconds.",
-  FLEET_SHED: "The fleet is pacing first attempts to this target: try again shortly, or fall back.",
-  DEADLINE: "Give the call a longer deadline, or fall back.",
-  RETRY_BUDGET_EXHAUSTED:
-    "Recent attempts to this target failed while policyd was unreachable: try again in a few seconds, or bring policyd back.",
-};
-
-/**
- * gateDecision is the decision a gate that did not admit gives the caller
- * (in a PolicydError, or a fallback hint): action STOP or FALL_BACK, the
- * stop reason, a sentence naming the reason and the assignment's own, and
- * what the assignment said (as FleetState, bucket "").
- */
-export function gateDecision(v: GateVerdict, t: Target, a: GateAssignment | undefined, ageMs: number): Decision {
-  const name = targetName(t);
-  const left = (ms: number) => `${(Math.max(0, ms) / 1000).toFixed(1)}s`;
-  let what: string;
-  switch (v.stopReason) {
-    case "FLEET_STOP":
-      what = `the fleet stopped calls to ${name} for another ${left((a?.stopMs ?? 0) - ageMs)}`;
-      break;
-    case "CIRCUIT_OPEN":
-      what =
-        a?.breaker === "HALF_OPEN"
-          ? `the fleet's circuit breaker for ${name} is half-open and this process has no probe permit left`
-          : `the fleet's circuit breaker for ${name} is open`;
-      break;
-    case "FLEET_SHED":
-      what = `the fleet admits ${Math.round((a?.admitFraction ?? 0) * 100)}% of first attempts to ${name}, not this one`;
-      break;
-    case "DEADLINE":
-      what = `the fleet holds first attempts to ${name} for another ${left((a?.holdMs ?? 0) - ageMs)}, past the deadline`;
-      break;
-    default:
-      what = `${name}: ${OWN_BUDGET_REASON}`;
-  }
-  const reason = v.stopReason === "RETRY_BUDGET_EXHAUSTED" ? "" : v.reason;
-  const stopText = `first attempt not sent (${v.stopReason}): ${what}${reason ? `: ${reason}` : ""}`;
-  const fb = v.fallback;
-  const fleet: FleetState = {
-    bucket: "",
-    breaker: a?.breaker ?? "",
-    holdRemainingMs: Math.max(0, (a?.holdMs ?? 0) - ageMs),
-    openRemainingMs: Math.max(0, (a?.stopMs ?? 0) - ageMs),
-    budgetTokens: 0,
-    budgetExhausted: v.stopReason === "RETRY_BUDGET_EXHAUSTED",
-    stopped: v.stopReason === "FLEET_STOP",
-    changed: true,
-    reason: v.reason,
-  };
-  return {
-    action: v.action === "fall_back" ? "FALL_BACK" : "STOP",
-    delayMs: 0,
-    classification: {
-      failureType: "",
-      retryable: false,
-      rule: "fleet.gate",
-      reason: what,
-      recoveryAction: RECOVERY[v.stopReason] ?? "",
-      retryAfterSource: "",
-      continuationPrompt: "",
-    },
-    attemptsLeft: 0,
-    stopReason: v.stopReason,
-    stopText,
-    fallback: fb
-      ? { kind: fb.kind, reason: fb.reason || stopText, provider: fb.provider, model: fb.model }
-      : { kind: "", reason: "", provider: "", model: "" },
-    strategy: { name: "", summary: "" },
-    journaled: false,
-    fleet,
-    failOpen: false,
-  };
-}
-
-/**
- * Resolves when p does, after ms, or when signal aborts, whichever is
- * first. Its timer keeps Node running: a call is under way. When it fires,
- * input already received is read first (an event loop that was busy past
- * ms must not lose an answer that came in time).
- */
-function waitFor(p: Promise<void>, ms: number, signal: AbortSignal): Promise<void> {
-  if (ms <= 0 || signal.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(() => setImmediate(done), ms);
-    signal.addEventListener("abort", done, { once: true });
-    void p.then(done);
-  });
-}
-
-/** Resolves after ms, or at once when any signal aborts; its timer does not keep Node running. */
-function pause(ms: number, ...signals: AbortSignal[]): Promise<void> {
-  return new Promise((resolve) => {
-    if (signals.some((s) => s.aborted)) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      for (const s of signals) s.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, Math.max(0, ms));
-    timer.unref?.();
-    for (const s of signals) s.addEventListener("abort", done, { once: true });
-  });
-}
-
-/**
- * @internal streamTransport is the stream's own gRPC transport: its own
- * HTTP/2 connection, with keepalive pings every 30 s while the stream is
- * open (policyd allows one every 15 s), whose socket never keeps Node
- * running: a script that forgets close() still exits. release closes the
- * connection.
- */
-export function streamTransport(
-  baseUrl: string,
-  nodeOptions: SecureClientSessionOptions | undefined,
-  interceptors: Interceptor[],
-): { transport: Transport; release: () => void } {
-  const tls = baseUrl.startsWith("https:");
-  const manager = new Http2SessionManager(
-    baseUrl,
-    { pingIntervalMs: 30_000, pingTimeoutMs: 15_000 },
-    {
-      ...(nodeOptions ?? {}),
-      createConnection: (authority: URL): Duplex => {
-        let host = authority.hostname || "localhost";
-        if (host.startsWith("[")) host = host.slice(1, -1);
-        const port = Number(authority.port || (tls ? 443 : 80));
-        const socket = tls
-          ? tlsConnect({
-              ...(nodeOptions ?? {}),
-              host,
-              port,
-              ALPNProtocols: ["h2"],
-              ...(isIP(host) ? {} : { servername: host }),
-            })
-          : netConnect({ host, port });
-        socket.unref();
-        return socket;
-      },
-    },
-  );
-  // The session manager refs the connection while a stream is open; undo it.
-  const unrefSessions = {
-    authority: manager.authority,
-    async request(
-      method: string,
-      path: string,
-      headers: OutgoingHttpHeaders,
-      options: Parameters<Http2SessionManager["request"]>[3],
-    ): Promise<ClientHttp2Stream> {
-      const stream = await manager.request(method, path, headers, options);
-      stream.session?.unref();
-      return stream;
-    },
-    notifyResponseByteRead: (stream: ClientHttp2Stream) => manager.notifyResponseByteRead(stream),
-  };
-  const transport = createGrpcTransport({ baseUrl, sessionManager: unrefSessions, interceptors });
-  return { transport, release: () => manager.abort() };
-}
-
-/** @internal What gating a call's first attempt needs from the call. */
-export interface FirstAttempt<T> {
-  target: Target;
-  deadlineMs: number | undefined;
-  clock: Clock;
-  /** The call's signal (the caller's and the deadline's). */
-  signal: AbortSignal;
-  callerSignal: AbortSignal | undefined;
-  fallback: ((hint: FallbackHint) => T | Promise<T>) | undefined;
-  operation: string;
-  onDecision: ((event: { attempt: number; error: unknown; decision: Decision }) => void) | undefined;
-}
-
-/**
- * gateFirstAttempt runs the gate before a call's first attempt: it returns
- * undefined to send it (after waiting out a hold), { value } when the call
- * fell back (the fallback function's result), and throws a PolicydError
- * (attempts 0) when the gate stopped it, or signal.reason when the caller
- * aborted during the wait. It makes no RPC.
- */
-export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): Promise<{ value: T } | undefined> {
-  const first = c.firstAnswer(f.target);
-  if (first) {
-    // The target's first call: its first assignment is on the way (100 ms at most, never past the deadline).
-    const left = f.deadlineMs === undefined ? Infinity : f.deadlineMs - f.clock.now();
-    await waitFor(first.answered, Math.min(first.waitMs, left), f.signal);
-    if (f.callerSignal?.aborted) throw f.callerSignal.reason;
-  }
-  const remaining = f.deadlineMs === undefined ? undefined : Math.max(0, f.deadlineMs - f.clock.now());
-  const gated = c.check(f.target, remaining, f.fallback !== undefined);
-  const verdict = gated.verdict;
-  if (verdict.action === "admit") return undefined;
-  const failure = emptyFailure();
-  failure.provider = f.target.provider;
-  failure.model = f.target.model;
-  failure.keyId = f.target.keyId;
-  failure.operation = f.operation;
-  if (verdict.action === "wait") {
-    try {
-      await f.clock.sleep(verdict.waitMs, f.signal);
-      return undefined;
-    } catch {
-      if (f.callerSignal?.aborted) throw f.callerSignal.reason;
-      const late: GateVerdict = { ...verdict, action: "stop", stopReason: "DEADLINE" };
-      throw new PolicydError({ cause: undefined, attempts: 0, decision: gated.decision(late), failure });
-    }
-  }
-  const d = gated.decision(verdict);
-  f.onDecision?.({ attempt: 0, error: undefined, decision: d });
-  if (verdict.action === "fall_back" && f.fallback) {
-    const { kind, reason, provider, model } = d.fallback;
-    const hint = { kind, reason, provider, model, error: undefined, attempt: 0, decision: d, signal: f.signal };
-    return { value: await f.fallback(hint) };
-  }
-  throw new PolicydError({ cause: undefined, attempts: 0, decision: d, failure });
 }

@@ -155,6 +155,13 @@ export interface Decision {
   fleet?: FleetState;
   /** True when the client decided with its fail-open policy because policyd was unreachable or too slow. */
   failOpen: boolean;
+  /**
+   * Set on the decisions the hook sees for a call the fleet gate parks
+   * (attempt 0): as it parks (stopText "waiting for the fleet: breaker open
+   * on openai/gpt-4o, ~4 s") and as it leaves (waitedMs: how long it waited).
+   */
+  parked?: boolean;
+  waitedMs?: number;
 }
 
 function nameOf<T extends string>(e: Record<number, string>, v: number): T {

@@ -15,6 +15,13 @@ const OWN_THRESHOLD = OWN_MAX_TOKENS / 2;
 const OWN_SUCCESS_GAIN = 0.1;
 const OWN_REFILL_PER_S = 0.1;
 
+/** What a call names: the gate's key. */
+export interface Target {
+  provider: string;
+  model: string;
+  keyId: string;
+}
+
 /** Where an assignment sends a first attempt the gate did not admit. */
 export interface GateFallback {
   kind: FallbackKind;
@@ -36,10 +43,32 @@ export interface GateAssignment {
   /** Why, for a human. */
   reason: string;
   fallback?: GateFallback | undefined;
+  /** The daemon's estimate of how long until the gate admits again, in ms (0: unknown). */
+  parkHintMs?: number | undefined;
 }
 
-/** What the gate does with a first attempt. */
-export type GateAction = "admit" | "wait" | "fall_back" | "stop";
+/** What the gate does with a first attempt ("park": hold it in the client until a re-check admits it). */
+export type GateAction = "admit" | "wait" | "fall_back" | "stop" | "park";
+
+/**
+ * The longest a call without a deadline parks, in ms: two of the breaker's
+ * longest open periods (60 s), so that a call outlives an open period that
+ * doubled once, and a caller that gave no deadline still gets an answer
+ * within two minutes.
+ */
+export const PARK_LIMIT_MS = 120_000;
+/** How often a parked call is checked again without an assignment, and a paced one draws again, in ms. */
+export const PARK_RECHECK_MS = 1000;
+
+/** A call the gate holds: when it parked, and when it must have an answer by (ms). */
+export interface Parked {
+  at: number;
+  until: number;
+  canFallBack: boolean;
+  drawAt: number;
+  /** A retry, not a first attempt: not counted as one. */
+  retry: boolean;
+}
 
 /** The gate's answer for one first attempt. */
 export interface GateVerdict {
@@ -52,8 +81,12 @@ export interface GateVerdict {
   stopReason: StopReason;
   /** fall_back: the assignment's fallback. */
   fallback?: GateFallback | undefined;
-  /** fall_back and stop: the assignment's reason (or the gate's, for RETRY_BUDGET_EXHAUSTED). */
+  /** fall_back and stop: the assignment's reason; park: the text the caller sees ("waiting for the fleet: …"). */
   reason: string;
+  /** park: the call to resume. */
+  parked?: Parked | undefined;
+  /** How long the call was parked before this verdict (resume), in ms. */
+  waitedMs?: number | undefined;
 }
 
 const ADMIT: Readonly<GateVerdict> = Object.freeze({
@@ -63,9 +96,6 @@ const ADMIT: Readonly<GateVerdict> = Object.freeze({
   stopReason: "",
   reason: "",
 });
-
-/** The reason of a RETRY_BUDGET_EXHAUSTED verdict. */
-export const OWN_BUDGET_REASON = "policyd is unreachable and this process's own budget for the target is spent";
 
 /**
  * Gate is one target's gate: the last assignment, the half-open probe
@@ -82,8 +112,14 @@ export class Gate {
   /** First attempts admitted (admit and wait) and shed (stop and fall back) so far. */
   admitted = 0;
   shed = 0;
-  /** First attempts the process's own budget admitted (an expired assignment: policyd unreachable). */
+  /** First attempts admitted past an expired assignment (policyd unreachable). */
   ownAdmitted = 0;
+  /** Checks that parked a call (re-checks included); first attempts parked; parked calls admitted. */
+  parks = 0;
+  parkedNew = 0;
+  released = 0;
+  /** The target as the park text names it ("openai/gpt-4o"). */
+  target = "";
 
   /** graceMs: how long an expired assignment is kept (default GATE_GRACE_MS). */
   constructor(graceMs: number = GATE_GRACE_MS) {
@@ -125,17 +161,100 @@ export class Gate {
   }
 
   /**
+   * allowRetry says whether a retry the fail-open policy decided (policyd
+   * unreachable) may be sent at nowMs: the process's own budget has more
+   * than half its tokens, as gRPC A6's retry throttling.
+   */
+  allowRetry(nowMs: number): boolean {
+    this.#refill(nowMs);
+    return this.#tokens > OWN_THRESHOLD;
+  }
+
+  /**
    * check gates a first attempt at nowMs. deadlineMs is the time left before
    * the caller's deadline (undefined: none); draw is uniform in [0, 1) (a
-   * function is called only when the assignment admits a share).
+   * function is called only when the assignment admits a share);
+   * parkLimitMs bounds parking for a call without a deadline (undefined:
+   * PARK_LIMIT_MS; 0: parking off).
    */
   check(
     nowMs: number,
     deadlineMs: number | undefined,
     canFallBack: boolean,
     draw: number | (() => number),
+    parkLimitMs?: number,
   ): GateVerdict {
-    const v = this.#check(nowMs, deadlineMs, draw);
+    const v = this.#check(nowMs, deadlineMs, draw, false);
+    if (v.action === "park") {
+      const a = this.#a!;
+      const limit = parkLimitMs ?? PARK_LIMIT_MS;
+      const until = nowMs + (deadlineMs ?? limit);
+      if ((canFallBack && a.fallback) || limit <= 0 || until <= nowMs + this.#hintLeft(nowMs)) {
+        // Somewhere else to go, parking off, or no wait can fit: the answer is now.
+        return this.#count({ ...v, action: "stop", reason: a.reason }, canFallBack);
+      }
+      this.parks++;
+      this.parkedNew++;
+      return { ...v, parked: { at: nowMs, until, canFallBack, drawAt: nowMs + PARK_RECHECK_MS, retry: false } };
+    }
+    return this.#count(v, canFallBack);
+  }
+
+  /**
+   * checkRetry gates a retry that NextDelay allowed, before it is sent: a
+   * stopped key stops it, an open breaker (or a probing one without a
+   * permit) parks it; otherwise it goes. Not counted as a first attempt.
+   */
+  checkRetry(nowMs: number, deadlineMs: number | undefined, parkLimitMs?: number): GateVerdict {
+    const v = this.#check(nowMs, deadlineMs, 0, true);
+    if (v.action === "wait" || (v.action === "park" && v.stopReason === "FLEET_SHED")) return { ...ADMIT };
+    if (v.action !== "park") return v;
+    const limit = parkLimitMs ?? PARK_LIMIT_MS;
+    const until = nowMs + (deadlineMs ?? limit);
+    if (limit <= 0 || until <= nowMs + this.#hintLeft(nowMs)) return { ...v, action: "stop", reason: this.#a!.reason };
+    this.parks++;
+    return { ...v, parked: { at: nowMs, until, canFallBack: false, drawAt: nowMs + PARK_RECHECK_MS, retry: true } };
+  }
+
+  /**
+   * resume checks a parked call again at nowMs: admitted (waitedMs says how
+   * long it was parked), parked again, or stopped (DEADLINE) as soon as the
+   * time it has left is no longer than the fleet's estimate of the wait.
+   */
+  resume(nowMs: number, p: Parked, draw: number): GateVerdict {
+    if (nowMs < p.drawAt)
+      draw = 1; // a pace's draw is not due: only a full share admits
+    else p.drawAt = nowMs + PARK_RECHECK_MS;
+    let v: GateVerdict = { ...this.#check(nowMs, undefined, draw, true), waitedMs: nowMs - p.at };
+    const left = p.until - nowMs;
+    const reason = this.#a?.reason ?? "";
+    if (v.action === "park") {
+      if (left <= this.#hintLeft(nowMs) || left <= 0) {
+        const text = `gave up waiting for the fleet after ${goSeconds(v.waitedMs!)}: ${reason}`;
+        return this.#countParked({ ...v, action: "stop", stopReason: "DEADLINE", reason: text, parked: undefined }, p);
+      }
+      this.parks++;
+      return { ...v, parked: p };
+    }
+    if (v.action === "wait" && v.waitMs > left) {
+      v = { action: "stop", waitMs: 0, probe: false, stopReason: "DEADLINE", reason, waitedMs: v.waitedMs };
+    }
+    v = this.#countParked(v, p);
+    if (!p.retry && (v.action === "admit" || v.action === "wait")) this.released++;
+    return v;
+  }
+
+  /** cancelled counts a parked first attempt its caller cancelled. */
+  cancelled(p: Parked): void {
+    if (!p.retry) this.shed++;
+  }
+
+  #countParked(v: GateVerdict, p: Parked): GateVerdict {
+    if (p.retry) return v.action === "wait" ? { ...v, action: "admit", waitMs: 0 } : v;
+    return this.#count(v, p.canFallBack);
+  }
+
+  #count(v: GateVerdict, canFallBack: boolean): GateVerdict {
     if (v.action === "stop") {
       this.shed++;
       const fb = this.#a?.fallback;
@@ -146,35 +265,50 @@ export class Gate {
     return v;
   }
 
-  #check(nowMs: number, deadlineMs: number | undefined, draw: number | (() => number)): GateVerdict {
+  #hintLeft(nowMs: number): number {
+    const a = this.#a;
+    return a ? Math.max(0, (a.parkHintMs ?? 0) - (nowMs - this.#receivedAt)) : 0;
+  }
+
+  #park(nowMs: number, stopReason: StopReason, cause: string): GateVerdict {
+    let reason = `waiting for the fleet: ${cause} on ${this.target}`;
+    const hint = this.#hintLeft(nowMs);
+    if (hint > 0) reason += `, ~${Math.floor(hint / 1000 + 0.5)} s`;
+    return { action: "park", waitMs: 0, probe: false, stopReason, reason };
+  }
+
+  #check(nowMs: number, deadlineMs: number | undefined, draw: number | (() => number), resumed: boolean): GateVerdict {
     this.#refill(nowMs);
     const a = this.#a;
     if (!a) return { ...ADMIT };
-    const stop = (stopReason: StopReason, reason = a.reason): GateVerdict => ({
+    const stop = (stopReason: StopReason): GateVerdict => ({
       action: "stop",
       waitMs: 0,
       probe: false,
       stopReason,
-      reason,
+      reason: a.reason,
     });
     const age = nowMs - this.#receivedAt;
     if (age >= a.ttlMs + this.#graceMs) {
-      if (this.#tokens <= OWN_THRESHOLD) return stop("RETRY_BUDGET_EXHAUSTED", OWN_BUDGET_REASON);
-      this.ownAdmitted++;
+      // policyd away never stops an agent: the process's own budget limits its retries (allowRetry),
+      // never its first attempts; a parked call goes (the daemon that would wake it is away).
+      if (!resumed) this.ownAdmitted++;
       return { ...ADMIT };
     }
     const drawn = () => (typeof draw === "function" ? draw() : draw);
     if (a.stopMs > age) return stop("FLEET_STOP");
-    if (a.breaker === "OPEN") return stop("CIRCUIT_OPEN");
+    if (a.breaker === "OPEN") return this.#park(nowMs, "CIRCUIT_OPEN", "breaker open");
     if (a.breaker === "HALF_OPEN") {
-      // A permit, else the draws below the admit fraction (about one probe a second fleet-wide).
+      // A permit, else the draws below the admit fraction (about one probe a second fleet-wide);
+      // a parked call probes only with a permit.
       if (this.#permits > 0) {
         this.#permits--;
         return { ...ADMIT, probe: true };
       }
-      return drawn() < a.admitFraction ? { ...ADMIT, probe: true } : stop("CIRCUIT_OPEN");
+      if (!resumed && drawn() < a.admitFraction) return { ...ADMIT, probe: true };
+      return this.#park(nowMs, "CIRCUIT_OPEN", "breaker probing");
     }
-    if (a.admitFraction < 1 && drawn() >= a.admitFraction) return stop("FLEET_SHED");
+    if (a.admitFraction < 1 && drawn() >= a.admitFraction) return this.#park(nowMs, "FLEET_SHED", "paced");
     if (a.holdMs > age) {
       const left = a.holdMs - age;
       if (deadlineMs !== undefined && left > deadlineMs) return stop("DEADLINE");
@@ -192,4 +326,15 @@ export class Gate {
     }
     if (this.#tokensAt === undefined || nowMs > this.#tokensAt) this.#tokensAt = nowMs;
   }
+}
+
+/** Whole seconds as Go's Duration prints them ("5s", "2m0s"), as the shared texts do. */
+function goSeconds(ms: number): string {
+  const total = Math.floor(ms / 1000 + 0.5);
+  const h = Math.floor(total / 3600);
+  const m = Math.floor((total % 3600) / 60);
+  const sec = total % 60;
+  if (h) return `${h}h${m}m${sec}s`;
+  if (m) return `${m}m${sec}s`;
+  return `${sec}s`;
 }

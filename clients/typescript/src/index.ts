@@ -32,10 +32,13 @@ export { type Cause, emptyFailure, type Failure, failureFromError, headersOf, ty
 export {
   GATE_GRACE_MS,
   Gate,
+  type Target,
   type GateAction,
   type GateAssignment,
   type GateFallback,
   type GateVerdict,
+  PARK_LIMIT_MS,
+  type Parked,
 } from "./gate.js";
 export { checkResponse, HttpError, type HttpErrorInit } from "./http_error.js";
 export { type JournalOutcome, newContextId } from "./journal.js";
@@ -50,3 +53,9 @@ export {
 } from "./options.js";
 export { PolicydError, type PolicydErrorInit } from "./policyd_error.js";
 export { retryAfterMs } from "./retry_after.js";
+/** @internal The table and stream of the fleet gate, for the shared vectors' replay. */
+export { Coordinator } from "./coordinate.js";
+/** @internal The fleet protocol's limits (clients/testdata/limits.json). */
+export { FLEET_LIMITS } from "./limits.js";
+/** @internal What the caller sees of the fleet gate, for the shared vectors' replay. */
+export { budgetText, gateDecision } from "./texts.js";

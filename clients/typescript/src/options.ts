@@ -11,11 +11,10 @@ import { create } from "@bufbuild/protobuf";
 import type { Interceptor, Transport } from "@connectrpc/connect";
 import { defaultAgent, parseAddress } from "./address.js";
 import { type Clock, type Random, systemClock } from "./clock.js";
-import type { Target } from "./coordinate.js";
 import type { Decision, Safety } from "./decision.js";
 import { type FailOpenOptions, FailOpenPolicy } from "./fail_open.js";
 import { clipLabel } from "./failure.js";
-import { GATE_GRACE_MS } from "./gate.js";
+import { GATE_GRACE_MS, type Target } from "./gate.js";
 import { type ClassifyOptions, ClassifyOptionsSchema } from "./gen/policyd/v1/policy_pb.js";
 
 /** The daemon address used when none is given and POLICYD_ADDR is unset: `make run`'s listen address. */
@@ -192,6 +191,14 @@ export interface ClientOptions {
   /** How long the gate keeps an assignment past its ttl when no refresh came (default 10000 ms). */
   fleetGraceMs?: number;
   /**
+   * How long a call without a deadline may wait parked in the fleet gate
+   * (default 120000 ms): a first attempt (or a retry) that meets an open
+   * breaker or a pace waits in the client, without an attempt or an RPC,
+   * until the fleet admits it or its deadline can no longer be met. 0 turns
+   * parking off: such a call stops (or falls back) at once.
+   */
+  parkLimitMs?: number;
+  /**
    * The bearer token sent as `authorization: Bearer TOKEN` on every call
    * (a daemon started with --auth-tokens requires one); unset: $POLICYD_TOKEN;
    * "" sends none. In plaintext it goes only to a loopback address.
@@ -229,6 +236,7 @@ export interface Settings {
   daemonTimeoutMs: number;
   fleetGate: boolean;
   fleetGraceMs: number;
+  parkLimitMs: number | undefined;
   /** The fleet gate's time: a monotonic clock's ms, unless a clock is injected. */
   fleetNow: () => number;
 }
@@ -263,6 +271,7 @@ export function settingsOf(options: ClientOptions): Settings {
     daemonTimeoutMs:
       options.daemonTimeoutMs && options.daemonTimeoutMs > 0 ? options.daemonTimeoutMs : DEFAULT_DAEMON_TIMEOUT_MS,
     fleetGate: options.fleetGate !== false,
+    parkLimitMs: options.parkLimitMs !== undefined && options.parkLimitMs >= 0 ? options.parkLimitMs : undefined,
     fleetGraceMs:
       options.fleetGraceMs !== undefined && options.fleetGraceMs >= 0 ? options.fleetGraceMs : GATE_GRACE_MS,
     // Assignments are timed by a monotonic clock, unless a clock is injected.

@@ -40,7 +40,7 @@ export class PolicydError extends Error {
     const d = init.decision;
     if (init.attempts === 0) {
       // The fleet gate did not send the first attempt: no attempt, no cause.
-      super(`policyd: ${explain(d)}`, { cause: init.cause });
+      super(`policyd: first attempt not sent (${d.stopReason}): ${explain(d)}`, { cause: init.cause });
     } else {
       const inner = init.cause instanceof Error ? init.cause.message : String(init.cause);
       const n = `${init.attempts} attempt${init.attempts === 1 ? "" : "s"}`;

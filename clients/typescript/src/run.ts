@@ -9,7 +9,8 @@
 
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { PolicydAuthError, PolicydOptionsError } from "./auth.js";
-import { type Coordinator, gateFirstAttempt } from "./coordinate.js";
+import type { Coordinator } from "./coordinate.js";
+import { gateFirstAttempt, park } from "./first_attempt.js";
 import { type Decision, decisionFromProto, durationOf, explain, values } from "./decision.js";
 import { type Failure, failureFromError, failureToProto } from "./failure.js";
 import type { ClassifyOptions, Decision as PbDecision } from "./gen/policyd/v1/policy_pb.js";
@@ -25,6 +26,7 @@ import {
   targetOf,
 } from "./options.js";
 import { PolicydError } from "./policyd_error.js";
+import { budgetStop } from "./texts.js";
 import type { RpcResult } from "./rpc.js";
 import { AttemptSignal, Budget } from "./signals.js";
 import type { Daemon } from "./transport.js";
@@ -78,6 +80,7 @@ export async function run<T>(
   const classifyOptions = classifyOptionsOf(options);
   const call: CallState = { options, profile, classifyOptions, journal, start, deadlineMs, signal };
   let lastError: unknown;
+  let lastFailure: Failure | undefined;
   let lastDecision: Decision | undefined;
   const coord = options.provider ? ctx.coordinator : undefined;
   const target = targetOf(options);
@@ -96,7 +99,23 @@ export async function run<T>(
       if (gated) return gated.value;
     }
     for (let attempt = 1; ; attempt++) {
-      if (attempt > 1) coord?.retry(target);
+      if (attempt > 1 && coord) {
+        // A retry passes the gate too: an open breaker parks it until the fleet sees the provider back.
+        const remaining = deadlineMs === undefined ? undefined : Math.max(0, deadlineMs - clock.now());
+        let g = coord.checkRetry(target, remaining);
+        if (g.verdict.action === "park") g = await park(coord, target, g, signal, callerSignal, ctx.onDecision);
+        if (g.verdict.action === "stop" || g.verdict.action === "fall_back") {
+          void journal.finish("FAILED", signal);
+          throw new PolicydError({
+            cause: lastError,
+            attempts: attempt - 1,
+            decision: g.decision({ ...g.verdict, action: "stop" }),
+            failure: lastFailure ?? failureOf(lastError, options),
+            contextId: journal.contextId,
+          });
+        }
+        coord.retry(target);
+      }
       const began = clock.now();
       let result: T;
       const attemptSignal = new AttemptSignal(signal, options.attemptTimeoutMs);
@@ -116,6 +135,7 @@ export async function run<T>(
         lastError = err;
         const took = clock.now() - began;
         const failure = failureOf(err, options);
+        lastFailure = failure;
 
         if (callerSignal?.aborted) {
           // The caller aborted while the attempt ran: nothing to decide.
@@ -154,7 +174,14 @@ export async function run<T>(
         }
         if (!decision || budget.expired) throw outOfTime();
         lastDecision = decision;
-        if (decision.failOpen) coord?.failedLocally(target, decision.classification.failureType);
+        if (decision.failOpen) {
+          coord?.failedLocally(target, decision.classification.failureType);
+          // policyd away: the process's own budget limits retries, never first attempts.
+          if (decision.action === "RETRY" && coord && !coord.allowRetry(target)) {
+            decision = budgetStop(decision, target);
+            lastDecision = decision;
+          }
+        }
         s.logger.debug?.(
           `policyd: attempt ${attempt} failed: ${decision.action}${decision.action === "RETRY" ? ` after ${decision.delayMs}ms` : ""}: ${explain(decision)}`,
         );
@@ -239,6 +266,7 @@ async function decide(
   if (refusal) throw refusal;
   let d: Decision;
   if (res.ok) {
+    ctx.coordinator?.daemonAnswered(); // a broken fleet stream reopens now
     d = decisionFromProto(res.value.decision);
   } else {
     d = s.failOpen.decide(failure, {

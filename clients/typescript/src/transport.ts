@@ -17,7 +17,7 @@ import {
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { bearerInterceptor, PolicydAuthError, PolicydOptionsError, resolveSecurity } from "./auth.js";
 import type { Clock } from "./clock.js";
-import { streamTransport } from "./coordinate.js";
+import { streamTransport } from "./stream.js";
 import { JournalService } from "./gen/policyd/v1/journal_pb.js";
 import { PolicyService } from "./gen/policyd/v1/policy_pb.js";
 import type { ClientOptions, Logger } from "./options.js";

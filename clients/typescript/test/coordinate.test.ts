@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, createRouterTransport, type HandlerContext } from "@connectrpc/connect";
-import { type CallOptions, createClient, type Logger, PolicydError } from "@policyd/client";
+import { type CallOptions, createClient, type Decision, type Logger, PolicydError } from "@policyd/client";
 import {
   type AssignmentSchema,
   BreakerState,
@@ -145,7 +145,14 @@ function setup(extra: Parameters<typeof createClient>[0] = {}, tc?: { after(fn: 
   const fleet = new FakeFleet();
   const clock = new FakeClock();
   const logger = debugLog();
-  const client = createClient({ transport: fleet.transport, clientId: "agent-7", clock, logger, ...extra });
+  const client = createClient({
+    parkLimitMs: 0,
+    transport: fleet.transport,
+    clientId: "agent-7",
+    clock,
+    logger,
+    ...extra,
+  });
   tc?.after(() => client.close()); // a stream on a transport of the caller's runs until close
   return { fleet, clock, logger, client };
 }
@@ -219,6 +226,48 @@ describe("the Coordinate stream (in memory)", { concurrency: true }, () => {
     await new Promise((r) => setTimeout(r, 1300));
     assert.equal(fleet.requests.length, count, "a report only for targets with activity");
     await client.close();
+  });
+
+  test("a first attempt that meets an open breaker parks until the breaker closes; an abort ends the wait", async (tc) => {
+    const decisions: Decision[] = [];
+    const { fleet, logger, client } = setup(
+      { parkLimitMs: 60_000, onDecision: ({ attempt, decision }) => void (attempt === 0 && decisions.push(decision)) },
+      tc,
+    );
+    let runs = 0;
+    const op = async () => {
+      runs++;
+      return "ok";
+    };
+    await client.call(op, target);
+    await fleet.until(() => fleet.requests.length > 0);
+    fleet.push(assignment({ breaker: BreakerState.OPEN, reason: "breaker open: 3 failures" }));
+    await logger.waitFor(/breaker OPEN/);
+
+    const parked = client.call(op, target);
+    await fleet.until(() => decisions.length === 1);
+    assert.equal(runs, 1, "no attempt while parked");
+    assert.equal(decisions[0]!.parked, true);
+    assert.equal(decisions[0]!.stopReason, "CIRCUIT_OPEN");
+    assert.equal(decisions[0]!.stopText, "waiting for the fleet: breaker open on openai/gpt-4o@k1");
+    fleet.push(assignment({ breaker: BreakerState.CLOSED }));
+    assert.equal(await parked, "ok");
+    assert.equal(runs, 2);
+    assert.equal(decisions.length, 2);
+    assert.equal(decisions[1]!.action, "RETRY");
+    assert.equal(decisions[1]!.parked, true);
+    assert.ok((decisions[1]!.waitedMs ?? -1) >= 0);
+
+    logger.lines.length = 0;
+    fleet.push(assignment({ breaker: BreakerState.OPEN }));
+    await logger.waitFor(/breaker OPEN/);
+    const ac = new AbortController();
+    const cancelled = client.call(op, { ...target, signal: ac.signal }).catch((e: unknown) => e);
+    await fleet.until(() => decisions.length === 3);
+    ac.abort(new Error("the user gave up"));
+    const err = await cancelled;
+    assert.ok(err instanceof Error && err.message === "the user gave up", String(err));
+    assert.equal(runs, 2);
   });
 
   test("assignments drive the gate: hold, stop, breaker, probes, shed, abandon", async (tc) => {
@@ -370,7 +419,12 @@ describe("the Coordinate stream (in memory)", { concurrency: true }, () => {
     await client.close();
 
     const log = debugLog();
-    const bare = createClient({ transport: createRouterTransport(() => {}), clock: new FakeClock(), logger: log });
+    const bare = createClient({
+      parkLimitMs: 0,
+      transport: createRouterTransport(() => {}),
+      clock: new FakeClock(),
+      logger: log,
+    });
     for (let i = 0; i < 3; i++) assert.equal(await bare.call(ok, target), "ok");
     await log.waitFor(/no fleet stream \(Unimplemented/);
     assert.deepEqual(log.warnings, []);

@@ -57,7 +57,7 @@ describe("fleet memory", { concurrency: true }, () => {
   test("a revoked key stops the fleet on that key only; key id and client id reach the daemon", async (t) => {
     const addr = await fleetAddr();
     const revoked = await flaky({ status: 401, body: bodies.badKey });
-    const first = createClient({ address: addr, clientId: "ts-agent-1" });
+    const first = createClient({ parkLimitMs: 0, address: addr, clientId: "ts-agent-1" });
     t.after(() => first.close()); // its fleet stream
     assert.ok(
       (await rejection(first.call(post(revoked.url), { ...openai, keyId: "revoked" }))) instanceof PolicydError,
@@ -71,7 +71,7 @@ describe("fleet memory", { concurrency: true }, () => {
     assert.equal(auth[0]!.state?.stopped, true);
 
     // Another agent on the same key, its fleet gate off: a retryable 504 stops at once, by NextDelay.
-    const second = createClient({ address: addr, clock: new FakeClock(), fleetGate: false });
+    const second = createClient({ parkLimitMs: 0, address: addr, clock: new FakeClock(), fleetGate: false });
     t.after(() => second.close());
     const gateway = await flaky({ status: 504, body: bodies.serverError }, { status: 200, body: "ok" });
     const err = await rejection(second.call(post(gateway.url), { ...openai, keyId: "revoked" }));
@@ -84,7 +84,7 @@ describe("fleet memory", { concurrency: true }, () => {
     assert.ok(err.decision.fleet!.openRemainingMs > 0);
 
     // With its gate on (the default), a new agent's first attempt on that key is not even sent.
-    const third = createClient({ address: addr });
+    const third = createClient({ parkLimitMs: 0, address: addr });
     t.after(() => third.close());
     assert.equal(await third.call(async () => "ok", { ...openai, keyId: "warm-up" }), "ok"); // its stream is up
     const gated = await rejection(third.call(post(gateway.url), { ...openai, keyId: "revoked" }));
@@ -102,7 +102,7 @@ describe("fleet memory", { concurrency: true }, () => {
   test("the fallback function gets the chain's target", async (t) => {
     // A Retry-After above the 60 s ceiling falls back; the policy's chain names where to.
     const limited = await flaky({ status: 429, headers: { "retry-after": "61" }, body: bodies.rateLimit });
-    const client = createClient({ address: await fleetAddr() });
+    const client = createClient({ parkLimitMs: 0, address: await fleetAddr() });
     t.after(() => client.close());
     const out = await client.call(post(limited.url), {
       ...openai,
@@ -120,6 +120,7 @@ describe("fleet memory", { concurrency: true }, () => {
     const sent: NextDelayRequest[] = [];
     const d = decisions();
     const client = createClient({
+      parkLimitMs: 0,
       address: await daemonAddr(), // --fleet off
       clock: new FakeClock(),
       onDecision: d.onDecision,
@@ -141,12 +142,15 @@ describe("fleet memory", { concurrency: true }, () => {
   });
 
   test("a client id per client: host/pid/8 hex digits, or the option clipped", () => {
-    const a = createClient({ address: "127.0.0.1:1" });
-    const b = createClient({ address: "127.0.0.1:1" });
+    const a = createClient({ parkLimitMs: 0, address: "127.0.0.1:1" });
+    const b = createClient({ parkLimitMs: 0, address: "127.0.0.1:1" });
     const escaped = hostname().replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
     assert.match(a.clientId, new RegExp(`^${escaped}/${process.pid}/[0-9a-f]{8}$`));
     assert.notEqual(a.clientId, b.clientId); // breakers count distinct clients
-    assert.equal(createClient({ address: "127.0.0.1:1", clientId: "x".repeat(200) }).clientId, "x".repeat(128));
+    assert.equal(
+      createClient({ parkLimitMs: 0, address: "127.0.0.1:1", clientId: "x".repeat(200) }).clientId,
+      "x".repeat(128),
+    );
   });
 });
 
@@ -157,7 +161,7 @@ describe("decisions from policyd's fleet", () => {
     const transport = createRouterTransport(({ service }) => {
       service(PolicyService, { nextDelay: () => ({ decision: create(DecisionSchema, decision) }) });
     });
-    return createClient({ transport, clock: new FakeClock() });
+    return createClient({ parkLimitMs: 0, transport, clock: new FakeClock() });
   }
   const fail = () => {
     throw new Error("boom");

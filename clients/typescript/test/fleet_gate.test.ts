@@ -150,7 +150,7 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
   test("admits without an assignment; the stream is the only RPC; reports and rate-limit headers reach the daemon", async (t) => {
     const addr = await gateAddr();
     const rpcs = rpcCounter();
-    const client = createClient({ address: addr, interceptors: [rpcs.interceptor] });
+    const client = createClient({ parkLimitMs: 0, address: addr, interceptors: [rpcs.interceptor] });
     t.after(() => client.close());
     const target = { provider: "openai", model: "gate-report", keyId: "report-key" } satisfies CallOptions<unknown>;
     const op = counted();
@@ -179,7 +179,7 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
     const addr = await gateAddr();
     const rpcs = rpcCounter();
     const logger = watchLogger();
-    const client = createClient({ address: addr, interceptors: [rpcs.interceptor], logger });
+    const client = createClient({ parkLimitMs: 0, address: addr, interceptors: [rpcs.interceptor], logger });
     t.after(() => client.close());
     const target = { provider: "openai", model: "gate-breaker", operation: "chat" } satisfies CallOptions<unknown>;
     const op = counted();
@@ -206,7 +206,7 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
     const addr = await gateAddr();
     const rpcs = rpcCounter();
     const logger = watchLogger();
-    const client = createClient({ address: addr, interceptors: [rpcs.interceptor], logger });
+    const client = createClient({ parkLimitMs: 0, address: addr, interceptors: [rpcs.interceptor], logger });
     t.after(() => client.close());
     const op = counted();
     await client.call(op, { provider: "openai", model: "gate-first-warm" }); // the stream is up
@@ -226,7 +226,7 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
     const addr = await gateAddr();
     const logger = watchLogger();
     const rpcs = rpcCounter();
-    const client = createClient({ address: addr, logger, interceptors: [rpcs.interceptor] });
+    const client = createClient({ parkLimitMs: 0, address: addr, logger, interceptors: [rpcs.interceptor] });
     t.after(() => client.close());
     const target = { provider: "openai", model: "gate-fb", operation: "chat" } satisfies CallOptions<unknown>;
     const op = counted();
@@ -253,7 +253,7 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
   test("a hold makes the first attempt wait it out, then send", async (t) => {
     const addr = await gateAddr();
     const logger = watchLogger();
-    const client = createClient({ address: addr, logger });
+    const client = createClient({ parkLimitMs: 0, address: addr, logger });
     t.after(() => client.close());
     const target = { provider: "openai", model: "gate-hold", keyId: "hold-key" } satisfies CallOptions<unknown>;
     const op = counted();
@@ -281,7 +281,7 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
   test("a hold past the caller's deadline stops the call (DEADLINE) without an attempt", async (t) => {
     const addr = await gateAddr();
     const logger = watchLogger();
-    const client = createClient({ address: addr, logger });
+    const client = createClient({ parkLimitMs: 0, address: addr, logger });
     t.after(() => client.close());
     const target = { provider: "openai", model: "gate-hold-deadline", keyId: "k" } satisfies CallOptions<unknown>;
     const op = counted();
@@ -304,7 +304,7 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
   test("daemon down: every call is admitted at once, and close returns", async () => {
     for (const addr of [await closedAddr(), await hungAddr()]) {
       const logger = watchLogger();
-      const client = createClient({ address: addr, logger, daemonTimeoutMs: 300 });
+      const client = createClient({ parkLimitMs: 0, address: addr, logger, daemonTimeoutMs: 300 });
       const op = counted();
       const start = performance.now();
       for (let i = 0; i < 20; i++) assert.equal(await client.call(op, { provider: "openai", model: "gpt-4o" }), "ok");
@@ -320,7 +320,12 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
   test("a daemon without fleet memory: the stream is tried once, calls are admitted, nothing is logged", async () => {
     const rpcs = rpcCounter();
     const logger = watchLogger();
-    const client = createClient({ address: await daemonAddr(), interceptors: [rpcs.interceptor], logger });
+    const client = createClient({
+      parkLimitMs: 0,
+      address: await daemonAddr(),
+      interceptors: [rpcs.interceptor],
+      logger,
+    });
     const op = counted();
     for (let i = 0; i < 3; i++) await client.call(op, { provider: "openai", model: "gpt-4o" });
     await logger.waitFor(/no fleet stream \(FailedPrecondition/);
@@ -354,6 +359,7 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
       ]);
       const logger = watchLogger();
       const client = createClient({
+        parkLimitMs: 0,
         address: d.addr,
         token: TOKEN,
         tlsCaFile: c.ca,
@@ -370,7 +376,12 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
 
   test("fleetGate: false opens no stream", async () => {
     const rpcs = rpcCounter();
-    const client = createClient({ address: await gateAddr(), interceptors: [rpcs.interceptor], fleetGate: false });
+    const client = createClient({
+      parkLimitMs: 0,
+      address: await gateAddr(),
+      interceptors: [rpcs.interceptor],
+      fleetGate: false,
+    });
     await client.call(counted(), { provider: "openai", model: "gate-off" });
     await sleep(100);
     assert.deepEqual(rpcs.streams, []);
@@ -380,7 +391,7 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
   test("bad input never breaks the stream or the call", async (t) => {
     const addr = await gateAddr();
     const logger = watchLogger();
-    const client = createClient({ address: addr, logger });
+    const client = createClient({ parkLimitMs: 0, address: addr, logger });
     t.after(() => client.close());
     const op = counted();
     const huge = "p".repeat(9000); // longer than the daemon takes: not gated, not reported
@@ -412,13 +423,14 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
   });
 
   describe("fleet gate: expiry", () => {
-    test("an expired assignment is kept through the grace, then the process's own budget decides", async (t) => {
+    test("an expired assignment is kept through the grace, then first attempts go and the own budget limits retries", async (t) => {
       const file = policy("expiry.yaml", `fleet:\n${BREAKER}  stream: {ttl: 1s}\n`);
       const daemon = await startDaemon(undefined, ["--fleet", "on", "--policy", file]);
       t.after(() => daemon.stop());
       const logger = watchLogger();
       // random 0: the fail-open policy below retries at once.
       const client = createClient({
+        parkLimitMs: 0,
         address: daemon.addr,
         logger,
         fleetGraceMs: 1500,
@@ -440,25 +452,99 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
       assert.equal(early.decision.stopReason, "CIRCUIT_OPEN");
       assert.ok(performance.now() - stoppedAt < 800);
 
-      // Past it: the own budget (10 tokens, more than 5) admits.
+      // Past it: every first attempt goes (policyd away never stops an agent).
       await sleep(2600);
       assert.equal(await client.call(op, target), "ok");
       assert.equal(op.runs, 2);
 
-      // Failed attempts spend the own budget (3 attempts a call, fail-open): then it stops, without an attempt.
+      // Failed attempts spend the own budget (10 tokens, retries while more than 5): the fail-open
+      // policy's retries stop when it is spent, never a first attempt.
       const srv = await flaky({ status: 503, body: bodies.overloaded });
       const post = async ({ signal }: { signal: AbortSignal }) => {
         const r = await fetch(srv.url, { method: "POST", signal });
         throw Object.assign(new Error(`HTTP ${r.status}`), { status: r.status, headers: {}, body: await r.text() });
       };
-      for (let i = 0; i < 2; i++) assert.ok((await rejection(client.call(post, target))) instanceof PolicydError);
-      assert.equal(srv.hits, 6);
-      const spent = await rejection(client.call(post, target));
-      assert.ok(spent instanceof PolicydError, String(spent));
-      assert.equal(spent.decision.stopReason, "RETRY_BUDGET_EXHAUSTED");
-      assert.equal(spent.attempts, 0);
-      assert.equal(srv.hits, 6);
-      assert.match(spent.message, /own budget/);
+      // Each call's first attempt goes; the retries stop once the budget is spent (10 tokens, −1 a
+      // failure, +0.1 a second, retries while more than 5 are left): after 5 to 8 failures.
+      let spent: PolicydError | undefined;
+      for (let i = 0; i < 3 && !spent; i++) {
+        const hits = srv.hits;
+        const err = await rejection(client.call(post, target));
+        assert.ok(err instanceof PolicydError, String(err));
+        assert.ok(srv.hits > hits && err.attempts >= 1, `call ${i}: its first attempt was not sent`);
+        if (err.decision.stopReason === "RETRY_BUDGET_EXHAUSTED") spent = err;
+      }
+      assert.ok(spent, `no retry refused by the own budget after ${srv.hits} failures`);
+      assert.ok(srv.hits >= 5 && srv.hits <= 8, `${srv.hits} failures before the budget refused a retry`);
+      assert.equal(spent.decision.fleet?.budgetExhausted, true);
+      assert.match(spent.message, /own retry budget for openai\/gate-expiry is spent/);
+    });
+
+    test("policyd restarted on its address: no first attempt refused, the stream back within 2 s", async (t) => {
+      const file = policy("restart.yaml", `fleet:\n${BREAKER}  stream: {ttl: 1s}\n`);
+      const daemon = await startDaemon(undefined, ["--fleet", "on", "--policy", file]);
+      const restarted: Awaited<ReturnType<typeof startDaemon>>[] = [];
+      t.after(async () => {
+        await daemon.stop().catch(() => {});
+        for (const d of restarted) await d.stop();
+      });
+      const addr = daemon.addr;
+      // random 0: the fail-open policy retries at once.
+      const client = createClient({
+        parkLimitMs: 0,
+        address: addr,
+        fleetGraceMs: 1000,
+        random: () => 0,
+        daemonTimeoutMs: 300,
+      });
+      t.after(() => client.close());
+      const model = "gate-restart";
+      const target = { provider: "openai", model, operation: "chat" } satisfies CallOptions<unknown>;
+      // The provider drops every call's first attempt; its retry succeeds.
+      const op = async ({ attempt }: { attempt: number }) => {
+        if (attempt === 1) throw Object.assign(new Error("socket hang up"), { code: "ECONNRESET" });
+        return "ok";
+      };
+      const refused: string[] = [];
+      let budgetStops = 0;
+      let otherStops = 0;
+      let calls = 0;
+      const streaming = async () => {
+        try {
+          const res = await raw(addr).fleet.listBuckets({ provider: "openai", model }, { timeoutMs: 300 });
+          return res.buckets.some((b) => b.streamingClients >= 1);
+        } catch {
+          return false;
+        }
+      };
+      const run = async (until: () => Promise<boolean> | boolean) => {
+        while (!(await until())) {
+          calls++;
+          const err = await client.call(op, target).then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+          if (err instanceof PolicydError && err.attempts === 0) refused.push(err.decision.stopText);
+          else if (err instanceof PolicydError && err.decision.stopReason === "RETRY_BUDGET_EXHAUSTED") budgetStops++;
+          else if (err instanceof PolicydError && err.attempts >= 1)
+            otherStops++; // a retry the fleet refused
+          else if (err !== undefined) throw err;
+          await sleep(50);
+        }
+      };
+      await run(streaming); // subscribed: the daemon counts the stream
+      await daemon.kill();
+      const killed = performance.now();
+      await run(() => performance.now() - killed > 4000); // away past ttl (1 s) + grace (1 s)
+      restarted.push(await startDaemon(undefined, ["--fleet", "on", "--policy", file, "--listen", addr]));
+      const back = performance.now();
+      await run(async () => (await streaming()) || performance.now() - back > 15_000);
+      const took = performance.now() - back;
+      t.diagnostic(
+        `${calls} calls, ${budgetStops} retries refused by the own budget, ${otherStops} by the fleet; the stream back ${(took / 1000).toFixed(2)} s after the restart`,
+      );
+      assert.deepEqual(refused, [], "first attempts refused by the gate while policyd was away");
+      assert.ok(took <= 2000, `the stream was back ${(took / 1000).toFixed(2)} s after policyd; want within 2 s`);
     });
   });
 
@@ -468,7 +554,7 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
     writeFileSync(
       script,
       `import { createClient } from "@policyd/client";
-const client = createClient({ address: process.argv[2] });
+const client = createClient({ parkLimitMs: 0, address: process.argv[2] });
 console.log(await client.call(async () => "ok", { provider: "openai", model: "gate-exit" }));
 await new Promise((r) => setTimeout(r, 1500)); // the stream is open meanwhile
 if (process.argv[3] === "close") await client.close();

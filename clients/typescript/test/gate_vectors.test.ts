@@ -6,7 +6,16 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { type BreakerState, Gate, type GateAssignment, type GateFallback } from "@policyd/client";
+import {
+  type BreakerState,
+  budgetText,
+  Gate,
+  type GateAssignment,
+  type GateFallback,
+  gateDecision,
+  type Parked,
+  type Target,
+} from "@policyd/client";
 
 const TESTDATA = fileURLToPath(new URL("../../../testdata/", import.meta.url));
 
@@ -28,22 +37,48 @@ interface Step {
     probe_permits: number;
     reason: string;
     fallback: VectorFallback | null;
+    park_hint_ms?: number;
   };
   abandon?: boolean;
   outcome?: "success" | "failure";
-  gate?: { deadline_ms?: number; can_fall_back: boolean; draw: number };
-  want?: { action: string; wait_ms?: number; probe?: boolean; stop_reason?: string; fallback?: VectorFallback };
+  retry?: Record<string, never>;
+  gate?: { deadline_ms?: number; can_fall_back: boolean; draw: number; max_park_ms?: number; call?: string };
+  resume?: { call: string; draw: number };
+  want?: {
+    action: string;
+    wait_ms?: number;
+    probe?: boolean;
+    stop_reason?: string;
+    fallback?: VectorFallback;
+    text?: string;
+    waited_ms?: number;
+    reason?: string;
+    fleet?: {
+      breaker: string;
+      stopped: boolean;
+      hold_remaining_ms: number;
+      open_remaining_ms: number;
+      reason: string;
+    };
+  };
 }
 
 interface Case {
   id: string;
-  // A gate feature the case needs; this gate does not park yet.
   requires?: string;
   steps: Step[];
-  counts?: { admitted: number; shed: number };
+  counts?: { admitted: number; shed: number; parked?: number };
 }
 
-const vectors = JSON.parse(readFileSync(`${TESTDATA}gate.json`, "utf8")) as { cases: Case[] };
+const vectors = JSON.parse(readFileSync(`${TESTDATA}gate.json`, "utf8")) as {
+  cases: Case[];
+  target: { provider: string; model: string; key_id: string };
+};
+const TARGET: Target = {
+  provider: vectors.target.provider,
+  model: vectors.target.model,
+  keyId: vectors.target.key_id,
+};
 const BREAKERS = new Set<BreakerState>(["CLOSED", "OPEN", "HALF_OPEN"]);
 const KINDS = new Set(["LARGER_CONTEXT_MODEL", "OTHER_PROVIDER", "OTHER_MODEL"]);
 
@@ -57,8 +92,10 @@ describe("vectors: gate.json", () => {
   test("has cases", () => assert.ok(vectors.cases.length > 0));
 
   for (const c of vectors.cases) {
-    test(c.id, { skip: c.requires === "park" ? "parking (docs/clients.md) is not implemented by this gate yet" : false }, () => {
+    test(c.id, { skip: c.requires && c.requires !== "park" ? `requires ${c.requires}` : false }, () => {
       const g = new Gate();
+      g.target = `${TARGET.provider}/${TARGET.model}`;
+      const parked = new Map<string, Parked>();
       c.steps.forEach((s, i) => {
         const now = s.at_ms;
         if (s.assign) {
@@ -73,26 +110,61 @@ describe("vectors: gate.json", () => {
             probePermits: a.probe_permits,
             reason: a.reason,
             fallback: fallbackOf(a.fallback),
+            parkHintMs: a.park_hint_ms ?? 0,
           };
           g.assign(now, assignment);
         } else if (s.abandon) {
           g.assign(now, undefined);
         } else if (s.outcome) {
           g.record(now, s.outcome === "success");
-        } else if (s.gate) {
-          const got = g.check(now, s.gate.deadline_ms, s.gate.can_fall_back, s.gate.draw);
+        } else if (s.retry) {
+          const w = s.want!;
+          assert.equal(g.allowRetry(now), w.action === "admit", `step ${i} at ${s.at_ms}ms: retry`);
+          if (w.action === "stop") assert.equal(budgetText(TARGET), w.text, `step ${i}: text`);
+        } else if (s.gate || s.resume) {
+          let got;
+          if (s.gate) {
+            got = g.check(now, s.gate.deadline_ms, s.gate.can_fall_back, s.gate.draw, s.gate.max_park_ms);
+            if (got.parked) parked.set(s.gate.call ?? "", got.parked);
+          } else {
+            const p = parked.get(s.resume!.call);
+            assert.ok(p, `step ${i}: no parked call ${s.resume!.call}`);
+            got = g.resume(now, p, s.resume!.draw);
+          }
           const w = s.want!;
           const where = `step ${i} at ${s.at_ms}ms`;
+          if (w.waited_ms !== undefined) assert.equal(got.waitedMs, w.waited_ms, `${where}: waited`);
+          if (w.reason) assert.equal(got.reason, w.reason, `${where}: reason`);
+          if (w.action === "park") assert.equal(got.stopReason, w.stop_reason, `${where}: stop reason`);
           assert.equal(got.action, w.action, `${where}: ${JSON.stringify(got)}`);
           assert.equal(got.waitMs, w.wait_ms ?? 0, `${where}: wait`);
           assert.equal(got.probe, w.probe ?? false, `${where}: probe`);
-          if (w.action === "stop") assert.equal(got.stopReason, w.stop_reason, `${where}: stop reason`);
+          if (w.action === "stop" || w.action === "fall_back") {
+            assert.equal(got.stopReason, w.stop_reason, `${where}: stop reason`);
+            // What the caller sees: the decision the call's error carries.
+            const d = gateDecision(got, TARGET, g.assignment, now - g.receivedAt);
+            assert.equal(d.stopText, w.text, `${where}: text`);
+            const f = d.fleet!;
+            assert.deepEqual(
+              {
+                breaker: f.breaker,
+                stopped: f.stopped,
+                hold_remaining_ms: f.holdRemainingMs,
+                open_remaining_ms: f.openRemainingMs,
+                reason: f.reason,
+              },
+              w.fleet,
+              `${where}: fleet`,
+            );
+          }
           if (w.action === "fall_back") assert.deepEqual(got.fallback, fallbackOf(w.fallback), `${where}: fallback`);
         } else {
           assert.fail(`step ${i} does nothing`);
         }
       });
-      if (c.counts) assert.deepEqual({ admitted: g.admitted, shed: g.shed }, c.counts);
+      if (c.counts) {
+        assert.deepEqual({ admitted: g.admitted, shed: g.shed, parked: g.parks }, { parked: 0, ...c.counts });
+      }
     });
   }
 });

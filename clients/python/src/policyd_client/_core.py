@@ -54,8 +54,17 @@ _SAFETY = {
 #: Channel options: policyd is a loopback, plaintext daemon; an http_proxy in
 #: the environment must not reroute it. Keepalive pings (only while a call,
 #: in practice the fleet's Coordinate stream, is open) every 30 s, no more
-#: often than the daemon's enforcement policy allows (15 s).
-CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0), ("grpc.keepalive_time_ms", 30_000))
+#: often than the daemon's enforcement policy allows (15 s). While policyd is
+#: away the channel redials every 0.5 to 1 s (gRPC's own default grows to two
+#: minutes), so that calls and the fleet stream notice its return within about
+#: a second.
+CHANNEL_OPTIONS = (
+    ("grpc.enable_http_proxy", 0),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.min_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
 
 #: The waits between background attempts to finish a journal context policyd
 #: did not answer for: about a minute in all, long enough for a daemon restart.

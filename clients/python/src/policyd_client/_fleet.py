@@ -1,35 +1,27 @@
-"""The fleet gate's table and the Coordinate stream (docs/clients.md, "The fleet gate").
+"""The fleet gate's table (docs/clients.md, "The fleet gate").
 
 ``FleetTable`` is what the sync and asyncio clients share: one ``Gate`` per
 target (provider, model, key id), the counts each target's next report
 carries, the reports, and the assignments received. It is thread-safe and
-never blocks on the daemon. ``SyncStream`` runs the stream on a background
-thread for :class:`~policyd_client.Client`; the asyncio client's task is in
-``aio.py``. Both reconnect with the same ``Backoff`` and log through the same
-``StreamLog``.
+never blocks on the daemon. The fleet side has four parts, as in the Go and
+TypeScript clients: the gate (``_gate``), this table, the texts the caller
+sees (``_texts``) and the stream's I/O (``_stream``).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
-import grpc
-
-from ._core import rpc_code, rpc_text
-from ._gate import CLOSED, GRACE, HALF_OPEN, OPEN, Fallback, Gate, GateAction, GateAssignment, GateVerdict
+from ._gate import CLOSED, GRACE, HALF_OPEN, OPEN, Fallback, Gate, GateAction, GateAssignment, GateVerdict, Parked
 from ._gen.policyd.v1 import fleet_pb2 as fpb
 from ._gen.policyd.v1 import policy_pb2 as pb
-from ._stubs import fleet_stub
-from .decision import SOURCE_FLEET_GATE, Action, Decision, FallbackHint, _enum_name
-from .errors import FleetGateError, RetryCancelled, RetryStopped
+from .decision import _enum_name
 from .failure import _FIELD_BYTES, _clip, clip_label
 
-__all__ = ["FleetTable", "SyncStream", "Target", "rate_limit_headers", "target_of"]
+__all__ = ["FleetTable", "Target", "rate_limit_headers", "target_of"]
 
 # Reports: about once a second (± 10 %), at most 256 targets a message, an
 # interval of more than 0 and at most 10 minutes.
@@ -56,7 +48,7 @@ MAX_RATE_LIMIT_NAME_BYTES = 128
 # it, new targets are not gated until the daemon abandons idle ones.
 MAX_TARGETS = 1024
 # The most of each count one report carries (the daemon's limit); the rest waits.
-MAX_COUNT = 1 << 30
+MAX_COUNT = 1000  # per count, and admitted and shed together, in one report (policyd: 1,000 a second of it, at least a second)
 
 _ADMIT = GateVerdict()
 _BREAKERS = {pb.BREAKER_STATE_OPEN: OPEN, pb.BREAKER_STATE_HALF_OPEN: HALF_OPEN}
@@ -71,7 +63,7 @@ class Target(NamedTuple):
 
     def __str__(self) -> str:
         s = f"{self.provider}/{self.model}" if self.model else self.provider
-        return f"{s} (key {self.key_id})" if self.key_id else s
+        return f"{s}@{self.key_id}" if self.key_id else s
 
 
 def _utf8(s: str) -> str:
@@ -96,6 +88,15 @@ def check_grace(grace: float) -> float:
     if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < math.inf:
         raise ValueError(f"policyd: fleet_grace must be a number of seconds >= 0, not {grace!r}")
     return float(grace)
+
+
+def check_park_limit(limit: float | None) -> float | None:
+    """The park_limit option: None (the default, 120 s), or seconds ≥ 0 (0: parking off)."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit < 0:
+        raise ValueError(f"policyd: park_limit must be None or seconds >= 0, not {limit!r}")
+    return float(limit)
 
 
 def stream_metadata(token: str) -> tuple[tuple[str, str], ...] | None:
@@ -174,15 +175,28 @@ class Waiter(Protocol):
 class _Entry:
     """One target: its gate and what its next report carries."""
 
-    __slots__ = ("gate", "since", "admitted", "shed", "succeeded", "failed", "retries", "headers", "fresh", "waiter")
+    __slots__ = (
+        "gate",
+        "since",
+        "admitted",
+        "shed",
+        "succeeded",
+        "failed",
+        "retries",
+        "headers",
+        "fresh",
+        "waiter",
+        "parked",
+    )
 
-    def __init__(self, now: float, grace: float) -> None:
-        self.gate = Gate(grace)
+    def __init__(self, now: float, grace: float, target: str = "") -> None:
+        self.gate = Gate(grace, target)
         self.since = now  # the last report, or the first use
         self.admitted = self.shed = self.succeeded = self.failed = self.retries = 0
         self.headers: dict[str, str] | None = None
         self.fresh = False  # report even without counts: subscribe it on a new stream
         self.waiter: Waiter | None = None  # a first call waiting for the first assignment
+        self.parked: list[Waiter] = []  # parked calls, woken at the next assignment
 
     def counts(self) -> bool:
         return bool(self.admitted or self.shed or self.succeeded or self.failed or self.retries or self.headers)
@@ -220,7 +234,7 @@ class FleetTable:
         if e is None:
             if len(self._entries) >= MAX_TARGETS:
                 return None
-            e = self._entries[target] = _Entry(now, self._grace)
+            e = self._entries[target] = _Entry(now, self._grace, str(target))
         return e
 
     # ---- the callers' side
@@ -247,8 +261,11 @@ class FleetTable:
                     e.waiter.set()
                     e.waiter = None
 
-    def check(self, target: Target, remaining: float | None, can_fall_back: bool, draw: float) -> GateVerdict:
-        """Gate a first attempt to target; ``remaining``: seconds before the caller's deadline."""
+    def check(
+        self, target: Target, remaining: float | None, can_fall_back: bool, draw: float, park_limit: float | None = None
+    ) -> GateVerdict:
+        """Gate a first attempt to target; ``remaining``: seconds before the caller's deadline;
+        ``park_limit``: how long a call without a deadline may park (None: the default; 0: off)."""
         with self._lock:
             if self._disabled:
                 return _ADMIT
@@ -256,12 +273,54 @@ class FleetTable:
             e = self._entry(target, now)
             if e is None:
                 return _ADMIT
-            v = e.gate.check(now, None if remaining is None else max(remaining, 0.0), can_fall_back, draw)
-            if v.action in (GateAction.ADMIT, GateAction.WAIT):
-                e.admitted += 1
-            else:
-                e.shed += 1
+            v = e.gate.check(now, None if remaining is None else max(remaining, 0.0), can_fall_back, draw, park_limit)
+            self._count(e, v)
             return v
+
+    @staticmethod
+    def _count(e: _Entry, v: GateVerdict) -> None:
+        if v.action in (GateAction.ADMIT, GateAction.WAIT):
+            e.admitted += 1
+        elif v.action is not GateAction.PARK:
+            e.shed += 1
+
+    def resume(self, target: Target, p: Parked, draw: float) -> GateVerdict:
+        """Check a call parked on target again (Gate.resume)."""
+        with self._lock:
+            now = self._clock()
+            e = None if self._disabled else self._entry(target, now)
+            if e is None:
+                return _ADMIT
+            v = e.gate.resume(now, p, draw)
+            if not p.retry:
+                self._count(e, v)
+            return v
+
+    def check_retry(self, target: Target, remaining: float | None, park_limit: float | None = None) -> GateVerdict:
+        """Gate a retry to target (Gate.check_retry)."""
+        with self._lock:
+            now = self._clock()
+            e = None if self._disabled else self._entry(target, now)
+            if e is None:
+                return _ADMIT
+            return e.gate.check_retry(now, None if remaining is None else max(remaining, 0.0), park_limit)
+
+    def park_wait(self, target: Target, waiter: Waiter) -> None:
+        """Set waiter at target's next assignment (or abandon)."""
+        with self._lock:
+            e = self._entries.get(target)
+            if e is None or self._disabled:
+                waiter.set()
+            else:
+                e.parked.append(waiter)
+
+    def park_cancelled(self, target: Target, p: Parked | None = None) -> None:
+        """A parked call's caller cancelled it: a first attempt is counted as shed."""
+        with self._lock:
+            e = self._entries.get(target)
+            if e is not None and (p is None or not p.retry):
+                e.gate.cancelled(p)
+                e.shed += 1
 
     def record(self, target: Target, ok: bool) -> bool:
         """Count an attempt's outcome (a success for the report; both in the own budget). True
@@ -287,6 +346,16 @@ class FleetTable:
             e = self._entry(target, self._clock())
             if e is not None:
                 e.failed += 1
+
+    def allow_retry(self, target: Target) -> bool:
+        """Whether a retry the fail-open policy decided may go: the process's own
+        budget for the target allows it (policyd away limits retries, never first attempts)."""
+        with self._lock:
+            if self._disabled:
+                return True
+            now = self._clock()
+            e = self._entry(target, now)
+            return e is None or e.gate.allow_retry(now)
 
     def retried(self, target: Target) -> None:
         """Count a retry sent."""
@@ -337,6 +406,7 @@ class FleetTable:
                 admitted, shed, succeeded, failed, retries = (
                     min(n, MAX_COUNT) for n in (e.admitted, e.shed, e.succeeded, e.failed, e.retries)
                 )
+                shed = min(shed, MAX_COUNT - admitted)
                 u = fpb.BucketUsage(
                     target=fpb.BucketTarget(provider=t.provider, model=t.model, key_id=t.key_id),
                     admitted=admitted,
@@ -371,6 +441,7 @@ class FleetTable:
                 if a.abandon:
                     e = self._entries.get(t)
                     if e is not None:
+                        _wake_parked(e)
                         e.gate.assign(now, None)
                         e.fresh = False
                         if not e.counts():
@@ -381,292 +452,13 @@ class FleetTable:
                 e = self._entry(t, now)
                 if e is not None:
                     e.gate.assign(now, assignment_of(a))
+                    _wake_parked(e)
                     if e.waiter is not None:
                         e.waiter.set()
                         e.waiter = None
 
 
-# ---- what a call does with a verdict that is not "admit"
-
-_STOP_TEXT = {
-    "FLEET_STOP": "the fleet has stopped calls on {t}",
-    "CIRCUIT_OPEN": "the fleet's circuit breaker for {t} is open",
-    "FLEET_SHED": "the fleet sheds first attempts to {t}",
-    "DEADLINE": "the fleet holds {t} past the caller's deadline",
-    "RETRY_BUDGET_EXHAUSTED": "policyd is unreachable and this process's own budget for {t} is spent",
-}
-
-
-def stop_text(target: Target, v: GateVerdict) -> str:
-    """The reason in a sentence: the stop reason's and the assignment's."""
-    text = _STOP_TEXT.get(v.stop_reason, "the fleet gate did not admit the call to {t}").format(t=target)
-    if v.reason and v.reason not in text:
-        text += f" ({v.reason})"
-    return text
-
-
-def gate_decision(target: Target, v: GateVerdict) -> Decision:
-    """The Decision of a first attempt the gate did not send (STOP, or FALL_BACK with its fallback)."""
-    text = stop_text(target, v)
-    fb = v.fallback if v.action is GateAction.FALL_BACK else None
-    return Decision(
-        Action.FALL_BACK if fb is not None else Action.STOP,
-        reason=text,
-        stop_reason=v.stop_reason,
-        stop_text=text,
-        fallback=fb.kind if fb else "",
-        fallback_reason=(fb.reason or text) if fb else "",
-        strategy="fleet-gate",
-        source=SOURCE_FLEET_GATE,
-        fallback_provider=fb.provider if fb else "",
-        fallback_model=fb.model if fb else "",
-    )
-
-
-def gate_error(target: Target, v: GateVerdict) -> FleetGateError:
-    return FleetGateError(
-        target.provider, target.model, target.key_id, stop_reason=v.stop_reason, reason=stop_text(target, v)
-    )
-
-
-def gate_stopped(target: Target, v: GateVerdict) -> RetryStopped:
-    """The error a call raises when the gate stops its first attempt."""
-    return RetryStopped(gate_error(target, v), gate_decision(target, v), attempts=0)
-
-
-def gate_fallback(target: Target, v: GateVerdict) -> FallbackHint:
-    """What the caller's fallback function gets when the gate falls back."""
-    d = gate_decision(target, v)
-    return FallbackHint(
-        kind=d.fallback,
-        reason=d.fallback_reason,
-        error=gate_error(target, v),
-        decision=d,
-        attempts=0,
-        provider=d.fallback_provider,
-        model=d.fallback_model,
-    )
-
-
-def gate_cancelled(target: Target) -> RetryCancelled:
-    """The error of a call cancelled while it waited out a hold."""
-    err = FleetGateError(
-        target.provider, target.model, target.key_id, stop_reason="", reason="cancelled while waiting out a hold"
-    )
-    d = Decision(
-        Action.STOP, reason="cancelled by the caller", stop_text="cancelled by the caller", source=SOURCE_FLEET_GATE
-    )
-    return RetryCancelled(err, d, attempts=0, reason="cancelled by the caller")
-
-
-# ---- the stream, shared parts
-
-
-class Backoff:
-    """Reconnect delays: 1 s doubling to 30 s, full jitter; reset once a stream answers."""
-
-    def __init__(self, random: Callable[[], float]) -> None:
-        self._random = random
-        self._n = 0
-
-    def reset(self) -> None:
-        self._n = 0
-
-    def next(self) -> float:
-        cap = min(BACKOFF_MAX, BACKOFF_INITIAL * 2.0 ** min(self._n, 16))
-        self._n += 1
-        return _unit(self._random) * cap
-
-
-def _unit(random: Callable[[], float]) -> float:
-    try:
-        r = float(random())
-    except Exception:
-        return 0.5
-    return min(max(r, 0.0), 1.0) if math.isfinite(r) else 0.5
-
-
-def first_call_wait(remaining: float | None) -> float:
-    """How long a target's first call waits for its first assignment: 100 ms, less before a nearer deadline."""
-    return FIRST_ASSIGNMENT_WAIT if remaining is None else max(min(FIRST_ASSIGNMENT_WAIT, remaining), 0.0)
-
-
-def report_interval(random: Callable[[], float]) -> float:
-    """About a second: 1 s ± 10 %."""
-    return REPORT_INTERVAL * (1 - REPORT_JITTER + 2 * REPORT_JITTER * _unit(random))
-
-
-def hello(client_id: str, profile: str) -> fpb.CoordinateRequest:
-    return fpb.CoordinateRequest(client_id=client_id, profile=profile)
-
-
-def is_off(code: grpc.StatusCode | None) -> bool:
-    """The daemon's answer when it runs with --fleet off (or predates the stream)."""
-    return code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNIMPLEMENTED)
-
-
-@dataclass
-class StreamLog:
-    """One line per change (broken, back, off), not one per reconnect."""
-
-    addr: str
-    logger: logging.Logger
-    _last: str | None = None
-
-    def up(self) -> None:
-        if self._last is not None:
-            self.logger.info("policyd fleet stream to %s is back", self.addr)
-        self._last = None
-
-    def broke(self, err: BaseException | None) -> None:
-        code = rpc_code(err) if err is not None else grpc.StatusCode.OK
-        kind = code.name if code else type(err).__name__
-        text = rpc_text(err) if err is not None else "ended by the daemon"
-        if kind == self._last:
-            self.logger.debug("policyd fleet stream to %s: %s; reconnecting", self.addr, text)
-            return
-        self._last = kind
-        level = (
-            logging.WARNING
-            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT)
-            else logging.INFO
-        )
-        self.logger.log(
-            level,
-            "policyd fleet stream to %s: %s; first attempts use the last assignments, reconnecting",
-            self.addr,
-            text,
-        )
-
-    def off(self, err: BaseException | None) -> None:
-        self.logger.info(
-            "policyd at %s has no fleet stream (%s); the fleet gate admits every call",
-            self.addr,
-            rpc_text(err) if err is not None else "",
-        )
-
-
-class SyncStream:
-    """The Coordinate stream of a sync client, on a daemon thread started by the first gated call."""
-
-    def __init__(
-        self,
-        table: FleetTable,
-        channel: grpc.Channel,
-        *,
-        client_id: str,
-        profile: str,
-        metadata: tuple[tuple[str, str], ...] | None,
-        random: Callable[[], float],
-        log: StreamLog,
-    ) -> None:
-        self._table = table
-        self._stub = fleet_stub(channel)
-        self._hello = hello(client_id, profile)
-        self._metadata = metadata
-        self._random = random
-        self._log = log
-        self._lock = threading.Lock()
-        self._closed = threading.Event()
-        self._kick = threading.Event()  # send a report now
-        self._thread: threading.Thread | None = None
-        self._call: Any = None
-        self._reachable = True  # not known to be down: a first call may wait for its assignment
-
-    def start(self) -> None:
-        """Open the stream unless it is open, closed, or the daemon has no fleet memory."""
-        if self._thread is not None or self._closed.is_set() or self._table.disabled:
-            return
-        with self._lock:
-            if self._thread is not None or self._closed.is_set():
-                return
-            self._thread = threading.Thread(target=self._run, name="policyd-fleet-stream", daemon=True)
-            self._thread.start()
-
-    @property
-    def running(self) -> bool:
-        t = self._thread
-        return t is not None and t.is_alive()
-
-    @property
-    def reachable(self) -> bool:
-        """Open, or opening (not closed, not broken since it last answered)."""
-        return self._reachable and not self._closed.is_set() and not self._table.disabled
-
-    def flush(self) -> None:
-        """Send the pending report now rather than at the next tick."""
-        self._kick.set()
-
-    def first_call(self, target: Target, remaining: float | None) -> None:
-        """A target's first call: subscribe it at once and wait (briefly) for its assignment."""
-        wait = first_call_wait(remaining)
-        if wait <= 0 or not self.reachable:
-            return
-        answered = threading.Event()
-        if self._table.subscribe(target, answered):
-            self.flush()
-            answered.wait(wait)
-
-    def close(self, timeout: float = 5.0) -> None:
-        """End the stream and its thread."""
-        with self._lock:
-            self._closed.set()
-            self._kick.set()
-            call, thread = self._call, self._thread
-        if call is not None:
-            call.cancel()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-
-    def _run(self) -> None:
-        backoff = Backoff(self._random)
-        while not self._closed.is_set():
-            done = threading.Event()
-            self._table.resubscribe()
-            err: BaseException | None = None
-            try:
-                call = self._stub.Coordinate(self._requests(done), metadata=self._metadata)
-                with self._lock:
-                    self._call = call
-                    if self._closed.is_set():
-                        call.cancel()
-                answered = False
-                for resp in call:
-                    if not answered:
-                        answered = True
-                        self._reachable = True
-                        backoff.reset()
-                        self._log.up()
-                    self._table.apply(resp)
-            except grpc.RpcError as e:
-                err = e
-            except Exception as e:  # a broken channel, a bad message: never the caller's problem
-                err = e
-            finally:
-                done.set()
-                self._kick.set()
-                with self._lock:
-                    self._call = None
-            self._reachable = False
-            self._table.release()
-            if self._closed.is_set():
-                return
-            if is_off(rpc_code(err) if err is not None else None):
-                self._table.disable()
-                self._log.off(err)
-                return
-            self._log.broke(err)
-            if self._closed.wait(backoff.next()):
-                return
-
-    def _requests(self, done: threading.Event) -> Iterator[fpb.CoordinateRequest]:
-        yield self._hello
-        while not done.is_set() and not self._closed.is_set():
-            self._kick.clear()
-            try:
-                msgs = self._table.reports()
-            except Exception as e:  # never expected; the stream must not die of it
-                self._log.logger.debug("policyd fleet stream: building a report failed: %s", e)
-                msgs = []
-            yield from msgs
-            self._kick.wait(report_interval(self._random))
+def _wake_parked(e: _Entry) -> None:
+    for w in e.parked:
+        w.set()
+    e.parked.clear()

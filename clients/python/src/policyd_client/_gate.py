@@ -9,12 +9,12 @@ thread-safe: the table serialises access.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-__all__ = ["GRACE", "Fallback", "Gate", "GateAction", "GateAssignment", "GateVerdict"]
+__all__ = ["GRACE", "PARK_LIMIT", "Fallback", "Gate", "GateAction", "GateAssignment", "GateVerdict", "Parked"]
 
 #: How long an assignment is kept past its ttl (policyd unreachable) before
-#: the process's own budget decides, seconds.
+#: the gate admits every first attempt, seconds.
 GRACE = 10.0
 # The process's own budget: gRPC A6's retry throttling (10 tokens, admit above
 # half), with a refill by time so that a process that sends nothing tries again.
@@ -22,6 +22,15 @@ OWN_MAX_TOKENS = 10.0
 OWN_THRESHOLD = OWN_MAX_TOKENS / 2
 OWN_SUCCESS_GAIN = 0.1
 OWN_REFILL = 0.1  # tokens a second
+
+#: The longest a call without a deadline parks, seconds: two of the breaker's
+#: longest open periods (60 s), so that a call outlives an open period that
+#: doubled once, and a caller that gave no deadline still gets an answer
+#: within two minutes.
+PARK_LIMIT = 120.0
+#: How often a parked call is checked again when no assignment arrives, and
+#: how often a call parked by a pace draws again, seconds.
+PARK_RECHECK = 1.0
 
 OPEN = "OPEN"
 HALF_OPEN = "HALF_OPEN"
@@ -50,6 +59,8 @@ class GateAssignment:
     probe_permits: int = 0
     reason: str = ""
     fallback: Fallback | None = None
+    #: The daemon's estimate of how long until the gate admits again (0: unknown).
+    park_hint: float = 0.0
 
 
 class GateAction(str, enum.Enum):
@@ -59,6 +70,19 @@ class GateAction(str, enum.Enum):
     WAIT = "wait"
     FALL_BACK = "fall_back"
     STOP = "stop"
+    PARK = "park"
+
+
+@dataclass
+class Parked:
+    """A call the gate holds: when it parked, when it must have an answer by."""
+
+    at: float
+    until: float
+    can_fall_back: bool = False
+    draw_at: float = 0.0
+    #: A retry, not a first attempt: not counted as one.
+    retry: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +97,16 @@ class GateVerdict:
     stop_reason: str = ""
     reason: str = ""
     fallback: Fallback | None = None
+    # What the assignment said when the attempt was not admitted (the texts and fleet fields).
+    breaker: str = ""
+    admit_fraction: float = 1.0
+    hold_left: float = 0.0
+    stop_left: float = 0.0
+    #: PARK: the call to resume; waited: how long it was parked before this verdict.
+    parked: Parked | None = None
+    waited: float = 0.0
+    #: The assignment's reason (``reason`` is the park text while parked).
+    assignment_reason: str = ""
 
 
 _ADMIT = GateVerdict()
@@ -83,9 +117,22 @@ class Gate:
     permits left, the process's own budget, and the first attempts admitted
     and shed."""
 
-    __slots__ = ("assignment", "received_at", "permits", "tokens", "tokens_at", "grace", "admitted", "shed")
+    __slots__ = (
+        "assignment",
+        "received_at",
+        "permits",
+        "tokens",
+        "tokens_at",
+        "grace",
+        "admitted",
+        "shed",
+        "parks",
+        "parked_new",
+        "released",
+        "target",
+    )
 
-    def __init__(self, grace: float = GRACE) -> None:
+    def __init__(self, grace: float = GRACE, target: str = "") -> None:
         self.assignment: GateAssignment | None = None
         self.received_at = 0.0
         self.permits = 0
@@ -94,6 +141,12 @@ class Gate:
         self.grace = grace
         self.admitted = 0
         self.shed = 0
+        #: Checks that parked a call (re-checks included); first attempts parked; parked calls admitted.
+        self.parks = 0
+        self.parked_new = 0
+        self.released = 0
+        #: The target as the park text names it (``openai/gpt-4o``).
+        self.target = target
 
     def assign(self, now: float, a: GateAssignment | None) -> None:
         """Receive an assignment (None: abandon), replacing the previous one."""
@@ -115,55 +168,165 @@ class Gate:
         if self.tokens_at is None or now > self.tokens_at:
             self.tokens_at = now
 
-    def check(self, now: float, deadline: float | None, can_fall_back: bool, draw: float) -> GateVerdict:
+    def allow_retry(self, now: float) -> bool:
+        """Whether a retry decided without policyd (the fail-open policy) may go:
+        the process's own budget has more than half its tokens (gRPC A6)."""
+        self._refill(now)
+        return self.tokens > OWN_THRESHOLD
+
+    def check(
+        self, now: float, deadline: float | None, can_fall_back: bool, draw: float, park_limit: float | None = None
+    ) -> GateVerdict:
         """Gate a first attempt. ``deadline``: seconds left before the caller's
-        deadline (None: none); ``draw``: uniform in [0, 1)."""
-        v = self._check(now, deadline, draw)
+        deadline (None: none); ``draw``: uniform in [0, 1); ``park_limit``: how
+        long a call without a deadline may park (None: PARK_LIMIT; 0: parking off)."""
+        v = self._check(now, deadline, draw, False)
+        if v.action is GateAction.PARK:
+            a = self.assignment
+            assert a is not None
+            limit = PARK_LIMIT if park_limit is None else park_limit
+            until = now + (deadline if deadline is not None else limit)
+            if (can_fall_back and a.fallback is not None) or limit <= 0 or until <= now + self._hint_left(now):
+                # Somewhere else to go, parking off, or no wait can fit: the answer is now.
+                return self._count(replace(v, action=GateAction.STOP, reason=a.reason), can_fall_back)
+            self.parks += 1
+            self.parked_new += 1
+            return replace(v, parked=Parked(now, until, can_fall_back, now + PARK_RECHECK))
+        return self._count(v, can_fall_back)
+
+    def check_retry(self, now: float, deadline: float | None, park_limit: float | None = None) -> GateVerdict:
+        """Gate a retry that NextDelay allowed, before it is sent: a stopped key stops it, an open
+        breaker (or a probing one without a permit) parks it; otherwise it goes (a pace or a hold
+        does not hold it: its delay already waited). Not counted as a first attempt."""
+        v = self._check(now, deadline, 0.0, True)
+        if v.action is GateAction.WAIT or (v.action is GateAction.PARK and v.stop_reason == "FLEET_SHED"):
+            return _ADMIT
+        if v.action is not GateAction.PARK:
+            return v
+        a = self.assignment
+        assert a is not None
+        limit = PARK_LIMIT if park_limit is None else park_limit
+        until = now + (deadline if deadline is not None else limit)
+        if limit <= 0 or until <= now + self._hint_left(now):
+            return replace(v, action=GateAction.STOP, reason=a.reason)
+        self.parks += 1
+        return replace(v, parked=Parked(now, until, False, now + PARK_RECHECK, retry=True))
+
+    def resume(self, now: float, p: Parked, draw: float) -> GateVerdict:
+        """Check a parked call again: admitted (``waited`` says how long it was
+        parked), parked again, or stopped (DEADLINE) as soon as the time it has
+        left is no longer than the fleet's estimate of the wait."""
+        if now < p.draw_at:
+            draw = 1.0  # a pace's draw is not due: only a full share admits
+        else:
+            p.draw_at = now + PARK_RECHECK
+        v = replace(self._check(now, None, draw, True), waited=now - p.at)
+        left = p.until - now
+        a = self.assignment
+        reason = a.reason if a is not None else ""
+        if v.action is GateAction.PARK:
+            if left <= self._hint_left(now) or left <= 0:
+                text = f"gave up waiting for the fleet after {_go_seconds(v.waited)}: {reason}"
+                v = replace(v, action=GateAction.STOP, stop_reason="DEADLINE", reason=text, parked=None)
+                return v if p.retry else self._count(v, p.can_fall_back)
+            self.parks += 1
+            return replace(v, parked=p)
+        if v.action is GateAction.WAIT and v.wait > left and a is not None:
+            v = GateVerdict(
+                GateAction.STOP,
+                stop_reason="DEADLINE",
+                reason=reason,
+                breaker=a.breaker,
+                admit_fraction=a.admit_fraction,
+                hold_left=v.wait,
+                waited=v.waited,
+                assignment_reason=reason,
+            )
+        if p.retry:
+            return replace(v, action=GateAction.ADMIT, wait=0.0) if v.action is GateAction.WAIT else v
+        v = self._count(v, p.can_fall_back)
+        if v.action in (GateAction.ADMIT, GateAction.WAIT):
+            self.released += 1
+        return v
+
+    def cancelled(self, p: Parked | None = None) -> None:
+        """Count a parked first attempt its caller cancelled."""
+        if p is None or not p.retry:
+            self.shed += 1
+
+    def _count(self, v: GateVerdict, can_fall_back: bool) -> GateVerdict:
         if v.action is GateAction.STOP:
             self.shed += 1
             a = self.assignment
             if can_fall_back and a is not None and a.fallback is not None:
-                return GateVerdict(
-                    GateAction.FALL_BACK, stop_reason=v.stop_reason, reason=v.reason, fallback=a.fallback
-                )
+                return replace(v, action=GateAction.FALL_BACK, fallback=a.fallback)
         else:
             self.admitted += 1
         return v
 
-    def _check(self, now: float, deadline: float | None, draw: float) -> GateVerdict:
+    def _hint_left(self, now: float) -> float:
+        a = self.assignment
+        return 0.0 if a is None else max(0.0, a.park_hint - (now - self.received_at))
+
+    def _park(self, now: float, reason: str, cause: str, base: GateVerdict) -> GateVerdict:
+        text = f"waiting for the fleet: {cause} on {self.target}"
+        hint = self._hint_left(now)
+        if hint > 0:
+            text += f", ~{int(hint + 0.5)} s"
+        return replace(base, action=GateAction.PARK, stop_reason=reason, reason=text)
+
+    def _check(self, now: float, deadline: float | None, draw: float, resumed: bool) -> GateVerdict:
         self._refill(now)
         a = self.assignment
         if a is None:
             return _ADMIT
         age = now - self.received_at
         if age >= a.ttl + self.grace:
-            if self.tokens > OWN_THRESHOLD:
-                return _ADMIT
-            return GateVerdict(
-                GateAction.STOP,
-                stop_reason="RETRY_BUDGET_EXHAUSTED",
-                reason="policyd is unreachable and this process's own budget for the target is spent",
-            )
+            # policyd away never stops an agent: the process's own budget
+            # limits its retries (allow_retry), never its first attempts; a
+            # parked call goes (the daemon that would wake it is away).
+            return _ADMIT
 
         def stop(reason: str) -> GateVerdict:
-            return GateVerdict(GateAction.STOP, stop_reason=reason, reason=a.reason)
+            return GateVerdict(
+                GateAction.STOP,
+                stop_reason=reason,
+                reason=a.reason,
+                breaker=a.breaker,
+                admit_fraction=a.admit_fraction,
+                hold_left=max(0.0, a.hold - age),
+                stop_left=max(0.0, a.stop - age),
+                assignment_reason=a.reason,
+            )
 
         if a.stop > age:
             return stop("FLEET_STOP")
         if a.breaker == OPEN:
-            return stop("CIRCUIT_OPEN")
+            return self._park(now, "CIRCUIT_OPEN", "breaker open", stop("CIRCUIT_OPEN"))
         if a.breaker == HALF_OPEN:
             if self.permits > 0:
                 self.permits -= 1
                 return GateVerdict(probe=True)
-            if draw < a.admit_fraction:  # the fleet's share of probes
+            if not resumed and draw < a.admit_fraction:  # the fleet's share of probes
                 return GateVerdict(probe=True)
-            return stop("CIRCUIT_OPEN")
+            return self._park(now, "CIRCUIT_OPEN", "breaker probing", stop("CIRCUIT_OPEN"))
         if a.admit_fraction < 1 and draw >= a.admit_fraction:
-            return stop("FLEET_SHED")
+            return self._park(now, "FLEET_SHED", "paced", stop("FLEET_SHED"))
         if a.hold > age:
             left = a.hold - age
             if deadline is not None and left > deadline:
                 return stop("DEADLINE")
             return GateVerdict(GateAction.WAIT, wait=left)
         return _ADMIT
+
+
+def _go_seconds(s: float) -> str:
+    """Whole seconds as Go's Duration prints them ("5s", "2m0s"), as the shared texts do."""
+    sec = int(s + 0.5)
+    h, rest = divmod(sec, 3600)
+    m, sec = divmod(rest, 60)
+    if h:
+        return f"{h}h{m}m{sec}s"
+    if m:
+        return f"{m}m{sec}s"
+    return f"{sec}s"

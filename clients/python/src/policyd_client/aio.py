@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 import grpc
 import grpc.aio
 
-from . import _auth, _core, _fleet
+from . import _auth, _core, _fleet, _stream, _texts
+from ._base import ClientBase
 from ._core import Deadline, Safety, Spec, State, rpc_code
-from ._gate import GRACE, GateAction
+from ._gate import GRACE, GateAction, GateVerdict
 from ._gen.policyd.v1 import fleet_pb2 as fpb
 from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
@@ -33,7 +35,7 @@ P = ParamSpec("P")
 _ABANDON_TIMEOUT = 0.2
 
 
-class AsyncClient:
+class AsyncClient(ClientBase):
     """Run coroutines under policyd's retry policy, on grpc.aio.
 
     The same options and behaviour as :class:`~policyd_client.Client`, with
@@ -71,44 +73,38 @@ class AsyncClient:
         client_id: str | None = None,
         fleet_gate: bool = True,
         fleet_grace: float = GRACE,
+        park_limit: float | None = None,
     ) -> None:
-        address = _core.resolve_addr(addr)
-        self.addr = address.target
-        if tls is None and address.tls:
-            tls = True  # https://
-        if channel is not None and (token or (tls and not address.tls) or tls_ca or tls_cert or tls_key):
-            raise ValueError("policyd: give token and TLS options or a channel, not both (the channel carries its own)")
-        self._security = (
-            _auth.Security()
-            if channel is not None
-            else _auth.resolve(self.addr, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
+        self._setup(
+            addr,
+            channel_given=channel is not None,
+            timeout=timeout,
+            profile=profile,
+            agent=agent,
+            journal=journal,
+            labels=labels,
+            fail_open=fail_open,
+            failure_mapper=failure_mapper,
+            on_retry=on_retry,
+            clock=clock,
+            logger=logger,
+            token=token,
+            tls=tls,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            client_id=client_id,
+            fleet_gate=fleet_gate,
+            fleet_grace=fleet_grace,
+            park_limit=park_limit,
         )
-        self.timeout = timeout
-        #: Sent with every NextDelay: the fleet's circuit breakers count distinct clients.
-        self.client_id = _core.resolve_client_id(client_id)
-        self.profile = profile
-        self.agent = _core.program_agent() if agent is None else agent
-        self.journal = journal
-        self.labels = dict(labels or {})
-        self.fail_open = fail_open or FailOpenPolicy()
-        self.failure_mapper = _core.default_mapper(failure_mapper)
-        self.on_retry = on_retry
-        self._clock = clock
         self._sleep = sleep or asyncio.sleep
-        self._log = logger or _core.log
-        self._warn = _core.Warnings(self.addr, self._log)
-        self._own_channel = channel is None
         self._channel = channel
         self._finishing: set[asyncio.Future[None]] = set()  # background finishing, cancelled by close()
         self._policy: AsyncPolicyStub | None = None
         self._journal: AsyncJournalStub | None = None
-        #: Whether first attempts go through the fleet gate.
-        self.fleet_gate = bool(fleet_gate)
-        self._fleet: _fleet.FleetTable | None = None
-        if self.fleet_gate:
-            self._fleet = _fleet.FleetTable(clock, _fleet.check_grace(fleet_grace))
         self._stream: _AsyncStream | None = None
-        self._stream_log = _fleet.StreamLog(self.addr, self._log)
+        self._stream_log = _stream.StreamLog(self.addr, self._log)
 
     def _chan(self) -> grpc.aio.Channel:
         if self._channel is None:
@@ -144,22 +140,6 @@ class AsyncClient:
             await self._channel.close()
             self._channel = None
             self._policy = self._journal = None
-
-    def observe_rate_limits(
-        self,
-        headers: Mapping[str, str] | Iterable[tuple[str, str]],
-        *,
-        provider: str,
-        model: str = "",
-        key_id: str = "",
-    ) -> None:
-        """Hand over the rate-limit headers of a successful response to provider/model/key_id.
-
-        As :meth:`policyd_client.Client.observe_rate_limits` (not a coroutine: no RPC).
-        """
-        target = self._target(provider, model, key_id)
-        if target is not None and self._fleet is not None:
-            self._fleet.observe(target, headers)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -215,23 +195,37 @@ class AsyncClient:
             stream = self._start_stream(fleet)
             if stream is not None:
                 await stream.first_call(target, self._remaining(st))  # at most 100 ms, once per target
-            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random())
+            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit)
+            if v.action is GateAction.PARK:
+                v = await self._park(fleet, target, v)
             if v.action is GateAction.WAIT:
                 await self._sleep(v.wait)
             elif v.action is GateAction.FALL_BACK and fallback is not None:
-                return await fallback(_fleet.gate_fallback(target, v))
+                return await fallback(_texts.gate_fallback(target, v))
             elif v.action is not GateAction.ADMIT:
-                stopped = _fleet.gate_stopped(target, v)
+                stopped = _texts.gate_stopped(target, v)
                 raise stopped from stopped.error
         try:
+            last_exc: Exception | None = None
             while True:
                 st.attempt += 1
                 if st.attempt > 1 and target is not None and fleet is not None:
+                    # A retry passes the gate too: an open breaker parks it until the fleet sees the
+                    # provider back; a stopped key stops it.
+                    rv = fleet.check_retry(target, self._remaining(st), self.park_limit)
+                    if rv.action is GateAction.PARK:
+                        rv = await self._park(fleet, target, rv)
+                    if rv.action in (GateAction.STOP, GateAction.FALL_BACK) and last_exc is not None:
+                        await self._finish(spec, st, jpb.OUTCOME_FAILED)
+                        d = _texts.gate_decision(target, dataclasses.replace(rv, action=GateAction.STOP))
+                        ctx = st.context_id if st.begun else None
+                        raise RetryStopped(last_exc, d, attempts=st.attempt - 1, context_id=ctx) from last_exc
                     fleet.retried(target)
                 started = self._clock()
                 try:
                     result = await fn()
                 except Exception as exc:
+                    last_exc = exc
                     failure = spec.failure(exc)
                     if target is not None and fleet is not None:
                         fleet.record(target, False)
@@ -247,6 +241,15 @@ class AsyncClient:
                         and fleet is not None
                     ):
                         fleet.failed_locally(target)
+                    if (
+                        decision.source == SOURCE_FAIL_OPEN
+                        and decision.action is Action.RETRY
+                        and target is not None
+                        and fleet is not None
+                        and not fleet.allow_retry(target)
+                    ):
+                        # policyd away: the process's own budget limits retries, never first attempts.
+                        decision = _texts.budget_stop(target, decision)
                     if decision.action is Action.RETRY:
                         delay = _core.bounded(decision.delay, self._remaining(st))
                         _core.log_retry(self._log, spec, st.attempt, delay, failure, decision)
@@ -313,12 +316,6 @@ class AsyncClient:
 
     # ---- the steps
 
-    def _target(self, provider: str, model: str, key_id: str) -> _fleet.Target | None:
-        """The call's gate target, None when the gate is off (here or at the daemon) or there is no provider."""
-        if self._fleet is None or self._fleet.disabled:
-            return None
-        return _fleet.target_of(provider, model, key_id)
-
     def _start_stream(self, fleet: _fleet.FleetTable) -> _AsyncStream | None:
         """Start the Coordinate stream on the running loop, once (again after a loop it ran on ended)."""
         if self._stream is not None and self._stream.alive():
@@ -335,9 +332,6 @@ class AsyncClient:
             log=self._stream_log,
         )
         return self._stream
-
-    def _remaining(self, st: State) -> float | None:
-        return st.remaining(self._clock())
 
     async def _decide(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
         st.failed = True
@@ -363,17 +357,10 @@ class AsyncClient:
             self._warn.daemon_failed(err)
             return self._fail_open(spec, st, failure, duration)
         self._warn.daemon_ok()
+        if self._stream is not None:
+            self._stream.daemon_answered()
         decision = Decision.from_proto(resp.decision)
         if st.journal and not decision.journaled:
-            st.pending.append(_core.record_request(spec, st, failure, decision, duration))
-        return decision
-
-    def _auth_error(self, method: str, err: BaseException) -> PolicydConfigError | None:
-        return _auth.auth_error(self.addr, method, err, token_set=bool(self._security.token))
-
-    def _fail_open(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
-        decision = self.fail_open.decide(failure, st.attempt, remaining=self._remaining(st), safety=spec.safety)
-        if st.journal:
             st.pending.append(_core.record_request(spec, st, failure, decision, duration))
         return decision
 
@@ -451,6 +438,27 @@ class AsyncClient:
             self._warn.journal_failed("finishing the context", err)
         return True
 
+    async def _park(self, fleet: _fleet.FleetTable, target: _fleet.Target, v: GateVerdict) -> GateVerdict:
+        """Hold a parked first attempt (docs/clients.md, "Parking"): no attempt, no RPC, until a
+        re-check at the target's next assignment, every second, or at the call's end admits or
+        stops it; cancelling the task ends the wait. on_retry sees it park and leave."""
+        p = v.parked
+        assert p is not None
+        self._park_hook(target, v)
+        while v.action is GateAction.PARK:
+            woken = asyncio.Event()
+            fleet.park_wait(target, woken)
+            try:
+                await asyncio.wait_for(woken.wait(), max(0.001, min(p.draw_at, p.until) - self._clock()))
+            except asyncio.TimeoutError:
+                pass
+            except asyncio.CancelledError:
+                fleet.park_cancelled(target, p)
+                raise
+            v = fleet.resume(target, p, self.fail_open.random())
+        self._park_hook(target, v)
+        return v
+
     async def _abandon(self, spec: Spec, st: State) -> None:
         """Finish a context ABANDONED, briefly, even from a cancelled task."""
         task = asyncio.ensure_future(self._finish(spec, st, jpb.OUTCOME_ABANDONED, _ABANDON_TIMEOUT))
@@ -474,16 +482,17 @@ class _AsyncStream:
         profile: str,
         metadata: tuple[tuple[str, str], ...] | None,
         random: Callable[[], float],
-        log: _fleet.StreamLog,
+        log: _stream.StreamLog,
     ) -> None:
         self._table = table
         self._stub = async_fleet_stub(channel)
-        self._hello = _fleet.hello(client_id, profile)
+        self._hello = _stream.hello(client_id, profile)
         self._metadata = metadata
         self._random = random
         self._log = log
         self._loop = asyncio.get_running_loop()
         self._kick = asyncio.Event()  # send a report now
+        self._wake = asyncio.Event()  # stop waiting out the reconnect backoff: policyd answers again
         self._reachable = True  # not known to be down: a first call may wait for its assignment
         self._task = self._loop.create_task(self._run(), name="policyd-fleet-stream")
 
@@ -493,7 +502,7 @@ class _AsyncStream:
 
     async def first_call(self, target: _fleet.Target, remaining: float | None) -> None:
         """A target's first call: subscribe it at once and wait (briefly) for its assignment."""
-        wait = _fleet.first_call_wait(remaining)
+        wait = _stream.first_call_wait(remaining)
         if wait <= 0 or not self._reachable or self._task.done():
             return
         answered = asyncio.Event()
@@ -517,8 +526,13 @@ class _AsyncStream:
         self._task.cancel()
         await asyncio.wait([self._task])  # raises only when close() itself is cancelled
 
+    def daemon_answered(self) -> None:
+        """A unary call got through: a broken stream reconnects now, not after its backoff."""
+        if not self._reachable:
+            self._wake.set()
+
     async def _run(self) -> None:
-        backoff = _fleet.Backoff(self._random)
+        backoff = _stream.Backoff(self._random)
         while True:
             self._table.resubscribe()
             err: BaseException | None = None
@@ -543,12 +557,17 @@ class _AsyncStream:
                 err = e
             self._reachable = False
             self._table.release()
-            if _fleet.is_off(rpc_code(err) if err is not None else None):
+            if _stream.is_off(rpc_code(err) if err is not None else None):
                 self._table.disable()
                 self._log.off(err)
                 return
             self._log.broke(err)
-            await asyncio.sleep(backoff.next())
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), backoff.next())
+                backoff.reset()  # policyd answered a call: it is back
+            except asyncio.TimeoutError:
+                pass
 
     async def _requests(self) -> AsyncIterator[fpb.CoordinateRequest]:
         yield self._hello
@@ -562,6 +581,6 @@ class _AsyncStream:
             for m in msgs:
                 yield m
             try:
-                await asyncio.wait_for(self._kick.wait(), _fleet.report_interval(self._random))
+                await asyncio.wait_for(self._kick.wait(), _stream.report_interval(self._random))
             except asyncio.TimeoutError:
                 pass

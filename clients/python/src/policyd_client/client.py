@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import ParamSpec, TypeVar
 
 import grpc
 
-from . import _auth, _core, _fleet
+from . import _auth, _core, _fleet, _stream, _texts
+from ._base import ClientBase
 from ._core import Deadline, Safety, Spec, State
-from ._gate import GRACE, GateAction
+from ._gate import GRACE, GateAction, GateVerdict
 from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from ._stubs import JournalStub, PolicyStub, journal_stub, policy_stub
@@ -29,7 +31,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Client:
+class Client(ClientBase):
     """Run operations under policyd's retry policy.
 
     ``addr`` is the daemon's address (default ``$POLICYD_ADDR``, else
@@ -72,8 +74,11 @@ class Client:
     to ``fallback``, or not sent (:class:`RetryStopped` with ``attempts`` 0
     and a :class:`FleetGateError`). ``fleet_grace`` is how long (seconds) an
     assignment is still used past its ttl when policyd cannot be reached,
-    before the process's own retry budget decides (docs/clients.md, "The
-    fleet gate"). The gate's draws use ``fail_open.random``.
+    before every first attempt goes (the process's own retry budget then
+    limits only retries); ``park_limit`` how long (seconds, default 120; 0:
+    off) a call without a deadline may wait parked behind the fleet's open
+    breaker or pace (docs/clients.md, "The fleet gate", "Parking"). The
+    gate's draws use ``fail_open.random``.
 
     A Client is thread-safe; close it (or use ``with``) to close its stream
     and channel.
@@ -103,53 +108,48 @@ class Client:
         client_id: str | None = None,
         fleet_gate: bool = True,
         fleet_grace: float = GRACE,
+        park_limit: float | None = None,
     ) -> None:
-        address = _core.resolve_addr(addr)
-        self.addr = address.target
-        if tls is None and address.tls:
-            tls = True  # https://
-        if channel is not None and (token or (tls and not address.tls) or tls_ca or tls_cert or tls_key):
-            raise ValueError("policyd: give token and TLS options or a channel, not both (the channel carries its own)")
-        self._security = (
-            _auth.Security()
-            if channel is not None
-            else _auth.resolve(self.addr, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
+        self._setup(
+            addr,
+            channel_given=channel is not None,
+            timeout=timeout,
+            profile=profile,
+            agent=agent,
+            journal=journal,
+            labels=labels,
+            fail_open=fail_open,
+            failure_mapper=failure_mapper,
+            on_retry=on_retry,
+            clock=clock,
+            logger=logger,
+            token=token,
+            tls=tls,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            client_id=client_id,
+            fleet_gate=fleet_gate,
+            fleet_grace=fleet_grace,
+            park_limit=park_limit,
         )
-        self.timeout = timeout
-        #: Sent with every NextDelay: the fleet's circuit breakers count distinct clients.
-        self.client_id = _core.resolve_client_id(client_id)
-        self.profile = profile
-        self.agent = _core.program_agent() if agent is None else agent
-        self.journal = journal
-        self.labels = dict(labels or {})
-        self.fail_open = fail_open or FailOpenPolicy()
-        self.failure_mapper = _core.default_mapper(failure_mapper)
-        self.on_retry = on_retry
-        self._clock = clock
         self._sleep = sleep
-        self._log = logger or _core.log
-        self._warn = _core.Warnings(self.addr, self._log)
         self._closing = threading.Event()  # set by close(): background finishing stops
-        self._own_channel = channel is None
         self._channel = channel or _auth.sync_channel(self.addr, self._security)
         #: The generated PolicyService stub, for calls the client does not wrap.
         self.policy: PolicyStub = policy_stub(self._channel)
         #: The generated JournalService stub (GetContext, GetErrorReport, ListContexts, ...).
         self.journal_service: JournalStub = journal_stub(self._channel)
-        #: Whether first attempts go through the fleet gate.
-        self.fleet_gate = bool(fleet_gate)
-        self._fleet: _fleet.FleetTable | None = None
-        self._stream: _fleet.SyncStream | None = None
-        if self.fleet_gate:
-            self._fleet = _fleet.FleetTable(clock, _fleet.check_grace(fleet_grace))
-            self._stream = _fleet.SyncStream(
+        self._stream: _stream.SyncStream | None = None
+        if self._fleet is not None:
+            self._stream = _stream.SyncStream(
                 self._fleet,
                 self._channel,
                 client_id=self.client_id,
                 profile=self.profile,
                 metadata=_fleet.stream_metadata(self._security.token),
                 random=self.fail_open.random,
-                log=_fleet.StreamLog(self.addr, self._log),
+                log=_stream.StreamLog(self.addr, self._log),
             )
             # A client dropped without close(), or alive at exit, still ends its stream.
             self._close_stream = weakref.finalize(self, self._stream.close)
@@ -165,26 +165,6 @@ class Client:
             self._close_stream()
         if self._own_channel:
             self._channel.close()
-
-    def observe_rate_limits(
-        self,
-        headers: Mapping[str, str] | Iterable[tuple[str, str]],
-        *,
-        provider: str,
-        model: str = "",
-        key_id: str = "",
-    ) -> None:
-        """Hand over the rate-limit headers of a successful response to provider/model/key_id.
-
-        Only ``x-ratelimit-*`` and ``anthropic-ratelimit-*`` are kept (at most
-        16, values of at most 64 bytes); the last set goes with the target's
-        next report, so that policyd can pace the fleet to the provider's
-        limits. ``headers``: a dict, httpx's or requests' headers, or pairs.
-        No RPC; nothing happens without ``provider`` or with the gate off.
-        """
-        target = self._target(provider, model, key_id)
-        if target is not None and self._fleet is not None:
-            self._fleet.observe(target, headers)
 
     def __enter__(self) -> Client:
         return self
@@ -248,24 +228,38 @@ class Client:
             if self._stream is not None:
                 self._stream.start()
                 self._stream.first_call(target, self._remaining(st))  # at most 100 ms, once per target
-            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random())
+            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit)
+            if v.action is GateAction.PARK:
+                v = self._park(fleet, target, v, cancel)
             if v.action is GateAction.WAIT:
                 if self._wait(v.wait, cancel):
-                    raise _fleet.gate_cancelled(target)
+                    raise _texts.gate_cancelled(target)
             elif v.action is GateAction.FALL_BACK and fallback is not None:
-                return fallback(_fleet.gate_fallback(target, v))
+                return fallback(_texts.gate_fallback(target, v))
             elif v.action is not GateAction.ADMIT:
-                stopped = _fleet.gate_stopped(target, v)
+                stopped = _texts.gate_stopped(target, v)
                 raise stopped from stopped.error
         try:
+            last_exc: Exception | None = None
             while True:
                 st.attempt += 1
                 if st.attempt > 1 and target is not None and fleet is not None:
+                    # A retry passes the gate too: an open breaker parks it until the fleet sees the
+                    # provider back; a stopped key stops it.
+                    rv = fleet.check_retry(target, self._remaining(st), self.park_limit)
+                    if rv.action is GateAction.PARK:
+                        rv = self._park(fleet, target, rv, cancel)
+                    if rv.action in (GateAction.STOP, GateAction.FALL_BACK) and last_exc is not None:
+                        self._finish(spec, st, jpb.OUTCOME_FAILED)
+                        d = _texts.gate_decision(target, dataclasses.replace(rv, action=GateAction.STOP))
+                        ctx = st.context_id if st.begun else None
+                        raise RetryStopped(last_exc, d, attempts=st.attempt - 1, context_id=ctx) from last_exc
                     fleet.retried(target)
                 started = self._clock()
                 try:
                     result = fn()
                 except Exception as exc:
+                    last_exc = exc
                     failure = spec.failure(exc)
                     if target is not None and fleet is not None:
                         fleet.record(target, False)
@@ -281,6 +275,15 @@ class Client:
                         and fleet is not None
                     ):
                         fleet.failed_locally(target)
+                    if (
+                        decision.source == SOURCE_FAIL_OPEN
+                        and decision.action is Action.RETRY
+                        and target is not None
+                        and fleet is not None
+                        and not fleet.allow_retry(target)
+                    ):
+                        # policyd away: the process's own budget limits retries, never first attempts.
+                        decision = _texts.budget_stop(target, decision)
                     if decision.action is Action.RETRY:
                         delay = _core.bounded(decision.delay, self._remaining(st))
                         self._before_sleep(spec, st, exc, failure, decision, delay)
@@ -349,48 +352,6 @@ class Client:
 
     # ---- the steps
 
-    def _target(self, provider: str, model: str, key_id: str) -> _fleet.Target | None:
-        """The call's gate target, None when the gate is off (here or at the daemon) or there is no provider."""
-        if self._fleet is None or self._fleet.disabled:
-            return None
-        return _fleet.target_of(provider, model, key_id)
-
-    def _spec(
-        self,
-        provider: str,
-        model: str,
-        key_id: str,
-        operation: str,
-        method: str,
-        profile: str | None,
-        journal: bool | None,
-        context_id: str | None,
-        labels: Mapping[str, str] | None,
-        safety: Safety | None,
-        retry_fetch_errors: bool,
-        continue_on_failed_api_call: bool | None,
-    ) -> Spec:
-        return Spec(
-            provider=provider,
-            model=model,
-            key_id=key_id,
-            operation=operation,
-            method=method.upper(),
-            profile=self.profile if profile is None else profile,
-            journal=self.journal if journal is None else journal,
-            agent=self.agent,
-            labels={**self.labels, **(labels or {})},
-            context_id=context_id,
-            safety=safety,
-            retry_fetch_errors=retry_fetch_errors,
-            continue_on_failed_api_call=continue_on_failed_api_call,
-            mapper=self.failure_mapper,
-            client_id=self.client_id,
-        )
-
-    def _remaining(self, st: State) -> float | None:
-        return st.remaining(self._clock())
-
     def _decide(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
         st.failed = True
         if st.attempt >= _core.MAX_ATTEMPTS:
@@ -413,17 +374,10 @@ class Client:
             self._warn.daemon_failed(err)
             return self._fail_open(spec, st, failure, duration)
         self._warn.daemon_ok()
+        if self._stream is not None:
+            self._stream.daemon_answered()
         decision = Decision.from_proto(resp.decision)
         if st.journal and not decision.journaled:
-            st.pending.append(_core.record_request(spec, st, failure, decision, duration))
-        return decision
-
-    def _auth_error(self, method: str, err: BaseException) -> PolicydConfigError | None:
-        return _auth.auth_error(self.addr, method, err, token_set=bool(self._security.token))
-
-    def _fail_open(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
-        decision = self.fail_open.decide(failure, st.attempt, remaining=self._remaining(st), safety=spec.safety)
-        if st.journal:
             st.pending.append(_core.record_request(spec, st, failure, decision, duration))
         return decision
 
@@ -504,6 +458,30 @@ class Client:
         _core.log_retry(self._log, spec, st.attempt, delay, failure, decision)
         if self.on_retry is not None:
             self.on_retry(RetryEvent(st.attempt, delay, exc, failure, decision, st.context_id if st.begun else None))
+
+    def _park(
+        self, fleet: _fleet.FleetTable, target: _fleet.Target, v: GateVerdict, cancel: threading.Event | None
+    ) -> GateVerdict:
+        """Hold a parked first attempt (docs/clients.md, "Parking"): no attempt, no RPC, until a
+        re-check at the target's next assignment, every second, or at the call's end admits or
+        stops it; ``cancel`` ends the wait (RetryCancelled). on_retry sees it park and leave."""
+        p = v.parked
+        assert p is not None
+        self._park_hook(target, v)
+        while v.action is GateAction.PARK:
+            woken = threading.Event()
+            fleet.park_wait(target, woken)
+            end = time.monotonic() + max(0.0, min(p.draw_at, p.until) - self._clock())
+            while not woken.is_set() and (left := end - time.monotonic()) > 0:
+                if cancel is not None and cancel.is_set():
+                    break
+                woken.wait(min(left, 0.05) if cancel is not None else left)
+            if cancel is not None and cancel.is_set():
+                fleet.park_cancelled(target, p)
+                raise _texts.gate_cancelled(target)
+            v = fleet.resume(target, p, self.fail_open.random())
+        self._park_hook(target, v)
+        return v
 
     def _wait(self, delay: float, cancel: threading.Event | None) -> bool:
         """Sleep delay seconds; return True when cancel was set (at once, mid-sleep)."""

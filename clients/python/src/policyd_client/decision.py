@@ -118,6 +118,10 @@ class Decision:
     fallback_model: str = ""
     fleet: FleetState | None = None
     raw: pb.Decision | None = field(default=None, repr=False, compare=False)
+    #: Set on what ``on_retry`` sees of a call the fleet gate parks (attempt 0): as it parks
+    #: (``stop_text`` "waiting for the fleet: …") and as it leaves (``waited``: seconds parked).
+    parked: bool = False
+    waited: float = 0.0
 
     def explain(self) -> str:
         """Return the decision in a sentence, e.g. for a log line or an error."""

@@ -1,0 +1,120 @@
+// A call's passage through the fleet gate (docs/clients.md, "The fleet
+// gate", "Parking"): its first attempt checked, waited out, parked, sent
+// elsewhere or stopped, and a retry's check — on the coordinator's table
+// (coordinate.ts), with the texts of texts.ts. No RPC.
+
+import type { Clock } from "./clock.js";
+import type { Coordinator, Gated } from "./coordinate.js";
+import type { Decision } from "./decision.js";
+import { emptyFailure } from "./failure.js";
+import type { GateVerdict, Target } from "./gate.js";
+import type { FallbackHint } from "./options.js";
+import { PolicydError } from "./policyd_error.js";
+import { waitFor } from "./stream.js";
+
+/**
+ * @internal park holds a call the gate parked (docs/clients.md, "Parking"):
+ * no attempt, no RPC, until a re-check at the target's next assignment,
+ * every second, or at the call's end admits or stops it. The decision hook
+ * sees it park and leave (decision.parked; waitedMs when it leaves). The
+ * call's signal ends the wait: the caller's abort rejects with its reason;
+ * the deadline's stops the call (DEADLINE).
+ */
+export async function park(
+  c: Coordinator,
+  target: Target,
+  gated: Gated,
+  signal: AbortSignal,
+  callerSignal: AbortSignal | undefined,
+  onDecision: ((event: { attempt: number; error: unknown; decision: Decision }) => void) | undefined,
+): Promise<Gated> {
+  const p = gated.verdict.parked!;
+  onDecision?.({ attempt: 0, error: undefined, decision: parkDecision(gated) });
+  while (gated.verdict.action === "park") {
+    await c.parkWait(target, p, signal);
+    if (signal.aborted) {
+      c.parkCancelled(target, p);
+      if (callerSignal?.aborted) throw callerSignal.reason;
+      const late: GateVerdict = { ...gated.verdict, action: "stop", stopReason: "DEADLINE", parked: undefined };
+      return { verdict: late, decision: gated.decision };
+    }
+    gated = c.resume(target, p);
+  }
+  onDecision?.({ attempt: 0, error: undefined, decision: parkDecision(gated) });
+  return gated;
+}
+
+/** The decision the hook sees as a call parks ("waiting for the fleet: …") and as it leaves (waitedMs). */
+function parkDecision(gated: Gated): Decision {
+  const v = gated.verdict;
+  const leaving = v.action !== "park";
+  const admitted = v.action === "admit" || v.action === "wait";
+  const base = gated.decision(leaving && !admitted ? v : { ...v, action: "stop" });
+  return {
+    ...base,
+    action: admitted || !leaving ? "RETRY" : base.action,
+    delayMs: v.waitMs,
+    stopReason: admitted ? "" : v.stopReason,
+    stopText: admitted ? `released by the fleet after ${v.waitedMs ?? 0}ms` : leaving ? base.stopText : v.reason,
+    parked: true,
+    waitedMs: v.waitedMs ?? 0,
+  };
+}
+
+/** @internal What gating a call's first attempt needs from the call. */
+export interface FirstAttempt<T> {
+  target: Target;
+  deadlineMs: number | undefined;
+  clock: Clock;
+  /** The call's signal (the caller's and the deadline's). */
+  signal: AbortSignal;
+  callerSignal: AbortSignal | undefined;
+  fallback: ((hint: FallbackHint) => T | Promise<T>) | undefined;
+  operation: string;
+  onDecision: ((event: { attempt: number; error: unknown; decision: Decision }) => void) | undefined;
+}
+
+/**
+ * gateFirstAttempt runs the gate before a call's first attempt: it returns
+ * undefined to send it (after waiting out a hold), { value } when the call
+ * fell back (the fallback function's result), and throws a PolicydError
+ * (attempts 0) when the gate stopped it, or signal.reason when the caller
+ * aborted during the wait. It makes no RPC.
+ */
+export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): Promise<{ value: T } | undefined> {
+  const first = c.firstAnswer(f.target);
+  if (first) {
+    // The target's first call: its first assignment is on the way (100 ms at most, never past the deadline).
+    const left = f.deadlineMs === undefined ? Infinity : f.deadlineMs - f.clock.now();
+    await waitFor(first.answered, Math.min(first.waitMs, left), f.signal);
+    if (f.callerSignal?.aborted) throw f.callerSignal.reason;
+  }
+  const remaining = f.deadlineMs === undefined ? undefined : Math.max(0, f.deadlineMs - f.clock.now());
+  let gated = c.check(f.target, remaining, f.fallback !== undefined);
+  if (gated.verdict.action === "park") gated = await park(c, f.target, gated, f.signal, f.callerSignal, f.onDecision);
+  const verdict = gated.verdict;
+  if (verdict.action === "admit") return undefined;
+  const failure = emptyFailure();
+  failure.provider = f.target.provider;
+  failure.model = f.target.model;
+  failure.keyId = f.target.keyId;
+  failure.operation = f.operation;
+  if (verdict.action === "wait") {
+    try {
+      await f.clock.sleep(verdict.waitMs, f.signal);
+      return undefined;
+    } catch {
+      if (f.callerSignal?.aborted) throw f.callerSignal.reason;
+      const late: GateVerdict = { ...verdict, action: "stop", stopReason: "DEADLINE" };
+      throw new PolicydError({ cause: undefined, attempts: 0, decision: gated.decision(late), failure });
+    }
+  }
+  const d = gated.decision(verdict);
+  f.onDecision?.({ attempt: 0, error: undefined, decision: d });
+  if (verdict.action === "fall_back" && f.fallback) {
+    const { kind, reason, provider, model } = d.fallback;
+    const hint = { kind, reason, provider, model, error: undefined, attempt: 0, decision: d, signal: f.signal };
+    return { value: await f.fallback(hint) };
+  }
+  throw new PolicydError({ cause: undefined, attempts: 0, decision: d, failure });
+}

@@ -1,0 +1,119 @@
+// clients/testdata/coordinate.json: scripts of calls, outcomes and clock
+// steps on one client's table, and the reports the stream sends; the Go and
+// Python clients replay the same file.
+
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { create } from "@bufbuild/protobuf";
+import { createRouterTransport } from "@connectrpc/connect";
+import { Coordinator } from "@policyd/client";
+import { BreakerState, CoordinateResponseSchema } from "@policyd/client/proto";
+
+const TESTDATA = fileURLToPath(new URL("../../../testdata/", import.meta.url));
+
+interface Usage {
+  elapsed_ms: number;
+  admitted: number;
+  shed: number;
+  succeeded: number;
+  failed: number;
+  retries: number;
+  rate_limit_headers: Record<string, string>;
+}
+
+interface Step {
+  at_ms: number;
+  first_attempt?: { draw: number };
+  outcome?: "success" | "failure";
+  failed_locally?: boolean;
+  retry?: boolean;
+  observe?: Record<string, string>;
+  assign?: {
+    ttl_ms: number;
+    breaker: string;
+    hold_ms: number;
+    stop_ms: number;
+    admit_fraction: number;
+    probe_permits: number;
+    reason: string;
+  };
+  report?: Usage[];
+}
+
+const vectors = JSON.parse(readFileSync(`${TESTDATA}coordinate.json`, "utf8")) as {
+  target: { provider: string; model: string; key_id: string };
+  cases: { id: string; steps: Step[] }[];
+};
+const target = { provider: vectors.target.provider, model: vectors.target.model, keyId: vectors.target.key_id };
+const duration = (ms: number) => ({ seconds: BigInt(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1_000_000 });
+
+describe("vectors: coordinate.json", () => {
+  for (const c of vectors.cases) {
+    test(c.id, async () => {
+      let now = 0;
+      let draw = 0.5;
+      const co = new Coordinator({
+        transport: createRouterTransport(() => {}),
+        clientId: "vectors",
+        profile: "",
+        now: () => now,
+        random: () => draw,
+        graceMs: 10_000,
+        parkLimitMs: 0,
+        closeTimeoutMs: 0,
+        debug: () => {},
+        warnOnce: () => {},
+      });
+      await co.close(); // no stream: the script takes the reports
+      c.steps.forEach((s, i) => {
+        now = s.at_ms;
+        const where = `step ${i} at ${s.at_ms}ms`;
+        if (s.first_attempt) {
+          draw = s.first_attempt.draw;
+          co.check(target, undefined, false);
+        } else if (s.outcome) {
+          co.outcome(target, s.outcome === "success");
+        } else if (s.failed_locally) {
+          co.failedLocally(target, "OVERLOADED");
+        } else if (s.retry) {
+          co.retry(target);
+        } else if (s.observe) {
+          co.observeRateLimits(target, s.observe);
+        } else if (s.assign) {
+          const a = s.assign;
+          co.applyResponse(
+            create(CoordinateResponseSchema, {
+              assignments: [
+                {
+                  target,
+                  ttl: duration(a.ttl_ms),
+                  breaker: BreakerState[a.breaker as keyof typeof BreakerState],
+                  hold: duration(a.hold_ms),
+                  stop: duration(a.stop_ms),
+                  admitFraction: a.admit_fraction,
+                  probePermits: a.probe_permits,
+                  reason: a.reason,
+                },
+              ],
+            }),
+          );
+        } else if (s.report) {
+          const got = co.takeReport().map((u) => ({
+            elapsed_ms: Number(u.elapsed?.seconds ?? 0n) * 1000 + (u.elapsed?.nanos ?? 0) / 1e6,
+            admitted: Number(u.admitted),
+            shed: Number(u.shed),
+            succeeded: Number(u.succeeded),
+            failed: Number(u.failed),
+            retries: Number(u.retries),
+            rate_limit_headers: { ...(u.rateLimitHeaders ?? {}) },
+          }));
+          assert.deepEqual(got, s.report, where);
+        } else {
+          assert.fail(`${where} does nothing`);
+        }
+      });
+    });
+  }
+});

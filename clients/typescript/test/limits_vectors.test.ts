@@ -1,0 +1,30 @@
+// clients/testdata/limits.json: the fleet protocol's limits, which the
+// daemon's validation and the Go and Python clients check too.
+
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { FLEET_LIMITS } from "@policyd/client";
+
+const TESTDATA = fileURLToPath(new URL("../../../testdata/", import.meta.url));
+
+function camel(o: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(
+    Object.entries(o).map(([k, v]) => [k.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase()), v]),
+  );
+}
+
+test("vectors: limits.json", () => {
+  const v = JSON.parse(readFileSync(`${TESTDATA}limits.json`, "utf8")) as {
+    protocol: Record<string, unknown>;
+    client: Record<string, unknown>;
+  };
+  const protocol = camel(v.protocol);
+  delete protocol.clientIdBytesMax; // the daemon's; the client sends its own id within it
+  assert.deepEqual(
+    { ...FLEET_LIMITS.protocol, rateLimitHeaderPrefixes: [...FLEET_LIMITS.protocol.rateLimitHeaderPrefixes] },
+    protocol,
+  );
+  assert.deepEqual({ ...FLEET_LIMITS.client }, camel(v.client));
+});
