@@ -562,7 +562,11 @@ function wakeParked(e: Entry): void {
 }
 
 /** Takes a count out of e for a report: at most cap (MAX_COUNT), the rest stays. */
-function take(e: Entry, field: "admitted" | "shed" | "succeeded" | "failed" | "retries", cap = MAX_COUNT): bigint {
+function take(
+  e: Entry,
+  field: "admitted" | "shed" | "succeeded" | "failed" | "retries",
+  cap: number = MAX_COUNT,
+): bigint {
   const n = Math.min(e[field], cap);
   e[field] -= n;
   return BigInt(n);

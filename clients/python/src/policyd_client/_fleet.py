@@ -47,8 +47,10 @@ MAX_RATE_LIMIT_NAME_BYTES = 128
 # The most targets the table keeps (the daemon's limit for one stream): past
 # it, new targets are not gated until the daemon abandons idle ones.
 MAX_TARGETS = 1024
-# The most of each count one report carries (the daemon's limit); the rest waits.
-MAX_COUNT = 1000  # per count, and admitted and shed together, in one report (policyd: 1,000 a second of it, at least a second)
+# The most of each count one report carries, and of admitted and shed together
+# (policyd allows 1,000 a second of the report's interval, at least a second);
+# the rest waits.
+MAX_COUNT = 1000
 
 _ADMIT = GateVerdict()
 _BREAKERS = {pb.BREAKER_STATE_OPEN: OPEN, pb.BREAKER_STATE_HALF_OPEN: HALF_OPEN}
