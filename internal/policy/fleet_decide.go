@@ -56,10 +56,7 @@ func (p *Policy) applyFleet(v *verdict, c Call, f *policydv1.Failure, t policydv
 		ask.RetryAfter = in.RetryAfter
 	}
 	if strat.HonorRetryAfter {
-		ask.HintCeiling = strat.RetryAfterCeiling
-		if in.MaxDelayCap > 0 && (ask.HintCeiling == 0 || in.MaxDelayCap < ask.HintCeiling) {
-			ask.HintCeiling = in.MaxDelayCap
-		}
+		ask.HintCeiling = underCap(in, strat.RetryAfterCeiling)
 	}
 	ans := c.Fleet.Decide(ask)
 	v.fleet = ans.State
@@ -87,12 +84,16 @@ func (p *Policy) applyFleet(v *verdict, c Call, f *policydv1.Failure, t policydv
 // its Retry-After ceiling (its backoff cap when it ignores hints), under
 // the operator's cap; 0 for no limit.
 func holdCeiling(in strategy.Input, s strategy.Strategy) time.Duration {
-	limit := s.MaxDelay
 	if s.HonorRetryAfter {
-		limit = s.RetryAfterCeiling
+		return underCap(in, s.RetryAfterCeiling)
 	}
+	return underCap(in, s.MaxDelay)
+}
+
+// underCap is limit (0: none) under the operator's cap on any delay.
+func underCap(in strategy.Input, limit time.Duration) time.Duration {
 	if in.MaxDelayCap > 0 && (limit == 0 || in.MaxDelayCap < limit) {
-		limit = in.MaxDelayCap
+		return in.MaxDelayCap
 	}
 	return limit
 }
@@ -102,10 +103,7 @@ func holdCeiling(in strategy.Input, s strategy.Strategy) time.Duration {
 // whichever is longer; the operator's cap over both), as fleet.Ask wants
 // it: 0 for no limit, negative when no wait fits.
 func maxWait(in strategy.Input, s strategy.Strategy) time.Duration {
-	limit := max(s.RetryAfterCeiling, s.MaxDelay)
-	if in.MaxDelayCap > 0 && (limit == 0 || in.MaxDelayCap < limit) {
-		limit = in.MaxDelayCap
-	}
+	limit := underCap(in, max(s.RetryAfterCeiling, s.MaxDelay))
 	tighten := func(d time.Duration) {
 		if d <= 0 {
 			d = -1
