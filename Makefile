@@ -127,7 +127,7 @@ CLIENTS := go python typescript
 clients-test: build ## Run each client's suite (clients/<lang>/scripts/test.sh) against a real policyd.
 	@for c in $(CLIENTS); do \
 		echo "== clients/$$c"; \
-		POLICYD_BIN=$(CURDIR)/bin/policyd clients/$$c/scripts/test.sh; \
+		POLICYD_BIN=$(CURDIR)/bin/policyd FAKEPROVIDER_BIN=$(CURDIR)/bin/policyd-fakeprovider clients/$$c/scripts/test.sh; \
 	done
 
 # A count, not a duration: Go 1.26's fuzzing coordinator can fail a target
@@ -178,8 +178,9 @@ breaking: $(STAMPS)/buf-$(BUF_VERSION) ## Check proto changes against main for W
 ##@ Build and measure
 
 .PHONY: build
-build: ## Build bin/policyd.
+build: ## Build bin/policyd (and bin/policyd-fakeprovider, the fake LLM provider the clients' real-SDK tests call).
 	go build -ldflags "-X main.version=$(VERSION)" -o bin/policyd ./cmd/policyd
+	go build -o bin/policyd-fakeprovider ./cmd/policyd-fakeprovider
 
 # database_or_throwaway_pg,DIR,PORT: shell that sets $$url to DATABASE_URL, else starts a throwaway
 # cluster in DIR on PORT, stopped and removed when the recipe's shell exits.
