@@ -183,8 +183,25 @@ type BucketUsage struct {
 	// First attempts the gate parked at their first check in the interval,
 	// and parked calls it admitted (released; counted in admitted too). A
 	// parked call that gives up counts in shed.
-	ParkedNew     uint64 `protobuf:"varint,10,opt,name=parked_new,json=parkedNew,proto3" json:"parked_new,omitempty"`
-	Released      uint64 `protobuf:"varint,11,opt,name=released,proto3" json:"released,omitempty"`
+	ParkedNew uint64 `protobuf:"varint,10,opt,name=parked_new,json=parkedNew,proto3" json:"parked_new,omitempty"`
+	Released  uint64 `protobuf:"varint,11,opt,name=released,proto3" json:"released,omitempty"`
+	// Input tokens the calls carried, by the client's estimate (exact when
+	// the caller gave it): of first attempts at their first check by the gate
+	// (admitted, shed or parked), and of retries sent. Each is at most
+	// 2,000,000 for each call it counts (first attempts: admitted, shed and
+	// parked_new; retries: retries).
+	FirstAttemptInputTokens uint64 `protobuf:"varint,12,opt,name=first_attempt_input_tokens,json=firstAttemptInputTokens,proto3" json:"first_attempt_input_tokens,omitempty"`
+	RetryInputTokens        uint64 `protobuf:"varint,13,opt,name=retry_input_tokens,json=retryInputTokens,proto3" json:"retry_input_tokens,omitempty"`
+	// Tokens the responses said they used (their usage), where the client
+	// read it; each at most 2,000,000 for each of admitted and retries.
+	InputTokensUsed  uint64 `protobuf:"varint,14,opt,name=input_tokens_used,json=inputTokensUsed,proto3" json:"input_tokens_used,omitempty"`
+	OutputTokensUsed uint64 `protobuf:"varint,15,opt,name=output_tokens_used,json=outputTokensUsed,proto3" json:"output_tokens_used,omitempty"`
+	// The first attempts above that were of the batch class (the rest are
+	// interactive): counted in admitted, shed and parked_new as well.
+	BatchAdmitted uint64 `protobuf:"varint,16,opt,name=batch_admitted,json=batchAdmitted,proto3" json:"batch_admitted,omitempty"`
+	BatchShed     uint64 `protobuf:"varint,17,opt,name=batch_shed,json=batchShed,proto3" json:"batch_shed,omitempty"`
+	// Calls the client has in flight on the bucket now (a gauge).
+	InFlight      uint64 `protobuf:"varint,18,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,6 +313,55 @@ func (x *BucketUsage) GetReleased() uint64 {
 	return 0
 }
 
+func (x *BucketUsage) GetFirstAttemptInputTokens() uint64 {
+	if x != nil {
+		return x.FirstAttemptInputTokens
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetRetryInputTokens() uint64 {
+	if x != nil {
+		return x.RetryInputTokens
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetInputTokensUsed() uint64 {
+	if x != nil {
+		return x.InputTokensUsed
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetOutputTokensUsed() uint64 {
+	if x != nil {
+		return x.OutputTokensUsed
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetBatchAdmitted() uint64 {
+	if x != nil {
+		return x.BatchAdmitted
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetBatchShed() uint64 {
+	if x != nil {
+		return x.BatchShed
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetInFlight() uint64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
 // CoordinateResponse is one message down the stream.
 type CoordinateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -371,7 +437,15 @@ type Assignment struct {
 	// The daemon's estimate of how long a parked call waits from receipt
 	// (the open period's rest and a probe interval); unset: unknown. A gate
 	// does not park a call whose deadline comes first.
-	ParkHint      *durationpb.Duration `protobuf:"bytes,11,opt,name=park_hint,json=parkHint,proto3" json:"park_hint,omitempty"`
+	ParkHint *durationpb.Duration `protobuf:"bytes,11,opt,name=park_hint,json=parkHint,proto3" json:"park_hint,omitempty"`
+	// The share of batch-class first attempts to admit, when the bucket is
+	// paced or slow-starting: batch yields first, so that interactive calls
+	// (admitted at admit_fraction) keep their share. Unset: admit_fraction
+	// for both classes.
+	BatchAdmitFraction *float64 `protobuf:"fixed64,12,opt,name=batch_admit_fraction,json=batchAdmitFraction,proto3,oneof" json:"batch_admit_fraction,omitempty"`
+	// The most calls this client may have in flight on the bucket, its lease
+	// of the bucket's cap on concurrent requests; 0: no cap.
+	InFlightLease uint32 `protobuf:"varint,13,opt,name=in_flight_lease,json=inFlightLease,proto3" json:"in_flight_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -481,6 +555,20 @@ func (x *Assignment) GetParkHint() *durationpb.Duration {
 		return x.ParkHint
 	}
 	return nil
+}
+
+func (x *Assignment) GetBatchAdmitFraction() float64 {
+	if x != nil && x.BatchAdmitFraction != nil {
+		return *x.BatchAdmitFraction
+	}
+	return 0
+}
+
+func (x *Assignment) GetInFlightLease() uint32 {
+	if x != nil {
+		return x.InFlightLease
+	}
+	return 0
 }
 
 // Bucket is one bucket's state and the counts behind it.
@@ -1055,7 +1143,7 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\fBucketTarget\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x15\n" +
-	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xe9\x03\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\x91\x06\n" +
 	"\vBucketUsage\x120\n" +
 	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x123\n" +
 	"\aelapsed\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12\x1a\n" +
@@ -1069,12 +1157,20 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\n" +
 	"parked_new\x18\n" +
 	" \x01(\x04R\tparkedNew\x12\x1a\n" +
-	"\breleased\x18\v \x01(\x04R\breleased\x1aC\n" +
+	"\breleased\x18\v \x01(\x04R\breleased\x12;\n" +
+	"\x1afirst_attempt_input_tokens\x18\f \x01(\x04R\x17firstAttemptInputTokens\x12,\n" +
+	"\x12retry_input_tokens\x18\r \x01(\x04R\x10retryInputTokens\x12*\n" +
+	"\x11input_tokens_used\x18\x0e \x01(\x04R\x0finputTokensUsed\x12,\n" +
+	"\x12output_tokens_used\x18\x0f \x01(\x04R\x10outputTokensUsed\x12%\n" +
+	"\x0ebatch_admitted\x18\x10 \x01(\x04R\rbatchAdmitted\x12\x1d\n" +
+	"\n" +
+	"batch_shed\x18\x11 \x01(\x04R\tbatchShed\x12\x1b\n" +
+	"\tin_flight\x18\x12 \x01(\x04R\binFlight\x1aC\n" +
 	"\x15RateLimitHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
 	"\x12CoordinateResponse\x128\n" +
-	"\vassignments\x18\x01 \x03(\v2\x16.policyd.v1.AssignmentR\vassignments\"\xe5\x03\n" +
+	"\vassignments\x18\x01 \x03(\v2\x16.policyd.v1.AssignmentR\vassignments\"\xdd\x04\n" +
 	"\n" +
 	"Assignment\x120\n" +
 	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x12\x18\n" +
@@ -1088,7 +1184,10 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x06reason\x18\t \x01(\tR\x06reason\x120\n" +
 	"\bfallback\x18\n" +
 	" \x01(\v2\x14.policyd.v1.FallbackR\bfallback\x126\n" +
-	"\tpark_hint\x18\v \x01(\v2\x19.google.protobuf.DurationR\bparkHint\"\xf4\x05\n" +
+	"\tpark_hint\x18\v \x01(\v2\x19.google.protobuf.DurationR\bparkHint\x125\n" +
+	"\x14batch_admit_fraction\x18\f \x01(\x01H\x00R\x12batchAdmitFraction\x88\x01\x01\x12&\n" +
+	"\x0fin_flight_lease\x18\r \x01(\rR\rinFlightLeaseB\x17\n" +
+	"\x15_batch_admit_fraction\"\xf4\x05\n" +
 	"\x06Bucket\x12,\n" +
 	"\x05state\x18\x01 \x01(\v2\x16.policyd.v1.FleetStateR\x05state\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1a\n" +
@@ -1213,6 +1312,7 @@ func file_policyd_v1_fleet_proto_init() {
 		return
 	}
 	file_policyd_v1_policy_proto_init()
+	file_policyd_v1_fleet_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file policyd/v1/fleet.proto.
  */
 export const file_policyd_v1_fleet: GenFile = /*@__PURE__*/
-  fileDesc("ChZwb2xpY3lkL3YxL2ZsZWV0LnByb3RvEgpwb2xpY3lkLnYxIl8KEUNvb3JkaW5hdGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgdwcm9maWxlGAIgASgJEiYKBXVzYWdlGAMgAygLMhcucG9saWN5ZC52MS5CdWNrZXRVc2FnZSI/CgxCdWNrZXRUYXJnZXQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGa2V5X2lkGAMgASgJIvECCgtCdWNrZXRVc2FnZRIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIqCgdlbGFwc2VkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGFkbWl0dGVkGAMgASgEEgwKBHNoZWQYBCABKAQSEQoJc3VjY2VlZGVkGAUgASgEEg4KBmZhaWxlZBgGIAEoBBIPCgdyZXRyaWVzGAcgASgEEkkKEnJhdGVfbGltaXRfaGVhZGVycxgIIAMoCzItLnBvbGljeWQudjEuQnVja2V0VXNhZ2UuUmF0ZUxpbWl0SGVhZGVyc0VudHJ5Eg4KBnBhcmtlZBgJIAEoBBISCgpwYXJrZWRfbmV3GAogASgEEhAKCHJlbGVhc2VkGAsgASgEGjcKFVJhdGVMaW1pdEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKEkNvb3JkaW5hdGVSZXNwb25zZRIrCgthc3NpZ25tZW50cxgBIAMoCzIWLnBvbGljeWQudjEuQXNzaWdubWVudCKBAwoKQXNzaWdubWVudBIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIPCgdhYmFuZG9uGAIgASgIEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIpCgdicmVha2VyGAQgASgOMhgucG9saWN5ZC52MS5CcmVha2VyU3RhdGUSJwoEaG9sZBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgRzdG9wGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmFkbWl0X2ZyYWN0aW9uGAcgASgBEhUKDXByb2JlX3Blcm1pdHMYCCABKA0SDgoGcmVhc29uGAkgASgJEiYKCGZhbGxiYWNrGAogASgLMhQucG9saWN5ZC52MS5GYWxsYmFjaxIsCglwYXJrX2hpbnQYCyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24i+QMKBkJ1Y2tldBIlCgVzdGF0ZRgBIAEoCzIWLnBvbGljeWQudjEuRmxlZXRTdGF0ZRINCgVzY29wZRgCIAEoCRIQCghwcm92aWRlchgDIAEoCRINCgVtb2RlbBgEIAEoCRIOCgZrZXlfaWQYBSABKAkSFwoPd2luZG93X2ZhaWx1cmVzGAYgASgFEhYKDndpbmRvd19jbGllbnRzGAcgASgFEi4KC29wZW5fcGVyaW9kGAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhkKEWRlY2lzaW9uc19jaGFuZ2VkGAkgASgDEhcKD2ZpcnN0X2NsaWVudF9pZBgKIAEoCRInCgRpZGxlGAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhkKEXN0cmVhbWluZ19jbGllbnRzGAwgASgFEg8KB3JlcG9ydHMYDSABKAMSGAoQYXNzaWdubWVudHNfc2VudBgOIAEoAxIfChdmaXJzdF9hdHRlbXB0c19hZG1pdHRlZBgPIAEoAxIbChNmaXJzdF9hdHRlbXB0c19zaGVkGBAgASgDEhEKCXN1Y2Nlc3NlcxgRIAEoAxIWCg5hZG1pdF9mcmFjdGlvbhgSIAEoARIbChNyZXF1ZXN0c19wZXJfbWludXRlGBMgASgDIlwKEkxpc3RCdWNrZXRzUmVxdWVzdBIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJTChNMaXN0QnVja2V0c1Jlc3BvbnNlEiMKB2J1Y2tldHMYASADKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkifwoSQ2xlYXJCdWNrZXRSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCRIMCgRob2xkGAIgASgIEgwKBHN0b3AYAyABKAgSDwoHYnJlYWtlchgEIAEoCBIMCgRwYWNlGAUgASgIEg4KBnJlYXNvbhgGIAEoCRIOCgZ0ZW5hbnQYByABKAkiOQoTQ2xlYXJCdWNrZXRSZXNwb25zZRIiCgZidWNrZXQYASABKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldCIiChBHZXRCdWNrZXRSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCSI3ChFHZXRCdWNrZXRSZXNwb25zZRIiCgZidWNrZXQYASABKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldDLJAgoMRmxlZXRTZXJ2aWNlEk4KC0xpc3RCdWNrZXRzEh4ucG9saWN5ZC52MS5MaXN0QnVja2V0c1JlcXVlc3QaHy5wb2xpY3lkLnYxLkxpc3RCdWNrZXRzUmVzcG9uc2USSAoJR2V0QnVja2V0EhwucG9saWN5ZC52MS5HZXRCdWNrZXRSZXF1ZXN0Gh0ucG9saWN5ZC52MS5HZXRCdWNrZXRSZXNwb25zZRJPCgpDb29yZGluYXRlEh0ucG9saWN5ZC52MS5Db29yZGluYXRlUmVxdWVzdBoeLnBvbGljeWQudjEuQ29vcmRpbmF0ZVJlc3BvbnNlKAEwARJOCgtDbGVhckJ1Y2tldBIeLnBvbGljeWQudjEuQ2xlYXJCdWNrZXRSZXF1ZXN0Gh8ucG9saWN5ZC52MS5DbGVhckJ1Y2tldFJlc3BvbnNlQjVaM2dpdGh1Yi5jb20vcG9saWN5ZC9wb2xpY3lkL2dlbi9wb2xpY3lkL3YxO3BvbGljeWR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_policyd_v1_policy]);
+  fileDesc("ChZwb2xpY3lkL3YxL2ZsZWV0LnByb3RvEgpwb2xpY3lkLnYxIl8KEUNvb3JkaW5hdGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgdwcm9maWxlGAIgASgJEiYKBXVzYWdlGAMgAygLMhcucG9saWN5ZC52MS5CdWNrZXRVc2FnZSI/CgxCdWNrZXRUYXJnZXQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGa2V5X2lkGAMgASgJIqcECgtCdWNrZXRVc2FnZRIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIqCgdlbGFwc2VkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGFkbWl0dGVkGAMgASgEEgwKBHNoZWQYBCABKAQSEQoJc3VjY2VlZGVkGAUgASgEEg4KBmZhaWxlZBgGIAEoBBIPCgdyZXRyaWVzGAcgASgEEkkKEnJhdGVfbGltaXRfaGVhZGVycxgIIAMoCzItLnBvbGljeWQudjEuQnVja2V0VXNhZ2UuUmF0ZUxpbWl0SGVhZGVyc0VudHJ5Eg4KBnBhcmtlZBgJIAEoBBISCgpwYXJrZWRfbmV3GAogASgEEhAKCHJlbGVhc2VkGAsgASgEEiIKGmZpcnN0X2F0dGVtcHRfaW5wdXRfdG9rZW5zGAwgASgEEhoKEnJldHJ5X2lucHV0X3Rva2VucxgNIAEoBBIZChFpbnB1dF90b2tlbnNfdXNlZBgOIAEoBBIaChJvdXRwdXRfdG9rZW5zX3VzZWQYDyABKAQSFgoOYmF0Y2hfYWRtaXR0ZWQYECABKAQSEgoKYmF0Y2hfc2hlZBgRIAEoBBIRCglpbl9mbGlnaHQYEiABKAQaNwoVUmF0ZUxpbWl0SGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQQoSQ29vcmRpbmF0ZVJlc3BvbnNlEisKC2Fzc2lnbm1lbnRzGAEgAygLMhYucG9saWN5ZC52MS5Bc3NpZ25tZW50ItYDCgpBc3NpZ25tZW50EigKBnRhcmdldBgBIAEoCzIYLnBvbGljeWQudjEuQnVja2V0VGFyZ2V0Eg8KB2FiYW5kb24YAiABKAgSJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEikKB2JyZWFrZXIYBCABKA4yGC5wb2xpY3lkLnYxLkJyZWFrZXJTdGF0ZRInCgRob2xkGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKBHN0b3AYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoOYWRtaXRfZnJhY3Rpb24YByABKAESFQoNcHJvYmVfcGVybWl0cxgIIAEoDRIOCgZyZWFzb24YCSABKAkSJgoIZmFsbGJhY2sYCiABKAsyFC5wb2xpY3lkLnYxLkZhbGxiYWNrEiwKCXBhcmtfaGludBgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIhChRiYXRjaF9hZG1pdF9mcmFjdGlvbhgMIAEoAUgAiAEBEhcKD2luX2ZsaWdodF9sZWFzZRgNIAEoDUIXChVfYmF0Y2hfYWRtaXRfZnJhY3Rpb24i+QMKBkJ1Y2tldBIlCgVzdGF0ZRgBIAEoCzIWLnBvbGljeWQudjEuRmxlZXRTdGF0ZRINCgVzY29wZRgCIAEoCRIQCghwcm92aWRlchgDIAEoCRINCgVtb2RlbBgEIAEoCRIOCgZrZXlfaWQYBSABKAkSFwoPd2luZG93X2ZhaWx1cmVzGAYgASgFEhYKDndpbmRvd19jbGllbnRzGAcgASgFEi4KC29wZW5fcGVyaW9kGAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhkKEWRlY2lzaW9uc19jaGFuZ2VkGAkgASgDEhcKD2ZpcnN0X2NsaWVudF9pZBgKIAEoCRInCgRpZGxlGAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhkKEXN0cmVhbWluZ19jbGllbnRzGAwgASgFEg8KB3JlcG9ydHMYDSABKAMSGAoQYXNzaWdubWVudHNfc2VudBgOIAEoAxIfChdmaXJzdF9hdHRlbXB0c19hZG1pdHRlZBgPIAEoAxIbChNmaXJzdF9hdHRlbXB0c19zaGVkGBAgASgDEhEKCXN1Y2Nlc3NlcxgRIAEoAxIWCg5hZG1pdF9mcmFjdGlvbhgSIAEoARIbChNyZXF1ZXN0c19wZXJfbWludXRlGBMgASgDIlwKEkxpc3RCdWNrZXRzUmVxdWVzdBIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJTChNMaXN0QnVja2V0c1Jlc3BvbnNlEiMKB2J1Y2tldHMYASADKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkifwoSQ2xlYXJCdWNrZXRSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCRIMCgRob2xkGAIgASgIEgwKBHN0b3AYAyABKAgSDwoHYnJlYWtlchgEIAEoCBIMCgRwYWNlGAUgASgIEg4KBnJlYXNvbhgGIAEoCRIOCgZ0ZW5hbnQYByABKAkiOQoTQ2xlYXJCdWNrZXRSZXNwb25zZRIiCgZidWNrZXQYASABKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldCIiChBHZXRCdWNrZXRSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCSI3ChFHZXRCdWNrZXRSZXNwb25zZRIiCgZidWNrZXQYASABKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldDLJAgoMRmxlZXRTZXJ2aWNlEk4KC0xpc3RCdWNrZXRzEh4ucG9saWN5ZC52MS5MaXN0QnVja2V0c1JlcXVlc3QaHy5wb2xpY3lkLnYxLkxpc3RCdWNrZXRzUmVzcG9uc2USSAoJR2V0QnVja2V0EhwucG9saWN5ZC52MS5HZXRCdWNrZXRSZXF1ZXN0Gh0ucG9saWN5ZC52MS5HZXRCdWNrZXRSZXNwb25zZRJPCgpDb29yZGluYXRlEh0ucG9saWN5ZC52MS5Db29yZGluYXRlUmVxdWVzdBoeLnBvbGljeWQudjEuQ29vcmRpbmF0ZVJlc3BvbnNlKAEwARJOCgtDbGVhckJ1Y2tldBIeLnBvbGljeWQudjEuQ2xlYXJCdWNrZXRSZXF1ZXN0Gh8ucG9saWN5ZC52MS5DbGVhckJ1Y2tldFJlc3BvbnNlQjVaM2dpdGh1Yi5jb20vcG9saWN5ZC9wb2xpY3lkL2dlbi9wb2xpY3lkL3YxO3BvbGljeWR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_policyd_v1_policy]);
 
 /**
  * CoordinateRequest is one message up the stream.
@@ -174,6 +174,55 @@ export type BucketUsage = Message<"policyd.v1.BucketUsage"> & {
    * @generated from field: uint64 released = 11;
    */
   released: bigint;
+
+  /**
+   * Input tokens the calls carried, by the client's estimate (exact when
+   * the caller gave it): of first attempts at their first check by the gate
+   * (admitted, shed or parked), and of retries sent. Each is at most
+   * 2,000,000 for each call it counts (first attempts: admitted, shed and
+   * parked_new; retries: retries).
+   *
+   * @generated from field: uint64 first_attempt_input_tokens = 12;
+   */
+  firstAttemptInputTokens: bigint;
+
+  /**
+   * @generated from field: uint64 retry_input_tokens = 13;
+   */
+  retryInputTokens: bigint;
+
+  /**
+   * Tokens the responses said they used (their usage), where the client
+   * read it; each at most 2,000,000 for each of admitted and retries.
+   *
+   * @generated from field: uint64 input_tokens_used = 14;
+   */
+  inputTokensUsed: bigint;
+
+  /**
+   * @generated from field: uint64 output_tokens_used = 15;
+   */
+  outputTokensUsed: bigint;
+
+  /**
+   * The first attempts above that were of the batch class (the rest are
+   * interactive): counted in admitted, shed and parked_new as well.
+   *
+   * @generated from field: uint64 batch_admitted = 16;
+   */
+  batchAdmitted: bigint;
+
+  /**
+   * @generated from field: uint64 batch_shed = 17;
+   */
+  batchShed: bigint;
+
+  /**
+   * Calls the client has in flight on the bucket now (a gauge).
+   *
+   * @generated from field: uint64 in_flight = 18;
+   */
+  inFlight: bigint;
 };
 
 /**
@@ -288,6 +337,24 @@ export type Assignment = Message<"policyd.v1.Assignment"> & {
    * @generated from field: google.protobuf.Duration park_hint = 11;
    */
   parkHint?: Duration | undefined;
+
+  /**
+   * The share of batch-class first attempts to admit, when the bucket is
+   * paced or slow-starting: batch yields first, so that interactive calls
+   * (admitted at admit_fraction) keep their share. Unset: admit_fraction
+   * for both classes.
+   *
+   * @generated from field: optional double batch_admit_fraction = 12;
+   */
+  batchAdmitFraction?: number | undefined;
+
+  /**
+   * The most calls this client may have in flight on the bucket, its lease
+   * of the bucket's cap on concurrent requests; 0: no cap.
+   *
+   * @generated from field: uint32 in_flight_lease = 13;
+   */
+  inFlightLease: number;
 };
 
 /**

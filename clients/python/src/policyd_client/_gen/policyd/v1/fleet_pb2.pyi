@@ -31,7 +31,7 @@ class BucketTarget(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ...) -> None: ...
 
 class BucketUsage(_message.Message):
-    __slots__ = ("target", "elapsed", "admitted", "shed", "succeeded", "failed", "retries", "rate_limit_headers", "parked", "parked_new", "released")
+    __slots__ = ("target", "elapsed", "admitted", "shed", "succeeded", "failed", "retries", "rate_limit_headers", "parked", "parked_new", "released", "first_attempt_input_tokens", "retry_input_tokens", "input_tokens_used", "output_tokens_used", "batch_admitted", "batch_shed", "in_flight")
     class RateLimitHeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,13 @@ class BucketUsage(_message.Message):
     PARKED_FIELD_NUMBER: _ClassVar[int]
     PARKED_NEW_FIELD_NUMBER: _ClassVar[int]
     RELEASED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ATTEMPT_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_USED_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_USED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SHED_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     target: BucketTarget
     elapsed: _duration_pb2.Duration
     admitted: int
@@ -61,7 +68,14 @@ class BucketUsage(_message.Message):
     parked: int
     parked_new: int
     released: int
-    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admitted: _Optional[int] = ..., shed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., rate_limit_headers: _Optional[_Mapping[str, str]] = ..., parked: _Optional[int] = ..., parked_new: _Optional[int] = ..., released: _Optional[int] = ...) -> None: ...
+    first_attempt_input_tokens: int
+    retry_input_tokens: int
+    input_tokens_used: int
+    output_tokens_used: int
+    batch_admitted: int
+    batch_shed: int
+    in_flight: int
+    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admitted: _Optional[int] = ..., shed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., rate_limit_headers: _Optional[_Mapping[str, str]] = ..., parked: _Optional[int] = ..., parked_new: _Optional[int] = ..., released: _Optional[int] = ..., first_attempt_input_tokens: _Optional[int] = ..., retry_input_tokens: _Optional[int] = ..., input_tokens_used: _Optional[int] = ..., output_tokens_used: _Optional[int] = ..., batch_admitted: _Optional[int] = ..., batch_shed: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
 
 class CoordinateResponse(_message.Message):
     __slots__ = ("assignments",)
@@ -70,7 +84,7 @@ class CoordinateResponse(_message.Message):
     def __init__(self, assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("target", "abandon", "ttl", "breaker", "hold", "stop", "admit_fraction", "probe_permits", "reason", "fallback", "park_hint")
+    __slots__ = ("target", "abandon", "ttl", "breaker", "hold", "stop", "admit_fraction", "probe_permits", "reason", "fallback", "park_hint", "batch_admit_fraction", "in_flight_lease")
     TARGET_FIELD_NUMBER: _ClassVar[int]
     ABANDON_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +96,8 @@ class Assignment(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_FIELD_NUMBER: _ClassVar[int]
     PARK_HINT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ADMIT_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_LEASE_FIELD_NUMBER: _ClassVar[int]
     target: BucketTarget
     abandon: bool
     ttl: _duration_pb2.Duration
@@ -93,7 +109,9 @@ class Assignment(_message.Message):
     reason: str
     fallback: _policy_pb2.Fallback
     park_hint: _duration_pb2.Duration
-    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., abandon: _Optional[bool] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ..., hold: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admit_fraction: _Optional[float] = ..., probe_permits: _Optional[int] = ..., reason: _Optional[str] = ..., fallback: _Optional[_Union[_policy_pb2.Fallback, _Mapping]] = ..., park_hint: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    batch_admit_fraction: float
+    in_flight_lease: int
+    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., abandon: _Optional[bool] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ..., hold: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admit_fraction: _Optional[float] = ..., probe_permits: _Optional[int] = ..., reason: _Optional[str] = ..., fallback: _Optional[_Union[_policy_pb2.Fallback, _Mapping]] = ..., park_hint: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., batch_admit_fraction: _Optional[float] = ..., in_flight_lease: _Optional[int] = ...) -> None: ...
 
 class Bucket(_message.Message):
     __slots__ = ("state", "scope", "provider", "model", "key_id", "window_failures", "window_clients", "open_period", "decisions_changed", "first_client_id", "idle", "streaming_clients", "reports", "assignments_sent", "first_attempts_admitted", "first_attempts_shed", "successes", "admit_fraction", "requests_per_minute")
