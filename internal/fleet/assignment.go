@@ -168,6 +168,11 @@ func (f *Fleet) Report(u Usage) {
 		rl.learnLimit(now, c, u.RequestsPerMinute, u.ClientID, false)
 		rl.followRemaining(now, c, u.RemainingShare)
 	}
+	for _, b := range bs[:2] {
+		if b != nil {
+			b.publishPace(emit)
+		}
+	}
 	f.store.unlock()
 	stamp(events, u.Origin)
 	f.publish(events, u.Tenant)
@@ -224,7 +229,7 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 		if b == nil {
 			continue
 		}
-		b.limit(now) // a limit that expired starts its release
+		b.limit(now, c) // a limit that expired starts its release
 		if h := f.releaseHold(b, client, now); h > a.Hold {
 			a.Hold = h
 			why = append(why, b.releaseWhy(h))
@@ -269,6 +274,11 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 			if a.Cause == CauseNone {
 				a.Cause = CausePacing
 			}
+		}
+	}
+	for _, b := range []*Bucket{av, rl} {
+		if b != nil {
+			b.publishPace(emit)
 		}
 	}
 	f.store.unlock()

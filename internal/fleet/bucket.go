@@ -82,6 +82,9 @@ type Bucket struct {
 	paceWhyText       string
 	cut               float64 // pacing's cut after 429s (see throttled)
 	cutAt             time.Time
+	paceNotes         []Event   // pace changes not yet published (pace.go)
+	paceNoteAt        time.Time // the last cut's event
+	paceCuts          int64     // cuts since it
 	holdSlots         map[string]int
 	streamClients     map[string]int64 // client → last report, Unix ns (8 bytes, not a time.Time's 24: one per bucket)
 	shedPending       int64
@@ -418,7 +421,7 @@ func (b *Bucket) admitFraction(now time.Time, c *Config) (float64, string) {
 // call drawing again every ParkRecheck.
 func (b *Bucket) pace(now time.Time, c *Config) float64 {
 	b.fromOthers(now, c)
-	rpm := b.limit(now)
+	rpm := b.limit(now, c)
 	if c.Pacing.Share == 0 || rpm <= 0 || b.firstAttempts.secs == nil {
 		return 1
 	}
@@ -439,11 +442,16 @@ func (b *Bucket) pace(now time.Time, c *Config) float64 {
 // averages over the window: they lag a sudden quota, and the 429s tell at
 // once (measured in the simulation's quota scenario: most 429s came in the
 // first seconds).
-func (b *Bucket) throttled(now time.Time, c *Config) {
+func (b *Bucket) throttled(now time.Time, c *Config, client string) {
 	if b.rpm <= 0 || now.Sub(b.cutAt) < cutEvery {
 		return
 	}
 	b.cut, b.cutAt = max(MinCut, CutFactor*b.cutNow(now, c)), now
+	b.paceCuts++
+	if now.Sub(b.paceNoteAt) >= time.Second {
+		b.notePace(now, client, fmt.Sprintf("pace cut after a 429: %d %% of the limit's share (cuts: %d)", int(100*b.cut+0.5), b.paceCuts), b.paceCuts, c)
+		b.paceCuts, b.paceNoteAt = 0, now
+	}
 }
 
 // cutNow is the pace's share of the learnt limit's Share: 1 until a 429,

@@ -24,6 +24,11 @@ const (
 	EventTenantLimit EventKind = "tenant_limit"
 	// EventCleared: an operator cleared a bucket's state (Fleet.Clear).
 	EventCleared EventKind = "fleet_clear"
+	// EventPace: the pace of a learnt request limit started, was cut after
+	// 429s, was lifted by a success's headers, or ended (counts: rpm, the
+	// limit; share_pct, the pace's share of it; cuts, the cuts it says).
+	// Cuts come at most one event a second per bucket.
+	EventPace EventKind = "pace"
 )
 
 // Event is one transition of a bucket.

@@ -248,6 +248,9 @@ func (d *decision) run() Answer {
 		d.own = [...]*Bucket{nil, d.rl, d.av, d.au}[d.scope]
 	}
 	d.record()
+	if d.rl != nil {
+		d.rl.publishPace(d.emit)
+	}
 	d.show = d.own
 	if !d.a.Retry {
 		return Answer{Delay: d.a.Delay, State: d.f.stateIfActive(d.c, d.own, d.now, false)}
@@ -274,7 +277,7 @@ func (d *decision) record() {
 		d.rl.learnLimit(now, c, a.RequestsPerMinute, a.ClientID, a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT)
 	}
 	if d.rl != nil && a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT {
-		d.rl.throttled(now, c)
+		d.rl.throttled(now, c, a.ClientID)
 	}
 	own := d.own
 	if own == nil {

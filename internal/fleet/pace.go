@@ -55,7 +55,36 @@ func (b *Bucket) learnLimit(now time.Time, c *Config, rpm int64, client string, 
 		// The pace starts at Share of the limit and rises while no 429 comes.
 		b.rpmConfirmed, b.cut, b.cutAt = true, 1, now
 		b.noteBaseRate(now, &c.Breaker)
+		how := "reported by a second client"
+		switch {
+		case client == "":
+			how = "reported by another replica's clients"
+		case on429:
+			how = "carried by a 429"
+		}
+		b.notePace(now, client, fmt.Sprintf("pacing starts: a limit of %d requests a minute, %s", rpm, how), 0, c)
 	}
+}
+
+// notePace keeps a pace change for the next publish (publishPace): the
+// pace moves inside reads and decisions that have no event list at hand.
+func (b *Bucket) notePace(now time.Time, client, why string, cuts int64, c *Config) {
+	if len(b.paceNotes) >= 4 { // a bucket's notes are published within a tick
+		return
+	}
+	counts := map[string]int64{"rpm": b.rpm, "share_pct": int64(100*c.Pacing.Share*b.cutNow(now, c) + 0.5)}
+	if cuts > 0 {
+		counts["cuts"] = cuts
+	}
+	b.paceNotes = append(b.paceNotes, Event{At: now, Key: b.key, Kind: EventPace, ClientID: client, Reason: why, Counts: counts})
+}
+
+// publishPace hands the pace changes noted since the last call to emit.
+func (b *Bucket) publishPace(emit func(Event)) {
+	for _, e := range b.paceNotes {
+		emit(e)
+	}
+	b.paceNotes = b.paceNotes[:0]
 }
 
 // fromOthers takes the limit another replica's streams reported, unless
@@ -72,10 +101,11 @@ func (b *Bucket) fromOthers(now time.Time, c *Config) {
 
 // limit is the learnt request limit that paces now (0: none): corroborated
 // and not expired.
-func (b *Bucket) limit(now time.Time) int64 {
+func (b *Bucket) limit(now time.Time, c *Config) int64 {
 	if b.rpm > 0 && !b.rpmAt.IsZero() && now.Sub(b.rpmAt) > LimitTTL {
 		if b.rpmConfirmed {
 			b.startRelease(now) // the calls the pace parked leave in slots, not at once
+			b.notePace(now, "", fmt.Sprintf("pacing ends: no header or 429 carried the limit for %v", LimitTTL), 0, c)
 		}
 		b.rpm, b.rpmConfirmed, b.cutAt, b.rpmExpiredAt = 0, false, time.Time{}, now
 	}
@@ -97,7 +127,11 @@ func (b *Bucket) followRemaining(now time.Time, c *Config, share float64) {
 	if c.Pacing.Share > 0 {
 		top = 1 / c.Pacing.Share
 	}
+	lifted := b.cutNow(now, c) < top
 	b.cut, b.cutAt = top, now
+	if lifted {
+		b.notePace(now, "", fmt.Sprintf("pace lifted to the limit's whole share: a success's headers say %d %% of it is left", int(100*share+0.5)), 0, c)
+	}
 }
 
 // paceWhy says how the pace stands, for the assignment's reason. Every

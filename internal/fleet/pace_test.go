@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +79,56 @@ func TestPaceLearntLimit(t *testing.T) {
 				t.Fatalf("assignment %+v, want a fraction about %.3f and a reason with %q", a, tt.want, tt.why)
 			}
 		})
+	}
+}
+
+// Every pace change is an event that says why: start, cuts (at most one
+// event a second, counting the cuts it covers), lift and end.
+func TestPaceChangesAreEvents(t *testing.T) {
+	t.Parallel()
+	f, clk, rec := newTestFleet(t, nil)
+	rpm := int64(600)
+	f.Report(Usage{Target: streamTarget, ClientID: "a", Admitted: 100, RequestsPerMinute: rpm})
+	f.Report(Usage{Target: streamTarget, ClientID: "b", Admitted: 100, RequestsPerMinute: rpm})
+	throttle := func() {
+		a := ask("a", rateLimit, time.Second)
+		a.RequestsPerMinute = rpm
+		f.Decide(a)
+	}
+	clk.advance(time.Second)
+	throttle() // cut, an event
+	clk.advance(300 * time.Millisecond)
+	throttle() // cut, within the second: no event
+	clk.advance(800 * time.Millisecond)
+	throttle() // cut, an event for two cuts
+	f.Report(Usage{Target: streamTarget, ClientID: "b", RequestsPerMinute: rpm, RemainingShare: 0.8})
+	clk.advance(LimitTTL + time.Second)
+	f.Tick()
+
+	type want struct {
+		client, why string
+		counts      map[string]int64
+	}
+	wants := []want{
+		{"b", "pacing starts: a limit of 600 requests a minute, reported by a second client", map[string]int64{"rpm": 600, "share_pct": 93}},
+		{"a", "pace cut after a 429: 92 % of the limit's share (cuts: 1)", map[string]int64{"rpm": 600, "share_pct": 85, "cuts": 1}},
+		{"a", "pace cut after a 429: 76 % of the limit's share (cuts: 2)", map[string]int64{"rpm": 600, "share_pct": 71, "cuts": 2}},
+		{"", "pace lifted to the limit's whole share: a success's headers say 80 % of it is left", map[string]int64{"rpm": 600, "share_pct": 100}},
+		{"", "pacing ends: no header or 429 carried the limit for 5s", map[string]int64{"rpm": 600, "share_pct": 100}},
+	}
+	var got []Event
+	for _, e := range rec.events {
+		if e.Kind == EventPace {
+			got = append(got, e)
+		}
+	}
+	if len(got) != len(wants) {
+		t.Fatalf("pace events %+v, want %d", got, len(wants))
+	}
+	for i, w := range wants {
+		e := got[i]
+		if e.ClientID != w.client || e.Reason != w.why || !maps.Equal(e.Counts, w.counts) || e.Key.Tenant != "team" {
+			t.Errorf("event %d: %q %q %v (tenant %q), want %q %q %v", i, e.ClientID, e.Reason, e.Counts, e.Key.Tenant, w.client, w.why, w.counts)
+		}
 	}
 }

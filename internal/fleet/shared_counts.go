@@ -95,7 +95,7 @@ func (b *Bucket) ownCounts(now time.Time, c *Config) (Counts, bool) {
 	}
 	bc := Counts{Key: b.key, Failures: int64(b.window.sum(now)), Successes: int64(b.successes.sum(now)),
 		Admitted: int64(b.admitted.sum(now)), FirstAttempts: int64(b.firstAttempts.sum(now)), Retries: int64(b.retries.sum(now)),
-		Streamed: b.streamedHere(now, &c.Breaker), RequestsPerMinute: b.limit(now)}
+		Streamed: b.streamedHere(now, &c.Breaker), RequestsPerMinute: b.limit(now, c)}
 	b.rpmShared = b.rpm
 	if b.asks.secs != nil {
 		bc.Asks = int64(b.asks.sum(now))

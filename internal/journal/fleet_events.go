@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -23,7 +25,12 @@ const (
 	FleetSlowStart       = "slow_start"
 	FleetTenantLimit     = "tenant_limit"
 	FleetClear           = "fleet_clear"
+	FleetPace            = "pace"
 )
+
+// fleetEvents are the transitions fleet_events' CHECK allows.
+var fleetEvents = []string{FleetHoldSet, FleetBreakerOpen, FleetBreakerHalfOpen, FleetBreakerClose, FleetBudgetExhausted,
+	FleetStop, FleetShed, FleetSlowStart, FleetTenantLimit, FleetClear, FleetPace}
 
 // The scopes of fleet state, as stored in fleet_events.scope.
 const (
@@ -93,13 +100,8 @@ func (s *Store) normalizeFleetEvent(e FleetEvent) (FleetEvent, error) {
 		return FleetEvent{}, invalid("scope", "must be %q, %q or %q, got %q",
 			FleetScopeRateLimit, FleetScopeAvailability, FleetScopeAuth, clip(e.Scope, 64))
 	}
-	switch e.Event {
-	case FleetHoldSet, FleetBreakerOpen, FleetBreakerHalfOpen, FleetBreakerClose, FleetBudgetExhausted, FleetStop, FleetShed, FleetSlowStart,
-		FleetTenantLimit, FleetClear:
-	default:
-		return FleetEvent{}, invalid("event", "must be one of %s, %s, %s, %s, %s, %s, %s, %s, %s, %s; got %q",
-			FleetHoldSet, FleetBreakerOpen, FleetBreakerHalfOpen, FleetBreakerClose, FleetBudgetExhausted, FleetStop, FleetShed, FleetSlowStart,
-			FleetTenantLimit, FleetClear, clip(e.Event, 64))
+	if !slices.Contains(fleetEvents, e.Event) {
+		return FleetEvent{}, invalid("event", "must be one of %s; got %q", strings.Join(fleetEvents, ", "), clip(e.Event, 64))
 	}
 	if len(e.Counts) > maxFleetCounts {
 		return FleetEvent{}, invalid("counts", "at most %d counts, got %d", maxFleetCounts, len(e.Counts))

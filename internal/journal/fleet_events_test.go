@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -246,5 +247,35 @@ func TestFleetStreamEvents(t *testing.T) {
 	wantErr(t, err, nil)
 	if !reflect.DeepEqual(got, []journal.FleetEvent{slow, shed}) {
 		t.Errorf("got %+v", got)
+	}
+}
+
+// Every transition the fleet journals passes both the store's check and
+// the schema's CHECK (a kind added to one and not the other fails here).
+func TestEveryFleetEventKindStores(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t)
+	kinds := []string{journal.FleetHoldSet, journal.FleetBreakerOpen, journal.FleetBreakerHalfOpen, journal.FleetBreakerClose,
+		journal.FleetBudgetExhausted, journal.FleetStop, journal.FleetShed, journal.FleetSlowStart, journal.FleetTenantLimit,
+		journal.FleetClear, journal.FleetPace}
+	var events []journal.FleetEvent
+	for i, k := range kinds {
+		e := fleetEvent(k, t0.Add(time.Duration(i)*time.Second))
+		e.Reason = "pacing starts: a limit of 600 requests a minute, carried by a 429"
+		e.Counts = map[string]int64{"rpm": 600, "share_pct": 93}
+		events = append(events, e)
+	}
+	wantErr(t, s.RecordFleetEvents(ctx, events), nil)
+	got, err := s.ListFleetEvents(ctx, "acme", "", time.Time{}, 0)
+	wantErr(t, err, nil)
+	var gotKinds []string
+	for _, e := range got {
+		gotKinds = append(gotKinds, e.Event)
+	}
+	slices.Sort(gotKinds)
+	slices.Sort(kinds)
+	if !slices.Equal(gotKinds, kinds) {
+		t.Fatalf("stored %v, want %v", gotKinds, kinds)
 	}
 }

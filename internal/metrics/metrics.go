@@ -91,7 +91,7 @@ func New() *Metrics {
 		}),
 		fleetEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyd_fleet_events_total",
-			Help: "Fleet transitions by event: hold_set, breaker_open, breaker_half_open, breaker_close, budget_exhausted, fleet_stop, shed, slow_start, tenant_limit, fleet_clear.",
+			Help: "Fleet transitions by event: hold_set, breaker_open, breaker_half_open, breaker_close, budget_exhausted, fleet_stop, shed, slow_start, tenant_limit, fleet_clear, pace.",
 		}, []string{"event"}),
 		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyd_webhook_events_total",
