@@ -1,10 +1,14 @@
 package server
 
 import (
+	"bytes"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -100,5 +104,92 @@ func TestReportRateIsPerTenant(t *testing.T) {
 	_ = ok.Send(&policydv1.CoordinateRequest{ClientId: "calm", Usage: usage})
 	if _, err := ok.Recv(); err != nil {
 		t.Fatalf("the other tenant's stream: %v", err)
+	}
+}
+
+// The bound holds against a client that ignores what the server
+// advertises: a raw HTTP/2 client's call with metadata under the bound is
+// answered, one with twice the bound is refused (the stream or the
+// connection reset) without being decoded or kept.
+func TestHeaderListBoundHoldsAgainstARawClient(t *testing.T) {
+	t.Parallel()
+	addr := serveSecured(t, builtinServer(), Security{Auth: tokenAuth(t), MaxHeaderBytes: DefaultMaxHeaderBytes})
+	if !rawCallAnswered(t, addr, DefaultMaxHeaderBytes/2) {
+		t.Fatalf("a call with %d bytes of metadata was not answered", DefaultMaxHeaderBytes/2)
+	}
+	if rawCallAnswered(t, addr, 2*DefaultMaxHeaderBytes) {
+		t.Fatalf("a call with %d bytes of metadata was answered, want it refused", 2*DefaultMaxHeaderBytes)
+	}
+}
+
+// rawCallAnswered sends a Classify call's headers with junk bytes of
+// metadata over a raw HTTP/2 connection (ignoring the server's settings),
+// and says whether the server answered it (a HEADERS frame: even an
+// UNAUTHENTICATED answer decoded the headers).
+func rawCallAnswered(t *testing.T, addr string, junk int) bool {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range []hpack.HeaderField{
+		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: "/policyd.v1.PolicyService/Classify"}, {Name: ":authority", Value: addr},
+		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
+		{Name: "x-junk", Value: strings.Repeat("j", junk)},
+	} {
+		_ = enc.WriteField(f)
+	}
+	// HEADERS, then CONTINUATIONs, each within the default frame size; a
+	// write the server's reset cuts short is a refusal too.
+	const frame = 16 << 10
+	b := block.Bytes()
+	n := min(frame, len(b))
+	if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: b[:n], EndHeaders: n == len(b)}) != nil {
+		return false
+	}
+	for b = b[n:]; len(b) > 0; b = b[n:] {
+		n = min(frame, len(b))
+		if fr.WriteContinuation(1, n == len(b), b[:n]) != nil {
+			return false
+		}
+	}
+	// An empty request message ends the call.
+	if fr.WriteData(1, true, make([]byte, 5)) != nil {
+		return false
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return false // the connection closed
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if v, ok := f.Value(http2.SettingMaxHeaderListSize); ok && v != DefaultMaxHeaderBytes {
+				t.Errorf("advertised header list size %d, want %d", v, DefaultMaxHeaderBytes)
+			}
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == 1 {
+				return false
+			}
+		case *http2.GoAwayFrame:
+			return false
+		case *http2.HeadersFrame:
+			return f.StreamID == 1
+		}
 	}
 }
