@@ -30,6 +30,10 @@ type Usage struct {
 	// limit: not said).
 	RequestsPerMinute int64
 	RemainingShare    float64
+	// InputTokensPerMinute is the provider's input-token limit from the
+	// same headers (0: none); FirstAttemptTokens and RetryTokens the input
+	// tokens the client estimated for its first attempts and retries.
+	InputTokensPerMinute, FirstAttemptTokens, RetryTokens int64
 	// Parked is how many calls the client's gate holds parked now;
 	// ParkedNew the calls it parked at their first check, and Released
 	// the parked calls it admitted (counted in Admitted too).
@@ -113,6 +117,7 @@ func (f *Fleet) Report(u Usage) {
 	if u.Elapsed > c.Breaker.Window {
 		u.Admitted, u.Shed, u.Succeeded, u.Failed, u.Retries = inWindow(u.Admitted, u.Elapsed, c), inWindow(u.Shed, u.Elapsed, c),
 			inWindow(u.Succeeded, u.Elapsed, c), inWindow(u.Failed, u.Elapsed, c), inWindow(u.Retries, u.Elapsed, c)
+		u.FirstAttemptTokens, u.RetryTokens = inWindow(u.FirstAttemptTokens, u.Elapsed, c), inWindow(u.RetryTokens, u.Elapsed, c)
 	}
 	f.store.lock()
 	bs := f.store.getThree(keys, [3]bool{true, true, false}, now)
@@ -164,8 +169,10 @@ func (f *Fleet) Report(u Usage) {
 		}
 		av.maybeOpen(now, u.ClientID, "reported failures", &c.Breaker, emit)
 	}
-	if rl := bs[1]; rl != nil && u.RequestsPerMinute > 0 {
-		rl.learnLimit(now, c, u.RequestsPerMinute, u.ClientID, false)
+	if rl := bs[1]; rl != nil {
+		rl.addTokens(now, &c.Breaker, u.FirstAttemptTokens, u.RetryTokens)
+		rl.learnLimit(now, c, requestLimit, u.RequestsPerMinute, u.ClientID, false)
+		rl.learnLimit(now, c, tokenLimit, u.InputTokensPerMinute, u.ClientID, false)
 		rl.followRemaining(now, c, u.RemainingShare)
 	}
 	for _, b := range bs[:2] {
@@ -229,7 +236,7 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 		if b == nil {
 			continue
 		}
-		b.limit(now, c) // a limit that expired starts its release
+		b.expireLimits(now, c) // a limit that expired starts its release
 		if h := f.releaseHold(b, client, now); h > a.Hold {
 			a.Hold = h
 			why = append(why, b.releaseWhy(h))

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
@@ -73,12 +74,9 @@ type Bucket struct {
 	// replica's streams move: a replica that passed on the others' word
 	// as its own would keep the flag, and the bucket, alive for ever.
 	streamedElsewhere time.Time
-	rpm               int64
-	rpmAt             time.Time // when a header or a 429 last carried it (pace.go)
-	rpmBy             string    // the client that reported it first
-	rpmConfirmed      bool      // carried by a 429 or reported by a second client
-	rpmExpiredAt      time.Time
-	paceWhyKey        paceWhyKey // what paceWhyText says
+	limits            [2]learntLimit // requestLimit, tokenLimit (pace.go)
+	tokenDemand       *tokenDemand   // input tokens reported, once a stream reports some
+	paceWhyKey        paceWhyKey     // what paceWhyText says
 	paceWhyText       string
 	cut               float64 // pacing's cut after 429s (see throttled)
 	cutAt             time.Time
@@ -98,7 +96,8 @@ type Bucket struct {
 	// the retries decisions were asked for (its share of the budget).
 	version, moves, movesPushed int64
 	raisedHold, raisedStop      bool
-	rpmShared, asksPublished    int64
+	limitsShared                [2]int64
+	asksPublished               int64
 	probeOKShared               int
 	remote                      map[string]remoteCounts
 	probeSlot                   time.Time
@@ -409,31 +408,68 @@ func (b *Bucket) admitFraction(now time.Time, c *Config) (float64, string) {
 			why = fmt.Sprintf("slow start after the breaker closed: %.0f %% of first attempts", 100*f)
 		}
 	}
-	if p := b.pace(now, c); p < f {
-		f, why = p, b.paceWhy(now, c, p)
+	if p, which := b.pace(now, c); p < f {
+		f, why = p, b.paceWhy(now, c, p, which)
 	}
 	return f, why
 }
 
 // pace is the share of first attempts that keeps the fleet at Share of the
-// provider's request limit (pace.go: corroborated, expiring, AIMD), given
-// the demand: the calls the streams reported arriving, and each parked
-// call drawing again every ParkRecheck.
-func (b *Bucket) pace(now time.Time, c *Config) float64 {
+// provider's request limit and of its input-token limit, and the limit that
+// binds (pace.go: corroborated, expiring, AIMD), given the demand: the
+// calls (and their input tokens) the streams reported arriving, and each
+// parked call drawing again every ParkRecheck.
+func (b *Bucket) pace(now time.Time, c *Config) (float64, int) {
 	b.fromOthers(now, c)
-	rpm := b.limit(now, c)
-	if c.Pacing.Share == 0 || rpm <= 0 || b.firstAttempts.secs == nil {
+	rpm, tpm := b.limit(now, c, requestLimit), b.limit(now, c, tokenLimit)
+	if c.Pacing.Share == 0 || (rpm <= 0 && tpm <= 0) || b.firstAttempts.secs == nil {
+		return 1, requestLimit
+	}
+	secs, o, cut := c.Breaker.Window.Seconds(), b.others(now), b.cutNow(now, c)
+	calls := float64(int64(b.firstAttempts.sum(now))+o.firstAttempts) / secs
+	parked := float64(b.fleetParked(now)) / ParkRecheck.Seconds()
+	f, which := 1.0, requestLimit
+	if rpm > 0 {
+		f = paceShare(c, rpm, calls+parked, float64(int64(b.retries.sum(now))+o.retries)/secs, cut, secs)
+	}
+	if d := b.tokenDemand; tpm > 0 && d != nil && calls > 0 {
+		first := float64(int64(d.first.sum(now))+o.firstTokens) / secs
+		retries := float64(int64(d.retries.sum(now))+o.retryTokens) / secs
+		// A parked call carries the tokens of an average call.
+		if t := paceShare(c, tpm, first+parked*first/calls, retries, cut, secs); t < f {
+			f, which = t, tokenLimit
+		}
+	}
+	return f, which
+}
+
+// paceShare is the share of a demand (units a second) that keeps the fleet
+// at Share of a limit of perMinute, cut, after the retries' units.
+func paceShare(c *Config, perMinute int64, demand, retries, cut, secs float64) float64 {
+	if demand <= 0 {
 		return 1
 	}
-	secs, o := c.Breaker.Window.Seconds(), b.others(now)
-	first := float64(int64(b.firstAttempts.sum(now))+o.firstAttempts)/secs + float64(b.fleetParked(now))/ParkRecheck.Seconds()
-	if first <= 0 {
-		return 1
-	}
-	room := c.Pacing.Share*float64(rpm)/60*b.cutNow(now, c) - float64(int64(b.retries.sum(now))+o.retries)/secs
+	room := c.Pacing.Share*float64(perMinute)/60*cut - retries
 	// Bounded below: a second's worth of the fleet's room at the least cut.
-	room = max(room, MinCut*c.Pacing.Share*float64(rpm)/60/secs)
-	return min(1, max(0, room/first))
+	room = max(room, MinCut*c.Pacing.Share*float64(perMinute)/60/secs)
+	return min(1, max(0, room/demand))
+}
+
+// tokenDemand is the input tokens the streams reported, per second over
+// the breaker's window: of first attempts, and of retries.
+type tokenDemand struct{ first, retries ring }
+
+// addTokens counts the input tokens a report carried.
+func (b *Bucket) addTokens(now time.Time, c *BreakerConfig, first, retries int64) {
+	if first <= 0 && retries <= 0 {
+		return
+	}
+	if b.tokenDemand == nil {
+		rs := newRings(c.Window, 2)
+		b.tokenDemand = &tokenDemand{rs[0], rs[1]}
+	}
+	b.tokenDemand.first.add(now, int(min(first, math.MaxInt32)))
+	b.tokenDemand.retries.add(now, int(min(retries, math.MaxInt32)))
 }
 
 // throttled cuts the paced share (CutFactor, at most every cutEvery, not
@@ -443,7 +479,7 @@ func (b *Bucket) pace(now time.Time, c *Config) float64 {
 // once (measured in the simulation's quota scenario: most 429s came in the
 // first seconds).
 func (b *Bucket) throttled(now time.Time, c *Config, client string) {
-	if b.rpm <= 0 || now.Sub(b.cutAt) < cutEvery {
+	if (b.limits[requestLimit].perMinute <= 0 && b.limits[tokenLimit].perMinute <= 0) || now.Sub(b.cutAt) < cutEvery {
 		return
 	}
 	b.cut, b.cutAt = max(MinCut, CutFactor*b.cutNow(now, c)), now

@@ -108,11 +108,10 @@ func (b *Bucket) clear(now time.Time, c Clearing) {
 		}
 	}
 	if c.Pace {
-		b.rpm, b.cut, b.cutAt = 0, 0, time.Time{}
-		b.rpmAt, b.rpmBy, b.rpmConfirmed, b.rpmExpiredAt = time.Time{}, "", false, time.Time{}
+		b.limits, b.cut, b.cutAt = [2]learntLimit{}, 0, time.Time{}
 		b.paceWhyKey, b.paceWhyText = paceWhyKey{}, ""
 		for id, r := range b.remote {
-			r.RequestsPerMinute = 0
+			r.RequestsPerMinute, r.InputTokensPerMinute = 0, 0
 			b.remote[id] = r
 		}
 	}

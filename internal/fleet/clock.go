@@ -56,9 +56,7 @@ func (f *Fleet) Tick() {
 		if b.state != Closed {
 			b.advance(now, c, emit)
 		}
-		if b.rpm > 0 {
-			b.limit(now, c) // a limit no header carried for LimitTTL ends its pace now
-		}
+		b.expireLimits(now, c) // a limit no header carried for LimitTTL ends its pace now
 		b.publishPace(emit)
 		return false
 	})

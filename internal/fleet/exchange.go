@@ -60,6 +60,10 @@ type Counts struct {
 	Streamed bool
 	// RequestsPerMinute: the provider's request limit a stream reported.
 	RequestsPerMinute int64
+	// InputTokensPerMinute: the provider's input-token limit a stream
+	// reported; FirstAttemptTokens and RetryTokens the input tokens the
+	// streams reported over the window.
+	InputTokensPerMinute, FirstAttemptTokens, RetryTokens int64
 }
 
 // ReplicaCounts is one replica's latest counts.

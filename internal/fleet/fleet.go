@@ -102,6 +102,9 @@ type Ask struct {
 	// RequestsPerMinute is the provider's request limit from the failure's
 	// rate-limit headers (0: none), for pacing.
 	RequestsPerMinute int64
+	// InputTokensPerMinute is the provider's input-token limit from the
+	// same headers (0: none), for pacing.
+	InputTokensPerMinute int64
 	// Recovery is the failure's recovery action, quoted by a fleet stop.
 	Recovery string
 	// Retry and Delay: the strategy's answer; the fleet acts only on retries.
@@ -273,8 +276,10 @@ func (d *decision) run() Answer {
 // a hold from its delay hint, a stop of its key, a failure for the breaker.
 func (d *decision) record() {
 	a, c, now, sw := d.a, d.c, d.now, d.a.Switches
-	if d.rl != nil && a.RequestsPerMinute > 0 {
-		d.rl.learnLimit(now, c, a.RequestsPerMinute, a.ClientID, a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT)
+	if d.rl != nil {
+		on429 := a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT
+		d.rl.learnLimit(now, c, requestLimit, a.RequestsPerMinute, a.ClientID, on429)
+		d.rl.learnLimit(now, c, tokenLimit, a.InputTokensPerMinute, a.ClientID, on429)
 	}
 	if d.rl != nil && a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT {
 		d.rl.throttled(now, c, a.ClientID)

@@ -5,10 +5,11 @@ import (
 	"time"
 )
 
-// Pacing a learnt request limit: the gates admit the share of first
-// attempts that keeps the fleet at Share of the provider's limit (pace in
-// bucket.go). The limit is learnt from rate-limit headers and is only an
-// estimate, so it is held loosely:
+// Pacing learnt limits: the gates admit the share of first attempts that
+// keeps the fleet at Share of the provider's request limit and of its
+// input-token limit, whichever binds (pace in bucket.go; tokens by the
+// clients' estimates of each call's input). A limit is learnt from
+// rate-limit headers and is only an estimate, so it is held loosely:
 //   - it cuts a pace only when corroborated: carried by a 429, or reported
 //     by more than one client (one client's stale or foreign header does
 //     not throttle the fleet);
@@ -22,7 +23,7 @@ import (
 //   - a success whose headers say more than half the limit is left lifts
 //     a cut at once (followRemaining).
 
-// LimitTTL is how long a learnt request limit lasts without a header or a
+// LimitTTL is how long a learnt limit lasts without a header or a
 // 429 that carries it again.
 const LimitTTL = 5 * time.Second
 
@@ -41,29 +42,67 @@ const (
 // much demand.
 const ParkRecheck = time.Second
 
-// learnLimit records a request limit rpm from client's headers (or a 429's,
-// which corroborates it at once).
-func (b *Bucket) learnLimit(now time.Time, c *Config, rpm int64, client string, on429 bool) {
-	if rpm <= 0 {
+// learntLimit is one of a provider's limits as its headers give it, per
+// minute: requests, or input tokens. It is held loosely (the rules above).
+type learntLimit struct {
+	perMinute int64
+	at        time.Time // when a header or a 429 last carried it
+	by        string    // the client that reported it first
+	confirmed bool      // carried by a 429 or reported by a second client
+	expiredAt time.Time
+}
+
+// The two limits a bucket paces on.
+const (
+	requestLimit = iota
+	tokenLimit
+)
+
+// limitUnits names what each limit counts, for reasons and events.
+var limitUnits = [2]string{requestLimit: "requests", tokenLimit: "input tokens"}
+
+// learn records a limit from client's headers (or a 429's, which
+// corroborates it at once), and says whether it starts to pace.
+func (l *learntLimit) learn(now time.Time, perMinute int64, client string, on429 bool) bool {
+	if perMinute != l.perMinute {
+		l.confirmed, l.by = false, client
+	}
+	l.perMinute, l.at = perMinute, now
+	if !l.confirmed && (on429 || (l.by != "" && client != l.by)) {
+		l.confirmed = true
+		return true
+	}
+	return false
+}
+
+// learnLimit records limit which (requestLimit or tokenLimit) of perMinute
+// from client's headers, or a 429's.
+func (b *Bucket) learnLimit(now time.Time, c *Config, which int, perMinute int64, client string, on429 bool) {
+	if perMinute <= 0 {
 		return
 	}
-	if rpm != b.rpm {
-		b.rpmConfirmed, b.rpmBy = false, client
+	wasPacing := b.pacing()
+	if !b.limits[which].learn(now, perMinute, client, on429) {
+		return
 	}
-	b.rpm, b.rpmAt = rpm, now
-	if !b.rpmConfirmed && (on429 || (b.rpmBy != "" && client != b.rpmBy)) {
+	if !wasPacing {
 		// The pace starts at Share of the limit and rises while no 429 comes.
-		b.rpmConfirmed, b.cut, b.cutAt = true, 1, now
+		b.cut, b.cutAt = 1, now
 		b.noteBaseRate(now, &c.Breaker)
-		how := "reported by a second client"
-		switch {
-		case client == "":
-			how = "reported by another replica's clients"
-		case on429:
-			how = "carried by a 429"
-		}
-		b.notePace(now, client, fmt.Sprintf("pacing starts: a limit of %d requests a minute, %s", rpm, how), 0, c)
 	}
+	how := "reported by a second client"
+	switch {
+	case client == "":
+		how = "reported by another replica's clients"
+	case on429:
+		how = "carried by a 429"
+	}
+	b.notePace(now, client, fmt.Sprintf("pacing starts: a limit of %d %s a minute, %s", perMinute, limitUnits[which], how), 0, c)
+}
+
+// pacing says whether a corroborated limit paces the bucket.
+func (b *Bucket) pacing() bool {
+	return b.limits[requestLimit].confirmed || b.limits[tokenLimit].confirmed
 }
 
 // notePace keeps a pace change for the next publish (publishPace): the
@@ -72,7 +111,13 @@ func (b *Bucket) notePace(now time.Time, client, why string, cuts int64, c *Conf
 	if len(b.paceNotes) >= 4 { // a bucket's notes are published within a tick
 		return
 	}
-	counts := map[string]int64{"rpm": b.rpm, "share_pct": int64(100*c.Pacing.Share*b.cutNow(now, c) + 0.5)}
+	counts := map[string]int64{"share_pct": int64(100*c.Pacing.Share*b.cutNow(now, c) + 0.5)}
+	if n := b.limits[requestLimit].perMinute; n > 0 {
+		counts["rpm"] = n
+	}
+	if n := b.limits[tokenLimit].perMinute; n > 0 {
+		counts["tpm"] = n
+	}
 	if cuts > 0 {
 		counts["cuts"] = cuts
 	}
@@ -87,40 +132,55 @@ func (b *Bucket) publishPace(emit func(Event)) {
 	b.paceNotes = b.paceNotes[:0]
 }
 
-// fromOthers takes the limit another replica's streams reported, unless
-// this replica let it expire within LimitTTL (the replicas would hand an
+// fromOthers takes the limits another replica's streams reported, unless
+// this replica let one expire within LimitTTL (the replicas would hand an
 // expired limit back and forth, never letting it go).
 func (b *Bucket) fromOthers(now time.Time, c *Config) {
-	if b.rpm > 0 || len(b.remote) == 0 || (!b.rpmExpiredAt.IsZero() && now.Sub(b.rpmExpiredAt) <= LimitTTL) {
+	if len(b.remote) == 0 {
 		return
 	}
-	if r := b.others(now).rpm; r > 0 {
-		b.learnLimit(now, c, r, "", true)
+	o := b.others(now)
+	for which, theirs := range [2]int64{requestLimit: o.rpm, tokenLimit: o.tpm} {
+		l := &b.limits[which]
+		if theirs > 0 && l.perMinute == 0 && (l.expiredAt.IsZero() || now.Sub(l.expiredAt) > LimitTTL) {
+			b.learnLimit(now, c, which, theirs, "", true)
+		}
 	}
 }
 
-// limit is the learnt request limit that paces now (0: none): corroborated
+// limit is the learnt limit which that paces now (0: none): corroborated
 // and not expired.
-func (b *Bucket) limit(now time.Time, c *Config) int64 {
-	if b.rpm > 0 && !b.rpmAt.IsZero() && now.Sub(b.rpmAt) > LimitTTL {
-		if b.rpmConfirmed {
-			b.startRelease(now) // the calls the pace parked leave in slots, not at once
-			b.notePace(now, "", fmt.Sprintf("pacing ends: no header or 429 carried the limit for %v", LimitTTL), 0, c)
+func (b *Bucket) limit(now time.Time, c *Config, which int) int64 {
+	l := &b.limits[which]
+	if l.perMinute > 0 && !l.at.IsZero() && now.Sub(l.at) > LimitTTL {
+		ended := l.confirmed
+		if ended {
+			b.notePace(now, "", fmt.Sprintf("pacing on %s ends: no header or 429 carried the limit for %v", limitUnits[which], LimitTTL), 0, c)
 		}
-		b.rpm, b.rpmConfirmed, b.cutAt, b.rpmExpiredAt = 0, false, time.Time{}, now
+		*l = learntLimit{expiredAt: now}
+		if ended && !b.pacing() {
+			b.cutAt = time.Time{}
+			b.startRelease(now) // the calls the pace parked leave in slots, not at once
+		}
 	}
-	if !b.rpmConfirmed {
+	if !l.confirmed {
 		return 0
 	}
-	return b.rpm
+	return l.perMinute
 }
 
-// followRemaining takes what a success's headers say is left of the limit:
-// more than half of it left means the limit is not what binds the fleet
-// now, and a pace cut by 429s goes back to the limit's whole share at once
+// expireLimits ends the limits no header carried for LimitTTL.
+func (b *Bucket) expireLimits(now time.Time, c *Config) {
+	b.limit(now, c, requestLimit)
+	b.limit(now, c, tokenLimit)
+}
+
+// followRemaining takes what a success's headers say is left of the
+// limits: more than half of each left means no limit binds the fleet now,
+// and a pace cut by 429s goes back to the limits' whole share at once
 // instead of rising a step a second.
 func (b *Bucket) followRemaining(now time.Time, c *Config, share float64) {
-	if share <= 0.5 || b.cutAt.IsZero() || !b.rpmConfirmed {
+	if share <= 0.5 || b.cutAt.IsZero() || !b.pacing() {
 		return
 	}
 	top := 1.0
@@ -134,19 +194,20 @@ func (b *Bucket) followRemaining(now time.Time, c *Config, share float64) {
 	}
 }
 
-// paceWhy says how the pace stands, for the assignment's reason. Every
-// stream asks for it four times a second: the text is kept until what it
-// says changes.
-func (b *Bucket) paceWhy(now time.Time, c *Config, share float64) string {
-	seen, cut := now.Sub(b.rpmAt).Round(time.Second), time.Duration(-1)
+// paceWhy says how the pace stands, for the assignment's reason: the
+// limit that binds (which). Every stream asks for it four times a second:
+// the text is kept until what it says changes.
+func (b *Bucket) paceWhy(now time.Time, c *Config, share float64, which int) string {
+	l := &b.limits[which]
+	seen, cut := now.Sub(l.at).Round(time.Second), time.Duration(-1)
 	if !b.cutAt.IsZero() {
 		cut = now.Sub(b.cutAt).Round(time.Second)
 	}
-	key := paceWhyKey{rpm: b.rpm, seen: seen, cut: cut, share: int(100*share + 0.5), cutShare: int(100*b.cutNow(now, c) + 0.5)}
+	key := paceWhyKey{which: which, perMinute: l.perMinute, seen: seen, cut: cut, share: int(100*share + 0.5), cutShare: int(100*b.cutNow(now, c) + 0.5)}
 	if key == b.paceWhyKey && b.paceWhyText != "" {
 		return b.paceWhyText
 	}
-	why := fmt.Sprintf("pacing a limit of %d requests a minute (last seen %v ago): %d %% of first attempts", key.rpm, seen, key.share)
+	why := fmt.Sprintf("pacing a limit of %d %s a minute (last seen %v ago): %d %% of first attempts", key.perMinute, limitUnits[which], seen, key.share)
 	if cut >= 0 {
 		why += fmt.Sprintf(", at %d %% of the limit's share after a 429 %v ago", key.cutShare, cut)
 	}
@@ -156,7 +217,8 @@ func (b *Bucket) paceWhy(now time.Time, c *Config, share float64) string {
 
 // paceWhyKey is what a pace's reason says.
 type paceWhyKey struct {
-	rpm             int64
+	which           int
+	perMinute       int64
 	seen, cut       time.Duration
 	share, cutShare int
 }

@@ -114,7 +114,7 @@ func TestPaceChangesAreEvents(t *testing.T) {
 		{"a", "pace cut after a 429: 92 % of the limit's share (cuts: 1)", map[string]int64{"rpm": 600, "share_pct": 85, "cuts": 1}},
 		{"a", "pace cut after a 429: 76 % of the limit's share (cuts: 2)", map[string]int64{"rpm": 600, "share_pct": 71, "cuts": 2}},
 		{"", "pace lifted to the limit's whole share: a success's headers say 80 % of it is left", map[string]int64{"rpm": 600, "share_pct": 100}},
-		{"", "pacing ends: no header or 429 carried the limit for 5s", map[string]int64{"rpm": 600, "share_pct": 100}},
+		{"", "pacing on requests ends: no header or 429 carried the limit for 5s", map[string]int64{"rpm": 600, "share_pct": 100}},
 	}
 	var got []Event
 	for _, e := range rec.events {
@@ -130,5 +130,41 @@ func TestPaceChangesAreEvents(t *testing.T) {
 		if e.ClientID != w.client || e.Reason != w.why || !maps.Equal(e.Counts, w.counts) || e.Key.Tenant != "team" {
 			t.Errorf("event %d: %q %q %v (tenant %q), want %q %q %v", i, e.ClientID, e.Reason, e.Counts, e.Key.Tenant, w.client, w.why, w.counts)
 		}
+	}
+}
+
+// The pace follows the tighter of the request and input-token limits, by
+// the clients' token estimates.
+func TestPaceOnInputTokens(t *testing.T) {
+	t.Parallel()
+	// Two clients, 10 calls a second each of 200 input tokens: 20 calls and
+	// 4,000 tokens a second against limits of 100 calls and 1,000 tokens.
+	report := func(f *Fleet, client string, tokens, tpm int64) {
+		f.Report(Usage{Target: streamTarget, ClientID: client, Admitted: 100, FirstAttemptTokens: tokens,
+			RequestsPerMinute: 6000, InputTokensPerMinute: tpm})
+	}
+	tests := []struct {
+		name         string
+		tokens, tpm  int64
+		want         float64
+		why, without string
+	}{
+		{name: "tokens bind", tokens: 20000, tpm: 60000, want: 0.93 * 1000 / 4000, why: "pacing a limit of 60000 input tokens a minute"},
+		{name: "requests bind", tokens: 200, tpm: 60000, want: 0.93 * 100 / 20 * 1, why: "", without: "pacing"},
+		{name: "no token limit", tokens: 20000, tpm: 0, want: 1, without: "tokens"},
+		{name: "no token estimates", tokens: 0, tpm: 60000, want: 1, without: "tokens"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f, _, _ := newTestFleet(t, nil)
+			report(f, "a", tt.tokens, tt.tpm)
+			report(f, "b", tt.tokens, tt.tpm)
+			a := f.Assign(streamTarget, "a")
+			if min(tt.want, 1)-0.01 > a.AdmitFraction || a.AdmitFraction > min(tt.want, 1)+0.01 ||
+				!strings.Contains(a.Reason, tt.why) || (tt.without != "" && strings.Contains(a.Reason, tt.without)) {
+				t.Fatalf("assignment %+v, want a fraction about %.3f, a reason with %q and without %q", a, min(tt.want, 1), tt.why, tt.without)
+			}
+		})
 	}
 }

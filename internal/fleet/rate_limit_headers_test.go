@@ -37,9 +37,34 @@ func TestRemainingShare(t *testing.T) {
 		{"no limit", "openai", map[string]string{"x-ratelimit-remaining-requests": "5"}, -1},
 		{"garbage", "openai", map[string]string{"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "some"}, -1},
 		{"unknown provider", "mistral", map[string]string{"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "5"}, -1},
+		// The example in OpenAI's "Rate limits" guide: the tokens left are the lower share.
+		{"tokens bind", "openai", map[string]string{"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "59",
+			"x-ratelimit-limit-tokens": "150000", "x-ratelimit-remaining-tokens": "30000"}, 0.2},
+		{"input tokens alone", "anthropic", map[string]string{"anthropic-ratelimit-input-tokens-limit": "40000",
+			"anthropic-ratelimit-input-tokens-remaining": "30000"}, 0.75},
 	} {
 		if got := RemainingShare(c.provider, c.headers); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestInputTokensPerMinute(t *testing.T) {
+	for _, c := range []struct {
+		name, provider string
+		headers        map[string]string
+		want           int64
+	}{
+		{"openai", "openai", map[string]string{"x-ratelimit-limit-requests": "60", "x-ratelimit-limit-tokens": "150000"}, 150000},
+		{"anthropic input tokens", "anthropic", map[string]string{"anthropic-ratelimit-tokens-limit": "48000",
+			"anthropic-ratelimit-input-tokens-limit": "40000", "anthropic-ratelimit-output-tokens-limit": "8000"}, 40000},
+		{"groq, any case", "Groq", map[string]string{"X-RateLimit-Limit-Tokens": "6000"}, 6000},
+		{"no token limit", "openai", map[string]string{"x-ratelimit-limit-requests": "60"}, 0},
+		{"garbage", "openai", map[string]string{"x-ratelimit-limit-tokens": "lots"}, 0},
+		{"unknown provider", "mistral", map[string]string{"x-ratelimit-limit-tokens": "6000"}, 0},
+	} {
+		if got := InputTokensPerMinute(c.provider, c.headers); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
 		}
 	}
 }
@@ -48,8 +73,12 @@ func FuzzRequestsPerMinute(f *testing.F) {
 	f.Add("openai", "x-ratelimit-limit-requests", "60")
 	f.Add("groq", "X-RATELIMIT-LIMIT-REQUESTS", "9223372036854775807")
 	f.Fuzz(func(t *testing.T, provider, name, value string) {
-		if n := RequestsPerMinute(provider, map[string]string{name: value}); n < 0 {
-			t.Fatalf("negative limit %d", n)
+		h := map[string]string{name: value}
+		if n, m := RequestsPerMinute(provider, h), InputTokensPerMinute(provider, h); n < 0 || m < 0 {
+			t.Fatalf("negative limit %d, %d", n, m)
+		}
+		if s := RemainingShare(provider, h); s != -1 && (s < 0 || s > 1) {
+			t.Fatalf("remaining share %v", s)
 		}
 	})
 }

@@ -25,7 +25,7 @@ type BucketView struct {
 	StreamingClients                                int
 	Reports, Assignments, Admitted, Shed, Successes int64
 	AdmitFraction                                   float64
-	RequestsPerMinute                               int64
+	RequestsPerMinute, InputTokensPerMinute         int64
 }
 
 func (f *Fleet) view(c *Config, b *Bucket, now time.Time) BucketView {
@@ -41,7 +41,8 @@ func (f *Fleet) view(c *Config, b *Bucket, now time.Time) BucketView {
 	t := b.totals
 	v.Reports, v.Assignments, v.Admitted, v.Shed, v.Successes = t.reports, t.assignments, t.admitted, t.shed, t.successes
 	v.AdmitFraction, _ = b.admitFraction(now, c)
-	v.RequestsPerMinute = b.rpm
+	v.RequestsPerMinute = b.limits[requestLimit].perMinute
+	v.InputTokensPerMinute = b.limits[tokenLimit].perMinute
 	v.OpenPeriod = c.Breaker.OpenFor
 	if b.state != Closed {
 		v.OpenPeriod = b.reopenPeriod(now, &c.Breaker)

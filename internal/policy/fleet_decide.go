@@ -50,7 +50,8 @@ func (p *Policy) applyFleet(v *verdict, c Call, f *policydv1.Failure, t policydv
 		Switches:     prof.Fleet,
 		AboveCeiling: ceilingActions[strat.AboveCeiling],
 		// A 429 carries the provider's limit too: pacing starts at once.
-		RequestsPerMinute: fleet.RequestsPerMinute(f.GetProvider(), f.GetHeaders()),
+		RequestsPerMinute:    fleet.RequestsPerMinute(f.GetProvider(), f.GetHeaders()),
+		InputTokensPerMinute: fleet.InputTokensPerMinute(f.GetProvider(), f.GetHeaders()),
 	}
 	if in.HasRetryAfter && in.RetryAfter > 0 {
 		ask.RetryAfter = in.RetryAfter

@@ -168,8 +168,10 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 			Admitted: int64(u.GetAdmitted()), Shed: int64(u.GetShed()), Succeeded: int64(u.GetSucceeded()),
 			Failed: int64(u.GetFailed()), Retries: int64(u.GetRetries()),
 			Parked: int64(min(u.GetParked(), maxParked)), ParkedNew: int64(u.GetParkedNew()), Released: int64(u.GetReleased()),
-			RequestsPerMinute: fleet.RequestsPerMinute(t.Provider, u.GetRateLimitHeaders()),
-			RemainingShare:    fleet.RemainingShare(t.Provider, u.GetRateLimitHeaders())})
+			RequestsPerMinute:    fleet.RequestsPerMinute(t.Provider, u.GetRateLimitHeaders()),
+			InputTokensPerMinute: fleet.InputTokensPerMinute(t.Provider, u.GetRateLimitHeaders()),
+			RemainingShare:       fleet.RemainingShare(t.Provider, u.GetRateLimitHeaders()),
+			FirstAttemptTokens:   int64(u.GetFirstAttemptInputTokens()), RetryTokens: int64(u.GetRetryInputTokens())})
 	}
 	if len(m.GetUsage()) == 0 {
 		return nil

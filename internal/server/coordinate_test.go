@@ -237,6 +237,9 @@ func TestCoordinateRejectsBadReports(t *testing.T) {
 		{"a count too large", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Shed: 1 << 40}}}}, "usage[0].shed"},
 		{"a billion successes in a second", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Succeeded: 1 << 30}}}}, "usage[0].succeeded"},
 		{"admitted beyond the interval", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(2 * time.Second), Admitted: 2001}}}}, "usage[0].admitted"},
+		{"tokens beyond their calls", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Admitted: 2, FirstAttemptInputTokens: 4_000_001}}}}, "usage[0].first_attempt_input_tokens"},
+		{"retry tokens without retries", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Admitted: 2, RetryInputTokens: 1}}}}, "usage[0].retry_input_tokens"},
+		{"more batch than admitted", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Admitted: 2, BatchAdmitted: 3}}}}, "usage[0].batch_admitted"},
 		// The second report of a target on a stream claims ten minutes the
 		// server did not see pass.
 		{"an interval the server did not see", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Succeeded: 1}}},

@@ -116,6 +116,7 @@ func bucketProto(v fleet.BucketView) *policydv1.Bucket {
 		Successes:             v.Successes,
 		AdmitFraction:         v.AdmitFraction,
 		RequestsPerMinute:     v.RequestsPerMinute,
+		InputTokensPerMinute:  v.InputTokensPerMinute,
 		Idle:                  durationpb.New(v.Idle),
 	}
 }

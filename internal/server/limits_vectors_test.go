@@ -30,6 +30,7 @@ func TestFleetLimitsVectors(t *testing.T) {
 			TargetFieldBytesMax     int      `json:"target_field_bytes_max"`
 			KeyIDBytesMax           int      `json:"key_id_bytes_max"`
 			ClientIDBytesMax        int      `json:"client_id_bytes_max"`
+			InputTokensPerCallMax   int64    `json:"input_tokens_per_call_max"`
 		} `json:"protocol"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
@@ -49,6 +50,7 @@ func TestFleetLimitsVectors(t *testing.T) {
 		{"target_field_bytes_max", validate.MaxFieldBytes, int64(p.TargetFieldBytesMax)},
 		{"key_id_bytes_max", validate.MaxLabelBytes, int64(p.KeyIDBytesMax)},
 		{"client_id_bytes_max", validate.MaxLabelBytes, int64(p.ClientIDBytesMax)},
+		{"input_tokens_per_call_max", validate.MaxInputTokensPerCall, p.InputTokensPerCallMax},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: the daemon's %d, limits.json's %d", c.name, c.got, c.want)

@@ -19,6 +19,10 @@ const (
 	// it, while a forged count cannot outweigh a fleet's real ones (a
 	// billion successes in one report kept a real outage's breaker closed).
 	MaxCallsPerSecond = 1000
+	// MaxInputTokensPerCall bounds a report's token counts by the calls
+	// they are for: the largest context window on offer is about two
+	// million tokens, so a real estimate never meets it.
+	MaxInputTokensPerCall = 2_000_000
 	// MaxReportInterval bounds usage.elapsed.
 	MaxReportInterval = 10 * time.Minute
 	// MaxRateLimitHeaders bounds usage.rate_limit_headers, and
@@ -108,6 +112,27 @@ func usage(u *policydv1.BucketUsage, interval time.Duration) error {
 	}
 	if n := u.GetAdmitted() + u.GetShed(); n > limit {
 		return Fieldf("admitted", "admitted and shed together, %d in %v, are more than one process does (at most %d calls a second)", n, span.Round(time.Millisecond), MaxCallsPerSecond)
+	}
+	for _, c := range [...]struct {
+		name  string
+		n     uint64
+		calls uint64
+		what  string
+	}{
+		{"first_attempt_input_tokens", u.GetFirstAttemptInputTokens(), u.GetAdmitted() + u.GetShed() + u.GetParkedNew(), "first attempts (admitted, shed and parked_new)"},
+		{"retry_input_tokens", u.GetRetryInputTokens(), u.GetRetries(), "retries"},
+		{"input_tokens_used", u.GetInputTokensUsed(), u.GetAdmitted() + u.GetRetries(), "attempts (admitted and retries)"},
+		{"output_tokens_used", u.GetOutputTokensUsed(), u.GetAdmitted() + u.GetRetries(), "attempts (admitted and retries)"},
+	} {
+		if c.n > c.calls*MaxInputTokensPerCall {
+			return Fieldf(c.name, "%d tokens for %d %s: at most %d a call", c.n, c.calls, c.what, MaxInputTokensPerCall)
+		}
+	}
+	if u.GetBatchAdmitted() > u.GetAdmitted() {
+		return Fieldf("batch_admitted", "%d, more than admitted (%d)", u.GetBatchAdmitted(), u.GetAdmitted())
+	}
+	if u.GetBatchShed() > u.GetShed() {
+		return Fieldf("batch_shed", "%d, more than shed (%d)", u.GetBatchShed(), u.GetShed())
 	}
 	h := u.GetRateLimitHeaders()
 	if len(h) > MaxRateLimitHeaders {

@@ -588,13 +588,14 @@ func (x *Exchange) ClaimProbe(ctx context.Context, key fleet.Key, version int64,
 //
 //	{"s":"availability","t":"acme","p":"openai","m":"gpt-4o","k":"key-a",
 //	 "f":3,"ok":40,"adm":12,"first":15,"retry":4,"probe_ok":1,"v":2,
-//	 "c":["agent-1","agent-2"],"st":true,"rpm":500}
+//	 "c":["agent-1","agent-2"],"st":true,"rpm":500,"tpm":30000,"ftok":9000,"rtok":400}
 //
 // s is the scope's name; t, p, m and k the tenant, provider, model and key
 // id; f, ok, adm, first, retry and asks the failures, successes, first
 // attempts admitted, first attempts, retries and retries asked for; probe_ok and v the successes while
 // half-open at version v; c the clients with counted failures; st whether
-// streams report; rpm the provider's request limit.
+// streams report; rpm the provider's request limit; tpm its input-token
+// limit, ftok and rtok the input tokens of first attempts and retries.
 type bucketCountsJSON struct {
 	Scope         string   `json:"s"`
 	Tenant        string   `json:"t,omitempty"`
@@ -612,6 +613,9 @@ type bucketCountsJSON struct {
 	Clients       []string `json:"c,omitempty"`
 	Streamed      bool     `json:"st,omitempty"`
 	RPM           int64    `json:"rpm,omitempty"`
+	TPM           int64    `json:"tpm,omitempty"`
+	FirstTokens   int64    `json:"ftok,omitempty"`
+	RetryTokens   int64    `json:"rtok,omitempty"`
 }
 
 // PublishCounts replaces rc.Replica's counts (all its buckets at once) and
@@ -632,7 +636,7 @@ func (x *Exchange) PublishCounts(ctx context.Context, rc fleet.ReplicaCounts) er
 			Scope: c.Key.Scope.String(), Tenant: c.Key.Tenant, Provider: c.Key.Provider, Model: c.Key.Model, KeyID: c.Key.KeyID,
 			Failures: c.Failures, Successes: c.Successes, Admitted: c.Admitted, FirstAttempts: c.FirstAttempts,
 			Retries: c.Retries, Asks: c.Asks, ProbeOK: c.ProbeOK, Version: c.Version, Clients: c.Clients, Streamed: c.Streamed,
-			RPM: c.RequestsPerMinute,
+			RPM: c.RequestsPerMinute, TPM: c.InputTokensPerMinute, FirstTokens: c.FirstAttemptTokens, RetryTokens: c.RetryTokens,
 		})
 	}
 	counts, err := json.Marshal(buckets)
@@ -769,7 +773,7 @@ func readCounts(rows pgx.Rows) (fleet.ReplicaCounts, int64, error) {
 			Key:      fleet.Key{Scope: s, Tenant: c.Tenant, Provider: c.Provider, Model: c.Model, KeyID: c.KeyID},
 			Failures: c.Failures, Successes: c.Successes, Admitted: c.Admitted, FirstAttempts: c.FirstAttempts,
 			Retries: c.Retries, Asks: c.Asks, ProbeOK: c.ProbeOK, Version: c.Version, Clients: c.Clients, Streamed: c.Streamed,
-			RequestsPerMinute: c.RPM,
+			RequestsPerMinute: c.RPM, InputTokensPerMinute: c.TPM, FirstAttemptTokens: c.FirstTokens, RetryTokens: c.RetryTokens,
 		})
 	}
 	return rc, seq, nil

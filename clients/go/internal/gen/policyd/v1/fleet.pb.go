@@ -604,8 +604,10 @@ type Bucket struct {
 	AdmitFraction float64 `protobuf:"fixed64,18,opt,name=admit_fraction,json=admitFraction,proto3" json:"admit_fraction,omitempty"`
 	// The provider's request limit per minute, from the last rate-limit headers (0: unknown).
 	RequestsPerMinute int64 `protobuf:"varint,19,opt,name=requests_per_minute,json=requestsPerMinute,proto3" json:"requests_per_minute,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The provider's input-token limit per minute, from the same headers (0: unknown).
+	InputTokensPerMinute int64 `protobuf:"varint,20,opt,name=input_tokens_per_minute,json=inputTokensPerMinute,proto3" json:"input_tokens_per_minute,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Bucket) Reset() {
@@ -767,6 +769,13 @@ func (x *Bucket) GetAdmitFraction() float64 {
 func (x *Bucket) GetRequestsPerMinute() int64 {
 	if x != nil {
 		return x.RequestsPerMinute
+	}
+	return 0
+}
+
+func (x *Bucket) GetInputTokensPerMinute() int64 {
+	if x != nil {
+		return x.InputTokensPerMinute
 	}
 	return 0
 }
@@ -1187,7 +1196,7 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\tpark_hint\x18\v \x01(\v2\x19.google.protobuf.DurationR\bparkHint\x125\n" +
 	"\x14batch_admit_fraction\x18\f \x01(\x01H\x00R\x12batchAdmitFraction\x88\x01\x01\x12&\n" +
 	"\x0fin_flight_lease\x18\r \x01(\rR\rinFlightLeaseB\x17\n" +
-	"\x15_batch_admit_fraction\"\xf4\x05\n" +
+	"\x15_batch_admit_fraction\"\xab\x06\n" +
 	"\x06Bucket\x12,\n" +
 	"\x05state\x18\x01 \x01(\v2\x16.policyd.v1.FleetStateR\x05state\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1a\n" +
@@ -1209,7 +1218,8 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x13first_attempts_shed\x18\x10 \x01(\x03R\x11firstAttemptsShed\x12\x1c\n" +
 	"\tsuccesses\x18\x11 \x01(\x03R\tsuccesses\x12%\n" +
 	"\x0eadmit_fraction\x18\x12 \x01(\x01R\radmitFraction\x12.\n" +
-	"\x13requests_per_minute\x18\x13 \x01(\x03R\x11requestsPerMinute\"\x82\x01\n" +
+	"\x13requests_per_minute\x18\x13 \x01(\x03R\x11requestsPerMinute\x125\n" +
+	"\x17input_tokens_per_minute\x18\x14 \x01(\x03R\x14inputTokensPerMinute\"\x82\x01\n" +
 	"\x12ListBucketsRequest\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1b\n" +
