@@ -44,16 +44,18 @@ type recorder struct {
 	// per second: successful calls (all models), the most calls parked
 	// at once; and every successful call's latency
 	good, parkedMax []int
-	parkedNow       int
-	parkedSec       int // the last second parkedMax was filled to
-	latencies       []time.Duration
+	// per second: the input tokens of successful attempts on Model
+	okTokens  []int64
+	parkedNow int
+	parkedSec int // the last second parkedMax was filled to
+	latencies []time.Duration
 }
 
 func newRecorder(sc Scenario) *recorder {
 	n := int(sc.Duration/time.Second) + 1
 	mk := func() []int { return make([]int, n) }
 	return &recorder{sc: sc, attempts: mk(), failAttempts: mk(), failStarts: mk(), failGood: mk(), otherGood: mk(), throttled: mk(), okAttempts: mk(), shedCalls: mk(),
-		good: mk(), parkedMax: mk()}
+		good: mk(), parkedMax: mk(), okTokens: make([]int64, n)}
 }
 
 // shed counts a call a gate did not send.
@@ -71,7 +73,7 @@ func (r *recorder) callStarted(now time.Duration, model string) {
 	}
 }
 
-func (r *recorder) attempt(now time.Duration, model string, o *Outcome) {
+func (r *recorder) attempt(now time.Duration, model string, prompt int64, o *Outcome) {
 	s := sec(now)
 	r.attempts[s]++
 	r.attemptsTotal++
@@ -84,6 +86,7 @@ func (r *recorder) attempt(now time.Duration, model string, o *Outcome) {
 	}
 	if o.OK {
 		r.okAttempts[s]++
+		r.okTokens[s] += prompt
 	}
 }
 
@@ -172,6 +175,9 @@ type Result struct {
 	// Quota scenario: 429s ÷ attempts, and successful attempts ÷ what the
 	// quota allowed, during the incident.
 	Throttled, QuotaUsed float64
+	// Tokens scenario: the input tokens of successful attempts a second
+	// over the run, in thousands (calls of every size count by their size).
+	TokenGoodput float64
 	// Partial scenario: the unaffected model's successful calls during the
 	// incident ÷ the same agents' in the same run without the incident.
 	Unaffected float64
@@ -196,10 +202,10 @@ type Result struct {
 	otherGood []int
 }
 
-func sum(xs []int, from, to time.Duration) int {
+func sum[T int | int64](xs []T, from, to time.Duration) T {
 	a, b := sec(from), sec(to)
 	b = min(b, len(xs))
-	n := 0
+	var n T
 	for i := max(a, 0); i < b; i++ {
 		n += xs[i]
 	}
@@ -211,7 +217,7 @@ func (r *recorder) result(rn *run) *Result {
 	r.park(rn.now, 0)
 	res := &Result{Scenario: sc.Name, Policy: rn.cfg.Policy.Name(), Agents: rn.cfg.Agents, Life: rn.cfg.Life, Seed: rn.cfg.Seed,
 		Replicas:  rn.cfg.Replicas,
-		Throttled: math.NaN(), QuotaUsed: math.NaN(), Unaffected: math.NaN(),
+		Throttled: math.NaN(), QuotaUsed: math.NaN(), Unaffected: math.NaN(), TokenGoodput: math.NaN(),
 		Calls: r.ok + r.failed, FirstOK: r.firstOK, Attempts: r.attemptsTotal,
 		Decisions: r.decisions, SuccessPathDecisions: r.successPathDecisions,
 		PerSecond: r.attempts[:sec(sc.Duration)], GoodPerSecond: r.good[:sec(sc.Duration)], Parked: r.parkedMax[:sec(sc.Duration)],
@@ -273,10 +279,16 @@ func (r *recorder) result(rn *run) *Result {
 		slices.Sort(ls)
 		res.P95 = ls[min(n-1, int(math.Ceil(0.95*float64(n)))-1)].Seconds()
 	}
-	if sc.Name == Quota {
+	switch sc.Name {
+	case Quota:
 		res.Throttled = float64(sum(r.throttled, sc.Start, sc.End)) / float64(max(inWindow, 1))
 		allowed := float64(QuotaPerMinute)/60*window + QuotaBurst
 		res.QuotaUsed = float64(sum(r.okAttempts, sc.Start, sc.End)) / allowed
+	case Tokens:
+		res.TokenGoodput = float64(sum(r.okTokens, 0, sc.Duration)) / sc.Duration.Seconds() / 1000
+		res.Throttled = float64(sum(r.throttled, sc.Start, sc.End)) / float64(max(inWindow, 1))
+		allowed := float64(TokensPerMinute) / 60 * (window + 1) // the bucket starts full: a second's worth
+		res.QuotaUsed = float64(sum(r.okTokens, sc.Start, sc.End)) / allowed
 	}
 	return res
 }
@@ -317,8 +329,11 @@ func (r *Result) Fields() []Field {
 		{"loss", num(r.Loss, 3)},
 		{"p95_s", num(r.P95, 1)},
 	}
-	if r.Scenario == Quota {
+	if r.Scenario == Quota || r.Scenario == Tokens {
 		fs = append(fs, Field{"throttled", num(r.Throttled, 3)}, Field{"quota_used", num(r.QuotaUsed, 2)})
+	}
+	if r.Scenario == Tokens {
+		fs = append(fs, Field{"token_goodput_k", num(r.TokenGoodput, 1)})
 	}
 	if r.Scenario == Partial {
 		fs = append(fs, Field{"unaffected", num(r.Unaffected, 3)})

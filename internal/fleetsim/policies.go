@@ -47,9 +47,9 @@ type Advancer interface {
 // fleet gate"): sent, sent after a wait, parked in the process until an
 // assignment admits them, or given up.
 type Gater interface {
-	// Admit gates an attempt (retry: not the call's first) with left
-	// before the call's deadline.
-	Admit(now time.Time, model string, left time.Duration, retry bool, r *rand.Rand) GateAnswer
+	// Admit gates an attempt of prompt input tokens (retry: not the call's
+	// first) with left before the call's deadline.
+	Admit(now time.Time, model string, prompt int64, left time.Duration, retry bool, r *rand.Rand) GateAnswer
 	// Resume checks the process's parked call again.
 	Resume(now time.Time, left time.Duration, r *rand.Rand) GateAnswer
 	// Generation changes whenever an assignment reaches the process: its
@@ -96,6 +96,8 @@ type Attempt struct {
 	// Deadline is the logical call's (DeadlineOf): every policy stops a
 	// call that cannot finish by it.
 	Deadline time.Time
+	// Prompt is the call's input tokens.
+	Prompt int64
 }
 
 // The policies' names.

@@ -31,6 +31,9 @@ const (
 	// Restart is the outage with policyd killed RestartDown after the
 	// outage starts and started again RestartDown later, with no state.
 	Restart = "restart"
+	// Tokens is the quota on input tokens: prompts of PromptMin to
+	// PromptMax tokens against a limit of TokensPerMinute.
+	Tokens = "tokens"
 )
 
 // RestartDown is how long into the outage the restart scenario kills
@@ -38,7 +41,7 @@ const (
 const RestartDown = 30 * time.Second
 
 // ScenarioNames are the scenarios in the order the reports list them.
-var ScenarioNames = []string{Outage, Quota, Herd, Partial, Restart}
+var ScenarioNames = []string{Outage, Quota, Herd, Partial, Restart, Tokens}
 
 // Every logical call has a deadline, by its agent's kind: half the agents
 // are interactive (a person waits for a chat answer or a coding CLI's
@@ -86,6 +89,30 @@ const (
 	QuotaBurst     = 10
 )
 
+// Tokens scenario: the key allows TokensPerMinute input tokens a minute,
+// a token bucket that holds up to the minute's limit and refills
+// continuously, as Anthropic documents its token limits ("Rate limits":
+// "continuously replenished up to your maximum limit"), and starts the
+// window with a second's worth (the key was busy until then); and
+// TokenScenarioRPM requests a minute, which never binds. The headers are
+// OpenAI's, as in the other scenarios. Every call's
+// prompt is PromptTokens long: log-uniform from PromptMin to PromptMax, as
+// many prompts of 1–10 k tokens (a chat turn, a short tool loop) as of
+// 10–100 k (an agent carrying a long context or a repository); the mean is
+// 99,000 / ln 100 ≈ 21,500 tokens. The agents' demand, about 17 calls a
+// second, is about 360,000 tokens a second: twice the limit.
+const (
+	TokensPerMinute  = 10_800_000
+	TokenScenarioRPM = 10_000
+	PromptMin        = 1_000
+	PromptMax        = 100_000
+)
+
+// PromptTokens draws a prompt's length in input tokens.
+func PromptTokens(r *rand.Rand) int64 {
+	return int64(PromptMin * math.Pow(PromptMax/PromptMin, r.Float64()))
+}
+
 // Scenario scripts the provider.
 type Scenario struct {
 	Name string
@@ -109,13 +136,13 @@ func (s Scenario) reference() Scenario {
 func NewScenario(name string, t Timing) (Scenario, error) {
 	s := Scenario{Name: name, Start: t.Start, End: t.End, Duration: t.Duration}
 	switch name {
-	case Outage, Quota, Partial:
+	case Outage, Quota, Partial, Tokens:
 	case Restart:
 		s.DownFrom, s.DownTo = s.Start+RestartDown, s.Start+2*RestartDown
 	case Herd:
 		s.End = s.Start + HerdFor
 	default:
-		return s, fmt.Errorf("unknown scenario %q (want outage, quota, herd, partial or restart)", name)
+		return s, fmt.Errorf("unknown scenario %q (want outage, quota, herd, partial, restart or tokens)", name)
 	}
 	if !(0 < s.Start && s.Start < s.End && s.End < s.Duration && s.DownTo < s.End) {
 		return s, fmt.Errorf("scenario %s: the incident %v–%v does not fit in %v", name, s.Start, s.End, s.Duration)
@@ -152,6 +179,7 @@ type Outcome struct {
 // Failure bodies, as OpenAI sends them.
 const (
 	overloadedBody = `{"error":{"message":"The server is overloaded or not ready yet.","type":"server_error","param":null,"code":null}}`
+	tokenLimitBody = `{"error":{"message":"Rate limit reached for gpt-4o in organization org-sim on tokens per min (TPM): Limit 10800000, Used %d, Requested %d. Please try again in %s. Visit https://platform.openai.com/account/rate-limits to learn more.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`
 	rateLimitBody  = `{"error":{"message":"Rate limit reached for gpt-4o in organization org-sim on requests per min (RPM): Limit 600, Used 600, Requested 1. Please try again in %s. Visit https://platform.openai.com/account/rate-limits to learn more.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
 )
 
@@ -159,12 +187,16 @@ const (
 // incident on Model.
 type provider struct {
 	sc Scenario
-	// the quota's token bucket (quota scenario)
+	// the quota's token bucket (quota scenario: requests; tokens: input
+	// tokens)
 	tokens float64
 	at     time.Duration
 }
 
 func newProvider(sc Scenario) *provider {
+	if sc.Name == Tokens {
+		return &provider{sc: sc, tokens: TokensPerMinute / 60}
+	}
 	return &provider{sc: sc, tokens: QuotaBurst}
 }
 
@@ -193,9 +225,10 @@ func failure(model string, status int32, body string, headers map[string]string)
 	}
 }
 
-// attempt answers an attempt sent at now (the answer is decided when the
-// request arrives; r is the agent's latency stream).
-func (p *provider) attempt(now time.Duration, model string, r *rand.Rand) Outcome {
+// attempt answers an attempt of prompt input tokens sent at now (the
+// answer is decided when the request arrives; r is the agent's latency
+// stream).
+func (p *provider) attempt(now time.Duration, model string, prompt int64, r *rand.Rand) Outcome {
 	ok := Outcome{OK: true, Latency: successLatency(r)}
 	if p.sc.healthy || model != Model || now < p.sc.Start || now >= p.sc.End {
 		return ok
@@ -236,6 +269,41 @@ func (p *provider) attempt(now time.Duration, model string, r *rand.Rand) Outcom
 				"x-ratelimit-remaining-requests": "0",
 				"x-ratelimit-reset-requests":     full.Round(time.Millisecond).String(),
 			})}
+	case Tokens:
+		return p.tokenAttempt(now, model, prompt, ok, r)
 	}
 	return ok
+}
+
+// tokenAttempt answers an attempt in the tokens scenario's window: a
+// success takes its prompt from the bucket, and carries OpenAI's headers
+// for both limits; a prompt the bucket cannot hold is a 429 that says when
+// it would fit.
+func (p *provider) tokenAttempt(now time.Duration, model string, prompt int64, ok Outcome, r *rand.Rand) Outcome {
+	rate, burst := float64(TokensPerMinute)/60, float64(TokensPerMinute)
+	if p.at < p.sc.Start {
+		p.at = p.sc.Start
+	}
+	p.tokens = min(burst, p.tokens+rate*(now-p.at).Seconds())
+	p.at = now
+	headers := func(left float64) map[string]string {
+		return map[string]string{
+			"x-ratelimit-limit-requests":     strconv.Itoa(TokenScenarioRPM),
+			"x-ratelimit-remaining-requests": strconv.Itoa(TokenScenarioRPM - 1),
+			"x-ratelimit-limit-tokens":       strconv.Itoa(TokensPerMinute),
+			"x-ratelimit-remaining-tokens":   strconv.Itoa(int(max(left, 0))),
+		}
+	}
+	if p.tokens >= float64(prompt) {
+		p.tokens -= float64(prompt)
+		ok.Headers = headers(p.tokens)
+		return ok
+	}
+	next := time.Duration((float64(prompt) - p.tokens) / rate * float64(time.Second))
+	ms := max(next.Milliseconds(), 1)
+	h := headers(p.tokens)
+	h["retry-after"] = strconv.Itoa(int(math.Ceil(next.Seconds())))
+	h["retry-after-ms"] = strconv.FormatInt(ms, 10)
+	return Outcome{Latency: failureLatency(r), Throttled: true, Hint: time.Duration(ms) * time.Millisecond,
+		Failure: failure(model, 429, fmt.Sprintf(tokenLimitBody, int64(burst-p.tokens), prompt, strconv.FormatInt(ms, 10)+"ms"), h)}
 }

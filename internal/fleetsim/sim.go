@@ -54,6 +54,12 @@ func stream(seed uint64, agent, kind int) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, uint64(agent)*streamCount+uint64(kind)+1))
 }
 
+// promptStream is agent's stream of prompt lengths: apart from the three
+// above, so that the other scenarios' draws stay as they were.
+func promptStream(seed uint64, agent int) *rand.Rand {
+	return rand.New(rand.NewPCG(seed^0x70c3e5, uint64(agent)))
+}
+
 type eventKind uint8
 
 const (
@@ -98,6 +104,8 @@ type agent struct {
 	idx                int
 	model              string
 	think, lat, jit    *rand.Rand
+	prompts            *rand.Rand
+	prompt             int64 // the logical call's input tokens
 	proc               Process
 	procN, callsInProc int
 	callStart          time.Duration // the logical call's start
@@ -156,7 +164,8 @@ func Run(cfg Config) (*Result, error) {
 	r.inst = cfg.Policy.Start(env)
 	for i := range cfg.Agents {
 		a := &agent{idx: i, model: cfg.Scenario.modelOf(i), deadline: DeadlineOf(i),
-			think: stream(cfg.Seed, i, streamThink), lat: stream(cfg.Seed, i, streamLatency), jit: stream(cfg.Seed, i, streamJitter)}
+			think: stream(cfg.Seed, i, streamThink), lat: stream(cfg.Seed, i, streamLatency), jit: stream(cfg.Seed, i, streamJitter),
+			prompts: promptStream(cfg.Seed, i)}
 		r.agents = append(r.agents, a)
 		r.newProcess(a)
 		r.schedule(r.thinkTime(a), a, evCall)
@@ -244,6 +253,7 @@ func (r *run) call(a *agent) {
 	}
 	a.callsInProc++
 	a.callStart, a.attempts = r.now, 0
+	a.prompt = PromptTokens(a.prompts)
 	a.decisionsAtCall = a.proc.Decisions()
 	r.rec.callStarted(r.now, a.model)
 	r.send(a)
@@ -257,7 +267,7 @@ func (r *run) send(a *agent) {
 		return
 	}
 	if g, ok := a.proc.(Gater); ok {
-		ans := g.Admit(r.clock(), a.model, a.callStart+a.deadline-r.now, a.attempts > 0, a.jit)
+		ans := g.Admit(r.clock(), a.model, a.prompt, a.callStart+a.deadline-r.now, a.attempts > 0, a.jit)
 		if r.gated(a, g, ans) {
 			return
 		}
@@ -356,8 +366,8 @@ func (r *run) unpark(a *agent) {
 
 func (r *run) attempt(a *agent) {
 	a.attempts++
-	a.outcome = r.prov.attempt(r.now, a.model, a.lat)
-	r.rec.attempt(r.now, a.model, &a.outcome)
+	a.outcome = r.prov.attempt(r.now, a.model, a.prompt, a.lat)
+	r.rec.attempt(r.now, a.model, a.prompt, &a.outcome)
 	r.schedule(a.outcome.Latency, a, evAnswer)
 }
 
@@ -369,7 +379,7 @@ func (r *run) done(a *agent, ok bool) {
 
 func (r *run) answer(a *agent) {
 	at := &Attempt{Now: r.clock(), N: a.attempts, Elapsed: r.now - a.callStart, Outcome: &a.outcome, Rand: a.jit,
-		Deadline: Epoch.Add(a.callStart + a.deadline)}
+		Deadline: Epoch.Add(a.callStart + a.deadline), Prompt: a.prompt}
 	if a.outcome.OK && r.now <= a.callStart+a.deadline {
 		a.proc.Succeeded(at)
 		r.done(a, true)

@@ -166,7 +166,9 @@ type streamProcess struct {
 	// The counts of the current report interval.
 	admitted, shed, succeeded, failed, retries int64
 	parkedNew, released                        int64
+	firstTokens, retryTokens                   int64 // input tokens: first attempts at their first check, retries
 	headers                                    map[string]string
+	prompt                                     int64 // the current call's input tokens
 	reportAt                                   time.Time
 
 	connected, subscribed bool
@@ -192,7 +194,7 @@ func (p *streamProcess) target() fleet.Target {
 }
 
 func (p *streamProcess) pending() bool {
-	return p.admitted+p.shed+p.succeeded+p.failed+p.retries+p.parkedNew != 0 || p.parkedCount() != p.parkedShown
+	return p.admitted+p.shed+p.succeeded+p.failed+p.retries+p.parkedNew+p.firstTokens+p.retryTokens != 0 || p.parkedCount() != p.parkedShown
 }
 
 func (p *streamProcess) parkedCount() int64 {
@@ -228,8 +230,10 @@ func (p *streamProcess) report(now time.Time) {
 	in.fleets[p.replica].Report(fleet.Usage{Target: p.target(), ClientID: p.id, Admitted: p.admitted, Shed: p.shed,
 		Succeeded: p.succeeded, Failed: p.failed, Retries: p.retries, Parked: p.parkedCount(),
 		ParkedNew: p.parkedNew, Released: p.released,
-		RequestsPerMinute: fleet.RequestsPerMinute(Provider, p.headers), RemainingShare: fleet.RemainingShare(Provider, p.headers)})
+		RequestsPerMinute: fleet.RequestsPerMinute(Provider, p.headers), RemainingShare: fleet.RemainingShare(Provider, p.headers),
+		InputTokensPerMinute: fleet.InputTokensPerMinute(Provider, p.headers), FirstAttemptTokens: p.firstTokens, RetryTokens: p.retryTokens})
 	p.admitted, p.shed, p.succeeded, p.failed, p.retries, p.headers = 0, 0, 0, 0, 0, nil
+	p.firstTokens, p.retryTokens = 0, 0
 	p.parkedNew, p.released = 0, 0
 	p.parkedShown = p.parkedCount()
 	p.reportAt = time.Time{}
@@ -252,9 +256,12 @@ func (p *streamProcess) deliver(now time.Time, force bool) {
 		AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason, ParkHint: a.ParkHint})
 }
 
+var _ Gater = (*streamProcess)(nil)
+
 // Admit implements Gater.
-func (p *streamProcess) Admit(now time.Time, model string, left time.Duration, retry bool, r *rand.Rand) GateAnswer {
+func (p *streamProcess) Admit(now time.Time, model string, prompt int64, left time.Duration, retry bool, r *rand.Rand) GateAnswer {
 	p.modelName = model
+	p.prompt = prompt
 	p.gate.Target = Provider + "/" + model
 	if p.sin.up() && p.connected && !p.subscribed {
 		// The first call on a target waits for its first assignment (a
@@ -295,6 +302,8 @@ func (p *streamProcess) answer(v refgate.Verdict, retry, resumed bool) GateAnswe
 			p.admitted++
 			if resumed {
 				p.released++
+			} else {
+				p.firstTokens += p.prompt
 			}
 		}
 		return GateAnswer{Send: true, Wait: v.Wait}
@@ -302,6 +311,7 @@ func (p *streamProcess) answer(v refgate.Verdict, retry, resumed bool) GateAnswe
 		p.parked, p.parkedRetry = v.Parked, retry
 		if !retry && !resumed {
 			p.parkedNew++
+			p.firstTokens += p.prompt
 		}
 		return GateAnswer{Park: true}
 	}
@@ -312,6 +322,7 @@ func (p *streamProcess) answer(v refgate.Verdict, retry, resumed bool) GateAnswe
 	}
 	if !retry {
 		p.shed++
+		p.firstTokens += p.prompt
 	}
 	return GateAnswer{}
 }
@@ -335,6 +346,7 @@ func (p *streamProcess) Failed(a *Attempt) (bool, time.Duration) {
 	}
 	if retry {
 		p.retries++
+		p.retryTokens += a.Prompt
 	}
 	return retry, d
 }
