@@ -211,7 +211,7 @@ var titles = map[string]string{
 }
 
 // drawChart draws two panels, one above the other, with the incident's
-// start and end as grey lines: what the provider sees (upstream attempts
+// window shaded and every policy's line in the legend: what the provider sees (upstream attempts
 // per second) and what the agents' users get (successful calls per second,
 // and the calls the gates hold parked, dotted, for fleet-stream).
 func drawChart(path string, sc fleetsim.Scenario, results []*fleetsim.Result) error {
@@ -253,22 +253,21 @@ func panel(sc fleetsim.Scenario, results []*fleetsim.Result, ylabel string, seri
 	p.Y.Label.Text = ylabel
 	p.Legend.Top = true
 	p.Legend.Left = false
-	p.Add(plotter.NewGrid())
 	ymax := 0.0
 	for _, r := range results {
 		for _, v := range series(r) {
 			ymax = max(ymax, float64(v))
 		}
 	}
-	for _, at := range []float64{sc.Start.Seconds(), sc.End.Seconds()} {
-		l, err := plotter.NewLine(plotter.XYs{{X: at, Y: 0}, {X: at, Y: ymax}})
-		if err != nil {
-			return nil, err
-		}
-		l.Color = color.Gray{Y: 150}
-		l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
-		p.Add(l)
+	// The incident's window, shaded under the lines.
+	start, end := sc.Start.Seconds(), sc.End.Seconds()
+	shade, err := plotter.NewPolygon(plotter.XYs{{X: start, Y: 0}, {X: end, Y: 0}, {X: end, Y: ymax}, {X: start, Y: ymax}})
+	if err != nil {
+		return nil, err
 	}
+	shade.Color, shade.LineStyle.Width = incidentShade, 0
+	p.Add(shade)
+	p.Legend.Add("incident", shade)
 	line := func(ys []int) (*plotter.Line, error) {
 		xys := make(plotter.XYs, len(ys))
 		for i, v := range ys {
@@ -299,10 +298,15 @@ func panel(sc fleetsim.Scenario, results []*fleetsim.Result, ylabel string, seri
 		p.Add(e)
 		p.Legend.Add(r.Policy+" parked", e)
 	}
+	p.Add(plotter.NewGrid())
 	p.X.Min, p.X.Max = 0, sc.Duration.Seconds()
 	p.Y.Min = 0
 	return p, nil
 }
+
+// incidentShade fills the incident's window: light enough that every
+// policy's line reads over it.
+var incidentShade = color.RGBA{R: 0xe8, G: 0xe8, B: 0xf0, A: 0xff}
 
 const (
 	beginMarker = "<!-- sim:table:begin -->"

@@ -63,6 +63,13 @@ func TestRunWritesLinesChartAndTable(t *testing.T) {
 	if err != nil || !bytes.Contains(svg, []byte("<svg")) {
 		t.Fatalf("herd.svg: %v", err)
 	}
+	// Both panels: the incident's window shaded, and every policy's line
+	// labelled in the legend.
+	for label, n := range map[string]int{"fill:#E8E8F0": 4, ">incident</text>": 2, ">fleet</text>": 2, ">sdk</text>": 2} {
+		if got := bytes.Count(svg, []byte(label)); got != n {
+			t.Errorf("herd.svg has %q %d times, want %d", label, got, n)
+		}
+	}
 	md, _ := os.ReadFile(doc)
 	s := string(md)
 	if !strings.HasPrefix(s, before+beginMarker) || !strings.HasSuffix(s, endMarker+after) || strings.Contains(s, "old table") {
