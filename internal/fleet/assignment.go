@@ -34,6 +34,9 @@ type Usage struct {
 	// same headers (0: none); FirstAttemptTokens and RetryTokens the input
 	// tokens the client estimated for its first attempts and retries.
 	InputTokensPerMinute, FirstAttemptTokens, RetryTokens int64
+	// BatchFirst: the first attempts of the batch class among Admitted and
+	// Shed.
+	BatchFirst int64
 	// Parked is how many calls the client's gate holds parked now;
 	// ParkedNew the calls it parked at their first check, and Released
 	// the parked calls it admitted (counted in Admitted too).
@@ -45,9 +48,15 @@ type Assignment struct {
 	Breaker       BreakerState
 	Hold, Stop    time.Duration
 	AdmitFraction float64
-	ProbePermits  uint32
-	Reason        string
-	TTL           time.Duration
+	// BatchAdmitFraction is the batch class's share when Classes: the
+	// bucket is paced or slow-starting and streams report batch calls, and
+	// batch yields first (classes.go); AdmitFraction is then the
+	// interactive class's.
+	BatchAdmitFraction float64
+	Classes            bool
+	ProbePermits       uint32
+	Reason             string
+	TTL                time.Duration
 	// Cause names what keeps the gate from admitting everything, for the
 	// fallback's kind.
 	Cause Cause
@@ -140,6 +149,7 @@ func (f *Fleet) Report(u Usage) {
 		}
 		// The calls that arrived: a released call arrived when it parked.
 		b.firstAttempts.add(now, int(u.Admitted-u.Released+u.Shed+u.ParkedNew))
+		b.addBatch(now, &c.Breaker, u.BatchFirst)
 		b.reportParked(u.ClientID, u.Parked)
 		b.retries.add(now, int(u.Retries))
 		b.admitted.add(now, int(u.Admitted))
@@ -271,16 +281,23 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 		a.AdmitFraction = av.probeFraction(now, c)
 		why = append(why, fmt.Sprintf("%.1f %% of first attempts go as probes", 100*a.AdmitFraction))
 	}
+	var paced *Bucket
 	for _, b := range []*Bucket{av, rl} {
 		if b == nil || (av != nil && av.state == HalfOpen) {
 			continue
 		}
 		if fr, w := b.admitFraction(now, c); fr < a.AdmitFraction {
-			a.AdmitFraction = fr
+			a.AdmitFraction, paced = fr, b
 			why = append(why, w)
 			if a.Cause == CauseNone {
 				a.Cause = CausePacing
 			}
+		}
+	}
+	if paced != nil {
+		if fi, fb, ok := paced.splitByClass(now, c, a.AdmitFraction); ok {
+			a.AdmitFraction, a.BatchAdmitFraction, a.Classes = fi, fb, true
+			why = append(why, fmt.Sprintf("batch yields first: interactive %.0f %%, batch %.0f %%", 100*fi, 100*fb))
 		}
 	}
 	for _, b := range []*Bucket{av, rl} {
@@ -338,5 +355,6 @@ func (a Assignment) Differs(prev Assignment, prevAt, now time.Time) bool {
 		return end.Sub(pend) > slack || pend.Sub(end) > slack
 	}
 	return a.Breaker != prev.Breaker || a.ProbePermits != prev.ProbePermits || ends(a.Hold, prev.Hold) || ends(a.Stop, prev.Stop) ||
-		math.Abs(a.AdmitFraction-prev.AdmitFraction) >= 0.05 || (a.AdmitFraction == 1) != (prev.AdmitFraction == 1)
+		math.Abs(a.AdmitFraction-prev.AdmitFraction) >= 0.05 || (a.AdmitFraction == 1) != (prev.AdmitFraction == 1) ||
+		a.Classes != prev.Classes || math.Abs(a.BatchAdmitFraction-prev.BatchAdmitFraction) >= 0.05
 }

@@ -76,6 +76,7 @@ type Bucket struct {
 	streamedElsewhere time.Time
 	limits            [2]learntLimit // requestLimit, tokenLimit (pace.go)
 	tokenDemand       *tokenDemand   // input tokens reported, once a stream reports some
+	batchFirst        ring           // batch-class first attempts, once a stream reports some (classes.go)
 	paceWhyKey        paceWhyKey     // what paceWhyText says
 	paceWhyText       string
 	cut               float64 // pacing's cut after 429s (see throttled)

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
@@ -171,7 +172,8 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 			RequestsPerMinute:    fleet.RequestsPerMinute(t.Provider, u.GetRateLimitHeaders()),
 			InputTokensPerMinute: fleet.InputTokensPerMinute(t.Provider, u.GetRateLimitHeaders()),
 			RemainingShare:       fleet.RemainingShare(t.Provider, u.GetRateLimitHeaders()),
-			FirstAttemptTokens:   int64(u.GetFirstAttemptInputTokens()), RetryTokens: int64(u.GetRetryInputTokens())})
+			FirstAttemptTokens:   int64(u.GetFirstAttemptInputTokens()), RetryTokens: int64(u.GetRetryInputTokens()),
+			BatchFirst:           int64(u.GetBatchAdmitted() + u.GetBatchShed())})
 	}
 	if len(m.GetUsage()) == 0 {
 		return nil
@@ -244,6 +246,9 @@ func (c *coordination) assignmentProto(t fleet.Target, a fleet.Assignment) *poli
 	}
 	if a.ParkHint > 0 {
 		out.ParkHint = durationpb.New(a.ParkHint)
+	}
+	if a.Classes {
+		out.BatchAdmitFraction = proto.Float64(a.BatchAdmitFraction)
 	}
 	if !a.Admits() && c.s.policies != nil {
 		out.Fallback = c.s.policies.Policy().GateFallback(t, a.Cause, c.s.fleet)
