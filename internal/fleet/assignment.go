@@ -34,6 +34,9 @@ type Usage struct {
 	// same headers (0: none); FirstAttemptTokens and RetryTokens the input
 	// tokens the client estimated for its first attempts and retries.
 	InputTokensPerMinute, FirstAttemptTokens, RetryTokens int64
+	// Left is what the same headers said is left of the request and
+	// input-token limits (Left), shown by GetBucket and the pace's reason.
+	Left [2]LimitLeft
 	// BatchFirst: the first attempts of the batch class among Admitted and
 	// Shed.
 	BatchFirst int64
@@ -184,6 +187,7 @@ func (f *Fleet) Report(u Usage) {
 		rl.learnLimit(now, c, requestLimit, u.RequestsPerMinute, u.ClientID, false)
 		rl.learnLimit(now, c, tokenLimit, u.InputTokensPerMinute, u.ClientID, false)
 		rl.followRemaining(now, c, u.RemainingShare)
+		rl.noteLeft(now, u.Left)
 	}
 	for _, b := range bs[:2] {
 		if b != nil {

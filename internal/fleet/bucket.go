@@ -75,6 +75,7 @@ type Bucket struct {
 	// as its own would keep the flag, and the bucket, alive for ever.
 	streamedElsewhere time.Time
 	limits            [2]learntLimit // requestLimit, tokenLimit (pace.go)
+	left              [2]limitLeft   // what the last headers said is left of them
 	tokenDemand       *tokenDemand   // input tokens reported, once a stream reports some
 	batchFirst        ring           // batch-class first attempts, once a stream reports some (classes.go)
 	paceWhyKey        paceWhyKey     // what paceWhyText says

@@ -105,6 +105,8 @@ type Ask struct {
 	// InputTokensPerMinute is the provider's input-token limit from the
 	// same headers (0: none), for pacing.
 	InputTokensPerMinute int64
+	// Left is what they said is left of those limits.
+	Left [2]LimitLeft
 	// Recovery is the failure's recovery action, quoted by a fleet stop.
 	Recovery string
 	// Retry and Delay: the strategy's answer; the fleet acts only on retries.
@@ -280,6 +282,7 @@ func (d *decision) record() {
 		on429 := a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT
 		d.rl.learnLimit(now, c, requestLimit, a.RequestsPerMinute, a.ClientID, on429)
 		d.rl.learnLimit(now, c, tokenLimit, a.InputTokensPerMinute, a.ClientID, on429)
+		d.rl.noteLeft(now, a.Left)
 	}
 	if d.rl != nil && a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT {
 		d.rl.throttled(now, c, a.ClientID)

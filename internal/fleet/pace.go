@@ -169,6 +169,62 @@ func (b *Bucket) limit(now time.Time, c *Config, which int) int64 {
 	return l.perMinute
 }
 
+// limitLeft is what the last headers that said so said is left of a
+// limit, and when it is whole again.
+type limitLeft struct {
+	remaining int64 // -1: unknown
+	resetAt   time.Time
+	at        time.Time
+}
+
+// noteLeft keeps what a response's headers said is left of the limits.
+func (b *Bucket) noteLeft(now time.Time, left [2]LimitLeft) {
+	for i, l := range left {
+		if l.Remaining < 0 {
+			continue
+		}
+		b.left[i] = limitLeft{remaining: l.Remaining, at: now}
+		if l.Reset > 0 {
+			b.left[i].resetAt = now.Add(l.Reset)
+		}
+	}
+}
+
+// LimitView is one of a provider's limits as a bucket knows it.
+type LimitView struct {
+	// Name is "requests" or "input_tokens".
+	Name string
+	// PerMinute is the learnt limit (0: none learnt or expired); Pacing
+	// whether it paces now.
+	PerMinute int64
+	Pacing    bool
+	// Remaining is what the last headers said is left (-1: unknown), Seen
+	// how long ago, and ResetIn how long until the limit is whole again
+	// by them (0: unknown or past).
+	Remaining     int64
+	Seen, ResetIn time.Duration
+}
+
+// limitViews are b's limits, those it knows anything of.
+func (b *Bucket) limitViews(now time.Time) []LimitView {
+	var out []LimitView
+	for i, name := range [2]string{requestLimit: "requests", tokenLimit: "input_tokens"} {
+		l, left := b.limits[i], b.left[i]
+		if l.perMinute == 0 && left.at.IsZero() {
+			continue
+		}
+		v := LimitView{Name: name, PerMinute: l.perMinute, Pacing: l.confirmed, Remaining: -1}
+		if !left.at.IsZero() {
+			v.Remaining, v.Seen = left.remaining, now.Sub(left.at)
+			if left.resetAt.After(now) {
+				v.ResetIn = left.resetAt.Sub(now)
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
 // expireLimits ends the limits no header carried for LimitTTL.
 func (b *Bucket) expireLimits(now time.Time, c *Config) {
 	b.limit(now, c, requestLimit)
@@ -203,13 +259,21 @@ func (b *Bucket) paceWhy(now time.Time, c *Config, share float64, which int) str
 	if !b.cutAt.IsZero() {
 		cut = now.Sub(b.cutAt).Round(time.Second)
 	}
-	key := paceWhyKey{which: which, perMinute: l.perMinute, seen: seen, cut: cut, share: int(100*share + 0.5), cutShare: int(100*b.cutNow(now, c) + 0.5)}
+	var reset time.Duration
+	if at := b.left[which].resetAt; at.After(now) {
+		reset = at.Sub(now).Round(time.Second)
+	}
+	key := paceWhyKey{which: which, perMinute: l.perMinute, seen: seen, cut: cut, reset: reset,
+		share: int(100*share + 0.5), cutShare: int(100*b.cutNow(now, c) + 0.5)}
 	if key == b.paceWhyKey && b.paceWhyText != "" {
 		return b.paceWhyText
 	}
 	why := fmt.Sprintf("pacing a limit of %d %s a minute (last seen %v ago): %d %% of first attempts", key.perMinute, limitUnits[which], seen, key.share)
 	if cut >= 0 {
 		why += fmt.Sprintf(", at %d %% of the limit's share after a 429 %v ago", key.cutShare, cut)
+	}
+	if reset > 0 {
+		why += fmt.Sprintf("; the provider says it is whole again in %v", reset)
 	}
 	b.paceWhyKey, b.paceWhyText = key, why
 	return why
@@ -219,6 +283,6 @@ func (b *Bucket) paceWhy(now time.Time, c *Config, share float64, which int) str
 type paceWhyKey struct {
 	which           int
 	perMinute       int64
-	seen, cut       time.Duration
-	share, cutShare int
+	seen, cut, reset time.Duration
+	share, cutShare  int
 }

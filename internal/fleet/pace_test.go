@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,5 +167,32 @@ func TestPaceOnInputTokens(t *testing.T) {
 				t.Fatalf("assignment %+v, want a fraction about %.3f, a reason with %q and without %q", a, min(tt.want, 1), tt.why, tt.without)
 			}
 		})
+	}
+}
+
+// A bucket shows each limit it knows, with what the provider last said is
+// left and when it is whole again; the pace's reason says it too.
+func TestLimitsShowWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	f, clk, _ := newTestFleet(t, nil)
+	left := [2]LimitLeft{{Remaining: 3, Reset: 6 * time.Second}, {Remaining: -1}}
+	for _, client := range []string{"a", "b"} {
+		f.Report(Usage{Target: streamTarget, ClientID: client, Admitted: 100, RequestsPerMinute: 600, Left: left})
+	}
+	clk.advance(2 * time.Second)
+	a := f.Assign(streamTarget, "a")
+	if !strings.Contains(a.Reason, "the provider says it is whole again in 4s") {
+		t.Errorf("reason %q, want when the limit is whole again", a.Reason)
+	}
+	var v BucketView
+	page, _ := f.Buckets("team", "", "", 10, "")
+	for _, b := range page {
+		if b.Key.Scope == ScopeRateLimit {
+			v = b
+		}
+	}
+	want := []LimitView{{Name: "requests", PerMinute: 600, Pacing: true, Remaining: 3, Seen: 2 * time.Second, ResetIn: 4 * time.Second}}
+	if !slices.Equal(v.Limits, want) {
+		t.Fatalf("limits %+v, want %+v", v.Limits, want)
 	}
 }

@@ -1,6 +1,9 @@
 package fleet
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestRequestsPerMinute(t *testing.T) {
 	for _, c := range []struct {
@@ -81,4 +84,34 @@ func FuzzRequestsPerMinute(f *testing.F) {
 			t.Fatalf("remaining share %v", s)
 		}
 	})
+}
+
+func TestLeft(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	unknown := LimitLeft{Remaining: -1}
+	for _, c := range []struct {
+		name, provider string
+		headers        map[string]string
+		want           [2]LimitLeft
+	}{
+		// The example in OpenAI's "Rate limits" guide.
+		{"openai", "openai", map[string]string{"x-ratelimit-remaining-requests": "59", "x-ratelimit-reset-requests": "1s",
+			"x-ratelimit-remaining-tokens": "149984", "x-ratelimit-reset-tokens": "6m0s"},
+			[2]LimitLeft{{59, time.Second}, {149984, 6 * time.Minute}}},
+		{"anthropic, RFC 3339", "anthropic", map[string]string{"anthropic-ratelimit-requests-remaining": "49",
+			"anthropic-ratelimit-requests-reset": "2026-11-27T12:00:03Z", "anthropic-ratelimit-input-tokens-remaining": "39000",
+			"anthropic-ratelimit-input-tokens-reset": "2026-11-27T12:00:01Z"},
+			[2]LimitLeft{{49, 3 * time.Second}, {39000, time.Second}}},
+		{"a reset in the past or unreadable", "openai", map[string]string{"x-ratelimit-remaining-requests": "5",
+			"x-ratelimit-reset-requests": "-1s", "x-ratelimit-remaining-tokens": "7", "x-ratelimit-reset-tokens": "soon"},
+			[2]LimitLeft{{5, 0}, {7, 0}}},
+		{"a reset beyond two days", "groq", map[string]string{"x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "100h"},
+			[2]LimitLeft{{5, 0}, unknown}},
+		{"nothing said", "openai", nil, [2]LimitLeft{unknown, unknown}},
+		{"unknown provider", "mistral", map[string]string{"x-ratelimit-remaining-requests": "5"}, [2]LimitLeft{unknown, unknown}},
+	} {
+		if got := Left(c.provider, c.headers, now); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
 }

@@ -26,6 +26,8 @@ type BucketView struct {
 	Reports, Assignments, Admitted, Shed, Successes int64
 	AdmitFraction                                   float64
 	RequestsPerMinute, InputTokensPerMinute         int64
+	// Limits are the provider's limits the bucket knows of.
+	Limits []LimitView
 }
 
 func (f *Fleet) view(c *Config, b *Bucket, now time.Time) BucketView {
@@ -43,6 +45,7 @@ func (f *Fleet) view(c *Config, b *Bucket, now time.Time) BucketView {
 	v.AdmitFraction, _ = b.admitFraction(now, c)
 	v.RequestsPerMinute = b.limits[requestLimit].perMinute
 	v.InputTokensPerMinute = b.limits[tokenLimit].perMinute
+	v.Limits = b.limitViews(now)
 	v.OpenPeriod = c.Breaker.OpenFor
 	if b.state != Closed {
 		v.OpenPeriod = b.reopenPeriod(now, &c.Breaker)

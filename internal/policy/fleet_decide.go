@@ -52,6 +52,7 @@ func (p *Policy) applyFleet(v *verdict, c Call, f *policydv1.Failure, t policydv
 		// A 429 carries the provider's limit too: pacing starts at once.
 		RequestsPerMinute:    fleet.RequestsPerMinute(f.GetProvider(), f.GetHeaders()),
 		InputTokensPerMinute: fleet.InputTokensPerMinute(f.GetProvider(), f.GetHeaders()),
+		Left:                 fleet.Left(f.GetProvider(), f.GetHeaders(), in.Now),
 	}
 	if in.HasRetryAfter && in.RetryAfter > 0 {
 		ask.RetryAfter = in.RetryAfter

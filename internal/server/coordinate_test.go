@@ -330,3 +330,46 @@ func TestCoordinateNeedsFleetAndAuth(t *testing.T) {
 		}
 	}
 }
+
+// Token headers and token estimates pace the bucket on input tokens, batch
+// calls yield first, and FleetService shows each limit with what is left.
+func TestCoordinateTokensAndClasses(t *testing.T) {
+	h := newStreamHarness(t, streamTestPolicy)
+	ctx := testContext(t)
+	// OpenAI's headers, as its "Rate limits" guide lists them.
+	headers := map[string]string{
+		"x-ratelimit-limit-requests": "4000", "x-ratelimit-remaining-requests": "3990",
+		"x-ratelimit-limit-tokens": "60000", "x-ratelimit-remaining-tokens": "1000", "x-ratelimit-reset-tokens": "5s",
+	}
+	var streams []*testStream
+	for _, c := range []string{"agent-1", "agent-2"} {
+		s := h.open(ctx, c)
+		// 10 calls a second of 200 input tokens each, half of them batch:
+		// 2,000 tokens a second against a limit of 1,000.
+		s.report(&policydv1.BucketUsage{Elapsed: durationpb.New(10 * time.Second), Admitted: 100,
+			BatchAdmitted: 50, FirstAttemptInputTokens: 20000, Succeeded: 100, RateLimitHeaders: headers})
+		streams = append(streams, s)
+	}
+	streams[1].report(&policydv1.BucketUsage{Admitted: 1, FirstAttemptInputTokens: 200})
+	a := streams[1].next("paced on input tokens", func(a *policydv1.Assignment) bool { return a.BatchAdmitFraction != nil })
+	// 930 tokens a second of room for 4,000: about 0.23 of first attempts,
+	// all of it to the interactive half while batch keeps its floor.
+	if f, b := a.GetAdmitFraction(), a.GetBatchAdmitFraction(); f < 0.4 || f > 0.5 || b < 0.02 || b > 0.03 ||
+		!strings.Contains(a.GetReason(), "pacing a limit of 60000 input tokens a minute") || !strings.Contains(a.GetReason(), "batch yields first") {
+		t.Fatalf("assignment %v", a)
+	}
+	b, err := h.fc.GetBucket(ctx, &policydv1.GetBucketRequest{Bucket: "rate_limit:openai/gpt-4o@prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tokens *policydv1.ProviderLimit
+	for _, l := range b.GetBucket().GetLimits() {
+		if l.GetName() == "input_tokens" {
+			tokens = l
+		}
+	}
+	if tokens == nil || tokens.GetPerMinute() != 60000 || !tokens.GetPacing() || tokens.GetRemaining() != 1000 ||
+		tokens.GetResetIn().AsDuration() != 5*time.Second || b.GetBucket().GetInputTokensPerMinute() != 60000 {
+		t.Fatalf("limits %v", b.GetBucket().GetLimits())
+	}
+}

@@ -117,6 +117,23 @@ func bucketProto(v fleet.BucketView) *policydv1.Bucket {
 		AdmitFraction:         v.AdmitFraction,
 		RequestsPerMinute:     v.RequestsPerMinute,
 		InputTokensPerMinute:  v.InputTokensPerMinute,
+		Limits:                limitsProto(v.Limits),
 		Idle:                  durationpb.New(v.Idle),
 	}
+}
+
+// limitsProto renders a bucket's provider limits.
+func limitsProto(ls []fleet.LimitView) []*policydv1.ProviderLimit {
+	var out []*policydv1.ProviderLimit
+	for _, l := range ls {
+		pl := &policydv1.ProviderLimit{Name: l.Name, PerMinute: l.PerMinute, Pacing: l.Pacing, Remaining: l.Remaining}
+		if l.Remaining >= 0 {
+			pl.Seen = durationpb.New(l.Seen)
+		}
+		if l.ResetIn > 0 {
+			pl.ResetIn = durationpb.New(l.ResetIn)
+		}
+		out = append(out, pl)
+	}
+	return out
 }

@@ -606,8 +606,10 @@ type Bucket struct {
 	RequestsPerMinute int64 `protobuf:"varint,19,opt,name=requests_per_minute,json=requestsPerMinute,proto3" json:"requests_per_minute,omitempty"`
 	// The provider's input-token limit per minute, from the same headers (0: unknown).
 	InputTokensPerMinute int64 `protobuf:"varint,20,opt,name=input_tokens_per_minute,json=inputTokensPerMinute,proto3" json:"input_tokens_per_minute,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The provider's limits the bucket knows of, as the last headers said.
+	Limits        []*ProviderLimit `protobuf:"bytes,21,rep,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Bucket) Reset() {
@@ -780,6 +782,104 @@ func (x *Bucket) GetInputTokensPerMinute() int64 {
 	return 0
 }
 
+func (x *Bucket) GetLimits() []*ProviderLimit {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// ProviderLimit is one of a provider's limits on a key, as its headers say.
+type ProviderLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "requests" or "input_tokens".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The learnt limit per minute (0: none learnt, or expired), and whether
+	// it paces the fleet's first attempts now (corroborated).
+	PerMinute int64 `protobuf:"varint,2,opt,name=per_minute,json=perMinute,proto3" json:"per_minute,omitempty"`
+	Pacing    bool  `protobuf:"varint,3,opt,name=pacing,proto3" json:"pacing,omitempty"`
+	// What the last headers said is left, as the provider counts it (-1:
+	// unknown), how long ago they said it, and how long until the limit is
+	// whole again by them (unset: unknown).
+	Remaining     int64                `protobuf:"varint,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	Seen          *durationpb.Duration `protobuf:"bytes,5,opt,name=seen,proto3" json:"seen,omitempty"`
+	ResetIn       *durationpb.Duration `protobuf:"bytes,6,opt,name=reset_in,json=resetIn,proto3" json:"reset_in,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderLimit) Reset() {
+	*x = ProviderLimit{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderLimit) ProtoMessage() {}
+
+func (x *ProviderLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderLimit.ProtoReflect.Descriptor instead.
+func (*ProviderLimit) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ProviderLimit) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProviderLimit) GetPerMinute() int64 {
+	if x != nil {
+		return x.PerMinute
+	}
+	return 0
+}
+
+func (x *ProviderLimit) GetPacing() bool {
+	if x != nil {
+		return x.Pacing
+	}
+	return false
+}
+
+func (x *ProviderLimit) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *ProviderLimit) GetSeen() *durationpb.Duration {
+	if x != nil {
+		return x.Seen
+	}
+	return nil
+}
+
+func (x *ProviderLimit) GetResetIn() *durationpb.Duration {
+	if x != nil {
+		return x.ResetIn
+	}
+	return nil
+}
+
 // ListBucketsRequest filters the buckets; empty fields match all.
 type ListBucketsRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -795,7 +895,7 @@ type ListBucketsRequest struct {
 
 func (x *ListBucketsRequest) Reset() {
 	*x = ListBucketsRequest{}
-	mi := &file_policyd_v1_fleet_proto_msgTypes[6]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +907,7 @@ func (x *ListBucketsRequest) String() string {
 func (*ListBucketsRequest) ProtoMessage() {}
 
 func (x *ListBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_fleet_proto_msgTypes[6]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +920,7 @@ func (x *ListBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBucketsRequest.ProtoReflect.Descriptor instead.
 func (*ListBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{6}
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListBucketsRequest) GetProvider() string {
@@ -863,7 +963,7 @@ type ListBucketsResponse struct {
 
 func (x *ListBucketsResponse) Reset() {
 	*x = ListBucketsResponse{}
-	mi := &file_policyd_v1_fleet_proto_msgTypes[7]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +975,7 @@ func (x *ListBucketsResponse) String() string {
 func (*ListBucketsResponse) ProtoMessage() {}
 
 func (x *ListBucketsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_fleet_proto_msgTypes[7]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +988,7 @@ func (x *ListBucketsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBucketsResponse.ProtoReflect.Descriptor instead.
 func (*ListBucketsResponse) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{7}
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListBucketsResponse) GetBuckets() []*Bucket {
@@ -927,7 +1027,7 @@ type ClearBucketRequest struct {
 
 func (x *ClearBucketRequest) Reset() {
 	*x = ClearBucketRequest{}
-	mi := &file_policyd_v1_fleet_proto_msgTypes[8]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1039,7 @@ func (x *ClearBucketRequest) String() string {
 func (*ClearBucketRequest) ProtoMessage() {}
 
 func (x *ClearBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_fleet_proto_msgTypes[8]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1052,7 @@ func (x *ClearBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearBucketRequest.ProtoReflect.Descriptor instead.
 func (*ClearBucketRequest) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{8}
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClearBucketRequest) GetBucket() string {
@@ -1014,7 +1114,7 @@ type ClearBucketResponse struct {
 
 func (x *ClearBucketResponse) Reset() {
 	*x = ClearBucketResponse{}
-	mi := &file_policyd_v1_fleet_proto_msgTypes[9]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1126,7 @@ func (x *ClearBucketResponse) String() string {
 func (*ClearBucketResponse) ProtoMessage() {}
 
 func (x *ClearBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_fleet_proto_msgTypes[9]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1139,7 @@ func (x *ClearBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearBucketResponse.ProtoReflect.Descriptor instead.
 func (*ClearBucketResponse) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{9}
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClearBucketResponse) GetBucket() *Bucket {
@@ -1059,7 +1159,7 @@ type GetBucketRequest struct {
 
 func (x *GetBucketRequest) Reset() {
 	*x = GetBucketRequest{}
-	mi := &file_policyd_v1_fleet_proto_msgTypes[10]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1171,7 @@ func (x *GetBucketRequest) String() string {
 func (*GetBucketRequest) ProtoMessage() {}
 
 func (x *GetBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_fleet_proto_msgTypes[10]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1184,7 @@ func (x *GetBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBucketRequest.ProtoReflect.Descriptor instead.
 func (*GetBucketRequest) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{10}
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetBucketRequest) GetBucket() string {
@@ -1104,7 +1204,7 @@ type GetBucketResponse struct {
 
 func (x *GetBucketResponse) Reset() {
 	*x = GetBucketResponse{}
-	mi := &file_policyd_v1_fleet_proto_msgTypes[11]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1216,7 @@ func (x *GetBucketResponse) String() string {
 func (*GetBucketResponse) ProtoMessage() {}
 
 func (x *GetBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_policyd_v1_fleet_proto_msgTypes[11]
+	mi := &file_policyd_v1_fleet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1229,7 @@ func (x *GetBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBucketResponse.ProtoReflect.Descriptor instead.
 func (*GetBucketResponse) Descriptor() ([]byte, []int) {
-	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{11}
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetBucketResponse) GetBucket() *Bucket {
@@ -1196,7 +1296,7 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\tpark_hint\x18\v \x01(\v2\x19.google.protobuf.DurationR\bparkHint\x125\n" +
 	"\x14batch_admit_fraction\x18\f \x01(\x01H\x00R\x12batchAdmitFraction\x88\x01\x01\x12&\n" +
 	"\x0fin_flight_lease\x18\r \x01(\rR\rinFlightLeaseB\x17\n" +
-	"\x15_batch_admit_fraction\"\xab\x06\n" +
+	"\x15_batch_admit_fraction\"\xde\x06\n" +
 	"\x06Bucket\x12,\n" +
 	"\x05state\x18\x01 \x01(\v2\x16.policyd.v1.FleetStateR\x05state\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1a\n" +
@@ -1219,7 +1319,16 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\tsuccesses\x18\x11 \x01(\x03R\tsuccesses\x12%\n" +
 	"\x0eadmit_fraction\x18\x12 \x01(\x01R\radmitFraction\x12.\n" +
 	"\x13requests_per_minute\x18\x13 \x01(\x03R\x11requestsPerMinute\x125\n" +
-	"\x17input_tokens_per_minute\x18\x14 \x01(\x03R\x14inputTokensPerMinute\"\x82\x01\n" +
+	"\x17input_tokens_per_minute\x18\x14 \x01(\x03R\x14inputTokensPerMinute\x121\n" +
+	"\x06limits\x18\x15 \x03(\v2\x19.policyd.v1.ProviderLimitR\x06limits\"\xdd\x01\n" +
+	"\rProviderLimit\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"per_minute\x18\x02 \x01(\x03R\tperMinute\x12\x16\n" +
+	"\x06pacing\x18\x03 \x01(\bR\x06pacing\x12\x1c\n" +
+	"\tremaining\x18\x04 \x01(\x03R\tremaining\x12-\n" +
+	"\x04seen\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04seen\x124\n" +
+	"\breset_in\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\aresetIn\"\x82\x01\n" +
 	"\x12ListBucketsRequest\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1b\n" +
@@ -1262,7 +1371,7 @@ func file_policyd_v1_fleet_proto_rawDescGZIP() []byte {
 	return file_policyd_v1_fleet_proto_rawDescData
 }
 
-var file_policyd_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_policyd_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_policyd_v1_fleet_proto_goTypes = []any{
 	(*CoordinateRequest)(nil),   // 0: policyd.v1.CoordinateRequest
 	(*BucketTarget)(nil),        // 1: policyd.v1.BucketTarget
@@ -1270,50 +1379,54 @@ var file_policyd_v1_fleet_proto_goTypes = []any{
 	(*CoordinateResponse)(nil),  // 3: policyd.v1.CoordinateResponse
 	(*Assignment)(nil),          // 4: policyd.v1.Assignment
 	(*Bucket)(nil),              // 5: policyd.v1.Bucket
-	(*ListBucketsRequest)(nil),  // 6: policyd.v1.ListBucketsRequest
-	(*ListBucketsResponse)(nil), // 7: policyd.v1.ListBucketsResponse
-	(*ClearBucketRequest)(nil),  // 8: policyd.v1.ClearBucketRequest
-	(*ClearBucketResponse)(nil), // 9: policyd.v1.ClearBucketResponse
-	(*GetBucketRequest)(nil),    // 10: policyd.v1.GetBucketRequest
-	(*GetBucketResponse)(nil),   // 11: policyd.v1.GetBucketResponse
-	nil,                         // 12: policyd.v1.BucketUsage.RateLimitHeadersEntry
-	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
-	(BreakerState)(0),           // 14: policyd.v1.BreakerState
-	(*Fallback)(nil),            // 15: policyd.v1.Fallback
-	(*FleetState)(nil),          // 16: policyd.v1.FleetState
+	(*ProviderLimit)(nil),       // 6: policyd.v1.ProviderLimit
+	(*ListBucketsRequest)(nil),  // 7: policyd.v1.ListBucketsRequest
+	(*ListBucketsResponse)(nil), // 8: policyd.v1.ListBucketsResponse
+	(*ClearBucketRequest)(nil),  // 9: policyd.v1.ClearBucketRequest
+	(*ClearBucketResponse)(nil), // 10: policyd.v1.ClearBucketResponse
+	(*GetBucketRequest)(nil),    // 11: policyd.v1.GetBucketRequest
+	(*GetBucketResponse)(nil),   // 12: policyd.v1.GetBucketResponse
+	nil,                         // 13: policyd.v1.BucketUsage.RateLimitHeadersEntry
+	(*durationpb.Duration)(nil), // 14: google.protobuf.Duration
+	(BreakerState)(0),           // 15: policyd.v1.BreakerState
+	(*Fallback)(nil),            // 16: policyd.v1.Fallback
+	(*FleetState)(nil),          // 17: policyd.v1.FleetState
 }
 var file_policyd_v1_fleet_proto_depIdxs = []int32{
 	2,  // 0: policyd.v1.CoordinateRequest.usage:type_name -> policyd.v1.BucketUsage
 	1,  // 1: policyd.v1.BucketUsage.target:type_name -> policyd.v1.BucketTarget
-	13, // 2: policyd.v1.BucketUsage.elapsed:type_name -> google.protobuf.Duration
-	12, // 3: policyd.v1.BucketUsage.rate_limit_headers:type_name -> policyd.v1.BucketUsage.RateLimitHeadersEntry
+	14, // 2: policyd.v1.BucketUsage.elapsed:type_name -> google.protobuf.Duration
+	13, // 3: policyd.v1.BucketUsage.rate_limit_headers:type_name -> policyd.v1.BucketUsage.RateLimitHeadersEntry
 	4,  // 4: policyd.v1.CoordinateResponse.assignments:type_name -> policyd.v1.Assignment
 	1,  // 5: policyd.v1.Assignment.target:type_name -> policyd.v1.BucketTarget
-	13, // 6: policyd.v1.Assignment.ttl:type_name -> google.protobuf.Duration
-	14, // 7: policyd.v1.Assignment.breaker:type_name -> policyd.v1.BreakerState
-	13, // 8: policyd.v1.Assignment.hold:type_name -> google.protobuf.Duration
-	13, // 9: policyd.v1.Assignment.stop:type_name -> google.protobuf.Duration
-	15, // 10: policyd.v1.Assignment.fallback:type_name -> policyd.v1.Fallback
-	13, // 11: policyd.v1.Assignment.park_hint:type_name -> google.protobuf.Duration
-	16, // 12: policyd.v1.Bucket.state:type_name -> policyd.v1.FleetState
-	13, // 13: policyd.v1.Bucket.open_period:type_name -> google.protobuf.Duration
-	13, // 14: policyd.v1.Bucket.idle:type_name -> google.protobuf.Duration
-	5,  // 15: policyd.v1.ListBucketsResponse.buckets:type_name -> policyd.v1.Bucket
-	5,  // 16: policyd.v1.ClearBucketResponse.bucket:type_name -> policyd.v1.Bucket
-	5,  // 17: policyd.v1.GetBucketResponse.bucket:type_name -> policyd.v1.Bucket
-	6,  // 18: policyd.v1.FleetService.ListBuckets:input_type -> policyd.v1.ListBucketsRequest
-	10, // 19: policyd.v1.FleetService.GetBucket:input_type -> policyd.v1.GetBucketRequest
-	0,  // 20: policyd.v1.FleetService.Coordinate:input_type -> policyd.v1.CoordinateRequest
-	8,  // 21: policyd.v1.FleetService.ClearBucket:input_type -> policyd.v1.ClearBucketRequest
-	7,  // 22: policyd.v1.FleetService.ListBuckets:output_type -> policyd.v1.ListBucketsResponse
-	11, // 23: policyd.v1.FleetService.GetBucket:output_type -> policyd.v1.GetBucketResponse
-	3,  // 24: policyd.v1.FleetService.Coordinate:output_type -> policyd.v1.CoordinateResponse
-	9,  // 25: policyd.v1.FleetService.ClearBucket:output_type -> policyd.v1.ClearBucketResponse
-	22, // [22:26] is the sub-list for method output_type
-	18, // [18:22] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	14, // 6: policyd.v1.Assignment.ttl:type_name -> google.protobuf.Duration
+	15, // 7: policyd.v1.Assignment.breaker:type_name -> policyd.v1.BreakerState
+	14, // 8: policyd.v1.Assignment.hold:type_name -> google.protobuf.Duration
+	14, // 9: policyd.v1.Assignment.stop:type_name -> google.protobuf.Duration
+	16, // 10: policyd.v1.Assignment.fallback:type_name -> policyd.v1.Fallback
+	14, // 11: policyd.v1.Assignment.park_hint:type_name -> google.protobuf.Duration
+	17, // 12: policyd.v1.Bucket.state:type_name -> policyd.v1.FleetState
+	14, // 13: policyd.v1.Bucket.open_period:type_name -> google.protobuf.Duration
+	14, // 14: policyd.v1.Bucket.idle:type_name -> google.protobuf.Duration
+	6,  // 15: policyd.v1.Bucket.limits:type_name -> policyd.v1.ProviderLimit
+	14, // 16: policyd.v1.ProviderLimit.seen:type_name -> google.protobuf.Duration
+	14, // 17: policyd.v1.ProviderLimit.reset_in:type_name -> google.protobuf.Duration
+	5,  // 18: policyd.v1.ListBucketsResponse.buckets:type_name -> policyd.v1.Bucket
+	5,  // 19: policyd.v1.ClearBucketResponse.bucket:type_name -> policyd.v1.Bucket
+	5,  // 20: policyd.v1.GetBucketResponse.bucket:type_name -> policyd.v1.Bucket
+	7,  // 21: policyd.v1.FleetService.ListBuckets:input_type -> policyd.v1.ListBucketsRequest
+	11, // 22: policyd.v1.FleetService.GetBucket:input_type -> policyd.v1.GetBucketRequest
+	0,  // 23: policyd.v1.FleetService.Coordinate:input_type -> policyd.v1.CoordinateRequest
+	9,  // 24: policyd.v1.FleetService.ClearBucket:input_type -> policyd.v1.ClearBucketRequest
+	8,  // 25: policyd.v1.FleetService.ListBuckets:output_type -> policyd.v1.ListBucketsResponse
+	12, // 26: policyd.v1.FleetService.GetBucket:output_type -> policyd.v1.GetBucketResponse
+	3,  // 27: policyd.v1.FleetService.Coordinate:output_type -> policyd.v1.CoordinateResponse
+	10, // 28: policyd.v1.FleetService.ClearBucket:output_type -> policyd.v1.ClearBucketResponse
+	25, // [25:29] is the sub-list for method output_type
+	21, // [21:25] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_policyd_v1_fleet_proto_init() }
@@ -1329,7 +1442,7 @@ func file_policyd_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_policyd_v1_fleet_proto_rawDesc), len(file_policyd_v1_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

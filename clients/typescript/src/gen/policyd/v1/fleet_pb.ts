@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file policyd/v1/fleet.proto.
  */
 export const file_policyd_v1_fleet: GenFile = /*@__PURE__*/
-  fileDesc("ChZwb2xpY3lkL3YxL2ZsZWV0LnByb3RvEgpwb2xpY3lkLnYxIl8KEUNvb3JkaW5hdGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgdwcm9maWxlGAIgASgJEiYKBXVzYWdlGAMgAygLMhcucG9saWN5ZC52MS5CdWNrZXRVc2FnZSI/CgxCdWNrZXRUYXJnZXQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGa2V5X2lkGAMgASgJIqcECgtCdWNrZXRVc2FnZRIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIqCgdlbGFwc2VkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGFkbWl0dGVkGAMgASgEEgwKBHNoZWQYBCABKAQSEQoJc3VjY2VlZGVkGAUgASgEEg4KBmZhaWxlZBgGIAEoBBIPCgdyZXRyaWVzGAcgASgEEkkKEnJhdGVfbGltaXRfaGVhZGVycxgIIAMoCzItLnBvbGljeWQudjEuQnVja2V0VXNhZ2UuUmF0ZUxpbWl0SGVhZGVyc0VudHJ5Eg4KBnBhcmtlZBgJIAEoBBISCgpwYXJrZWRfbmV3GAogASgEEhAKCHJlbGVhc2VkGAsgASgEEiIKGmZpcnN0X2F0dGVtcHRfaW5wdXRfdG9rZW5zGAwgASgEEhoKEnJldHJ5X2lucHV0X3Rva2VucxgNIAEoBBIZChFpbnB1dF90b2tlbnNfdXNlZBgOIAEoBBIaChJvdXRwdXRfdG9rZW5zX3VzZWQYDyABKAQSFgoOYmF0Y2hfYWRtaXR0ZWQYECABKAQSEgoKYmF0Y2hfc2hlZBgRIAEoBBIRCglpbl9mbGlnaHQYEiABKAQaNwoVUmF0ZUxpbWl0SGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQQoSQ29vcmRpbmF0ZVJlc3BvbnNlEisKC2Fzc2lnbm1lbnRzGAEgAygLMhYucG9saWN5ZC52MS5Bc3NpZ25tZW50ItYDCgpBc3NpZ25tZW50EigKBnRhcmdldBgBIAEoCzIYLnBvbGljeWQudjEuQnVja2V0VGFyZ2V0Eg8KB2FiYW5kb24YAiABKAgSJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEikKB2JyZWFrZXIYBCABKA4yGC5wb2xpY3lkLnYxLkJyZWFrZXJTdGF0ZRInCgRob2xkGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKBHN0b3AYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoOYWRtaXRfZnJhY3Rpb24YByABKAESFQoNcHJvYmVfcGVybWl0cxgIIAEoDRIOCgZyZWFzb24YCSABKAkSJgoIZmFsbGJhY2sYCiABKAsyFC5wb2xpY3lkLnYxLkZhbGxiYWNrEiwKCXBhcmtfaGludBgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIhChRiYXRjaF9hZG1pdF9mcmFjdGlvbhgMIAEoAUgAiAEBEhcKD2luX2ZsaWdodF9sZWFzZRgNIAEoDUIXChVfYmF0Y2hfYWRtaXRfZnJhY3Rpb24imgQKBkJ1Y2tldBIlCgVzdGF0ZRgBIAEoCzIWLnBvbGljeWQudjEuRmxlZXRTdGF0ZRINCgVzY29wZRgCIAEoCRIQCghwcm92aWRlchgDIAEoCRINCgVtb2RlbBgEIAEoCRIOCgZrZXlfaWQYBSABKAkSFwoPd2luZG93X2ZhaWx1cmVzGAYgASgFEhYKDndpbmRvd19jbGllbnRzGAcgASgFEi4KC29wZW5fcGVyaW9kGAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhkKEWRlY2lzaW9uc19jaGFuZ2VkGAkgASgDEhcKD2ZpcnN0X2NsaWVudF9pZBgKIAEoCRInCgRpZGxlGAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhkKEXN0cmVhbWluZ19jbGllbnRzGAwgASgFEg8KB3JlcG9ydHMYDSABKAMSGAoQYXNzaWdubWVudHNfc2VudBgOIAEoAxIfChdmaXJzdF9hdHRlbXB0c19hZG1pdHRlZBgPIAEoAxIbChNmaXJzdF9hdHRlbXB0c19zaGVkGBAgASgDEhEKCXN1Y2Nlc3NlcxgRIAEoAxIWCg5hZG1pdF9mcmFjdGlvbhgSIAEoARIbChNyZXF1ZXN0c19wZXJfbWludXRlGBMgASgDEh8KF2lucHV0X3Rva2Vuc19wZXJfbWludXRlGBQgASgDIlwKEkxpc3RCdWNrZXRzUmVxdWVzdBIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJTChNMaXN0QnVja2V0c1Jlc3BvbnNlEiMKB2J1Y2tldHMYASADKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkifwoSQ2xlYXJCdWNrZXRSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCRIMCgRob2xkGAIgASgIEgwKBHN0b3AYAyABKAgSDwoHYnJlYWtlchgEIAEoCBIMCgRwYWNlGAUgASgIEg4KBnJlYXNvbhgGIAEoCRIOCgZ0ZW5hbnQYByABKAkiOQoTQ2xlYXJCdWNrZXRSZXNwb25zZRIiCgZidWNrZXQYASABKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldCIiChBHZXRCdWNrZXRSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCSI3ChFHZXRCdWNrZXRSZXNwb25zZRIiCgZidWNrZXQYASABKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldDLJAgoMRmxlZXRTZXJ2aWNlEk4KC0xpc3RCdWNrZXRzEh4ucG9saWN5ZC52MS5MaXN0QnVja2V0c1JlcXVlc3QaHy5wb2xpY3lkLnYxLkxpc3RCdWNrZXRzUmVzcG9uc2USSAoJR2V0QnVja2V0EhwucG9saWN5ZC52MS5HZXRCdWNrZXRSZXF1ZXN0Gh0ucG9saWN5ZC52MS5HZXRCdWNrZXRSZXNwb25zZRJPCgpDb29yZGluYXRlEh0ucG9saWN5ZC52MS5Db29yZGluYXRlUmVxdWVzdBoeLnBvbGljeWQudjEuQ29vcmRpbmF0ZVJlc3BvbnNlKAEwARJOCgtDbGVhckJ1Y2tldBIeLnBvbGljeWQudjEuQ2xlYXJCdWNrZXRSZXF1ZXN0Gh8ucG9saWN5ZC52MS5DbGVhckJ1Y2tldFJlc3BvbnNlQjVaM2dpdGh1Yi5jb20vcG9saWN5ZC9wb2xpY3lkL2dlbi9wb2xpY3lkL3YxO3BvbGljeWR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_policyd_v1_policy]);
+  fileDesc("ChZwb2xpY3lkL3YxL2ZsZWV0LnByb3RvEgpwb2xpY3lkLnYxIl8KEUNvb3JkaW5hdGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgdwcm9maWxlGAIgASgJEiYKBXVzYWdlGAMgAygLMhcucG9saWN5ZC52MS5CdWNrZXRVc2FnZSI/CgxCdWNrZXRUYXJnZXQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGa2V5X2lkGAMgASgJIqcECgtCdWNrZXRVc2FnZRIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIqCgdlbGFwc2VkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGFkbWl0dGVkGAMgASgEEgwKBHNoZWQYBCABKAQSEQoJc3VjY2VlZGVkGAUgASgEEg4KBmZhaWxlZBgGIAEoBBIPCgdyZXRyaWVzGAcgASgEEkkKEnJhdGVfbGltaXRfaGVhZGVycxgIIAMoCzItLnBvbGljeWQudjEuQnVja2V0VXNhZ2UuUmF0ZUxpbWl0SGVhZGVyc0VudHJ5Eg4KBnBhcmtlZBgJIAEoBBISCgpwYXJrZWRfbmV3GAogASgEEhAKCHJlbGVhc2VkGAsgASgEEiIKGmZpcnN0X2F0dGVtcHRfaW5wdXRfdG9rZW5zGAwgASgEEhoKEnJldHJ5X2lucHV0X3Rva2VucxgNIAEoBBIZChFpbnB1dF90b2tlbnNfdXNlZBgOIAEoBBIaChJvdXRwdXRfdG9rZW5zX3VzZWQYDyABKAQSFgoOYmF0Y2hfYWRtaXR0ZWQYECABKAQSEgoKYmF0Y2hfc2hlZBgRIAEoBBIRCglpbl9mbGlnaHQYEiABKAQaNwoVUmF0ZUxpbWl0SGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQQoSQ29vcmRpbmF0ZVJlc3BvbnNlEisKC2Fzc2lnbm1lbnRzGAEgAygLMhYucG9saWN5ZC52MS5Bc3NpZ25tZW50ItYDCgpBc3NpZ25tZW50EigKBnRhcmdldBgBIAEoCzIYLnBvbGljeWQudjEuQnVja2V0VGFyZ2V0Eg8KB2FiYW5kb24YAiABKAgSJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEikKB2JyZWFrZXIYBCABKA4yGC5wb2xpY3lkLnYxLkJyZWFrZXJTdGF0ZRInCgRob2xkGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKBHN0b3AYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoOYWRtaXRfZnJhY3Rpb24YByABKAESFQoNcHJvYmVfcGVybWl0cxgIIAEoDRIOCgZyZWFzb24YCSABKAkSJgoIZmFsbGJhY2sYCiABKAsyFC5wb2xpY3lkLnYxLkZhbGxiYWNrEiwKCXBhcmtfaGludBgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIhChRiYXRjaF9hZG1pdF9mcmFjdGlvbhgMIAEoAUgAiAEBEhcKD2luX2ZsaWdodF9sZWFzZRgNIAEoDUIXChVfYmF0Y2hfYWRtaXRfZnJhY3Rpb24ixQQKBkJ1Y2tldBIlCgVzdGF0ZRgBIAEoCzIWLnBvbGljeWQudjEuRmxlZXRTdGF0ZRINCgVzY29wZRgCIAEoCRIQCghwcm92aWRlchgDIAEoCRINCgVtb2RlbBgEIAEoCRIOCgZrZXlfaWQYBSABKAkSFwoPd2luZG93X2ZhaWx1cmVzGAYgASgFEhYKDndpbmRvd19jbGllbnRzGAcgASgFEi4KC29wZW5fcGVyaW9kGAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhkKEWRlY2lzaW9uc19jaGFuZ2VkGAkgASgDEhcKD2ZpcnN0X2NsaWVudF9pZBgKIAEoCRInCgRpZGxlGAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhkKEXN0cmVhbWluZ19jbGllbnRzGAwgASgFEg8KB3JlcG9ydHMYDSABKAMSGAoQYXNzaWdubWVudHNfc2VudBgOIAEoAxIfChdmaXJzdF9hdHRlbXB0c19hZG1pdHRlZBgPIAEoAxIbChNmaXJzdF9hdHRlbXB0c19zaGVkGBAgASgDEhEKCXN1Y2Nlc3NlcxgRIAEoAxIWCg5hZG1pdF9mcmFjdGlvbhgSIAEoARIbChNyZXF1ZXN0c19wZXJfbWludXRlGBMgASgDEh8KF2lucHV0X3Rva2Vuc19wZXJfbWludXRlGBQgASgDEikKBmxpbWl0cxgVIAMoCzIZLnBvbGljeWQudjEuUHJvdmlkZXJMaW1pdCKqAQoNUHJvdmlkZXJMaW1pdBIMCgRuYW1lGAEgASgJEhIKCnBlcl9taW51dGUYAiABKAMSDgoGcGFjaW5nGAMgASgIEhEKCXJlbWFpbmluZxgEIAEoAxInCgRzZWVuGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKCHJlc2V0X2luGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIlwKEkxpc3RCdWNrZXRzUmVxdWVzdBIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJTChNMaXN0QnVja2V0c1Jlc3BvbnNlEiMKB2J1Y2tldHMYASADKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkifwoSQ2xlYXJCdWNrZXRSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCRIMCgRob2xkGAIgASgIEgwKBHN0b3AYAyABKAgSDwoHYnJlYWtlchgEIAEoCBIMCgRwYWNlGAUgASgIEg4KBnJlYXNvbhgGIAEoCRIOCgZ0ZW5hbnQYByABKAkiOQoTQ2xlYXJCdWNrZXRSZXNwb25zZRIiCgZidWNrZXQYASABKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldCIiChBHZXRCdWNrZXRSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCSI3ChFHZXRCdWNrZXRSZXNwb25zZRIiCgZidWNrZXQYASABKAsyEi5wb2xpY3lkLnYxLkJ1Y2tldDLJAgoMRmxlZXRTZXJ2aWNlEk4KC0xpc3RCdWNrZXRzEh4ucG9saWN5ZC52MS5MaXN0QnVja2V0c1JlcXVlc3QaHy5wb2xpY3lkLnYxLkxpc3RCdWNrZXRzUmVzcG9uc2USSAoJR2V0QnVja2V0EhwucG9saWN5ZC52MS5HZXRCdWNrZXRSZXF1ZXN0Gh0ucG9saWN5ZC52MS5HZXRCdWNrZXRSZXNwb25zZRJPCgpDb29yZGluYXRlEh0ucG9saWN5ZC52MS5Db29yZGluYXRlUmVxdWVzdBoeLnBvbGljeWQudjEuQ29vcmRpbmF0ZVJlc3BvbnNlKAEwARJOCgtDbGVhckJ1Y2tldBIeLnBvbGljeWQudjEuQ2xlYXJCdWNrZXRSZXF1ZXN0Gh8ucG9saWN5ZC52MS5DbGVhckJ1Y2tldFJlc3BvbnNlQjVaM2dpdGh1Yi5jb20vcG9saWN5ZC9wb2xpY3lkL2dlbi9wb2xpY3lkL3YxO3BvbGljeWR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_policyd_v1_policy]);
 
 /**
  * CoordinateRequest is one message up the stream.
@@ -492,6 +492,13 @@ export type Bucket = Message<"policyd.v1.Bucket"> & {
    * @generated from field: int64 input_tokens_per_minute = 20;
    */
   inputTokensPerMinute: bigint;
+
+  /**
+   * The provider's limits the bucket knows of, as the last headers said.
+   *
+   * @generated from field: repeated policyd.v1.ProviderLimit limits = 21;
+   */
+  limits: ProviderLimit[];
 };
 
 /**
@@ -500,6 +507,59 @@ export type Bucket = Message<"policyd.v1.Bucket"> & {
  */
 export const BucketSchema: GenMessage<Bucket> = /*@__PURE__*/
   messageDesc(file_policyd_v1_fleet, 5);
+
+/**
+ * ProviderLimit is one of a provider's limits on a key, as its headers say.
+ *
+ * @generated from message policyd.v1.ProviderLimit
+ */
+export type ProviderLimit = Message<"policyd.v1.ProviderLimit"> & {
+  /**
+   * "requests" or "input_tokens".
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The learnt limit per minute (0: none learnt, or expired), and whether
+   * it paces the fleet's first attempts now (corroborated).
+   *
+   * @generated from field: int64 per_minute = 2;
+   */
+  perMinute: bigint;
+
+  /**
+   * @generated from field: bool pacing = 3;
+   */
+  pacing: boolean;
+
+  /**
+   * What the last headers said is left, as the provider counts it (-1:
+   * unknown), how long ago they said it, and how long until the limit is
+   * whole again by them (unset: unknown).
+   *
+   * @generated from field: int64 remaining = 4;
+   */
+  remaining: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Duration seen = 5;
+   */
+  seen?: Duration | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Duration reset_in = 6;
+   */
+  resetIn?: Duration | undefined;
+};
+
+/**
+ * Describes the message policyd.v1.ProviderLimit.
+ * Use `create(ProviderLimitSchema)` to create a new message.
+ */
+export const ProviderLimitSchema: GenMessage<ProviderLimit> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 6);
 
 /**
  * ListBucketsRequest filters the buckets; empty fields match all.
@@ -537,7 +597,7 @@ export type ListBucketsRequest = Message<"policyd.v1.ListBucketsRequest"> & {
  * Use `create(ListBucketsRequestSchema)` to create a new message.
  */
 export const ListBucketsRequestSchema: GenMessage<ListBucketsRequest> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_fleet, 6);
+  messageDesc(file_policyd_v1_fleet, 7);
 
 /**
  * ListBucketsResponse carries a page of buckets.
@@ -563,7 +623,7 @@ export type ListBucketsResponse = Message<"policyd.v1.ListBucketsResponse"> & {
  * Use `create(ListBucketsResponseSchema)` to create a new message.
  */
 export const ListBucketsResponseSchema: GenMessage<ListBucketsResponse> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_fleet, 7);
+  messageDesc(file_policyd_v1_fleet, 8);
 
 /**
  * ClearBucketRequest names a bucket as FleetState.bucket shows it, and
@@ -622,7 +682,7 @@ export type ClearBucketRequest = Message<"policyd.v1.ClearBucketRequest"> & {
  * Use `create(ClearBucketRequestSchema)` to create a new message.
  */
 export const ClearBucketRequestSchema: GenMessage<ClearBucketRequest> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_fleet, 8);
+  messageDesc(file_policyd_v1_fleet, 9);
 
 /**
  * ClearBucketResponse is the bucket after the clear.
@@ -641,7 +701,7 @@ export type ClearBucketResponse = Message<"policyd.v1.ClearBucketResponse"> & {
  * Use `create(ClearBucketResponseSchema)` to create a new message.
  */
 export const ClearBucketResponseSchema: GenMessage<ClearBucketResponse> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_fleet, 9);
+  messageDesc(file_policyd_v1_fleet, 10);
 
 /**
  * GetBucketRequest names a bucket as FleetState.bucket shows it.
@@ -660,7 +720,7 @@ export type GetBucketRequest = Message<"policyd.v1.GetBucketRequest"> & {
  * Use `create(GetBucketRequestSchema)` to create a new message.
  */
 export const GetBucketRequestSchema: GenMessage<GetBucketRequest> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_fleet, 10);
+  messageDesc(file_policyd_v1_fleet, 11);
 
 /**
  * GetBucketResponse carries the bucket.
@@ -679,7 +739,7 @@ export type GetBucketResponse = Message<"policyd.v1.GetBucketResponse"> & {
  * Use `create(GetBucketResponseSchema)` to create a new message.
  */
 export const GetBucketResponseSchema: GenMessage<GetBucketResponse> = /*@__PURE__*/
-  messageDesc(file_policyd_v1_fleet, 11);
+  messageDesc(file_policyd_v1_fleet, 12);
 
 /**
  * FleetService shows what fleet memory knows: per bucket (a provider, model

@@ -114,7 +114,7 @@ class Assignment(_message.Message):
     def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., abandon: _Optional[bool] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ..., hold: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admit_fraction: _Optional[float] = ..., probe_permits: _Optional[int] = ..., reason: _Optional[str] = ..., fallback: _Optional[_Union[_policy_pb2.Fallback, _Mapping]] = ..., park_hint: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., batch_admit_fraction: _Optional[float] = ..., in_flight_lease: _Optional[int] = ...) -> None: ...
 
 class Bucket(_message.Message):
-    __slots__ = ("state", "scope", "provider", "model", "key_id", "window_failures", "window_clients", "open_period", "decisions_changed", "first_client_id", "idle", "streaming_clients", "reports", "assignments_sent", "first_attempts_admitted", "first_attempts_shed", "successes", "admit_fraction", "requests_per_minute", "input_tokens_per_minute")
+    __slots__ = ("state", "scope", "provider", "model", "key_id", "window_failures", "window_clients", "open_period", "decisions_changed", "first_client_id", "idle", "streaming_clients", "reports", "assignments_sent", "first_attempts_admitted", "first_attempts_shed", "successes", "admit_fraction", "requests_per_minute", "input_tokens_per_minute", "limits")
     STATE_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +135,7 @@ class Bucket(_message.Message):
     ADMIT_FRACTION_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
     INPUT_TOKENS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
     state: _policy_pb2.FleetState
     scope: str
     provider: str
@@ -155,7 +156,24 @@ class Bucket(_message.Message):
     admit_fraction: float
     requests_per_minute: int
     input_tokens_per_minute: int
-    def __init__(self, state: _Optional[_Union[_policy_pb2.FleetState, _Mapping]] = ..., scope: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ..., window_failures: _Optional[int] = ..., window_clients: _Optional[int] = ..., open_period: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., decisions_changed: _Optional[int] = ..., first_client_id: _Optional[str] = ..., idle: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., streaming_clients: _Optional[int] = ..., reports: _Optional[int] = ..., assignments_sent: _Optional[int] = ..., first_attempts_admitted: _Optional[int] = ..., first_attempts_shed: _Optional[int] = ..., successes: _Optional[int] = ..., admit_fraction: _Optional[float] = ..., requests_per_minute: _Optional[int] = ..., input_tokens_per_minute: _Optional[int] = ...) -> None: ...
+    limits: _containers.RepeatedCompositeFieldContainer[ProviderLimit]
+    def __init__(self, state: _Optional[_Union[_policy_pb2.FleetState, _Mapping]] = ..., scope: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ..., window_failures: _Optional[int] = ..., window_clients: _Optional[int] = ..., open_period: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., decisions_changed: _Optional[int] = ..., first_client_id: _Optional[str] = ..., idle: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., streaming_clients: _Optional[int] = ..., reports: _Optional[int] = ..., assignments_sent: _Optional[int] = ..., first_attempts_admitted: _Optional[int] = ..., first_attempts_shed: _Optional[int] = ..., successes: _Optional[int] = ..., admit_fraction: _Optional[float] = ..., requests_per_minute: _Optional[int] = ..., input_tokens_per_minute: _Optional[int] = ..., limits: _Optional[_Iterable[_Union[ProviderLimit, _Mapping]]] = ...) -> None: ...
+
+class ProviderLimit(_message.Message):
+    __slots__ = ("name", "per_minute", "pacing", "remaining", "seen", "reset_in")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    PACING_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    SEEN_FIELD_NUMBER: _ClassVar[int]
+    RESET_IN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    per_minute: int
+    pacing: bool
+    remaining: int
+    seen: _duration_pb2.Duration
+    reset_in: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., per_minute: _Optional[int] = ..., pacing: _Optional[bool] = ..., remaining: _Optional[int] = ..., seen: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reset_in: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ListBucketsRequest(_message.Message):
     __slots__ = ("provider", "model", "page_size", "page_token")
