@@ -281,8 +281,8 @@ func (b *Bucket) paceWhy(now time.Time, c *Config, share float64, which int) str
 
 // paceWhyKey is what a pace's reason says.
 type paceWhyKey struct {
-	which           int
-	perMinute       int64
+	which            int
+	perMinute        int64
 	seen, cut, reset time.Duration
 	share, cutShare  int
 }

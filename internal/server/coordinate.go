@@ -173,8 +173,8 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 			InputTokensPerMinute: fleet.InputTokensPerMinute(t.Provider, u.GetRateLimitHeaders()),
 			RemainingShare:       fleet.RemainingShare(t.Provider, u.GetRateLimitHeaders()),
 			FirstAttemptTokens:   int64(u.GetFirstAttemptInputTokens()), RetryTokens: int64(u.GetRetryInputTokens()),
-			BatchFirst:           int64(u.GetBatchAdmitted() + u.GetBatchShed()),
-			Left:                 fleet.Left(t.Provider, u.GetRateLimitHeaders(), now)})
+			BatchFirst: int64(u.GetBatchAdmitted() + u.GetBatchShed()),
+			Left:       fleet.Left(t.Provider, u.GetRateLimitHeaders(), now)})
 	}
 	if len(m.GetUsage()) == 0 {
 		return nil
