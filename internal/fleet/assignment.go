@@ -40,6 +40,9 @@ type Usage struct {
 	// BatchFirst: the first attempts of the batch class among Admitted and
 	// Shed.
 	BatchFirst int64
+	// InFlight is how many requests the client has in flight on the
+	// target now (a gauge).
+	InFlight int64
 	// Parked is how many calls the client's gate holds parked now;
 	// ParkedNew the calls it parked at their first check, and Released
 	// the parked calls it admitted (counted in Admitted too).
@@ -57,9 +60,14 @@ type Assignment struct {
 	// interactive class's.
 	BatchAdmitFraction float64
 	Classes            bool
-	ProbePermits       uint32
-	Reason             string
-	TTL                time.Duration
+	// InFlightLease is the most requests this client may have in flight
+	// on the target when Leased: its lease of the target's cap
+	// (Config.MaxInFlight; leases.go). 0 leased: none now.
+	InFlightLease uint32
+	Leased        bool
+	ProbePermits  uint32
+	Reason        string
+	TTL           time.Duration
 	// Cause names what keeps the gate from admitting everything, for the
 	// fallback's kind.
 	Cause Cause
@@ -154,6 +162,7 @@ func (f *Fleet) Report(u Usage) {
 		b.firstAttempts.add(now, int(u.Admitted-u.Released+u.Shed+u.ParkedNew))
 		b.addBatch(now, &c.Breaker, u.BatchFirst)
 		b.reportParked(u.ClientID, u.Parked)
+		b.reportInFlight(u.ClientID, u.InFlight)
 		b.retries.add(now, int(u.Retries))
 		b.admitted.add(now, int(u.Admitted))
 		if u.Shed > 0 {
@@ -298,6 +307,10 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 			}
 		}
 	}
+	if limit := c.inFlightCap(t); limit > 0 && rl != nil {
+		a.InFlightLease, a.Leased = f.lease(rl, c, client, limit, now), true
+		why = append(why, fmt.Sprintf("a lease of %d of the %d requests in flight the target allows", a.InFlightLease, limit))
+	}
 	if paced != nil {
 		if fi, fb, ok := paced.splitByClass(now, c, a.AdmitFraction); ok {
 			a.AdmitFraction, a.BatchAdmitFraction, a.Classes = fi, fb, true
@@ -360,5 +373,6 @@ func (a Assignment) Differs(prev Assignment, prevAt, now time.Time) bool {
 	}
 	return a.Breaker != prev.Breaker || a.ProbePermits != prev.ProbePermits || ends(a.Hold, prev.Hold) || ends(a.Stop, prev.Stop) ||
 		math.Abs(a.AdmitFraction-prev.AdmitFraction) >= 0.05 || (a.AdmitFraction == 1) != (prev.AdmitFraction == 1) ||
-		a.Classes != prev.Classes || math.Abs(a.BatchAdmitFraction-prev.BatchAdmitFraction) >= 0.05
+		a.Classes != prev.Classes || math.Abs(a.BatchAdmitFraction-prev.BatchAdmitFraction) >= 0.05 ||
+		a.Leased != prev.Leased || a.InFlightLease != prev.InFlightLease
 }

@@ -74,11 +74,16 @@ type Bucket struct {
 	// replica's streams move: a replica that passed on the others' word
 	// as its own would keep the flag, and the bucket, alive for ever.
 	streamedElsewhere time.Time
-	limits            [2]learntLimit // requestLimit, tokenLimit (pace.go)
-	left              [2]limitLeft   // what the last headers said is left of them
-	tokenDemand       *tokenDemand   // input tokens reported, once a stream reports some
-	batchFirst        ring           // batch-class first attempts, once a stream reports some (classes.go)
-	paceWhyKey        paceWhyKey     // what paceWhyText says
+	limits            [2]learntLimit    // requestLimit, tokenLimit (pace.go)
+	left              [2]limitLeft      // what the last headers said is left of them
+	tokenDemand       *tokenDemand      // input tokens reported, once a stream reports some
+	batchFirst        ring              // batch-class first attempts, once a stream reports some (classes.go)
+	inFlightBy        map[string]int64  // each streamed client's requests in flight (leases.go)
+	leases            map[string]uint32 // the last apportionment of the cap
+	leasedAt          time.Time
+	leaseCap          int
+	leaseSpare        uint32     // the lease of a client that wants nothing
+	paceWhyKey        paceWhyKey // what paceWhyText says
 	paceWhyText       string
 	cut               float64 // pacing's cut after 429s (see throttled)
 	cutAt             time.Time

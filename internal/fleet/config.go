@@ -3,6 +3,7 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -33,6 +34,12 @@ type Config struct {
 	// IdleAfter: a bucket with nothing active and no failure for this long is
 	// forgotten.
 	IdleAfter time.Duration
+	// MaxInFlight caps the requests in flight on a target, for servers
+	// and providers that throttle concurrency (a self-hosted model server,
+	// a small account): "provider" or "provider/model" (lower case) → the
+	// cap, leased to the clients' gates (leases.go). A model's entry wins
+	// over its provider's.
+	MaxInFlight map[string]int
 }
 
 // HoldConfig sets how a shared cooldown releases its waiters.
@@ -182,6 +189,11 @@ func (c Config) Validate() error {
 	check(c.IdleAfter >= c.Breaker.MaxOpenFor && c.IdleAfter >= c.Stop.For, "idle_after", "%v is shorter than a stop or an open period", c.IdleAfter)
 	for s, f := range c.Scopes {
 		check(f.Provider, "scopes."+s.String(), "must include the provider")
+	}
+	for target, n := range c.MaxInFlight {
+		check(n >= 1 && n <= maxInFlightCap, "max_in_flight."+target, "%d is not within 1–%d", n, maxInFlightCap)
+		check(target != "" && target == strings.ToLower(target) && strings.Count(target, "/") <= 1, "max_in_flight."+target,
+			"want provider or provider/model, in lower case")
 	}
 	return errors.Join(errs...)
 }

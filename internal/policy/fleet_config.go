@@ -67,6 +67,14 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 			cfg.IdleAfter = v
 			continue
 		}
+		if key.Value == "max_in_flight" {
+			m, err := parseInFlightCaps(val, file)
+			if err != nil {
+				return err
+			}
+			cfg.MaxInFlight = m
+			continue
+		}
 		if key.Value == "reports_per_second" {
 			v, err := parseFloat(val)
 			if err != nil {
@@ -77,7 +85,7 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 		}
 		fields, ok := sections[key.Value]
 		if !ok {
-			return at(key, key.Value, fmt.Errorf("unknown field (want scopes, hold, stop, breaker, retry_budget, slow_start, pacing, stream, max_buckets, reports_per_second or idle_after)"))
+			return at(key, key.Value, fmt.Errorf("unknown field (want scopes, hold, stop, breaker, retry_budget, slow_start, pacing, stream, max_buckets, max_in_flight, reports_per_second or idle_after)"))
 		}
 		if val.Kind != yaml.MappingNode {
 			return at(val, key.Value, fmt.Errorf("must be a mapping"))
@@ -105,6 +113,23 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 		return errAt(file, node.Line, "fleet", "%w", err)
 	}
 	return nil
+}
+
+// parseInFlightCaps reads `max_in_flight: {provider/model: N, provider: N}`.
+func parseInFlightCaps(node *yaml.Node, file string) (map[string]int, error) {
+	if node.Kind != yaml.MappingNode {
+		return nil, errAt(file, node.Line, "fleet.max_in_flight", "must be a mapping of provider or provider/model to a cap")
+	}
+	caps := make(map[string]int, len(node.Content)/2)
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		k, v := node.Content[i], node.Content[i+1]
+		n, err := parseInt(v)
+		if err != nil {
+			return nil, errAt(file, v.Line, "fleet.max_in_flight."+k.Value, "%w", err)
+		}
+		caps[strings.ToLower(k.Value)] = n
+	}
+	return caps, nil
 }
 
 // parseScopes reads `scopes: {rate_limit: [provider, key, model], ...}`.

@@ -173,8 +173,8 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 			InputTokensPerMinute: fleet.InputTokensPerMinute(t.Provider, u.GetRateLimitHeaders()),
 			RemainingShare:       fleet.RemainingShare(t.Provider, u.GetRateLimitHeaders()),
 			FirstAttemptTokens:   int64(u.GetFirstAttemptInputTokens()), RetryTokens: int64(u.GetRetryInputTokens()),
-			BatchFirst: int64(u.GetBatchAdmitted() + u.GetBatchShed()),
-			Left:       fleet.Left(t.Provider, u.GetRateLimitHeaders(), now)})
+			BatchFirst: int64(u.GetBatchAdmitted() + u.GetBatchShed()), InFlight: int64(min(u.GetInFlight(), maxParked)),
+			Left: fleet.Left(t.Provider, u.GetRateLimitHeaders(), now)})
 	}
 	if len(m.GetUsage()) == 0 {
 		return nil
@@ -250,6 +250,9 @@ func (c *coordination) assignmentProto(t fleet.Target, a fleet.Assignment) *poli
 	}
 	if a.Classes {
 		out.BatchAdmitFraction = proto.Float64(a.BatchAdmitFraction)
+	}
+	if a.Leased {
+		out.InFlightLease = proto.Uint32(a.InFlightLease)
 	}
 	if !a.Admits() && c.s.policies != nil {
 		out.Fallback = c.s.policies.Policy().GateFallback(t, a.Cause, c.s.fleet)

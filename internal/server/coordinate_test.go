@@ -373,3 +373,17 @@ func TestCoordinateTokensAndClasses(t *testing.T) {
 		t.Fatalf("limits %v", b.GetBucket().GetLimits())
 	}
 }
+
+// A target's cap on requests in flight reaches the gates as leases.
+func TestCoordinateInFlightLease(t *testing.T) {
+	h := newStreamHarness(t, strings.Replace(streamTestPolicy, "fleet:\n", "fleet:\n  max_in_flight: {openai/gpt-4o: 8}\n", 1))
+	ctx := testContext(t)
+	one, two := h.open(ctx, "agent-1"), h.open(ctx, "agent-2")
+	two.report(&policydv1.BucketUsage{Admitted: 1, InFlight: 1})
+	one.report(&policydv1.BucketUsage{Admitted: 1, InFlight: 3})
+	// Weights 4 and 2 of 8: 5.33 and 2.67, the larger remainder rounded up.
+	a := one.next("a lease", func(a *policydv1.Assignment) bool { return a.InFlightLease != nil })
+	if a.GetInFlightLease() != 5 || !strings.Contains(a.GetReason(), "a lease of 5 of the 8 requests in flight") {
+		t.Fatalf("assignment %v, want a lease of 5", a)
+	}
+}

@@ -443,9 +443,11 @@ type Assignment struct {
 	// (admitted at admit_fraction) keep their share. Unset: admit_fraction
 	// for both classes.
 	BatchAdmitFraction *float64 `protobuf:"fixed64,12,opt,name=batch_admit_fraction,json=batchAdmitFraction,proto3,oneof" json:"batch_admit_fraction,omitempty"`
-	// The most calls this client may have in flight on the bucket, its lease
-	// of the bucket's cap on concurrent requests; 0: no cap.
-	InFlightLease uint32 `protobuf:"varint,13,opt,name=in_flight_lease,json=inFlightLease,proto3" json:"in_flight_lease,omitempty"`
+	// The most requests this client may have in flight on the target, its
+	// lease of the target's cap on concurrent requests (the policy file's
+	// fleet.max_in_flight); the gate parks first attempts past it. Unset: no
+	// cap; 0: none now.
+	InFlightLease *uint32 `protobuf:"varint,13,opt,name=in_flight_lease,json=inFlightLease,proto3,oneof" json:"in_flight_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -565,8 +567,8 @@ func (x *Assignment) GetBatchAdmitFraction() float64 {
 }
 
 func (x *Assignment) GetInFlightLease() uint32 {
-	if x != nil {
-		return x.InFlightLease
+	if x != nil && x.InFlightLease != nil {
+		return *x.InFlightLease
 	}
 	return 0
 }
@@ -1279,7 +1281,7 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
 	"\x12CoordinateResponse\x128\n" +
-	"\vassignments\x18\x01 \x03(\v2\x16.policyd.v1.AssignmentR\vassignments\"\xdd\x04\n" +
+	"\vassignments\x18\x01 \x03(\v2\x16.policyd.v1.AssignmentR\vassignments\"\xf6\x04\n" +
 	"\n" +
 	"Assignment\x120\n" +
 	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x12\x18\n" +
@@ -1294,9 +1296,10 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\bfallback\x18\n" +
 	" \x01(\v2\x14.policyd.v1.FallbackR\bfallback\x126\n" +
 	"\tpark_hint\x18\v \x01(\v2\x19.google.protobuf.DurationR\bparkHint\x125\n" +
-	"\x14batch_admit_fraction\x18\f \x01(\x01H\x00R\x12batchAdmitFraction\x88\x01\x01\x12&\n" +
-	"\x0fin_flight_lease\x18\r \x01(\rR\rinFlightLeaseB\x17\n" +
-	"\x15_batch_admit_fraction\"\xde\x06\n" +
+	"\x14batch_admit_fraction\x18\f \x01(\x01H\x00R\x12batchAdmitFraction\x88\x01\x01\x12+\n" +
+	"\x0fin_flight_lease\x18\r \x01(\rH\x01R\rinFlightLease\x88\x01\x01B\x17\n" +
+	"\x15_batch_admit_fractionB\x12\n" +
+	"\x10_in_flight_lease\"\xde\x06\n" +
 	"\x06Bucket\x12,\n" +
 	"\x05state\x18\x01 \x01(\v2\x16.policyd.v1.FleetStateR\x05state\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1a\n" +
