@@ -82,7 +82,6 @@ type Bucket struct {
 	leases            map[string]uint32 // the last apportionment of the cap
 	leasedAt          time.Time
 	leaseCap          int
-	leaseSpare        uint32     // the lease of a client that wants nothing
 	paceWhyKey        paceWhyKey // what paceWhyText says
 	paceWhyText       string
 	cut               float64 // pacing's cut after 429s (see throttled)
