@@ -206,7 +206,7 @@ CROSS JOIN LATERAL (
 WHERE a.in_scope OR a.fleet_stopped;
 
 -- One row per incident: incident_spans' columns, and what the journal adds:
---   first_failure_at, _type, _rule, _context_id: the incident's earliest
+--   first_failure_at, _type, _rule, _context_id, _agent: the incident's earliest
 --     journaled failure of the bucket's scope; without one, the first event's
 --     time, and the type read off the first breaker_open's reason ("last:
 --     OVERLOADED") or fleet_stop's ("AUTH_INVALID on key ...").
@@ -249,6 +249,7 @@ SELECT s.incident_id,
                 '')                                                        AS first_failure_type,
        coalesce(j.first_rule, '')                                          AS first_failure_rule,
        j.first_context_id                                                  AS first_failure_context_id,
+       coalesce(j.first_agent, '')                                         AS first_failure_agent,
        extract(epoch FROM s.recovered_at - coalesce(j.first_at, s.started_at)) AS recovery_seconds,
        s.breaker_state,
        s.breaker_opens,
@@ -275,6 +276,7 @@ LEFT JOIN (
            (array_agg(a.failure_type ORDER BY a.at, a.context_id, a.attempt) FILTER (WHERE a.in_scope))[1] AS first_type,
            (array_agg(a.rule ORDER BY a.at, a.context_id, a.attempt) FILTER (WHERE a.in_scope))[1]         AS first_rule,
            (array_agg(a.context_id ORDER BY a.at, a.context_id, a.attempt) FILTER (WHERE a.in_scope))[1]   AS first_context_id,
+           (array_agg(a.agent ORDER BY a.at, a.context_id, a.attempt) FILTER (WHERE a.in_scope))[1]        AS first_agent,
            count(*) FILTER (WHERE a.in_scope)                                             AS failed_attempts,
            count(*) FILTER (WHERE a.in_scope AND a.decision = 'retry' AND a.at >= s.started_at) AS retries_held,
            count(*) FILTER (WHERE a.fleet_stopped AND a.decision = 'stop')                AS stopped,

@@ -367,7 +367,7 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	gOpts = append(gOpts, server.WithServerOptions(cfg.security.ServerOptions(logger)...))
-	fsrv := server.NewFleetServer(f, ps)
+	fsrv := server.NewFleetServer(f, ps, server.WithIncidentJournal(store))
 	fsrv.SetAdmins(cfg.admins)
 	gs, hs := server.NewGRPCServer(ps, server.NewJournalServer(store, ps), fsrv, logger, gOpts...)
 

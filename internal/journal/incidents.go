@@ -44,10 +44,11 @@ type Incident struct {
 	// FirstEvent, FirstReason are the first event and why;
 	// FirstClientID the client the first event that names one names.
 	FirstEvent, FirstReason, FirstClientID string
-	// The first failure: from the journal when an agent journaled it (else
-	// the first event's time, and the type its reason names, if any).
-	FirstFailureAt                                            time.Time
-	FirstFailureType, FirstFailureRule, FirstFailureContextID string
+	// The first failure: from the journal when an agent journaled it, with
+	// its context and that context's agent (else the first event's time, and
+	// the type its reason names, if any).
+	FirstFailureAt                                                               time.Time
+	FirstFailureType, FirstFailureRule, FirstFailureContextID, FirstFailureAgent string
 	// Recovery is from the first failure to RecoveredAt (0: not recovered).
 	Recovery time.Duration
 	// BreakerState is the breaker's last move (BreakerOpen, ...), "" when
@@ -116,7 +117,7 @@ const activityTail = 10 * time.Second
 
 const incidentColumns = `incident_id, tenant, bucket, scope, provider, model, key_id, started_at, last_event_at,
 	recovered_at, open, first_event, first_reason, first_client_id, first_failure_at, first_failure_type,
-	first_failure_rule, coalesce(first_failure_context_id::text, ''), coalesce(recovery_seconds, 0)::float8,
+	first_failure_rule, coalesce(first_failure_context_id::text, ''), first_failure_agent, coalesce(recovery_seconds, 0)::float8,
 	coalesce(breaker_state, ''), breaker_opens, holds, stops, budget_exhausted, clears, events, shed,
 	failed_attempts, retries_held, stopped, fell_back, baseline_per_second::float8, retries_avoided, until_at`
 
@@ -128,7 +129,7 @@ func scanIncident(row pgx.Row) (Incident, error) {
 	)
 	err := row.Scan(&in.ID, &in.Tenant, &in.Bucket, &in.Scope, &in.Provider, &in.Model, &in.KeyID, &in.StartedAt,
 		&in.LastEventAt, &recovered, &in.Open, &in.FirstEvent, &in.FirstReason, &in.FirstClientID, &in.FirstFailureAt,
-		&in.FirstFailureType, &in.FirstFailureRule, &in.FirstFailureContextID, &seconds, &in.BreakerState,
+		&in.FirstFailureType, &in.FirstFailureRule, &in.FirstFailureContextID, &in.FirstFailureAgent, &seconds, &in.BreakerState,
 		&in.BreakerOpens, &in.Holds, &in.Stops, &in.BudgetExhausted, &in.Clears, &in.Events, &in.Shed,
 		&in.FailedAttempts, &in.RetriesHeld, &in.Stopped, &in.FellBack, &in.BaselinePerSecond, &in.RetriesAvoided, &in.Until)
 	if err != nil {

@@ -167,15 +167,15 @@ func TestIncidents(t *testing.T) {
 			outage = in
 		}
 	}
-	got := fmt.Sprintf("first failure %v in %v; recovery %v; opens=%d events=%d shed=%d failed=%d held=%d stopped=%d fell_back=%d baseline=%.1f/s avoided=%d",
-		outage.FirstFailureAt.Sub(t0), outage.FirstFailureContextID == f.firstContext, outage.Recovery, outage.BreakerOpens,
+	got := fmt.Sprintf("first failure %v in %v of %s; recovery %v; opens=%d events=%d shed=%d failed=%d held=%d stopped=%d fell_back=%d baseline=%.1f/s avoided=%d",
+		outage.FirstFailureAt.Sub(t0), outage.FirstFailureContextID == f.firstContext, outage.FirstFailureAgent, outage.Recovery, outage.BreakerOpens,
 		outage.Events, outage.Shed, outage.FailedAttempts, outage.RetriesHeld, outage.Stopped, outage.FellBack,
 		outage.BaselinePerSecond, outage.RetriesAvoided)
 	// Failures: 20 up to the opening, 5 after (the INVALID_REQUEST is not
 	// the bucket's; "OpenAI" is). Held: the retries from the opening on
 	// (the failure that opened it is held too). Avoided: 2/s over the 10 s
 	// to the close, less the 5 sent.
-	wantOutage := "first failure -9.5s in true; recovery 19.5s; opens=2 events=8 shed=12 failed=25 held=4 stopped=1 fell_back=1 baseline=2.0/s avoided=15"
+	wantOutage := "first failure -9.5s in true of agent-1; recovery 19.5s; opens=2 events=8 shed=12 failed=25 held=4 stopped=1 fell_back=1 baseline=2.0/s avoided=15"
 	if got != wantOutage {
 		t.Errorf("outage:\n%s\nwant:\n%s", got, wantOutage)
 	}
