@@ -11,6 +11,12 @@
 --   gap journal_fleet_first_failures cuts at. The end of a hold or an open
 --   period counts because the fleet journals nothing while one lasts: a
 --   5-minute hold is one event.
+-- * An incident is trouble the fleet saw: a run of events with at least
+--   one hold_set, breaker_open, fleet_stop or budget_exhausted (failures
+--   caused them). A run of other events alone is none: the clients' gates
+--   shed a target's first attempts in every bucket of the target (its rate
+--   limit's too) while one of them is in trouble, and a breaker's close can
+--   come after its open period and the gap.
 -- * An incident's id is the id of its first event (fleet_events.id).
 -- * The journal adds what the events do not hold. An attempt is the
 --   bucket's when it has the incident's tenant, provider (lower case, as
@@ -146,6 +152,7 @@ WITH grouped AS (
                 FILTER (WHERE ie.event IN ('breaker_open', 'fleet_stop')))[1] AS first_failure_reason
     FROM incident_events ie
     GROUP BY ie.tenant, ie.bucket, ie.incident_id
+    HAVING count(*) FILTER (WHERE ie.event IN ('hold_set', 'breaker_open', 'fleet_stop', 'budget_exhausted')) > 0
 ), ended AS (
     SELECT g.*,
            CASE WHEN g.breaker_state IN ('open', 'half_open') THEN NULL

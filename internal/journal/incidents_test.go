@@ -42,6 +42,8 @@ func newIncidentFixture(t *testing.T) *incidentFixture {
 		switch bucket {
 		case "auth:openai@key-a":
 			k.Model, k.KeyID = "", "key-a"
+		case "rate_limit:openai/gpt-4o@key-a":
+			k.KeyID = "key-a"
 		case "availability:anthropic/claude":
 			k.Provider, k.Model = "anthropic", "claude"
 		}
@@ -59,6 +61,10 @@ func newIncidentFixture(t *testing.T) *incidentFixture {
 		ev("acme", bucketAv, av, journal.FleetBreakerHalfOpen, T(8), "", "open for 2s; probing", nil),
 		ev("acme", bucketAv, av, journal.FleetBreakerClose, T(10), "", "2 successes reported while half-open", nil),
 		ev("acme", bucketAv, av, journal.FleetSlowStart, T(10), "", "slow start", map[string]int64{"window_ms": 5000}),
+		// Shed first attempts alone are no incident: the gates shed in every
+		// bucket of a target while one is in trouble.
+		ev("acme", "rate_limit:openai/gpt-4o@key-a", journal.FleetScopeRateLimit, journal.FleetShed, T(1), "agent-3",
+			"clients' gates did not admit first attempts", map[string]int64{"shed": 7}),
 		// A tenant limit is about the tenant: no incident of its own.
 		ev("acme", bucketAv, av, journal.FleetTenantLimit, T(100), "", "buckets", nil),
 		// A long hold: 100 s between its events, but the first hold lasts 90 s.
