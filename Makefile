@@ -57,6 +57,7 @@ FUZZ_TARGETS := \
 	./internal/auth:FuzzParseTokens \
 	./internal/policy:FuzzParse \
 	./internal/journal:FuzzDecodePageToken \
+	./internal/journal:FuzzDecodeIncidentToken \
 	./internal/cases:FuzzParse \
 	./internal/server:FuzzValidateClassifyRequest \
 	./internal/server:FuzzValidateNextDelayRequest \
