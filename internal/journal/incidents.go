@@ -13,13 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// IncidentGap is the quiet time that separates a bucket's incidents in the
-// incidents view (migration 011): an event continues the incident when it
-// comes less than this long after the previous event, or after the end of a
-// hold, stop or open period the incident set. It is the fleet's own
-// incident gap (a failure after a minute without one starts a new run).
-const IncidentGap = time.Minute
-
 // Breaker states of an incident's breaker (Incident.BreakerState).
 const (
 	BreakerOpen     = "open"
