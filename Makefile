@@ -57,6 +57,7 @@ FUZZ_TARGETS := \
 	./internal/auth:FuzzParseTokens \
 	./internal/policy:FuzzParse \
 	./internal/journal:FuzzDecodePageToken \
+	./internal/journal:FuzzDecodeIncidentToken \
 	./internal/cases:FuzzParse \
 	./internal/server:FuzzValidateClassifyRequest \
 	./internal/server:FuzzValidateNextDelayRequest \
@@ -105,7 +106,7 @@ test-all: check-generate lint deploy-check go-test sim-goals conformance clients
 ##@ Parts of `make test`
 
 .PHONY: go-test
-go-test: build $(STAMPS)/grpcurl-$(GRPCURL_VERSION) ## Run the Go tests with -race (TEST_DATABASE_URL, else private clusters).
+go-test: build $(STAMPS)/grpcurl-$(GRPCURL_VERSION) $(STAMPS)/chromium ## Run the Go tests with -race (TEST_DATABASE_URL, else private clusters).
 	go test $(GO_TEST_FLAGS) $(GO_PACKAGES)
 
 .PHONY: sim-goals
@@ -216,7 +217,7 @@ simulate: ## The fleet simulation: every scenario, lifetime and policy, one line
 	./bin/policyd-sim -svg-dir docs/fleet -doc docs/fleet-simulation.md -replicas 1,3 -database-url "$$url"
 
 .PHONY: tools
-tools: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(STAMPS)/golangci-lint-$(GOLANGCI_LINT_VERSION) $(STAMPS)/grpcurl-$(GRPCURL_VERSION) $(STAMPS)/promtool-$(PROMTOOL_VERSION) ## Install the pinned tools into .bin.
+tools: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(STAMPS)/golangci-lint-$(GOLANGCI_LINT_VERSION) $(STAMPS)/grpcurl-$(GRPCURL_VERSION) $(STAMPS)/promtool-$(PROMTOOL_VERSION) $(STAMPS)/chromium ## Install the pinned tools into .bin (and Chromium, with apt-get, where missing).
 
 .PHONY: clean
 clean: ## Remove build output (keeps .bin tools).
@@ -240,4 +241,9 @@ $(STAMPS)/grpcurl-$(GRPCURL_VERSION):
 	@mkdir -p $(STAMPS) && touch $@
 $(STAMPS)/promtool-$(PROMTOOL_VERSION):
 	go install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+	@mkdir -p $(STAMPS) && touch $@
+# Headless Chromium for the status page's browser test: Debian's package,
+# installed with apt-get only where no Chromium is found.
+$(STAMPS)/chromium:
+	scripts/chromium.sh >/dev/null
 	@mkdir -p $(STAMPS) && touch $@

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -37,10 +38,30 @@ daemon's --admin-tenants may clear, any tenant's bucket (--tenant; default
 the caller's own).
 `
 
-// fleetFlags are the connection flags every fleet subcommand takes.
+// fleetFlags are the connection flags of the commands that call a running
+// daemon (fleet, incidents).
 type fleetFlags struct {
 	addr, token, tlsCA *string
 	timeout            *time.Duration
+}
+
+// defineFleetFlags defines the connection flags on fs.
+func defineFleetFlags(fs *flag.FlagSet) fleetFlags {
+	return fleetFlags{
+		addr:    fs.String("addr", envOr("POLICYD_ADDR", defaultListen), "the daemon's `address`, host:port (env POLICYD_ADDR)"),
+		token:   fs.String("token", os.Getenv("POLICYD_TOKEN"), "bearer `token` when the daemon authenticates (env POLICYD_TOKEN)"),
+		tlsCA:   fs.String("tls-ca", os.Getenv("POLICYD_TLS_CA"), "CA certificates PEM `file`: connect with TLS, trusting them (env POLICYD_TLS_CA)"),
+		timeout: fs.Duration("timeout", 10*time.Second, "deadline of each call"),
+	}
+}
+
+// call is the context of one call: the --timeout, and the --token.
+func (f fleetFlags) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithTimeout(ctx, *f.timeout)
+	if *f.token != "" {
+		c = metadata.AppendToOutgoingContext(c, "authorization", "Bearer "+*f.token)
+	}
+	return c, cancel
 }
 
 func fleetCmd(ctx context.Context, args []string, stdout io.Writer) error {
@@ -53,12 +74,7 @@ func fleetCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	sub, rest := args[0], args[1:]
 	fs := newFlagSet("fleet "+sub, fleetUsage)
-	ff := fleetFlags{
-		addr:    fs.String("addr", envOr("POLICYD_ADDR", defaultListen), "the daemon's `address`, host:port (env POLICYD_ADDR)"),
-		token:   fs.String("token", os.Getenv("POLICYD_TOKEN"), "bearer `token` when the daemon authenticates (env POLICYD_TOKEN)"),
-		tlsCA:   fs.String("tls-ca", os.Getenv("POLICYD_TLS_CA"), "CA certificates PEM `file`: connect with TLS, trusting them (env POLICYD_TLS_CA)"),
-		timeout: fs.Duration("timeout", 10*time.Second, "deadline of each call"),
-	}
+	ff := defineFleetFlags(fs)
 	var provider, model, tenant, reason *string
 	var hold, stop, breaker, pace *bool
 	switch sub {
@@ -87,19 +103,13 @@ func fleetCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() != want {
 		return usageErrorf("fleet %s: want %d argument(s) (a bucket name), got %d; see 'policyd fleet --help'", sub, want, fs.NArg())
 	}
-	conn, err := ff.dial()
+	conn, err := ff.dial("fleet")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = conn.Close() }()
 	fc := policydv1.NewFleetServiceClient(conn)
-	call := func() (context.Context, context.CancelFunc) {
-		c, cancel := context.WithTimeout(ctx, *ff.timeout)
-		if *ff.token != "" {
-			c = metadata.AppendToOutgoingContext(c, "authorization", "Bearer "+*ff.token)
-		}
-		return c, cancel
-	}
+	call := func() (context.Context, context.CancelFunc) { return ff.call(ctx) }
 	var resp proto.Message
 	switch sub {
 	case "list":
@@ -141,23 +151,24 @@ func fleetCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	return err
 }
 
-// dial connects to the daemon, with TLS when --tls-ca is given.
-func (f fleetFlags) dial() (*grpc.ClientConn, error) {
+// dial connects to the daemon, with TLS when --tls-ca is given; errors
+// name the command cmd.
+func (f fleetFlags) dial(cmd string) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if *f.tlsCA != "" {
 		pem, err := os.ReadFile(*f.tlsCA)
 		if err != nil {
-			return nil, usageErrorf("fleet: --tls-ca: %v", err)
+			return nil, usageErrorf("%s: --tls-ca: %v", cmd, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, usageErrorf("fleet: --tls-ca: no certificate in %s", *f.tlsCA)
+			return nil, usageErrorf("%s: --tls-ca: no certificate in %s", cmd, *f.tlsCA)
 		}
 		creds = credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	}
 	conn, err := grpc.NewClient(*f.addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
-		return nil, usageErrorf("fleet: --addr %q: %v", *f.addr, err)
+		return nil, usageErrorf("%s: --addr %q: %v", cmd, *f.addr, err)
 	}
 	return conn, nil
 }

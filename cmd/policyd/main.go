@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -37,6 +38,7 @@ Commands:
   migrate        apply the journal's schema migrations
   prune          delete finished journal contexts older than an age
   fleet          show and clear a running daemon's fleet memory (list, get, clear)
+  incidents      list a running daemon's incidents, or show one with its timeline
   version        print the version
   help           print this help, or a command's: policyd help <command>
 
@@ -68,6 +70,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return pruneCmd(ctx, rest, stdout)
 	case "fleet":
 		return fleetCmd(ctx, rest, stdout)
+	case "incidents":
+		return incidentsCmd(ctx, rest, time.Now(), stdout)
 	case "version":
 		return printVersion(rest, stdout)
 	case "help":

@@ -18,6 +18,7 @@ import (
 	"github.com/policyd/policyd/internal/metrics"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/server"
+	"github.com/policyd/policyd/internal/statuspage"
 	"github.com/policyd/policyd/internal/telemetry"
 	"github.com/policyd/policyd/internal/webhook"
 )
@@ -63,6 +64,10 @@ over HTTP on that address, without authentication: /metrics (Prometheus:
 policyd_decisions_total, policyd_nextdelay_journal_total, policyd_journal_*,
 policyd_fleet_*, grpc_server_*, go_*, process_*), /healthz (liveness) and
 /readyz[?service=NAME] (200 when that health service is SERVING, else 503).
+It also serves a read-only status page at / (and /status): the buckets,
+the open and recent incidents with their timelines, the recent failed
+contexts; with --auth-tokens it needs a token (Authorization: Bearer TOKEN,
+or as a browser's basic-authentication password) and shows that tenant's.
 --pprof adds Go's profiles (/debug/pprof/) to that address.
 
 Fleet memory (--fleet on, the default; docs/fleet.md) shares each failure
@@ -367,9 +372,10 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	gOpts = append(gOpts, server.WithServerOptions(cfg.security.ServerOptions(logger)...))
-	fsrv := server.NewFleetServer(f, ps)
+	fsrv := server.NewFleetServer(f, ps, server.WithIncidentJournal(store))
 	fsrv.SetAdmins(cfg.admins)
-	gs, hs := server.NewGRPCServer(ps, server.NewJournalServer(store, ps), fsrv, logger, gOpts...)
+	jsrv := server.NewJournalServer(store, ps)
+	gs, hs := server.NewGRPCServer(ps, jsrv, fsrv, logger, gOpts...)
 
 	// The background parts, stopped in the reverse order.
 	lc.run(rl.run)
@@ -395,6 +401,9 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 			gs.Stop()
 			return fmt.Errorf("serve: %w", err)
 		}
+		page := statusPage(cfg, fsrv, jsrv)
+		metricsSrv.Handle("GET /{$}", page)
+		metricsSrv.Handle("GET /status", page)
 		go func() { metricsServed <- metricsSrv.Serve() }()
 		logger.Info("serving metrics", "addr", metricsSrv.Addr().String())
 	}
@@ -427,6 +436,17 @@ func runDaemon(ctx context.Context, cfg *serveConfig) error {
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// statusPage is the read-only status page served on the metrics address:
+// it reads through the fleet and journal services, behind the daemon's
+// bearer tokens when it authenticates.
+func statusPage(cfg *serveConfig, fsrv *server.FleetServer, jsrv *server.JournalServer) *statuspage.Page {
+	opts := []statuspage.Option{statuspage.WithLogger(cfg.logger)}
+	if cfg.security.Auth != nil {
+		opts = append(opts, statuspage.WithAuth(cfg.security.Auth))
+	}
+	return statuspage.New(fsrv, jsrv, opts...)
 }
 
 // openFleet makes the fleet: its events' sink (the log, the journal's

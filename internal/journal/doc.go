@@ -2,7 +2,10 @@
 // attempt of an operation that may be retried, the decision taken after it,
 // and, for contexts that failed, an error report with the root cause, the
 // recovery action and the full attempt history. Post-mortems are SQL over
-// the tables and the journal_* views (see migrations/001_journal.sql).
+// the tables and the journal_* views (see migrations/001_journal.sql), and
+// the incidents view reads the fleet's events and the attempts back as one
+// bucket's trouble from its first failure to its recovery (ListIncidents,
+// GetIncident; migrations/011_incidents.sql).
 //
 // It owns the journal's tables, views and migrations (the fleet's tables
 // too: one schema, one migrator), and nothing of fleet memory itself: the

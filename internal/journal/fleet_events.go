@@ -204,16 +204,7 @@ func (s *Store) ListFleetEvents(ctx context.Context, tenant, bucket string, sinc
 		if err != nil {
 			return err
 		}
-		events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (FleetEvent, error) {
-			var e FleetEvent
-			err := r.Scan(&e.At, &e.Tenant, &e.Bucket, &e.Scope, &e.Provider, &e.Model, &e.KeyID, &e.Event,
-				&e.Reason, &e.ClientID, &e.Replica, &e.Counts, &e.Identity, &e.Peer)
-			e.At = e.At.UTC()
-			if len(e.Counts) == 0 {
-				e.Counts = nil
-			}
-			return e, err
-		})
+		events, err = pgx.CollectRows(rows, scanFleetEvent)
 		return err
 	})
 	if err != nil {
@@ -223,6 +214,18 @@ func (s *Store) ListFleetEvents(ctx context.Context, tenant, bucket string, sinc
 		events = []FleetEvent{}
 	}
 	return events, nil
+}
+
+// scanFleetEvent reads a fleet_events row as ListFleetEvents selects it.
+func scanFleetEvent(r pgx.CollectableRow) (FleetEvent, error) {
+	var e FleetEvent
+	err := r.Scan(&e.At, &e.Tenant, &e.Bucket, &e.Scope, &e.Provider, &e.Model, &e.KeyID, &e.Event,
+		&e.Reason, &e.ClientID, &e.Replica, &e.Counts, &e.Identity, &e.Peer)
+	e.At = e.At.UTC()
+	if len(e.Counts) == 0 {
+		e.Counts = nil
+	}
+	return e, err
 }
 
 // nullTime is t, or NULL for the zero time.

@@ -43,7 +43,8 @@ func sequenceExists(t *testing.T, url, name string) bool {
 }
 
 var schema = []string{
-	"error_reports", "fleet_events", "fleet_replicas", "fleet_state", "journal_contexts", "journal_failed_contexts",
+	"error_reports", "fleet_events", "fleet_replicas", "fleet_state", "incident_attempts", "incident_events",
+	"incident_spans", "incidents", "journal_contexts", "journal_failed_contexts",
 	"journal_failures_per_hour", "journal_fleet_breaker_periods", "journal_fleet_first_failures",
 	"journal_fleet_saved_attempts", "journal_retry_success_rate", "journal_unrecognized_failures", "journal_wait_per_context",
 	"journal_wait_per_provider", "retry_attempts", "retry_contexts",
@@ -51,8 +52,11 @@ var schema = []string{
 
 // fleetRelations are what migrations 4 and 6 add: the fleet's events, then
 // the state the replicas share.
-var fleetRelations = []string{"fleet_events", "journal_fleet_breaker_periods", "journal_fleet_first_failures",
-	"journal_fleet_saved_attempts", "fleet_replicas", "fleet_state"}
+var fleetRelations = append([]string{"fleet_events", "journal_fleet_breaker_periods", "journal_fleet_first_failures",
+	"journal_fleet_saved_attempts", "fleet_replicas", "fleet_state"}, incidentRelations...)
+
+// incidentRelations are what migration 11 adds: the incidents' views.
+var incidentRelations = []string{"incident_attempts", "incident_events", "incident_spans", "incidents"}
 
 // without returns schema without the relations named.
 func without(names ...string) []string {
@@ -70,8 +74,10 @@ func TestMigrateUpDownUp(t *testing.T) {
 	}{
 		{"up on an empty database", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"up again changes nothing", func() error { return journal.Migrate(ctx, url) }, schema},
+		{"down to the tenth schema", func() error { return journal.MigrateTo(ctx, url, 10) }, without(incidentRelations...)},
+		{"up from the tenth schema", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"down to the fifth schema", func() error { return journal.MigrateTo(ctx, url, 5) },
-			without("fleet_replicas", "fleet_state")},
+			without(append([]string{"fleet_replicas", "fleet_state"}, incidentRelations...)...)},
 		{"up from the fifth schema", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"down to the third schema", func() error { return journal.MigrateTo(ctx, url, 3) }, without(fleetRelations...)},
 		{"up from the third schema", func() error { return journal.Migrate(ctx, url) }, schema},

@@ -29,3 +29,25 @@ func FuzzDecodePageToken(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeIncidentToken does the same for ListIncidents' page tokens.
+func FuzzDecodeIncidentToken(f *testing.F) {
+	f.Add(encodeIncidentToken(time.Date(2026, 11, 22, 12, 0, 0, 123000, time.UTC), 42))
+	f.Add("")
+	f.Add("aTEuMTIzLjQ1")
+	f.Add("not base64!")
+	f.Fuzz(func(t *testing.T, token string) {
+		at, id, err := decodeIncidentToken(token)
+		if err != nil {
+			ie, ok := errors.AsType[*InvalidError](err)
+			if !ok || ie.Field != "page_token" {
+				t.Fatalf("error %v does not name page_token", err)
+			}
+			return
+		}
+		at2, id2, err := decodeIncidentToken(encodeIncidentToken(at, id))
+		if err != nil || !at2.Equal(at) || id2 != id {
+			t.Fatalf("round trip of (%v, %d) gave (%v, %d, %v)", at, id, at2, id2, err)
+		}
+	})
+}

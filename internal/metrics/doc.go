@@ -2,7 +2,8 @@
 // its own (never the global one) with the gRPC server's metrics, the
 // decisions NextDelay takes, the journal's batches, queue and health, and
 // the Go runtime and process collectors; and the HTTP server that exposes
-// them on --metrics-listen with /metrics, /healthz and /readyz.
+// them on --metrics-listen with /metrics, /healthz and /readyz (and, handed
+// to it by the daemon, the status page).
 //
 // The packages it observes know nothing of Prometheus: the server tells a
 // server.DecisionObserver, the journal a journal.Observer, and Metrics is

@@ -28,6 +28,7 @@ import (
 type HTTPServer struct {
 	srv *http.Server
 	lis net.Listener
+	mux *http.ServeMux
 }
 
 // HealthChecker answers a grpc.health.v1 Check: a health.Server, or the
@@ -77,6 +78,7 @@ func (m *Metrics) Listen(ctx context.Context, addr string, hs HealthChecker, log
 	}
 	return &HTTPServer{
 		lis: lis,
+		mux: mux,
 		srv: &http.Server{
 			Handler:           mux,
 			ReadHeaderTimeout: 5 * time.Second,
@@ -84,6 +86,10 @@ func (m *Metrics) Listen(ctx context.Context, addr string, hs HealthChecker, log
 		},
 	}, nil
 }
+
+// Handle serves h at pattern (http.ServeMux's patterns) besides the
+// metrics and health, e.g. the status page; call it before Serve.
+func (s *HTTPServer) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // Addr is the address the server listens on.
 func (s *HTTPServer) Addr() net.Addr { return s.lis.Addr() }

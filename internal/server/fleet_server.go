@@ -9,6 +9,7 @@ import (
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/auth"
 	"github.com/policyd/policyd/internal/fleet"
+	"github.com/policyd/policyd/internal/journal"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/validate"
 )
@@ -21,12 +22,17 @@ type FleetServer struct {
 	policies PolicySource    // the fallback chains and profiles Coordinate reads; may be nil
 	drain    <-chan struct{} // closed at shutdown: Coordinate streams end (nil: never)
 	admins   Admins          // who may call ClearBucket
+	journal  *journal.Store  // where incidents are read; nil: the journal is off
 }
 
-// NewFleetServer serves f, which may be nil (every RPC then says how to
-// turn fleet memory on), with the policy policies gives.
-func NewFleetServer(f *fleet.Fleet, policies PolicySource) *FleetServer {
-	return &FleetServer{fleet: f, policies: policies}
+// NewFleetServer serves f, which may be nil (every RPC on the fleet's
+// memory then says how to turn it on), with the policy policies gives.
+func NewFleetServer(f *fleet.Fleet, policies PolicySource, opts ...FleetOption) *FleetServer {
+	s := &FleetServer{fleet: f, policies: policies}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // ErrFleetOff answers FleetService calls when fleet memory is off;

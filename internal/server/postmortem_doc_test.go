@@ -139,10 +139,11 @@ func TestPostmortemDocQueries(t *testing.T) {
 				}
 			}
 		}
-		if strings.Contains(sql, "journal_fleet_") {
+		if strings.Contains(sql, "journal_fleet_") || strings.Contains(sql, "incident") {
 			fleetQueries++
 			if !slices.ContainsFunc(rows, func(r []string) bool {
-				return slices.ContainsFunc(r, func(c string) bool { return strings.Contains(c, "gpt-4o") })
+				// gpt-4o's bucket, or (the events of its incident) its breaker's opening
+				return slices.ContainsFunc(r, func(c string) bool { return strings.Contains(c, "gpt-4o") || c == "breaker_open" })
 			}) {
 				t.Errorf("the gpt-4o outage is missing from:\n%s\ngot %v", sql, rows)
 			}
@@ -154,8 +155,8 @@ func TestPostmortemDocQueries(t *testing.T) {
 			t.Errorf("the failed run %s is missing from:\n%s\ngot %v", failed, sql, rows)
 		}
 	}
-	if fleetQueries < 3 {
-		t.Errorf("docs/postmortem.md has %d queries of the fleet views, want 3 (breaker periods, saved attempts, first failures)", fleetQueries)
+	if fleetQueries < 7 {
+		t.Errorf("docs/postmortem.md has %d queries of the fleet and incident views, want 7 (breaker periods, saved attempts, first failures; incidents, first failures, what policyd did, events)", fleetQueries)
 	}
 	if unrecognized == 0 {
 		t.Error("docs/postmortem.md has no query of journal_unrecognized_failures")

@@ -36,7 +36,7 @@ func serveTest(tb testing.TB, ps *PolicyServer, logger *slog.Logger, opts ...GRP
 	if err != nil {
 		tb.Fatal(err)
 	}
-	gs, hs := NewGRPCServer(ps, NewJournalServer(ps.journal, ps), NewFleetServer(ps.fleet, ps), logger, opts...)
+	gs, hs := NewGRPCServer(ps, NewJournalServer(ps.journal, ps), NewFleetServer(ps.fleet, ps, WithIncidentJournal(ps.journal)), logger, opts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	if ps.fleet != nil {

@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1241,12 +1242,857 @@ func (x *GetBucketResponse) GetBucket() *Bucket {
 	return nil
 }
 
+// Incident is one bucket's trouble, from its first failure to its recovery.
+// Events of a bucket less than a minute apart (counting from the end of a
+// hold, stop or open period they set) are one incident.
+type Incident struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id of the incident's first fleet event.
+	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The bucket, as FleetState.bucket shows it, and its parts.
+	Bucket   string `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Scope    string `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
+	Provider string `protobuf:"bytes,4,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model    string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	KeyId    string `protobuf:"bytes,6,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// The incident's first and last fleet event.
+	StartedAt   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	LastEventAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_event_at,json=lastEventAt,proto3" json:"last_event_at,omitempty"`
+	// When the bucket was well again: the breaker's last close, or the end of
+	// the last hold or stop. Unset while the breaker is open or half-open (or
+	// when it stayed so for 10 minutes without an event: its daemon stopped).
+	RecoveredAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=recovered_at,json=recoveredAt,proto3" json:"recovered_at,omitempty"`
+	// The bucket is still in trouble.
+	Open bool `protobuf:"varint,10,opt,name=open,proto3" json:"open,omitempty"`
+	// From the first failure to recovered_at.
+	TimeToRecovery *durationpb.Duration `protobuf:"bytes,11,opt,name=time_to_recovery,json=timeToRecovery,proto3" json:"time_to_recovery,omitempty"`
+	// The failure that started it.
+	FirstFailure *IncidentFailure `protobuf:"bytes,12,opt,name=first_failure,json=firstFailure,proto3" json:"first_failure,omitempty"`
+	// The first event, and why.
+	FirstEvent  string `protobuf:"bytes,13,opt,name=first_event,json=firstEvent,proto3" json:"first_event,omitempty"`
+	FirstReason string `protobuf:"bytes,14,opt,name=first_reason,json=firstReason,proto3" json:"first_reason,omitempty"`
+	// The breaker's last move; unspecified when the incident moved no breaker.
+	Breaker BreakerState `protobuf:"varint,15,opt,name=breaker,proto3,enum=policyd.v1.BreakerState" json:"breaker,omitempty"`
+	// Events of each kind: breaker openings, holds set, key stops, budgets
+	// spent, operators' clears, and all of them.
+	BreakerOpens     int32 `protobuf:"varint,16,opt,name=breaker_opens,json=breakerOpens,proto3" json:"breaker_opens,omitempty"`
+	Holds            int32 `protobuf:"varint,17,opt,name=holds,proto3" json:"holds,omitempty"`
+	Stops            int32 `protobuf:"varint,18,opt,name=stops,proto3" json:"stops,omitempty"`
+	BudgetsExhausted int32 `protobuf:"varint,19,opt,name=budgets_exhausted,json=budgetsExhausted,proto3" json:"budgets_exhausted,omitempty"`
+	Clears           int32 `protobuf:"varint,20,opt,name=clears,proto3" json:"clears,omitempty"`
+	Events           int32 `protobuf:"varint,21,opt,name=events,proto3" json:"events,omitempty"`
+	// First attempts the clients' gates did not send (the shed events' counts).
+	FirstAttemptsShed int64 `protobuf:"varint,22,opt,name=first_attempts_shed,json=firstAttemptsShed,proto3" json:"first_attempts_shed,omitempty"`
+	// From the journal, counting the agents that journal (pass a context id):
+	// the bucket's failed attempts; the retries the fleet held (parked by a
+	// streaming client's gate, or sent to wait for their release slot); the
+	// retries it turned into a stop, or sent to a fallback.
+	FailedAttempts  int64 `protobuf:"varint,23,opt,name=failed_attempts,json=failedAttempts,proto3" json:"failed_attempts,omitempty"`
+	RetriesHeld     int64 `protobuf:"varint,24,opt,name=retries_held,json=retriesHeld,proto3" json:"retries_held,omitempty"`
+	RetriesStopped  int64 `protobuf:"varint,25,opt,name=retries_stopped,json=retriesStopped,proto3" json:"retries_stopped,omitempty"`
+	RetriesFellBack int64 `protobuf:"varint,26,opt,name=retries_fell_back,json=retriesFellBack,proto3" json:"retries_fell_back,omitempty"`
+	// The journaled failures a second in the 10 s up to the first event: the
+	// rate the agents were failing at when the fleet stepped in.
+	BaselineFailuresPerSecond float64 `protobuf:"fixed64,27,opt,name=baseline_failures_per_second,json=baselineFailuresPerSecond,proto3" json:"baseline_failures_per_second,omitempty"`
+	// An estimate of the attempts the fleet spared the provider: the baseline
+	// rate over the incident, less the failures journaled after its first
+	// event (docs/postmortem.md has the formula).
+	RetriesAvoided int64 `protobuf:"varint,28,opt,name=retries_avoided,json=retriesAvoided,proto3" json:"retries_avoided,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Incident) Reset() {
+	*x = Incident{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Incident) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Incident) ProtoMessage() {}
+
+func (x *Incident) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Incident.ProtoReflect.Descriptor instead.
+func (*Incident) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Incident) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Incident) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *Incident) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *Incident) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *Incident) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *Incident) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *Incident) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *Incident) GetLastEventAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastEventAt
+	}
+	return nil
+}
+
+func (x *Incident) GetRecoveredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RecoveredAt
+	}
+	return nil
+}
+
+func (x *Incident) GetOpen() bool {
+	if x != nil {
+		return x.Open
+	}
+	return false
+}
+
+func (x *Incident) GetTimeToRecovery() *durationpb.Duration {
+	if x != nil {
+		return x.TimeToRecovery
+	}
+	return nil
+}
+
+func (x *Incident) GetFirstFailure() *IncidentFailure {
+	if x != nil {
+		return x.FirstFailure
+	}
+	return nil
+}
+
+func (x *Incident) GetFirstEvent() string {
+	if x != nil {
+		return x.FirstEvent
+	}
+	return ""
+}
+
+func (x *Incident) GetFirstReason() string {
+	if x != nil {
+		return x.FirstReason
+	}
+	return ""
+}
+
+func (x *Incident) GetBreaker() BreakerState {
+	if x != nil {
+		return x.Breaker
+	}
+	return BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+func (x *Incident) GetBreakerOpens() int32 {
+	if x != nil {
+		return x.BreakerOpens
+	}
+	return 0
+}
+
+func (x *Incident) GetHolds() int32 {
+	if x != nil {
+		return x.Holds
+	}
+	return 0
+}
+
+func (x *Incident) GetStops() int32 {
+	if x != nil {
+		return x.Stops
+	}
+	return 0
+}
+
+func (x *Incident) GetBudgetsExhausted() int32 {
+	if x != nil {
+		return x.BudgetsExhausted
+	}
+	return 0
+}
+
+func (x *Incident) GetClears() int32 {
+	if x != nil {
+		return x.Clears
+	}
+	return 0
+}
+
+func (x *Incident) GetEvents() int32 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
+}
+
+func (x *Incident) GetFirstAttemptsShed() int64 {
+	if x != nil {
+		return x.FirstAttemptsShed
+	}
+	return 0
+}
+
+func (x *Incident) GetFailedAttempts() int64 {
+	if x != nil {
+		return x.FailedAttempts
+	}
+	return 0
+}
+
+func (x *Incident) GetRetriesHeld() int64 {
+	if x != nil {
+		return x.RetriesHeld
+	}
+	return 0
+}
+
+func (x *Incident) GetRetriesStopped() int64 {
+	if x != nil {
+		return x.RetriesStopped
+	}
+	return 0
+}
+
+func (x *Incident) GetRetriesFellBack() int64 {
+	if x != nil {
+		return x.RetriesFellBack
+	}
+	return 0
+}
+
+func (x *Incident) GetBaselineFailuresPerSecond() float64 {
+	if x != nil {
+		return x.BaselineFailuresPerSecond
+	}
+	return 0
+}
+
+func (x *Incident) GetRetriesAvoided() int64 {
+	if x != nil {
+		return x.RetriesAvoided
+	}
+	return 0
+}
+
+// IncidentFailure is an incident's first failure.
+type IncidentFailure struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// From the journal's earliest failure of the bucket, else the first event.
+	At *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	// The client the incident's first event names (the failure that set the
+	// hold or stop, or opened the breaker).
+	ClientId string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// From the journal, else from the first event's reason; unspecified when
+	// neither says.
+	FailureType FailureType `protobuf:"varint,3,opt,name=failure_type,json=failureType,proto3,enum=policyd.v1.FailureType" json:"failure_type,omitempty"`
+	// The classification rule, when the failure was journaled.
+	Rule string `protobuf:"bytes,4,opt,name=rule,proto3" json:"rule,omitempty"`
+	// The journaled context of the failure, and its agent, when there is one.
+	ContextId     string `protobuf:"bytes,5,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	Agent         string `protobuf:"bytes,6,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IncidentFailure) Reset() {
+	*x = IncidentFailure{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IncidentFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IncidentFailure) ProtoMessage() {}
+
+func (x *IncidentFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IncidentFailure.ProtoReflect.Descriptor instead.
+func (*IncidentFailure) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *IncidentFailure) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *IncidentFailure) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *IncidentFailure) GetFailureType() FailureType {
+	if x != nil {
+		return x.FailureType
+	}
+	return FailureType_FAILURE_TYPE_UNSPECIFIED
+}
+
+func (x *IncidentFailure) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *IncidentFailure) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+func (x *IncidentFailure) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+// IncidentEvent is one fleet transition of an incident's bucket, as the
+// journal's fleet_events holds it.
+type IncidentEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	At    *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	// hold_set, breaker_open, breaker_half_open, breaker_close,
+	// budget_exhausted, fleet_stop, shed, slow_start or fleet_clear.
+	Event  string `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The client whose failure caused it, its authenticated identity and
+	// address, and the replica that journaled it.
+	ClientId string `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Identity string `protobuf:"bytes,5,opt,name=identity,proto3" json:"identity,omitempty"`
+	Peer     string `protobuf:"bytes,6,opt,name=peer,proto3" json:"peer,omitempty"`
+	Replica  string `protobuf:"bytes,7,opt,name=replica,proto3" json:"replica,omitempty"`
+	// The numbers behind it, e.g. open_ms, hold_ms, shed.
+	Counts        map[string]int64 `protobuf:"bytes,8,rep,name=counts,proto3" json:"counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IncidentEvent) Reset() {
+	*x = IncidentEvent{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IncidentEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IncidentEvent) ProtoMessage() {}
+
+func (x *IncidentEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IncidentEvent.ProtoReflect.Descriptor instead.
+func (*IncidentEvent) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *IncidentEvent) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *IncidentEvent) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *IncidentEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *IncidentEvent) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *IncidentEvent) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *IncidentEvent) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *IncidentEvent) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *IncidentEvent) GetCounts() map[string]int64 {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+// IncidentActivity is what happened on an incident's bucket in one
+// interval of its timeline.
+type IncidentActivity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Start *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	Width *durationpb.Duration   `protobuf:"bytes,2,opt,name=width,proto3" json:"width,omitempty"`
+	// From the journal: the bucket's failed attempts, the retries the fleet
+	// held, and contexts that resolved (calls that got through in the end).
+	FailedAttempts   int64 `protobuf:"varint,3,opt,name=failed_attempts,json=failedAttempts,proto3" json:"failed_attempts,omitempty"`
+	RetriesHeld      int64 `protobuf:"varint,4,opt,name=retries_held,json=retriesHeld,proto3" json:"retries_held,omitempty"`
+	ResolvedContexts int64 `protobuf:"varint,5,opt,name=resolved_contexts,json=resolvedContexts,proto3" json:"resolved_contexts,omitempty"`
+	// From the events: first attempts the gates did not send, and the
+	// breaker's state at the end of the interval (unspecified before it moved).
+	FirstAttemptsShed int64        `protobuf:"varint,6,opt,name=first_attempts_shed,json=firstAttemptsShed,proto3" json:"first_attempts_shed,omitempty"`
+	Breaker           BreakerState `protobuf:"varint,7,opt,name=breaker,proto3,enum=policyd.v1.BreakerState" json:"breaker,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *IncidentActivity) Reset() {
+	*x = IncidentActivity{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IncidentActivity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IncidentActivity) ProtoMessage() {}
+
+func (x *IncidentActivity) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IncidentActivity.ProtoReflect.Descriptor instead.
+func (*IncidentActivity) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *IncidentActivity) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *IncidentActivity) GetWidth() *durationpb.Duration {
+	if x != nil {
+		return x.Width
+	}
+	return nil
+}
+
+func (x *IncidentActivity) GetFailedAttempts() int64 {
+	if x != nil {
+		return x.FailedAttempts
+	}
+	return 0
+}
+
+func (x *IncidentActivity) GetRetriesHeld() int64 {
+	if x != nil {
+		return x.RetriesHeld
+	}
+	return 0
+}
+
+func (x *IncidentActivity) GetResolvedContexts() int64 {
+	if x != nil {
+		return x.ResolvedContexts
+	}
+	return 0
+}
+
+func (x *IncidentActivity) GetFirstAttemptsShed() int64 {
+	if x != nil {
+		return x.FirstAttemptsShed
+	}
+	return 0
+}
+
+func (x *IncidentActivity) GetBreaker() BreakerState {
+	if x != nil {
+		return x.Breaker
+	}
+	return BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+// ListIncidentsRequest filters the incidents; empty fields match all.
+type ListIncidentsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only the incidents still in trouble.
+	OpenOnly bool `protobuf:"varint,1,opt,name=open_only,json=openOnly,proto3" json:"open_only,omitempty"`
+	// Only those in trouble at or after it: open, or with an event or their
+	// recovery at or after it.
+	Since    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	Provider string                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model    string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// A bucket name, as FleetState.bucket shows it.
+	Bucket string `protobuf:"bytes,5,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// The most incidents in one answer: at most 500; 0 means 50.
+	PageSize int32 `protobuf:"varint,6,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The previous answer's next_page_token, to continue after it.
+	PageToken     string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListIncidentsRequest) Reset() {
+	*x = ListIncidentsRequest{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIncidentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIncidentsRequest) ProtoMessage() {}
+
+func (x *ListIncidentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIncidentsRequest.ProtoReflect.Descriptor instead.
+func (*ListIncidentsRequest) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListIncidentsRequest) GetOpenOnly() bool {
+	if x != nil {
+		return x.OpenOnly
+	}
+	return false
+}
+
+func (x *ListIncidentsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListIncidentsRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ListIncidentsRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ListIncidentsRequest) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *ListIncidentsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListIncidentsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListIncidentsResponse carries a page of incidents, newest first.
+type ListIncidentsResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Incidents []*Incident            `protobuf:"bytes,1,rep,name=incidents,proto3" json:"incidents,omitempty"`
+	// Set when more incidents may follow: pass it as page_token.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListIncidentsResponse) Reset() {
+	*x = ListIncidentsResponse{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIncidentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIncidentsResponse) ProtoMessage() {}
+
+func (x *ListIncidentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIncidentsResponse.ProtoReflect.Descriptor instead.
+func (*ListIncidentsResponse) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListIncidentsResponse) GetIncidents() []*Incident {
+	if x != nil {
+		return x.Incidents
+	}
+	return nil
+}
+
+func (x *ListIncidentsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// GetIncidentRequest names an incident by its id.
+type GetIncidentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetIncidentRequest) Reset() {
+	*x = GetIncidentRequest{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetIncidentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetIncidentRequest) ProtoMessage() {}
+
+func (x *GetIncidentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetIncidentRequest.ProtoReflect.Descriptor instead.
+func (*GetIncidentRequest) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GetIncidentRequest) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+// GetIncidentResponse carries the incident and its timeline.
+type GetIncidentResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Incident *Incident              `protobuf:"bytes,1,opt,name=incident,proto3" json:"incident,omitempty"`
+	// Its fleet events, oldest first.
+	Events []*IncidentEvent `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// Its activity, in at most 60 equal intervals from the first failure to a
+	// little after the end.
+	Activity      []*IncidentActivity `protobuf:"bytes,3,rep,name=activity,proto3" json:"activity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetIncidentResponse) Reset() {
+	*x = GetIncidentResponse{}
+	mi := &file_policyd_v1_fleet_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetIncidentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetIncidentResponse) ProtoMessage() {}
+
+func (x *GetIncidentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_policyd_v1_fleet_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetIncidentResponse.ProtoReflect.Descriptor instead.
+func (*GetIncidentResponse) Descriptor() ([]byte, []int) {
+	return file_policyd_v1_fleet_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GetIncidentResponse) GetIncident() *Incident {
+	if x != nil {
+		return x.Incident
+	}
+	return nil
+}
+
+func (x *GetIncidentResponse) GetEvents() []*IncidentEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *GetIncidentResponse) GetActivity() []*IncidentActivity {
+	if x != nil {
+		return x.Activity
+	}
+	return nil
+}
+
 var File_policyd_v1_fleet_proto protoreflect.FileDescriptor
 
 const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\n" +
 	"\x16policyd/v1/fleet.proto\x12\n" +
-	"policyd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x17policyd/v1/policy.proto\"y\n" +
+	"policyd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17policyd/v1/policy.proto\"y\n" +
 	"\x11CoordinateRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12-\n" +
@@ -1354,13 +2200,93 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x10GetBucketRequest\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"?\n" +
 	"\x11GetBucketResponse\x12*\n" +
-	"\x06bucket\x18\x01 \x01(\v2\x12.policyd.v1.BucketR\x06bucket2\xc9\x02\n" +
+	"\x06bucket\x18\x01 \x01(\v2\x12.policyd.v1.BucketR\x06bucket\"\xc7\b\n" +
+	"\bIncident\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
+	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x14\n" +
+	"\x05scope\x18\x03 \x01(\tR\x05scope\x12\x1a\n" +
+	"\bprovider\x18\x04 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12\x15\n" +
+	"\x06key_id\x18\x06 \x01(\tR\x05keyId\x129\n" +
+	"\n" +
+	"started_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12>\n" +
+	"\rlast_event_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vlastEventAt\x12=\n" +
+	"\frecovered_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vrecoveredAt\x12\x12\n" +
+	"\x04open\x18\n" +
+	" \x01(\bR\x04open\x12C\n" +
+	"\x10time_to_recovery\x18\v \x01(\v2\x19.google.protobuf.DurationR\x0etimeToRecovery\x12@\n" +
+	"\rfirst_failure\x18\f \x01(\v2\x1b.policyd.v1.IncidentFailureR\ffirstFailure\x12\x1f\n" +
+	"\vfirst_event\x18\r \x01(\tR\n" +
+	"firstEvent\x12!\n" +
+	"\ffirst_reason\x18\x0e \x01(\tR\vfirstReason\x122\n" +
+	"\abreaker\x18\x0f \x01(\x0e2\x18.policyd.v1.BreakerStateR\abreaker\x12#\n" +
+	"\rbreaker_opens\x18\x10 \x01(\x05R\fbreakerOpens\x12\x14\n" +
+	"\x05holds\x18\x11 \x01(\x05R\x05holds\x12\x14\n" +
+	"\x05stops\x18\x12 \x01(\x05R\x05stops\x12+\n" +
+	"\x11budgets_exhausted\x18\x13 \x01(\x05R\x10budgetsExhausted\x12\x16\n" +
+	"\x06clears\x18\x14 \x01(\x05R\x06clears\x12\x16\n" +
+	"\x06events\x18\x15 \x01(\x05R\x06events\x12.\n" +
+	"\x13first_attempts_shed\x18\x16 \x01(\x03R\x11firstAttemptsShed\x12'\n" +
+	"\x0ffailed_attempts\x18\x17 \x01(\x03R\x0efailedAttempts\x12!\n" +
+	"\fretries_held\x18\x18 \x01(\x03R\vretriesHeld\x12'\n" +
+	"\x0fretries_stopped\x18\x19 \x01(\x03R\x0eretriesStopped\x12*\n" +
+	"\x11retries_fell_back\x18\x1a \x01(\x03R\x0fretriesFellBack\x12?\n" +
+	"\x1cbaseline_failures_per_second\x18\x1b \x01(\x01R\x19baselineFailuresPerSecond\x12'\n" +
+	"\x0fretries_avoided\x18\x1c \x01(\x03R\x0eretriesAvoided\"\xdf\x01\n" +
+	"\x0fIncidentFailure\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12:\n" +
+	"\ffailure_type\x18\x03 \x01(\x0e2\x17.policyd.v1.FailureTypeR\vfailureType\x12\x12\n" +
+	"\x04rule\x18\x04 \x01(\tR\x04rule\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x05 \x01(\tR\tcontextId\x12\x14\n" +
+	"\x05agent\x18\x06 \x01(\tR\x05agent\"\xca\x02\n" +
+	"\rIncidentEvent\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x14\n" +
+	"\x05event\x18\x02 \x01(\tR\x05event\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1b\n" +
+	"\tclient_id\x18\x04 \x01(\tR\bclientId\x12\x1a\n" +
+	"\bidentity\x18\x05 \x01(\tR\bidentity\x12\x12\n" +
+	"\x04peer\x18\x06 \x01(\tR\x04peer\x12\x18\n" +
+	"\areplica\x18\a \x01(\tR\areplica\x12=\n" +
+	"\x06counts\x18\b \x03(\v2%.policyd.v1.IncidentEvent.CountsEntryR\x06counts\x1a9\n" +
+	"\vCountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd2\x02\n" +
+	"\x10IncidentActivity\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12/\n" +
+	"\x05width\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05width\x12'\n" +
+	"\x0ffailed_attempts\x18\x03 \x01(\x03R\x0efailedAttempts\x12!\n" +
+	"\fretries_held\x18\x04 \x01(\x03R\vretriesHeld\x12+\n" +
+	"\x11resolved_contexts\x18\x05 \x01(\x03R\x10resolvedContexts\x12.\n" +
+	"\x13first_attempts_shed\x18\x06 \x01(\x03R\x11firstAttemptsShed\x122\n" +
+	"\abreaker\x18\a \x01(\x0e2\x18.policyd.v1.BreakerStateR\abreaker\"\xeb\x01\n" +
+	"\x14ListIncidentsRequest\x12\x1b\n" +
+	"\topen_only\x18\x01 \x01(\bR\bopenOnly\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1a\n" +
+	"\bprovider\x18\x03 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x16\n" +
+	"\x06bucket\x18\x05 \x01(\tR\x06bucket\x12\x1b\n" +
+	"\tpage_size\x18\x06 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\"s\n" +
+	"\x15ListIncidentsResponse\x122\n" +
+	"\tincidents\x18\x01 \x03(\v2\x14.policyd.v1.IncidentR\tincidents\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"$\n" +
+	"\x12GetIncidentRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\"\xb4\x01\n" +
+	"\x13GetIncidentResponse\x120\n" +
+	"\bincident\x18\x01 \x01(\v2\x14.policyd.v1.IncidentR\bincident\x121\n" +
+	"\x06events\x18\x02 \x03(\v2\x19.policyd.v1.IncidentEventR\x06events\x128\n" +
+	"\bactivity\x18\x03 \x03(\v2\x1c.policyd.v1.IncidentActivityR\bactivity2\xef\x03\n" +
 	"\fFleetService\x12N\n" +
 	"\vListBuckets\x12\x1e.policyd.v1.ListBucketsRequest\x1a\x1f.policyd.v1.ListBucketsResponse\x12H\n" +
 	"\tGetBucket\x12\x1c.policyd.v1.GetBucketRequest\x1a\x1d.policyd.v1.GetBucketResponse\x12O\n" +
 	"\n" +
 	"Coordinate\x12\x1d.policyd.v1.CoordinateRequest\x1a\x1e.policyd.v1.CoordinateResponse(\x010\x01\x12N\n" +
-	"\vClearBucket\x12\x1e.policyd.v1.ClearBucketRequest\x1a\x1f.policyd.v1.ClearBucketResponseB5Z3github.com/policyd/policyd/gen/policyd/v1;policydv1b\x06proto3"
+	"\vClearBucket\x12\x1e.policyd.v1.ClearBucketRequest\x1a\x1f.policyd.v1.ClearBucketResponse\x12T\n" +
+	"\rListIncidents\x12 .policyd.v1.ListIncidentsRequest\x1a!.policyd.v1.ListIncidentsResponse\x12N\n" +
+	"\vGetIncident\x12\x1e.policyd.v1.GetIncidentRequest\x1a\x1f.policyd.v1.GetIncidentResponseB5Z3github.com/policyd/policyd/gen/policyd/v1;policydv1b\x06proto3"
 
 var (
 	file_policyd_v1_fleet_proto_rawDescOnce sync.Once
@@ -1374,62 +2300,95 @@ func file_policyd_v1_fleet_proto_rawDescGZIP() []byte {
 	return file_policyd_v1_fleet_proto_rawDescData
 }
 
-var file_policyd_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_policyd_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_policyd_v1_fleet_proto_goTypes = []any{
-	(*CoordinateRequest)(nil),   // 0: policyd.v1.CoordinateRequest
-	(*BucketTarget)(nil),        // 1: policyd.v1.BucketTarget
-	(*BucketUsage)(nil),         // 2: policyd.v1.BucketUsage
-	(*CoordinateResponse)(nil),  // 3: policyd.v1.CoordinateResponse
-	(*Assignment)(nil),          // 4: policyd.v1.Assignment
-	(*Bucket)(nil),              // 5: policyd.v1.Bucket
-	(*ProviderLimit)(nil),       // 6: policyd.v1.ProviderLimit
-	(*ListBucketsRequest)(nil),  // 7: policyd.v1.ListBucketsRequest
-	(*ListBucketsResponse)(nil), // 8: policyd.v1.ListBucketsResponse
-	(*ClearBucketRequest)(nil),  // 9: policyd.v1.ClearBucketRequest
-	(*ClearBucketResponse)(nil), // 10: policyd.v1.ClearBucketResponse
-	(*GetBucketRequest)(nil),    // 11: policyd.v1.GetBucketRequest
-	(*GetBucketResponse)(nil),   // 12: policyd.v1.GetBucketResponse
-	nil,                         // 13: policyd.v1.BucketUsage.RateLimitHeadersEntry
-	(*durationpb.Duration)(nil), // 14: google.protobuf.Duration
-	(BreakerState)(0),           // 15: policyd.v1.BreakerState
-	(*Fallback)(nil),            // 16: policyd.v1.Fallback
-	(*FleetState)(nil),          // 17: policyd.v1.FleetState
+	(*CoordinateRequest)(nil),     // 0: policyd.v1.CoordinateRequest
+	(*BucketTarget)(nil),          // 1: policyd.v1.BucketTarget
+	(*BucketUsage)(nil),           // 2: policyd.v1.BucketUsage
+	(*CoordinateResponse)(nil),    // 3: policyd.v1.CoordinateResponse
+	(*Assignment)(nil),            // 4: policyd.v1.Assignment
+	(*Bucket)(nil),                // 5: policyd.v1.Bucket
+	(*ProviderLimit)(nil),         // 6: policyd.v1.ProviderLimit
+	(*ListBucketsRequest)(nil),    // 7: policyd.v1.ListBucketsRequest
+	(*ListBucketsResponse)(nil),   // 8: policyd.v1.ListBucketsResponse
+	(*ClearBucketRequest)(nil),    // 9: policyd.v1.ClearBucketRequest
+	(*ClearBucketResponse)(nil),   // 10: policyd.v1.ClearBucketResponse
+	(*GetBucketRequest)(nil),      // 11: policyd.v1.GetBucketRequest
+	(*GetBucketResponse)(nil),     // 12: policyd.v1.GetBucketResponse
+	(*Incident)(nil),              // 13: policyd.v1.Incident
+	(*IncidentFailure)(nil),       // 14: policyd.v1.IncidentFailure
+	(*IncidentEvent)(nil),         // 15: policyd.v1.IncidentEvent
+	(*IncidentActivity)(nil),      // 16: policyd.v1.IncidentActivity
+	(*ListIncidentsRequest)(nil),  // 17: policyd.v1.ListIncidentsRequest
+	(*ListIncidentsResponse)(nil), // 18: policyd.v1.ListIncidentsResponse
+	(*GetIncidentRequest)(nil),    // 19: policyd.v1.GetIncidentRequest
+	(*GetIncidentResponse)(nil),   // 20: policyd.v1.GetIncidentResponse
+	nil,                           // 21: policyd.v1.BucketUsage.RateLimitHeadersEntry
+	nil,                           // 22: policyd.v1.IncidentEvent.CountsEntry
+	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(BreakerState)(0),             // 24: policyd.v1.BreakerState
+	(*Fallback)(nil),              // 25: policyd.v1.Fallback
+	(*FleetState)(nil),            // 26: policyd.v1.FleetState
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(FailureType)(0),              // 28: policyd.v1.FailureType
 }
 var file_policyd_v1_fleet_proto_depIdxs = []int32{
 	2,  // 0: policyd.v1.CoordinateRequest.usage:type_name -> policyd.v1.BucketUsage
 	1,  // 1: policyd.v1.BucketUsage.target:type_name -> policyd.v1.BucketTarget
-	14, // 2: policyd.v1.BucketUsage.elapsed:type_name -> google.protobuf.Duration
-	13, // 3: policyd.v1.BucketUsage.rate_limit_headers:type_name -> policyd.v1.BucketUsage.RateLimitHeadersEntry
+	23, // 2: policyd.v1.BucketUsage.elapsed:type_name -> google.protobuf.Duration
+	21, // 3: policyd.v1.BucketUsage.rate_limit_headers:type_name -> policyd.v1.BucketUsage.RateLimitHeadersEntry
 	4,  // 4: policyd.v1.CoordinateResponse.assignments:type_name -> policyd.v1.Assignment
 	1,  // 5: policyd.v1.Assignment.target:type_name -> policyd.v1.BucketTarget
-	14, // 6: policyd.v1.Assignment.ttl:type_name -> google.protobuf.Duration
-	15, // 7: policyd.v1.Assignment.breaker:type_name -> policyd.v1.BreakerState
-	14, // 8: policyd.v1.Assignment.hold:type_name -> google.protobuf.Duration
-	14, // 9: policyd.v1.Assignment.stop:type_name -> google.protobuf.Duration
-	16, // 10: policyd.v1.Assignment.fallback:type_name -> policyd.v1.Fallback
-	14, // 11: policyd.v1.Assignment.park_hint:type_name -> google.protobuf.Duration
-	17, // 12: policyd.v1.Bucket.state:type_name -> policyd.v1.FleetState
-	14, // 13: policyd.v1.Bucket.open_period:type_name -> google.protobuf.Duration
-	14, // 14: policyd.v1.Bucket.idle:type_name -> google.protobuf.Duration
+	23, // 6: policyd.v1.Assignment.ttl:type_name -> google.protobuf.Duration
+	24, // 7: policyd.v1.Assignment.breaker:type_name -> policyd.v1.BreakerState
+	23, // 8: policyd.v1.Assignment.hold:type_name -> google.protobuf.Duration
+	23, // 9: policyd.v1.Assignment.stop:type_name -> google.protobuf.Duration
+	25, // 10: policyd.v1.Assignment.fallback:type_name -> policyd.v1.Fallback
+	23, // 11: policyd.v1.Assignment.park_hint:type_name -> google.protobuf.Duration
+	26, // 12: policyd.v1.Bucket.state:type_name -> policyd.v1.FleetState
+	23, // 13: policyd.v1.Bucket.open_period:type_name -> google.protobuf.Duration
+	23, // 14: policyd.v1.Bucket.idle:type_name -> google.protobuf.Duration
 	6,  // 15: policyd.v1.Bucket.limits:type_name -> policyd.v1.ProviderLimit
-	14, // 16: policyd.v1.ProviderLimit.seen:type_name -> google.protobuf.Duration
-	14, // 17: policyd.v1.ProviderLimit.reset_in:type_name -> google.protobuf.Duration
+	23, // 16: policyd.v1.ProviderLimit.seen:type_name -> google.protobuf.Duration
+	23, // 17: policyd.v1.ProviderLimit.reset_in:type_name -> google.protobuf.Duration
 	5,  // 18: policyd.v1.ListBucketsResponse.buckets:type_name -> policyd.v1.Bucket
 	5,  // 19: policyd.v1.ClearBucketResponse.bucket:type_name -> policyd.v1.Bucket
 	5,  // 20: policyd.v1.GetBucketResponse.bucket:type_name -> policyd.v1.Bucket
-	7,  // 21: policyd.v1.FleetService.ListBuckets:input_type -> policyd.v1.ListBucketsRequest
-	11, // 22: policyd.v1.FleetService.GetBucket:input_type -> policyd.v1.GetBucketRequest
-	0,  // 23: policyd.v1.FleetService.Coordinate:input_type -> policyd.v1.CoordinateRequest
-	9,  // 24: policyd.v1.FleetService.ClearBucket:input_type -> policyd.v1.ClearBucketRequest
-	8,  // 25: policyd.v1.FleetService.ListBuckets:output_type -> policyd.v1.ListBucketsResponse
-	12, // 26: policyd.v1.FleetService.GetBucket:output_type -> policyd.v1.GetBucketResponse
-	3,  // 27: policyd.v1.FleetService.Coordinate:output_type -> policyd.v1.CoordinateResponse
-	10, // 28: policyd.v1.FleetService.ClearBucket:output_type -> policyd.v1.ClearBucketResponse
-	25, // [25:29] is the sub-list for method output_type
-	21, // [21:25] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	27, // 21: policyd.v1.Incident.started_at:type_name -> google.protobuf.Timestamp
+	27, // 22: policyd.v1.Incident.last_event_at:type_name -> google.protobuf.Timestamp
+	27, // 23: policyd.v1.Incident.recovered_at:type_name -> google.protobuf.Timestamp
+	23, // 24: policyd.v1.Incident.time_to_recovery:type_name -> google.protobuf.Duration
+	14, // 25: policyd.v1.Incident.first_failure:type_name -> policyd.v1.IncidentFailure
+	24, // 26: policyd.v1.Incident.breaker:type_name -> policyd.v1.BreakerState
+	27, // 27: policyd.v1.IncidentFailure.at:type_name -> google.protobuf.Timestamp
+	28, // 28: policyd.v1.IncidentFailure.failure_type:type_name -> policyd.v1.FailureType
+	27, // 29: policyd.v1.IncidentEvent.at:type_name -> google.protobuf.Timestamp
+	22, // 30: policyd.v1.IncidentEvent.counts:type_name -> policyd.v1.IncidentEvent.CountsEntry
+	27, // 31: policyd.v1.IncidentActivity.start:type_name -> google.protobuf.Timestamp
+	23, // 32: policyd.v1.IncidentActivity.width:type_name -> google.protobuf.Duration
+	24, // 33: policyd.v1.IncidentActivity.breaker:type_name -> policyd.v1.BreakerState
+	27, // 34: policyd.v1.ListIncidentsRequest.since:type_name -> google.protobuf.Timestamp
+	13, // 35: policyd.v1.ListIncidentsResponse.incidents:type_name -> policyd.v1.Incident
+	13, // 36: policyd.v1.GetIncidentResponse.incident:type_name -> policyd.v1.Incident
+	15, // 37: policyd.v1.GetIncidentResponse.events:type_name -> policyd.v1.IncidentEvent
+	16, // 38: policyd.v1.GetIncidentResponse.activity:type_name -> policyd.v1.IncidentActivity
+	7,  // 39: policyd.v1.FleetService.ListBuckets:input_type -> policyd.v1.ListBucketsRequest
+	11, // 40: policyd.v1.FleetService.GetBucket:input_type -> policyd.v1.GetBucketRequest
+	0,  // 41: policyd.v1.FleetService.Coordinate:input_type -> policyd.v1.CoordinateRequest
+	9,  // 42: policyd.v1.FleetService.ClearBucket:input_type -> policyd.v1.ClearBucketRequest
+	17, // 43: policyd.v1.FleetService.ListIncidents:input_type -> policyd.v1.ListIncidentsRequest
+	19, // 44: policyd.v1.FleetService.GetIncident:input_type -> policyd.v1.GetIncidentRequest
+	8,  // 45: policyd.v1.FleetService.ListBuckets:output_type -> policyd.v1.ListBucketsResponse
+	12, // 46: policyd.v1.FleetService.GetBucket:output_type -> policyd.v1.GetBucketResponse
+	3,  // 47: policyd.v1.FleetService.Coordinate:output_type -> policyd.v1.CoordinateResponse
+	10, // 48: policyd.v1.FleetService.ClearBucket:output_type -> policyd.v1.ClearBucketResponse
+	18, // 49: policyd.v1.FleetService.ListIncidents:output_type -> policyd.v1.ListIncidentsResponse
+	20, // 50: policyd.v1.FleetService.GetIncident:output_type -> policyd.v1.GetIncidentResponse
+	45, // [45:51] is the sub-list for method output_type
+	39, // [39:45] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_policyd_v1_fleet_proto_init() }
@@ -1445,7 +2404,7 @@ func file_policyd_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_policyd_v1_fleet_proto_rawDesc), len(file_policyd_v1_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

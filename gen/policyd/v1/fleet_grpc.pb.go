@@ -19,10 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	FleetService_ListBuckets_FullMethodName = "/policyd.v1.FleetService/ListBuckets"
-	FleetService_GetBucket_FullMethodName   = "/policyd.v1.FleetService/GetBucket"
-	FleetService_Coordinate_FullMethodName  = "/policyd.v1.FleetService/Coordinate"
-	FleetService_ClearBucket_FullMethodName = "/policyd.v1.FleetService/ClearBucket"
+	FleetService_ListBuckets_FullMethodName   = "/policyd.v1.FleetService/ListBuckets"
+	FleetService_GetBucket_FullMethodName     = "/policyd.v1.FleetService/GetBucket"
+	FleetService_Coordinate_FullMethodName    = "/policyd.v1.FleetService/Coordinate"
+	FleetService_ClearBucket_FullMethodName   = "/policyd.v1.FleetService/ClearBucket"
+	FleetService_ListIncidents_FullMethodName = "/policyd.v1.FleetService/ListIncidents"
+	FleetService_GetIncident_FullMethodName   = "/policyd.v1.FleetService/GetIncident"
 )
 
 // FleetServiceClient is the client API for FleetService service.
@@ -51,6 +53,16 @@ type FleetServiceClient interface {
 	// NOT_FOUND when the fleet has no state for the bucket. Allowed only to
 	// callers the daemon was told are admins (serve --admin-tenants).
 	ClearBucket(ctx context.Context, in *ClearBucketRequest, opts ...grpc.CallOption) (*ClearBucketResponse, error)
+	// ListIncidents lists the caller's incidents, newest first, a page at a
+	// time. An incident is one bucket's trouble from its first failure to its
+	// recovery, read back from the journal's fleet events and attempts (the
+	// incidents view, docs/postmortem.md). Needs the journal: without one,
+	// FAILED_PRECONDITION.
+	ListIncidents(ctx context.Context, in *ListIncidentsRequest, opts ...grpc.CallOption) (*ListIncidentsResponse, error)
+	// GetIncident returns one incident with its timeline: its fleet events in
+	// order and its activity over time. NOT_FOUND when the caller's tenant has
+	// no incident of that id.
+	GetIncident(ctx context.Context, in *GetIncidentRequest, opts ...grpc.CallOption) (*GetIncidentResponse, error)
 }
 
 type fleetServiceClient struct {
@@ -104,6 +116,26 @@ func (c *fleetServiceClient) ClearBucket(ctx context.Context, in *ClearBucketReq
 	return out, nil
 }
 
+func (c *fleetServiceClient) ListIncidents(ctx context.Context, in *ListIncidentsRequest, opts ...grpc.CallOption) (*ListIncidentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListIncidentsResponse)
+	err := c.cc.Invoke(ctx, FleetService_ListIncidents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fleetServiceClient) GetIncident(ctx context.Context, in *GetIncidentRequest, opts ...grpc.CallOption) (*GetIncidentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetIncidentResponse)
+	err := c.cc.Invoke(ctx, FleetService_GetIncident_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FleetServiceServer is the server API for FleetService service.
 // All implementations must embed UnimplementedFleetServiceServer
 // for forward compatibility.
@@ -130,6 +162,16 @@ type FleetServiceServer interface {
 	// NOT_FOUND when the fleet has no state for the bucket. Allowed only to
 	// callers the daemon was told are admins (serve --admin-tenants).
 	ClearBucket(context.Context, *ClearBucketRequest) (*ClearBucketResponse, error)
+	// ListIncidents lists the caller's incidents, newest first, a page at a
+	// time. An incident is one bucket's trouble from its first failure to its
+	// recovery, read back from the journal's fleet events and attempts (the
+	// incidents view, docs/postmortem.md). Needs the journal: without one,
+	// FAILED_PRECONDITION.
+	ListIncidents(context.Context, *ListIncidentsRequest) (*ListIncidentsResponse, error)
+	// GetIncident returns one incident with its timeline: its fleet events in
+	// order and its activity over time. NOT_FOUND when the caller's tenant has
+	// no incident of that id.
+	GetIncident(context.Context, *GetIncidentRequest) (*GetIncidentResponse, error)
 	mustEmbedUnimplementedFleetServiceServer()
 }
 
@@ -151,6 +193,12 @@ func (UnimplementedFleetServiceServer) Coordinate(grpc.BidiStreamingServer[Coord
 }
 func (UnimplementedFleetServiceServer) ClearBucket(context.Context, *ClearBucketRequest) (*ClearBucketResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClearBucket not implemented")
+}
+func (UnimplementedFleetServiceServer) ListIncidents(context.Context, *ListIncidentsRequest) (*ListIncidentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListIncidents not implemented")
+}
+func (UnimplementedFleetServiceServer) GetIncident(context.Context, *GetIncidentRequest) (*GetIncidentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetIncident not implemented")
 }
 func (UnimplementedFleetServiceServer) mustEmbedUnimplementedFleetServiceServer() {}
 func (UnimplementedFleetServiceServer) testEmbeddedByValue()                      {}
@@ -234,6 +282,42 @@ func _FleetService_ClearBucket_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FleetService_ListIncidents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListIncidentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FleetServiceServer).ListIncidents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FleetService_ListIncidents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FleetServiceServer).ListIncidents(ctx, req.(*ListIncidentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FleetService_GetIncident_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetIncidentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FleetServiceServer).GetIncident(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FleetService_GetIncident_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FleetServiceServer).GetIncident(ctx, req.(*GetIncidentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FleetService_ServiceDesc is the grpc.ServiceDesc for FleetService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -252,6 +336,14 @@ var FleetService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClearBucket",
 			Handler:    _FleetService_ClearBucket_Handler,
+		},
+		{
+			MethodName: "ListIncidents",
+			Handler:    _FleetService_ListIncidents_Handler,
+		},
+		{
+			MethodName: "GetIncident",
+			Handler:    _FleetService_GetIncident_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -4,9 +4,9 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Duration } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
-import type { BreakerState, Fallback, FleetState } from "./policy_pb.js";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { BreakerState, FailureType, Fallback, FleetState } from "./policy_pb.js";
 import { file_policyd_v1_policy } from "./policy_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file policyd/v1/fleet.proto.
  */
 export const file_policyd_v1_fleet: GenFile = /*@__PURE__*/
-  fileDesc("ChZwb2xpY3lkL3YxL2ZsZWV0LnByb3RvEgpwb2xpY3lkLnYxIl8KEUNvb3JkaW5hdGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgdwcm9maWxlGAIgASgJEiYKBXVzYWdlGAMgAygLMhcucG9saWN5ZC52MS5CdWNrZXRVc2FnZSI/CgxCdWNrZXRUYXJnZXQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGa2V5X2lkGAMgASgJIqcECgtCdWNrZXRVc2FnZRIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIqCgdlbGFwc2VkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGFkbWl0dGVkGAMgASgEEgwKBHNoZWQYBCABKAQSEQoJc3VjY2VlZGVkGAUgASgEEg4KBmZhaWxlZBgGIAEoBBIPCgdyZXRyaWVzGAcgASgEEkkKEnJhdGVfbGltaXRfaGVhZGVycxgIIAMoCzItLnBvbGljeWQudjEuQnVja2V0VXNhZ2UuUmF0ZUxpbWl0SGVhZGVyc0VudHJ5Eg4KBnBhcmtlZBgJIAEoBBISCgpwYXJrZWRfbmV3GAogASgEEhAKCHJlbGVhc2VkGAsgASgEEiIKGmZpcnN0X2F0dGVtcHRfaW5wdXRfdG9rZW5zGAwgASgEEhoKEnJldHJ5X2lucHV0X3Rva2VucxgNIAEoBBIZChFpbnB1dF90b2tlbnNfdXNlZBgOIAEoBBIaChJvdXRwdXRfdG9rZW5zX3VzZWQYDyABKAQSFgoOYmF0Y2hfYWRtaXR0ZWQYECABKAQSEgoKYmF0Y2hfc2hlZBgRIAEoBBIRCglpbl9mbGlnaHQYEiABKAQaNwoVUmF0ZUxpbWl0SGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQQoSQ29vcmRpbmF0ZVJlc3BvbnNlEisKC2Fzc2lnbm1lbnRzGAEgAygLMhYucG9saWN5ZC52MS5Bc3NpZ25tZW50Iu8DCgpBc3NpZ25tZW50EigKBnRhcmdldBgBIAEoCzIYLnBvbGljeWQudjEuQnVja2V0VGFyZ2V0Eg8KB2FiYW5kb24YAiABKAgSJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEikKB2JyZWFrZXIYBCABKA4yGC5wb2xpY3lkLnYxLkJyZWFrZXJTdGF0ZRInCgRob2xkGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKBHN0b3AYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoOYWRtaXRfZnJhY3Rpb24YByABKAESFQoNcHJvYmVfcGVybWl0cxgIIAEoDRIOCgZyZWFzb24YCSABKAkSJgoIZmFsbGJhY2sYCiABKAsyFC5wb2xpY3lkLnYxLkZhbGxiYWNrEiwKCXBhcmtfaGludBgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIhChRiYXRjaF9hZG1pdF9mcmFjdGlvbhgMIAEoAUgAiAEBEhwKD2luX2ZsaWdodF9sZWFzZRgNIAEoDUgBiAEBQhcKFV9iYXRjaF9hZG1pdF9mcmFjdGlvbkISChBfaW5fZmxpZ2h0X2xlYXNlIsUECgZCdWNrZXQSJQoFc3RhdGUYASABKAsyFi5wb2xpY3lkLnYxLkZsZWV0U3RhdGUSDQoFc2NvcGUYAiABKAkSEAoIcHJvdmlkZXIYAyABKAkSDQoFbW9kZWwYBCABKAkSDgoGa2V5X2lkGAUgASgJEhcKD3dpbmRvd19mYWlsdXJlcxgGIAEoBRIWCg53aW5kb3dfY2xpZW50cxgHIAEoBRIuCgtvcGVuX3BlcmlvZBgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIZChFkZWNpc2lvbnNfY2hhbmdlZBgJIAEoAxIXCg9maXJzdF9jbGllbnRfaWQYCiABKAkSJwoEaWRsZRgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIZChFzdHJlYW1pbmdfY2xpZW50cxgMIAEoBRIPCgdyZXBvcnRzGA0gASgDEhgKEGFzc2lnbm1lbnRzX3NlbnQYDiABKAMSHwoXZmlyc3RfYXR0ZW1wdHNfYWRtaXR0ZWQYDyABKAMSGwoTZmlyc3RfYXR0ZW1wdHNfc2hlZBgQIAEoAxIRCglzdWNjZXNzZXMYESABKAMSFgoOYWRtaXRfZnJhY3Rpb24YEiABKAESGwoTcmVxdWVzdHNfcGVyX21pbnV0ZRgTIAEoAxIfChdpbnB1dF90b2tlbnNfcGVyX21pbnV0ZRgUIAEoAxIpCgZsaW1pdHMYFSADKAsyGS5wb2xpY3lkLnYxLlByb3ZpZGVyTGltaXQiqgEKDVByb3ZpZGVyTGltaXQSDAoEbmFtZRgBIAEoCRISCgpwZXJfbWludXRlGAIgASgDEg4KBnBhY2luZxgDIAEoCBIRCglyZW1haW5pbmcYBCABKAMSJwoEc2VlbhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghyZXNldF9pbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJcChJMaXN0QnVja2V0c1JlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiUwoTTGlzdEJ1Y2tldHNSZXNwb25zZRIjCgdidWNrZXRzGAEgAygLMhIucG9saWN5ZC52MS5CdWNrZXQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIn8KEkNsZWFyQnVja2V0UmVxdWVzdBIOCgZidWNrZXQYASABKAkSDAoEaG9sZBgCIAEoCBIMCgRzdG9wGAMgASgIEg8KB2JyZWFrZXIYBCABKAgSDAoEcGFjZRgFIAEoCBIOCgZyZWFzb24YBiABKAkSDgoGdGVuYW50GAcgASgJIjkKE0NsZWFyQnVja2V0UmVzcG9uc2USIgoGYnVja2V0GAEgASgLMhIucG9saWN5ZC52MS5CdWNrZXQiIgoQR2V0QnVja2V0UmVxdWVzdBIOCgZidWNrZXQYASABKAkiNwoRR2V0QnVja2V0UmVzcG9uc2USIgoGYnVja2V0GAEgASgLMhIucG9saWN5ZC52MS5CdWNrZXQyyQIKDEZsZWV0U2VydmljZRJOCgtMaXN0QnVja2V0cxIeLnBvbGljeWQudjEuTGlzdEJ1Y2tldHNSZXF1ZXN0Gh8ucG9saWN5ZC52MS5MaXN0QnVja2V0c1Jlc3BvbnNlEkgKCUdldEJ1Y2tldBIcLnBvbGljeWQudjEuR2V0QnVja2V0UmVxdWVzdBodLnBvbGljeWQudjEuR2V0QnVja2V0UmVzcG9uc2USTwoKQ29vcmRpbmF0ZRIdLnBvbGljeWQudjEuQ29vcmRpbmF0ZVJlcXVlc3QaHi5wb2xpY3lkLnYxLkNvb3JkaW5hdGVSZXNwb25zZSgBMAESTgoLQ2xlYXJCdWNrZXQSHi5wb2xpY3lkLnYxLkNsZWFyQnVja2V0UmVxdWVzdBofLnBvbGljeWQudjEuQ2xlYXJCdWNrZXRSZXNwb25zZUI1WjNnaXRodWIuY29tL3BvbGljeWQvcG9saWN5ZC9nZW4vcG9saWN5ZC92MTtwb2xpY3lkdjFiBnByb3RvMw", [file_google_protobuf_duration, file_policyd_v1_policy]);
+  fileDesc("ChZwb2xpY3lkL3YxL2ZsZWV0LnByb3RvEgpwb2xpY3lkLnYxIl8KEUNvb3JkaW5hdGVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIPCgdwcm9maWxlGAIgASgJEiYKBXVzYWdlGAMgAygLMhcucG9saWN5ZC52MS5CdWNrZXRVc2FnZSI/CgxCdWNrZXRUYXJnZXQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGa2V5X2lkGAMgASgJIqcECgtCdWNrZXRVc2FnZRIoCgZ0YXJnZXQYASABKAsyGC5wb2xpY3lkLnYxLkJ1Y2tldFRhcmdldBIqCgdlbGFwc2VkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCGFkbWl0dGVkGAMgASgEEgwKBHNoZWQYBCABKAQSEQoJc3VjY2VlZGVkGAUgASgEEg4KBmZhaWxlZBgGIAEoBBIPCgdyZXRyaWVzGAcgASgEEkkKEnJhdGVfbGltaXRfaGVhZGVycxgIIAMoCzItLnBvbGljeWQudjEuQnVja2V0VXNhZ2UuUmF0ZUxpbWl0SGVhZGVyc0VudHJ5Eg4KBnBhcmtlZBgJIAEoBBISCgpwYXJrZWRfbmV3GAogASgEEhAKCHJlbGVhc2VkGAsgASgEEiIKGmZpcnN0X2F0dGVtcHRfaW5wdXRfdG9rZW5zGAwgASgEEhoKEnJldHJ5X2lucHV0X3Rva2VucxgNIAEoBBIZChFpbnB1dF90b2tlbnNfdXNlZBgOIAEoBBIaChJvdXRwdXRfdG9rZW5zX3VzZWQYDyABKAQSFgoOYmF0Y2hfYWRtaXR0ZWQYECABKAQSEgoKYmF0Y2hfc2hlZBgRIAEoBBIRCglpbl9mbGlnaHQYEiABKAQaNwoVUmF0ZUxpbWl0SGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQQoSQ29vcmRpbmF0ZVJlc3BvbnNlEisKC2Fzc2lnbm1lbnRzGAEgAygLMhYucG9saWN5ZC52MS5Bc3NpZ25tZW50Iu8DCgpBc3NpZ25tZW50EigKBnRhcmdldBgBIAEoCzIYLnBvbGljeWQudjEuQnVja2V0VGFyZ2V0Eg8KB2FiYW5kb24YAiABKAgSJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEikKB2JyZWFrZXIYBCABKA4yGC5wb2xpY3lkLnYxLkJyZWFrZXJTdGF0ZRInCgRob2xkGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKBHN0b3AYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoOYWRtaXRfZnJhY3Rpb24YByABKAESFQoNcHJvYmVfcGVybWl0cxgIIAEoDRIOCgZyZWFzb24YCSABKAkSJgoIZmFsbGJhY2sYCiABKAsyFC5wb2xpY3lkLnYxLkZhbGxiYWNrEiwKCXBhcmtfaGludBgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIhChRiYXRjaF9hZG1pdF9mcmFjdGlvbhgMIAEoAUgAiAEBEhwKD2luX2ZsaWdodF9sZWFzZRgNIAEoDUgBiAEBQhcKFV9iYXRjaF9hZG1pdF9mcmFjdGlvbkISChBfaW5fZmxpZ2h0X2xlYXNlIsUECgZCdWNrZXQSJQoFc3RhdGUYASABKAsyFi5wb2xpY3lkLnYxLkZsZWV0U3RhdGUSDQoFc2NvcGUYAiABKAkSEAoIcHJvdmlkZXIYAyABKAkSDQoFbW9kZWwYBCABKAkSDgoGa2V5X2lkGAUgASgJEhcKD3dpbmRvd19mYWlsdXJlcxgGIAEoBRIWCg53aW5kb3dfY2xpZW50cxgHIAEoBRIuCgtvcGVuX3BlcmlvZBgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIZChFkZWNpc2lvbnNfY2hhbmdlZBgJIAEoAxIXCg9maXJzdF9jbGllbnRfaWQYCiABKAkSJwoEaWRsZRgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIZChFzdHJlYW1pbmdfY2xpZW50cxgMIAEoBRIPCgdyZXBvcnRzGA0gASgDEhgKEGFzc2lnbm1lbnRzX3NlbnQYDiABKAMSHwoXZmlyc3RfYXR0ZW1wdHNfYWRtaXR0ZWQYDyABKAMSGwoTZmlyc3RfYXR0ZW1wdHNfc2hlZBgQIAEoAxIRCglzdWNjZXNzZXMYESABKAMSFgoOYWRtaXRfZnJhY3Rpb24YEiABKAESGwoTcmVxdWVzdHNfcGVyX21pbnV0ZRgTIAEoAxIfChdpbnB1dF90b2tlbnNfcGVyX21pbnV0ZRgUIAEoAxIpCgZsaW1pdHMYFSADKAsyGS5wb2xpY3lkLnYxLlByb3ZpZGVyTGltaXQiqgEKDVByb3ZpZGVyTGltaXQSDAoEbmFtZRgBIAEoCRISCgpwZXJfbWludXRlGAIgASgDEg4KBnBhY2luZxgDIAEoCBIRCglyZW1haW5pbmcYBCABKAMSJwoEc2VlbhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghyZXNldF9pbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJcChJMaXN0QnVja2V0c1JlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiUwoTTGlzdEJ1Y2tldHNSZXNwb25zZRIjCgdidWNrZXRzGAEgAygLMhIucG9saWN5ZC52MS5CdWNrZXQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIn8KEkNsZWFyQnVja2V0UmVxdWVzdBIOCgZidWNrZXQYASABKAkSDAoEaG9sZBgCIAEoCBIMCgRzdG9wGAMgASgIEg8KB2JyZWFrZXIYBCABKAgSDAoEcGFjZRgFIAEoCBIOCgZyZWFzb24YBiABKAkSDgoGdGVuYW50GAcgASgJIjkKE0NsZWFyQnVja2V0UmVzcG9uc2USIgoGYnVja2V0GAEgASgLMhIucG9saWN5ZC52MS5CdWNrZXQiIgoQR2V0QnVja2V0UmVxdWVzdBIOCgZidWNrZXQYASABKAkiNwoRR2V0QnVja2V0UmVzcG9uc2USIgoGYnVja2V0GAEgASgLMhIucG9saWN5ZC52MS5CdWNrZXQi9wUKCEluY2lkZW50EgoKAmlkGAEgASgDEg4KBmJ1Y2tldBgCIAEoCRINCgVzY29wZRgDIAEoCRIQCghwcm92aWRlchgEIAEoCRINCgVtb2RlbBgFIAEoCRIOCgZrZXlfaWQYBiABKAkSLgoKc3RhcnRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNbGFzdF9ldmVudF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMcmVjb3ZlcmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRvcGVuGAogASgIEjMKEHRpbWVfdG9fcmVjb3ZlcnkYCyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoNZmlyc3RfZmFpbHVyZRgMIAEoCzIbLnBvbGljeWQudjEuSW5jaWRlbnRGYWlsdXJlEhMKC2ZpcnN0X2V2ZW50GA0gASgJEhQKDGZpcnN0X3JlYXNvbhgOIAEoCRIpCgdicmVha2VyGA8gASgOMhgucG9saWN5ZC52MS5CcmVha2VyU3RhdGUSFQoNYnJlYWtlcl9vcGVucxgQIAEoBRINCgVob2xkcxgRIAEoBRINCgVzdG9wcxgSIAEoBRIZChFidWRnZXRzX2V4aGF1c3RlZBgTIAEoBRIOCgZjbGVhcnMYFCABKAUSDgoGZXZlbnRzGBUgASgFEhsKE2ZpcnN0X2F0dGVtcHRzX3NoZWQYFiABKAMSFwoPZmFpbGVkX2F0dGVtcHRzGBcgASgDEhQKDHJldHJpZXNfaGVsZBgYIAEoAxIXCg9yZXRyaWVzX3N0b3BwZWQYGSABKAMSGQoRcmV0cmllc19mZWxsX2JhY2sYGiABKAMSJAocYmFzZWxpbmVfZmFpbHVyZXNfcGVyX3NlY29uZBgbIAEoARIXCg9yZXRyaWVzX2F2b2lkZWQYHCABKAMirAEKD0luY2lkZW50RmFpbHVyZRImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJY2xpZW50X2lkGAIgASgJEi0KDGZhaWx1cmVfdHlwZRgDIAEoDjIXLnBvbGljeWQudjEuRmFpbHVyZVR5cGUSDAoEcnVsZRgEIAEoCRISCgpjb250ZXh0X2lkGAUgASgJEg0KBWFnZW50GAYgASgJIoACCg1JbmNpZGVudEV2ZW50EiYKAmF0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVldmVudBgCIAEoCRIOCgZyZWFzb24YAyABKAkSEQoJY2xpZW50X2lkGAQgASgJEhAKCGlkZW50aXR5GAUgASgJEgwKBHBlZXIYBiABKAkSDwoHcmVwbGljYRgHIAEoCRI1CgZjb3VudHMYCCADKAsyJS5wb2xpY3lkLnYxLkluY2lkZW50RXZlbnQuQ291bnRzRW50cnkaLQoLQ291bnRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ASL5AQoQSW5jaWRlbnRBY3Rpdml0eRIpCgVzdGFydBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoFd2lkdGgYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFwoPZmFpbGVkX2F0dGVtcHRzGAMgASgDEhQKDHJldHJpZXNfaGVsZBgEIAEoAxIZChFyZXNvbHZlZF9jb250ZXh0cxgFIAEoAxIbChNmaXJzdF9hdHRlbXB0c19zaGVkGAYgASgDEikKB2JyZWFrZXIYByABKA4yGC5wb2xpY3lkLnYxLkJyZWFrZXJTdGF0ZSKsAQoUTGlzdEluY2lkZW50c1JlcXVlc3QSEQoJb3Blbl9vbmx5GAEgASgIEikKBXNpbmNlGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghwcm92aWRlchgDIAEoCRINCgVtb2RlbBgEIAEoCRIOCgZidWNrZXQYBSABKAkSEQoJcGFnZV9zaXplGAYgASgFEhIKCnBhZ2VfdG9rZW4YByABKAkiWQoVTGlzdEluY2lkZW50c1Jlc3BvbnNlEicKCWluY2lkZW50cxgBIAMoCzIULnBvbGljeWQudjEuSW5jaWRlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiAKEkdldEluY2lkZW50UmVxdWVzdBIKCgJpZBgBIAEoAyKYAQoTR2V0SW5jaWRlbnRSZXNwb25zZRImCghpbmNpZGVudBgBIAEoCzIULnBvbGljeWQudjEuSW5jaWRlbnQSKQoGZXZlbnRzGAIgAygLMhkucG9saWN5ZC52MS5JbmNpZGVudEV2ZW50Ei4KCGFjdGl2aXR5GAMgAygLMhwucG9saWN5ZC52MS5JbmNpZGVudEFjdGl2aXR5Mu8DCgxGbGVldFNlcnZpY2USTgoLTGlzdEJ1Y2tldHMSHi5wb2xpY3lkLnYxLkxpc3RCdWNrZXRzUmVxdWVzdBofLnBvbGljeWQudjEuTGlzdEJ1Y2tldHNSZXNwb25zZRJICglHZXRCdWNrZXQSHC5wb2xpY3lkLnYxLkdldEJ1Y2tldFJlcXVlc3QaHS5wb2xpY3lkLnYxLkdldEJ1Y2tldFJlc3BvbnNlEk8KCkNvb3JkaW5hdGUSHS5wb2xpY3lkLnYxLkNvb3JkaW5hdGVSZXF1ZXN0Gh4ucG9saWN5ZC52MS5Db29yZGluYXRlUmVzcG9uc2UoATABEk4KC0NsZWFyQnVja2V0Eh4ucG9saWN5ZC52MS5DbGVhckJ1Y2tldFJlcXVlc3QaHy5wb2xpY3lkLnYxLkNsZWFyQnVja2V0UmVzcG9uc2USVAoNTGlzdEluY2lkZW50cxIgLnBvbGljeWQudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaIS5wb2xpY3lkLnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZRJOCgtHZXRJbmNpZGVudBIeLnBvbGljeWQudjEuR2V0SW5jaWRlbnRSZXF1ZXN0Gh8ucG9saWN5ZC52MS5HZXRJbmNpZGVudFJlc3BvbnNlQjVaM2dpdGh1Yi5jb20vcG9saWN5ZC9wb2xpY3lkL2dlbi9wb2xpY3lkL3YxO3BvbGljeWR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_policyd_v1_policy]);
 
 /**
  * CoordinateRequest is one message up the stream.
@@ -744,6 +744,513 @@ export const GetBucketResponseSchema: GenMessage<GetBucketResponse> = /*@__PURE_
   messageDesc(file_policyd_v1_fleet, 12);
 
 /**
+ * Incident is one bucket's trouble, from its first failure to its recovery.
+ * Events of a bucket less than a minute apart (counting from the end of a
+ * hold, stop or open period they set) are one incident.
+ *
+ * @generated from message policyd.v1.Incident
+ */
+export type Incident = Message<"policyd.v1.Incident"> & {
+  /**
+   * The id of the incident's first fleet event.
+   *
+   * @generated from field: int64 id = 1;
+   */
+  id: bigint;
+
+  /**
+   * The bucket, as FleetState.bucket shows it, and its parts.
+   *
+   * @generated from field: string bucket = 2;
+   */
+  bucket: string;
+
+  /**
+   * @generated from field: string scope = 3;
+   */
+  scope: string;
+
+  /**
+   * @generated from field: string provider = 4;
+   */
+  provider: string;
+
+  /**
+   * @generated from field: string model = 5;
+   */
+  model: string;
+
+  /**
+   * @generated from field: string key_id = 6;
+   */
+  keyId: string;
+
+  /**
+   * The incident's first and last fleet event.
+   *
+   * @generated from field: google.protobuf.Timestamp started_at = 7;
+   */
+  startedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp last_event_at = 8;
+   */
+  lastEventAt?: Timestamp | undefined;
+
+  /**
+   * When the bucket was well again: the breaker's last close, or the end of
+   * the last hold or stop. Unset while the breaker is open or half-open (or
+   * when it stayed so for 10 minutes without an event: its daemon stopped).
+   *
+   * @generated from field: google.protobuf.Timestamp recovered_at = 9;
+   */
+  recoveredAt?: Timestamp | undefined;
+
+  /**
+   * The bucket is still in trouble.
+   *
+   * @generated from field: bool open = 10;
+   */
+  open: boolean;
+
+  /**
+   * From the first failure to recovered_at.
+   *
+   * @generated from field: google.protobuf.Duration time_to_recovery = 11;
+   */
+  timeToRecovery?: Duration | undefined;
+
+  /**
+   * The failure that started it.
+   *
+   * @generated from field: policyd.v1.IncidentFailure first_failure = 12;
+   */
+  firstFailure?: IncidentFailure | undefined;
+
+  /**
+   * The first event, and why.
+   *
+   * @generated from field: string first_event = 13;
+   */
+  firstEvent: string;
+
+  /**
+   * @generated from field: string first_reason = 14;
+   */
+  firstReason: string;
+
+  /**
+   * The breaker's last move; unspecified when the incident moved no breaker.
+   *
+   * @generated from field: policyd.v1.BreakerState breaker = 15;
+   */
+  breaker: BreakerState;
+
+  /**
+   * Events of each kind: breaker openings, holds set, key stops, budgets
+   * spent, operators' clears, and all of them.
+   *
+   * @generated from field: int32 breaker_opens = 16;
+   */
+  breakerOpens: number;
+
+  /**
+   * @generated from field: int32 holds = 17;
+   */
+  holds: number;
+
+  /**
+   * @generated from field: int32 stops = 18;
+   */
+  stops: number;
+
+  /**
+   * @generated from field: int32 budgets_exhausted = 19;
+   */
+  budgetsExhausted: number;
+
+  /**
+   * @generated from field: int32 clears = 20;
+   */
+  clears: number;
+
+  /**
+   * @generated from field: int32 events = 21;
+   */
+  events: number;
+
+  /**
+   * First attempts the clients' gates did not send (the shed events' counts).
+   *
+   * @generated from field: int64 first_attempts_shed = 22;
+   */
+  firstAttemptsShed: bigint;
+
+  /**
+   * From the journal, counting the agents that journal (pass a context id):
+   * the bucket's failed attempts; the retries the fleet held (parked by a
+   * streaming client's gate, or sent to wait for their release slot); the
+   * retries it turned into a stop, or sent to a fallback.
+   *
+   * @generated from field: int64 failed_attempts = 23;
+   */
+  failedAttempts: bigint;
+
+  /**
+   * @generated from field: int64 retries_held = 24;
+   */
+  retriesHeld: bigint;
+
+  /**
+   * @generated from field: int64 retries_stopped = 25;
+   */
+  retriesStopped: bigint;
+
+  /**
+   * @generated from field: int64 retries_fell_back = 26;
+   */
+  retriesFellBack: bigint;
+
+  /**
+   * The journaled failures a second in the 10 s up to the first event: the
+   * rate the agents were failing at when the fleet stepped in.
+   *
+   * @generated from field: double baseline_failures_per_second = 27;
+   */
+  baselineFailuresPerSecond: number;
+
+  /**
+   * An estimate of the attempts the fleet spared the provider: the baseline
+   * rate over the incident, less the failures journaled after its first
+   * event (docs/postmortem.md has the formula).
+   *
+   * @generated from field: int64 retries_avoided = 28;
+   */
+  retriesAvoided: bigint;
+};
+
+/**
+ * Describes the message policyd.v1.Incident.
+ * Use `create(IncidentSchema)` to create a new message.
+ */
+export const IncidentSchema: GenMessage<Incident> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 13);
+
+/**
+ * IncidentFailure is an incident's first failure.
+ *
+ * @generated from message policyd.v1.IncidentFailure
+ */
+export type IncidentFailure = Message<"policyd.v1.IncidentFailure"> & {
+  /**
+   * From the journal's earliest failure of the bucket, else the first event.
+   *
+   * @generated from field: google.protobuf.Timestamp at = 1;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * The client the incident's first event names (the failure that set the
+   * hold or stop, or opened the breaker).
+   *
+   * @generated from field: string client_id = 2;
+   */
+  clientId: string;
+
+  /**
+   * From the journal, else from the first event's reason; unspecified when
+   * neither says.
+   *
+   * @generated from field: policyd.v1.FailureType failure_type = 3;
+   */
+  failureType: FailureType;
+
+  /**
+   * The classification rule, when the failure was journaled.
+   *
+   * @generated from field: string rule = 4;
+   */
+  rule: string;
+
+  /**
+   * The journaled context of the failure, and its agent, when there is one.
+   *
+   * @generated from field: string context_id = 5;
+   */
+  contextId: string;
+
+  /**
+   * @generated from field: string agent = 6;
+   */
+  agent: string;
+};
+
+/**
+ * Describes the message policyd.v1.IncidentFailure.
+ * Use `create(IncidentFailureSchema)` to create a new message.
+ */
+export const IncidentFailureSchema: GenMessage<IncidentFailure> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 14);
+
+/**
+ * IncidentEvent is one fleet transition of an incident's bucket, as the
+ * journal's fleet_events holds it.
+ *
+ * @generated from message policyd.v1.IncidentEvent
+ */
+export type IncidentEvent = Message<"policyd.v1.IncidentEvent"> & {
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 1;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * hold_set, breaker_open, breaker_half_open, breaker_close,
+   * budget_exhausted, fleet_stop, shed, slow_start or fleet_clear.
+   *
+   * @generated from field: string event = 2;
+   */
+  event: string;
+
+  /**
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+
+  /**
+   * The client whose failure caused it, its authenticated identity and
+   * address, and the replica that journaled it.
+   *
+   * @generated from field: string client_id = 4;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string identity = 5;
+   */
+  identity: string;
+
+  /**
+   * @generated from field: string peer = 6;
+   */
+  peer: string;
+
+  /**
+   * @generated from field: string replica = 7;
+   */
+  replica: string;
+
+  /**
+   * The numbers behind it, e.g. open_ms, hold_ms, shed.
+   *
+   * @generated from field: map<string, int64> counts = 8;
+   */
+  counts: { [key: string]: bigint };
+};
+
+/**
+ * Describes the message policyd.v1.IncidentEvent.
+ * Use `create(IncidentEventSchema)` to create a new message.
+ */
+export const IncidentEventSchema: GenMessage<IncidentEvent> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 15);
+
+/**
+ * IncidentActivity is what happened on an incident's bucket in one
+ * interval of its timeline.
+ *
+ * @generated from message policyd.v1.IncidentActivity
+ */
+export type IncidentActivity = Message<"policyd.v1.IncidentActivity"> & {
+  /**
+   * @generated from field: google.protobuf.Timestamp start = 1;
+   */
+  start?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Duration width = 2;
+   */
+  width?: Duration | undefined;
+
+  /**
+   * From the journal: the bucket's failed attempts, the retries the fleet
+   * held, and contexts that resolved (calls that got through in the end).
+   *
+   * @generated from field: int64 failed_attempts = 3;
+   */
+  failedAttempts: bigint;
+
+  /**
+   * @generated from field: int64 retries_held = 4;
+   */
+  retriesHeld: bigint;
+
+  /**
+   * @generated from field: int64 resolved_contexts = 5;
+   */
+  resolvedContexts: bigint;
+
+  /**
+   * From the events: first attempts the gates did not send, and the
+   * breaker's state at the end of the interval (unspecified before it moved).
+   *
+   * @generated from field: int64 first_attempts_shed = 6;
+   */
+  firstAttemptsShed: bigint;
+
+  /**
+   * @generated from field: policyd.v1.BreakerState breaker = 7;
+   */
+  breaker: BreakerState;
+};
+
+/**
+ * Describes the message policyd.v1.IncidentActivity.
+ * Use `create(IncidentActivitySchema)` to create a new message.
+ */
+export const IncidentActivitySchema: GenMessage<IncidentActivity> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 16);
+
+/**
+ * ListIncidentsRequest filters the incidents; empty fields match all.
+ *
+ * @generated from message policyd.v1.ListIncidentsRequest
+ */
+export type ListIncidentsRequest = Message<"policyd.v1.ListIncidentsRequest"> & {
+  /**
+   * Only the incidents still in trouble.
+   *
+   * @generated from field: bool open_only = 1;
+   */
+  openOnly: boolean;
+
+  /**
+   * Only those in trouble at or after it: open, or with an event or their
+   * recovery at or after it.
+   *
+   * @generated from field: google.protobuf.Timestamp since = 2;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * @generated from field: string provider = 3;
+   */
+  provider: string;
+
+  /**
+   * @generated from field: string model = 4;
+   */
+  model: string;
+
+  /**
+   * A bucket name, as FleetState.bucket shows it.
+   *
+   * @generated from field: string bucket = 5;
+   */
+  bucket: string;
+
+  /**
+   * The most incidents in one answer: at most 500; 0 means 50.
+   *
+   * @generated from field: int32 page_size = 6;
+   */
+  pageSize: number;
+
+  /**
+   * The previous answer's next_page_token, to continue after it.
+   *
+   * @generated from field: string page_token = 7;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message policyd.v1.ListIncidentsRequest.
+ * Use `create(ListIncidentsRequestSchema)` to create a new message.
+ */
+export const ListIncidentsRequestSchema: GenMessage<ListIncidentsRequest> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 17);
+
+/**
+ * ListIncidentsResponse carries a page of incidents, newest first.
+ *
+ * @generated from message policyd.v1.ListIncidentsResponse
+ */
+export type ListIncidentsResponse = Message<"policyd.v1.ListIncidentsResponse"> & {
+  /**
+   * @generated from field: repeated policyd.v1.Incident incidents = 1;
+   */
+  incidents: Incident[];
+
+  /**
+   * Set when more incidents may follow: pass it as page_token.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message policyd.v1.ListIncidentsResponse.
+ * Use `create(ListIncidentsResponseSchema)` to create a new message.
+ */
+export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 18);
+
+/**
+ * GetIncidentRequest names an incident by its id.
+ *
+ * @generated from message policyd.v1.GetIncidentRequest
+ */
+export type GetIncidentRequest = Message<"policyd.v1.GetIncidentRequest"> & {
+  /**
+   * @generated from field: int64 id = 1;
+   */
+  id: bigint;
+};
+
+/**
+ * Describes the message policyd.v1.GetIncidentRequest.
+ * Use `create(GetIncidentRequestSchema)` to create a new message.
+ */
+export const GetIncidentRequestSchema: GenMessage<GetIncidentRequest> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 19);
+
+/**
+ * GetIncidentResponse carries the incident and its timeline.
+ *
+ * @generated from message policyd.v1.GetIncidentResponse
+ */
+export type GetIncidentResponse = Message<"policyd.v1.GetIncidentResponse"> & {
+  /**
+   * @generated from field: policyd.v1.Incident incident = 1;
+   */
+  incident?: Incident | undefined;
+
+  /**
+   * Its fleet events, oldest first.
+   *
+   * @generated from field: repeated policyd.v1.IncidentEvent events = 2;
+   */
+  events: IncidentEvent[];
+
+  /**
+   * Its activity, in at most 60 equal intervals from the first failure to a
+   * little after the end.
+   *
+   * @generated from field: repeated policyd.v1.IncidentActivity activity = 3;
+   */
+  activity: IncidentActivity[];
+};
+
+/**
+ * Describes the message policyd.v1.GetIncidentResponse.
+ * Use `create(GetIncidentResponseSchema)` to create a new message.
+ */
+export const GetIncidentResponseSchema: GenMessage<GetIncidentResponse> = /*@__PURE__*/
+  messageDesc(file_policyd_v1_fleet, 20);
+
+/**
  * FleetService shows what fleet memory knows: per bucket (a provider, model
  * and key, as the failure's scope draws it), its shared cooldown, breaker,
  * retry budget and stop, and why. Callers see their own tenant's buckets.
@@ -800,6 +1307,32 @@ export const FleetService: GenService<{
     methodKind: "unary";
     input: typeof ClearBucketRequestSchema;
     output: typeof ClearBucketResponseSchema;
+  },
+  /**
+   * ListIncidents lists the caller's incidents, newest first, a page at a
+   * time. An incident is one bucket's trouble from its first failure to its
+   * recovery, read back from the journal's fleet events and attempts (the
+   * incidents view, docs/postmortem.md). Needs the journal: without one,
+   * FAILED_PRECONDITION.
+   *
+   * @generated from rpc policyd.v1.FleetService.ListIncidents
+   */
+  listIncidents: {
+    methodKind: "unary";
+    input: typeof ListIncidentsRequestSchema;
+    output: typeof ListIncidentsResponseSchema;
+  },
+  /**
+   * GetIncident returns one incident with its timeline: its fleet events in
+   * order and its activity over time. NOT_FOUND when the caller's tenant has
+   * no incident of that id.
+   *
+   * @generated from rpc policyd.v1.FleetService.GetIncident
+   */
+  getIncident: {
+    methodKind: "unary";
+    input: typeof GetIncidentRequestSchema;
+    output: typeof GetIncidentResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_policyd_v1_fleet, 0);

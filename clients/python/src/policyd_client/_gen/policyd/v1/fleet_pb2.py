@@ -23,10 +23,11 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from policyd_client._gen.policyd.v1 import policy_pb2 as policyd_dot_v1_dot_policy__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16policyd/v1/fleet.proto\x12\npolicyd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x17policyd/v1/policy.proto\"_\n\x11\x43oordinateRequest\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x0f\n\x07profile\x18\x02 \x01(\t\x12&\n\x05usage\x18\x03 \x03(\x0b\x32\x17.policyd.v1.BucketUsage\"?\n\x0c\x42ucketTarget\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06key_id\x18\x03 \x01(\t\"\xa7\x04\n\x0b\x42ucketUsage\x12(\n\x06target\x18\x01 \x01(\x0b\x32\x18.policyd.v1.BucketTarget\x12*\n\x07\x65lapsed\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08\x61\x64mitted\x18\x03 \x01(\x04\x12\x0c\n\x04shed\x18\x04 \x01(\x04\x12\x11\n\tsucceeded\x18\x05 \x01(\x04\x12\x0e\n\x06\x66\x61iled\x18\x06 \x01(\x04\x12\x0f\n\x07retries\x18\x07 \x01(\x04\x12I\n\x12rate_limit_headers\x18\x08 \x03(\x0b\x32-.policyd.v1.BucketUsage.RateLimitHeadersEntry\x12\x0e\n\x06parked\x18\t \x01(\x04\x12\x12\n\nparked_new\x18\n \x01(\x04\x12\x10\n\x08released\x18\x0b \x01(\x04\x12\"\n\x1a\x66irst_attempt_input_tokens\x18\x0c \x01(\x04\x12\x1a\n\x12retry_input_tokens\x18\r \x01(\x04\x12\x19\n\x11input_tokens_used\x18\x0e \x01(\x04\x12\x1a\n\x12output_tokens_used\x18\x0f \x01(\x04\x12\x16\n\x0e\x62\x61tch_admitted\x18\x10 \x01(\x04\x12\x12\n\nbatch_shed\x18\x11 \x01(\x04\x12\x11\n\tin_flight\x18\x12 \x01(\x04\x1a\x37\n\x15RateLimitHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"A\n\x12\x43oordinateResponse\x12+\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x16.policyd.v1.Assignment\"\xef\x03\n\nAssignment\x12(\n\x06target\x18\x01 \x01(\x0b\x32\x18.policyd.v1.BucketTarget\x12\x0f\n\x07\x61\x62\x61ndon\x18\x02 \x01(\x08\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12)\n\x07\x62reaker\x18\x04 \x01(\x0e\x32\x18.policyd.v1.BreakerState\x12\'\n\x04hold\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04stop\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\x0e\x61\x64mit_fraction\x18\x07 \x01(\x01\x12\x15\n\rprobe_permits\x18\x08 \x01(\r\x12\x0e\n\x06reason\x18\t \x01(\t\x12&\n\x08\x66\x61llback\x18\n \x01(\x0b\x32\x14.policyd.v1.Fallback\x12,\n\tpark_hint\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12!\n\x14\x62\x61tch_admit_fraction\x18\x0c \x01(\x01H\x00\x88\x01\x01\x12\x1c\n\x0fin_flight_lease\x18\r \x01(\rH\x01\x88\x01\x01\x42\x17\n\x15_batch_admit_fractionB\x12\n\x10_in_flight_lease\"\xc5\x04\n\x06\x42ucket\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.policyd.v1.FleetState\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x10\n\x08provider\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12\x0e\n\x06key_id\x18\x05 \x01(\t\x12\x17\n\x0fwindow_failures\x18\x06 \x01(\x05\x12\x16\n\x0ewindow_clients\x18\x07 \x01(\x05\x12.\n\x0bopen_period\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11\x64\x65\x63isions_changed\x18\t \x01(\x03\x12\x17\n\x0f\x66irst_client_id\x18\n \x01(\t\x12\'\n\x04idle\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11streaming_clients\x18\x0c \x01(\x05\x12\x0f\n\x07reports\x18\r \x01(\x03\x12\x18\n\x10\x61ssignments_sent\x18\x0e \x01(\x03\x12\x1f\n\x17\x66irst_attempts_admitted\x18\x0f \x01(\x03\x12\x1b\n\x13\x66irst_attempts_shed\x18\x10 \x01(\x03\x12\x11\n\tsuccesses\x18\x11 \x01(\x03\x12\x16\n\x0e\x61\x64mit_fraction\x18\x12 \x01(\x01\x12\x1b\n\x13requests_per_minute\x18\x13 \x01(\x03\x12\x1f\n\x17input_tokens_per_minute\x18\x14 \x01(\x03\x12)\n\x06limits\x18\x15 \x03(\x0b\x32\x19.policyd.v1.ProviderLimit\"\xaa\x01\n\rProviderLimit\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nper_minute\x18\x02 \x01(\x03\x12\x0e\n\x06pacing\x18\x03 \x01(\x08\x12\x11\n\tremaining\x18\x04 \x01(\x03\x12\'\n\x04seen\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12+\n\x08reset_in\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\"\\\n\x12ListBucketsRequest\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"S\n\x13ListBucketsResponse\x12#\n\x07\x62uckets\x18\x01 \x03(\x0b\x32\x12.policyd.v1.Bucket\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x7f\n\x12\x43learBucketRequest\x12\x0e\n\x06\x62ucket\x18\x01 \x01(\t\x12\x0c\n\x04hold\x18\x02 \x01(\x08\x12\x0c\n\x04stop\x18\x03 \x01(\x08\x12\x0f\n\x07\x62reaker\x18\x04 \x01(\x08\x12\x0c\n\x04pace\x18\x05 \x01(\x08\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0e\n\x06tenant\x18\x07 \x01(\t\"9\n\x13\x43learBucketResponse\x12\"\n\x06\x62ucket\x18\x01 \x01(\x0b\x32\x12.policyd.v1.Bucket\"\"\n\x10GetBucketRequest\x12\x0e\n\x06\x62ucket\x18\x01 \x01(\t\"7\n\x11GetBucketResponse\x12\"\n\x06\x62ucket\x18\x01 \x01(\x0b\x32\x12.policyd.v1.Bucket2\xc9\x02\n\x0c\x46leetService\x12N\n\x0bListBuckets\x12\x1e.policyd.v1.ListBucketsRequest\x1a\x1f.policyd.v1.ListBucketsResponse\x12H\n\tGetBucket\x12\x1c.policyd.v1.GetBucketRequest\x1a\x1d.policyd.v1.GetBucketResponse\x12O\n\nCoordinate\x12\x1d.policyd.v1.CoordinateRequest\x1a\x1e.policyd.v1.CoordinateResponse(\x01\x30\x01\x12N\n\x0b\x43learBucket\x12\x1e.policyd.v1.ClearBucketRequest\x1a\x1f.policyd.v1.ClearBucketResponseB5Z3github.com/policyd/policyd/gen/policyd/v1;policydv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16policyd/v1/fleet.proto\x12\npolicyd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17policyd/v1/policy.proto\"_\n\x11\x43oordinateRequest\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x0f\n\x07profile\x18\x02 \x01(\t\x12&\n\x05usage\x18\x03 \x03(\x0b\x32\x17.policyd.v1.BucketUsage\"?\n\x0c\x42ucketTarget\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06key_id\x18\x03 \x01(\t\"\xa7\x04\n\x0b\x42ucketUsage\x12(\n\x06target\x18\x01 \x01(\x0b\x32\x18.policyd.v1.BucketTarget\x12*\n\x07\x65lapsed\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08\x61\x64mitted\x18\x03 \x01(\x04\x12\x0c\n\x04shed\x18\x04 \x01(\x04\x12\x11\n\tsucceeded\x18\x05 \x01(\x04\x12\x0e\n\x06\x66\x61iled\x18\x06 \x01(\x04\x12\x0f\n\x07retries\x18\x07 \x01(\x04\x12I\n\x12rate_limit_headers\x18\x08 \x03(\x0b\x32-.policyd.v1.BucketUsage.RateLimitHeadersEntry\x12\x0e\n\x06parked\x18\t \x01(\x04\x12\x12\n\nparked_new\x18\n \x01(\x04\x12\x10\n\x08released\x18\x0b \x01(\x04\x12\"\n\x1a\x66irst_attempt_input_tokens\x18\x0c \x01(\x04\x12\x1a\n\x12retry_input_tokens\x18\r \x01(\x04\x12\x19\n\x11input_tokens_used\x18\x0e \x01(\x04\x12\x1a\n\x12output_tokens_used\x18\x0f \x01(\x04\x12\x16\n\x0e\x62\x61tch_admitted\x18\x10 \x01(\x04\x12\x12\n\nbatch_shed\x18\x11 \x01(\x04\x12\x11\n\tin_flight\x18\x12 \x01(\x04\x1a\x37\n\x15RateLimitHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"A\n\x12\x43oordinateResponse\x12+\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x16.policyd.v1.Assignment\"\xef\x03\n\nAssignment\x12(\n\x06target\x18\x01 \x01(\x0b\x32\x18.policyd.v1.BucketTarget\x12\x0f\n\x07\x61\x62\x61ndon\x18\x02 \x01(\x08\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12)\n\x07\x62reaker\x18\x04 \x01(\x0e\x32\x18.policyd.v1.BreakerState\x12\'\n\x04hold\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04stop\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\x0e\x61\x64mit_fraction\x18\x07 \x01(\x01\x12\x15\n\rprobe_permits\x18\x08 \x01(\r\x12\x0e\n\x06reason\x18\t \x01(\t\x12&\n\x08\x66\x61llback\x18\n \x01(\x0b\x32\x14.policyd.v1.Fallback\x12,\n\tpark_hint\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12!\n\x14\x62\x61tch_admit_fraction\x18\x0c \x01(\x01H\x00\x88\x01\x01\x12\x1c\n\x0fin_flight_lease\x18\r \x01(\rH\x01\x88\x01\x01\x42\x17\n\x15_batch_admit_fractionB\x12\n\x10_in_flight_lease\"\xc5\x04\n\x06\x42ucket\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.policyd.v1.FleetState\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x10\n\x08provider\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12\x0e\n\x06key_id\x18\x05 \x01(\t\x12\x17\n\x0fwindow_failures\x18\x06 \x01(\x05\x12\x16\n\x0ewindow_clients\x18\x07 \x01(\x05\x12.\n\x0bopen_period\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11\x64\x65\x63isions_changed\x18\t \x01(\x03\x12\x17\n\x0f\x66irst_client_id\x18\n \x01(\t\x12\'\n\x04idle\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11streaming_clients\x18\x0c \x01(\x05\x12\x0f\n\x07reports\x18\r \x01(\x03\x12\x18\n\x10\x61ssignments_sent\x18\x0e \x01(\x03\x12\x1f\n\x17\x66irst_attempts_admitted\x18\x0f \x01(\x03\x12\x1b\n\x13\x66irst_attempts_shed\x18\x10 \x01(\x03\x12\x11\n\tsuccesses\x18\x11 \x01(\x03\x12\x16\n\x0e\x61\x64mit_fraction\x18\x12 \x01(\x01\x12\x1b\n\x13requests_per_minute\x18\x13 \x01(\x03\x12\x1f\n\x17input_tokens_per_minute\x18\x14 \x01(\x03\x12)\n\x06limits\x18\x15 \x03(\x0b\x32\x19.policyd.v1.ProviderLimit\"\xaa\x01\n\rProviderLimit\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nper_minute\x18\x02 \x01(\x03\x12\x0e\n\x06pacing\x18\x03 \x01(\x08\x12\x11\n\tremaining\x18\x04 \x01(\x03\x12\'\n\x04seen\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12+\n\x08reset_in\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\"\\\n\x12ListBucketsRequest\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"S\n\x13ListBucketsResponse\x12#\n\x07\x62uckets\x18\x01 \x03(\x0b\x32\x12.policyd.v1.Bucket\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x7f\n\x12\x43learBucketRequest\x12\x0e\n\x06\x62ucket\x18\x01 \x01(\t\x12\x0c\n\x04hold\x18\x02 \x01(\x08\x12\x0c\n\x04stop\x18\x03 \x01(\x08\x12\x0f\n\x07\x62reaker\x18\x04 \x01(\x08\x12\x0c\n\x04pace\x18\x05 \x01(\x08\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0e\n\x06tenant\x18\x07 \x01(\t\"9\n\x13\x43learBucketResponse\x12\"\n\x06\x62ucket\x18\x01 \x01(\x0b\x32\x12.policyd.v1.Bucket\"\"\n\x10GetBucketRequest\x12\x0e\n\x06\x62ucket\x18\x01 \x01(\t\"7\n\x11GetBucketResponse\x12\"\n\x06\x62ucket\x18\x01 \x01(\x0b\x32\x12.policyd.v1.Bucket\"\xf7\x05\n\x08Incident\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0e\n\x06\x62ucket\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x10\n\x08provider\x18\x04 \x01(\t\x12\r\n\x05model\x18\x05 \x01(\t\x12\x0e\n\x06key_id\x18\x06 \x01(\t\x12.\n\nstarted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rlast_event_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0crecovered_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04open\x18\n \x01(\x08\x12\x33\n\x10time_to_recovery\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\rfirst_failure\x18\x0c \x01(\x0b\x32\x1b.policyd.v1.IncidentFailure\x12\x13\n\x0b\x66irst_event\x18\r \x01(\t\x12\x14\n\x0c\x66irst_reason\x18\x0e \x01(\t\x12)\n\x07\x62reaker\x18\x0f \x01(\x0e\x32\x18.policyd.v1.BreakerState\x12\x15\n\rbreaker_opens\x18\x10 \x01(\x05\x12\r\n\x05holds\x18\x11 \x01(\x05\x12\r\n\x05stops\x18\x12 \x01(\x05\x12\x19\n\x11\x62udgets_exhausted\x18\x13 \x01(\x05\x12\x0e\n\x06\x63lears\x18\x14 \x01(\x05\x12\x0e\n\x06\x65vents\x18\x15 \x01(\x05\x12\x1b\n\x13\x66irst_attempts_shed\x18\x16 \x01(\x03\x12\x17\n\x0f\x66\x61iled_attempts\x18\x17 \x01(\x03\x12\x14\n\x0cretries_held\x18\x18 \x01(\x03\x12\x17\n\x0fretries_stopped\x18\x19 \x01(\x03\x12\x19\n\x11retries_fell_back\x18\x1a \x01(\x03\x12$\n\x1c\x62\x61seline_failures_per_second\x18\x1b \x01(\x01\x12\x17\n\x0fretries_avoided\x18\x1c \x01(\x03\"\xac\x01\n\x0fIncidentFailure\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12-\n\x0c\x66\x61ilure_type\x18\x03 \x01(\x0e\x32\x17.policyd.v1.FailureType\x12\x0c\n\x04rule\x18\x04 \x01(\t\x12\x12\n\ncontext_id\x18\x05 \x01(\t\x12\r\n\x05\x61gent\x18\x06 \x01(\t\"\x80\x02\n\rIncidentEvent\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x65vent\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x11\n\tclient_id\x18\x04 \x01(\t\x12\x10\n\x08identity\x18\x05 \x01(\t\x12\x0c\n\x04peer\x18\x06 \x01(\t\x12\x0f\n\x07replica\x18\x07 \x01(\t\x12\x35\n\x06\x63ounts\x18\x08 \x03(\x0b\x32%.policyd.v1.IncidentEvent.CountsEntry\x1a-\n\x0b\x43ountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xf9\x01\n\x10IncidentActivity\x12)\n\x05start\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x05width\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x17\n\x0f\x66\x61iled_attempts\x18\x03 \x01(\x03\x12\x14\n\x0cretries_held\x18\x04 \x01(\x03\x12\x19\n\x11resolved_contexts\x18\x05 \x01(\x03\x12\x1b\n\x13\x66irst_attempts_shed\x18\x06 \x01(\x03\x12)\n\x07\x62reaker\x18\x07 \x01(\x0e\x32\x18.policyd.v1.BreakerState\"\xac\x01\n\x14ListIncidentsRequest\x12\x11\n\topen_only\x18\x01 \x01(\x08\x12)\n\x05since\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08provider\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12\x0e\n\x06\x62ucket\x18\x05 \x01(\t\x12\x11\n\tpage_size\x18\x06 \x01(\x05\x12\x12\n\npage_token\x18\x07 \x01(\t\"Y\n\x15ListIncidentsResponse\x12\'\n\tincidents\x18\x01 \x03(\x0b\x32\x14.policyd.v1.Incident\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\" \n\x12GetIncidentRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"\x98\x01\n\x13GetIncidentResponse\x12&\n\x08incident\x18\x01 \x01(\x0b\x32\x14.policyd.v1.Incident\x12)\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x19.policyd.v1.IncidentEvent\x12.\n\x08\x61\x63tivity\x18\x03 \x03(\x0b\x32\x1c.policyd.v1.IncidentActivity2\xef\x03\n\x0c\x46leetService\x12N\n\x0bListBuckets\x12\x1e.policyd.v1.ListBucketsRequest\x1a\x1f.policyd.v1.ListBucketsResponse\x12H\n\tGetBucket\x12\x1c.policyd.v1.GetBucketRequest\x1a\x1d.policyd.v1.GetBucketResponse\x12O\n\nCoordinate\x12\x1d.policyd.v1.CoordinateRequest\x1a\x1e.policyd.v1.CoordinateResponse(\x01\x30\x01\x12N\n\x0b\x43learBucket\x12\x1e.policyd.v1.ClearBucketRequest\x1a\x1f.policyd.v1.ClearBucketResponse\x12T\n\rListIncidents\x12 .policyd.v1.ListIncidentsRequest\x1a!.policyd.v1.ListIncidentsResponse\x12N\n\x0bGetIncident\x12\x1e.policyd.v1.GetIncidentRequest\x1a\x1f.policyd.v1.GetIncidentResponseB5Z3github.com/policyd/policyd/gen/policyd/v1;policydv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,34 +37,54 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'Z3github.com/policyd/policyd/gen/policyd/v1;policydv1'
   _globals['_BUCKETUSAGE_RATELIMITHEADERSENTRY']._loaded_options = None
   _globals['_BUCKETUSAGE_RATELIMITHEADERSENTRY']._serialized_options = b'8\001'
-  _globals['_COORDINATEREQUEST']._serialized_start=95
-  _globals['_COORDINATEREQUEST']._serialized_end=190
-  _globals['_BUCKETTARGET']._serialized_start=192
-  _globals['_BUCKETTARGET']._serialized_end=255
-  _globals['_BUCKETUSAGE']._serialized_start=258
-  _globals['_BUCKETUSAGE']._serialized_end=809
-  _globals['_BUCKETUSAGE_RATELIMITHEADERSENTRY']._serialized_start=754
-  _globals['_BUCKETUSAGE_RATELIMITHEADERSENTRY']._serialized_end=809
-  _globals['_COORDINATERESPONSE']._serialized_start=811
-  _globals['_COORDINATERESPONSE']._serialized_end=876
-  _globals['_ASSIGNMENT']._serialized_start=879
-  _globals['_ASSIGNMENT']._serialized_end=1374
-  _globals['_BUCKET']._serialized_start=1377
-  _globals['_BUCKET']._serialized_end=1958
-  _globals['_PROVIDERLIMIT']._serialized_start=1961
-  _globals['_PROVIDERLIMIT']._serialized_end=2131
-  _globals['_LISTBUCKETSREQUEST']._serialized_start=2133
-  _globals['_LISTBUCKETSREQUEST']._serialized_end=2225
-  _globals['_LISTBUCKETSRESPONSE']._serialized_start=2227
-  _globals['_LISTBUCKETSRESPONSE']._serialized_end=2310
-  _globals['_CLEARBUCKETREQUEST']._serialized_start=2312
-  _globals['_CLEARBUCKETREQUEST']._serialized_end=2439
-  _globals['_CLEARBUCKETRESPONSE']._serialized_start=2441
-  _globals['_CLEARBUCKETRESPONSE']._serialized_end=2498
-  _globals['_GETBUCKETREQUEST']._serialized_start=2500
-  _globals['_GETBUCKETREQUEST']._serialized_end=2534
-  _globals['_GETBUCKETRESPONSE']._serialized_start=2536
-  _globals['_GETBUCKETRESPONSE']._serialized_end=2591
-  _globals['_FLEETSERVICE']._serialized_start=2594
-  _globals['_FLEETSERVICE']._serialized_end=2923
+  _globals['_INCIDENTEVENT_COUNTSENTRY']._loaded_options = None
+  _globals['_INCIDENTEVENT_COUNTSENTRY']._serialized_options = b'8\001'
+  _globals['_COORDINATEREQUEST']._serialized_start=128
+  _globals['_COORDINATEREQUEST']._serialized_end=223
+  _globals['_BUCKETTARGET']._serialized_start=225
+  _globals['_BUCKETTARGET']._serialized_end=288
+  _globals['_BUCKETUSAGE']._serialized_start=291
+  _globals['_BUCKETUSAGE']._serialized_end=842
+  _globals['_BUCKETUSAGE_RATELIMITHEADERSENTRY']._serialized_start=787
+  _globals['_BUCKETUSAGE_RATELIMITHEADERSENTRY']._serialized_end=842
+  _globals['_COORDINATERESPONSE']._serialized_start=844
+  _globals['_COORDINATERESPONSE']._serialized_end=909
+  _globals['_ASSIGNMENT']._serialized_start=912
+  _globals['_ASSIGNMENT']._serialized_end=1407
+  _globals['_BUCKET']._serialized_start=1410
+  _globals['_BUCKET']._serialized_end=1991
+  _globals['_PROVIDERLIMIT']._serialized_start=1994
+  _globals['_PROVIDERLIMIT']._serialized_end=2164
+  _globals['_LISTBUCKETSREQUEST']._serialized_start=2166
+  _globals['_LISTBUCKETSREQUEST']._serialized_end=2258
+  _globals['_LISTBUCKETSRESPONSE']._serialized_start=2260
+  _globals['_LISTBUCKETSRESPONSE']._serialized_end=2343
+  _globals['_CLEARBUCKETREQUEST']._serialized_start=2345
+  _globals['_CLEARBUCKETREQUEST']._serialized_end=2472
+  _globals['_CLEARBUCKETRESPONSE']._serialized_start=2474
+  _globals['_CLEARBUCKETRESPONSE']._serialized_end=2531
+  _globals['_GETBUCKETREQUEST']._serialized_start=2533
+  _globals['_GETBUCKETREQUEST']._serialized_end=2567
+  _globals['_GETBUCKETRESPONSE']._serialized_start=2569
+  _globals['_GETBUCKETRESPONSE']._serialized_end=2624
+  _globals['_INCIDENT']._serialized_start=2627
+  _globals['_INCIDENT']._serialized_end=3386
+  _globals['_INCIDENTFAILURE']._serialized_start=3389
+  _globals['_INCIDENTFAILURE']._serialized_end=3561
+  _globals['_INCIDENTEVENT']._serialized_start=3564
+  _globals['_INCIDENTEVENT']._serialized_end=3820
+  _globals['_INCIDENTEVENT_COUNTSENTRY']._serialized_start=3775
+  _globals['_INCIDENTEVENT_COUNTSENTRY']._serialized_end=3820
+  _globals['_INCIDENTACTIVITY']._serialized_start=3823
+  _globals['_INCIDENTACTIVITY']._serialized_end=4072
+  _globals['_LISTINCIDENTSREQUEST']._serialized_start=4075
+  _globals['_LISTINCIDENTSREQUEST']._serialized_end=4247
+  _globals['_LISTINCIDENTSRESPONSE']._serialized_start=4249
+  _globals['_LISTINCIDENTSRESPONSE']._serialized_end=4338
+  _globals['_GETINCIDENTREQUEST']._serialized_start=4340
+  _globals['_GETINCIDENTREQUEST']._serialized_end=4372
+  _globals['_GETINCIDENTRESPONSE']._serialized_start=4375
+  _globals['_GETINCIDENTRESPONSE']._serialized_end=4527
+  _globals['_FLEETSERVICE']._serialized_start=4530
+  _globals['_FLEETSERVICE']._serialized_end=5025
 # @@protoc_insertion_point(module_scope)

@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from policyd_client._gen.policyd.v1 import policy_pb2 as _policy_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -230,3 +231,166 @@ class GetBucketResponse(_message.Message):
     BUCKET_FIELD_NUMBER: _ClassVar[int]
     bucket: Bucket
     def __init__(self, bucket: _Optional[_Union[Bucket, _Mapping]] = ...) -> None: ...
+
+class Incident(_message.Message):
+    __slots__ = ("id", "bucket", "scope", "provider", "model", "key_id", "started_at", "last_event_at", "recovered_at", "open", "time_to_recovery", "first_failure", "first_event", "first_reason", "breaker", "breaker_opens", "holds", "stops", "budgets_exhausted", "clears", "events", "first_attempts_shed", "failed_attempts", "retries_held", "retries_stopped", "retries_fell_back", "baseline_failures_per_second", "retries_avoided")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_AT_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_AT_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_RECOVERY_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_EVENT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_REASON_FIELD_NUMBER: _ClassVar[int]
+    BREAKER_FIELD_NUMBER: _ClassVar[int]
+    BREAKER_OPENS_FIELD_NUMBER: _ClassVar[int]
+    HOLDS_FIELD_NUMBER: _ClassVar[int]
+    STOPS_FIELD_NUMBER: _ClassVar[int]
+    BUDGETS_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    CLEARS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ATTEMPTS_SHED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_HELD_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_STOPPED_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FELL_BACK_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_FAILURES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_AVOIDED_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    bucket: str
+    scope: str
+    provider: str
+    model: str
+    key_id: str
+    started_at: _timestamp_pb2.Timestamp
+    last_event_at: _timestamp_pb2.Timestamp
+    recovered_at: _timestamp_pb2.Timestamp
+    open: bool
+    time_to_recovery: _duration_pb2.Duration
+    first_failure: IncidentFailure
+    first_event: str
+    first_reason: str
+    breaker: _policy_pb2.BreakerState
+    breaker_opens: int
+    holds: int
+    stops: int
+    budgets_exhausted: int
+    clears: int
+    events: int
+    first_attempts_shed: int
+    failed_attempts: int
+    retries_held: int
+    retries_stopped: int
+    retries_fell_back: int
+    baseline_failures_per_second: float
+    retries_avoided: int
+    def __init__(self, id: _Optional[int] = ..., bucket: _Optional[str] = ..., scope: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., recovered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., open: _Optional[bool] = ..., time_to_recovery: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., first_failure: _Optional[_Union[IncidentFailure, _Mapping]] = ..., first_event: _Optional[str] = ..., first_reason: _Optional[str] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ..., breaker_opens: _Optional[int] = ..., holds: _Optional[int] = ..., stops: _Optional[int] = ..., budgets_exhausted: _Optional[int] = ..., clears: _Optional[int] = ..., events: _Optional[int] = ..., first_attempts_shed: _Optional[int] = ..., failed_attempts: _Optional[int] = ..., retries_held: _Optional[int] = ..., retries_stopped: _Optional[int] = ..., retries_fell_back: _Optional[int] = ..., baseline_failures_per_second: _Optional[float] = ..., retries_avoided: _Optional[int] = ...) -> None: ...
+
+class IncidentFailure(_message.Message):
+    __slots__ = ("at", "client_id", "failure_type", "rule", "context_id", "agent")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    client_id: str
+    failure_type: _policy_pb2.FailureType
+    rule: str
+    context_id: str
+    agent: str
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., client_id: _Optional[str] = ..., failure_type: _Optional[_Union[_policy_pb2.FailureType, str]] = ..., rule: _Optional[str] = ..., context_id: _Optional[str] = ..., agent: _Optional[str] = ...) -> None: ...
+
+class IncidentEvent(_message.Message):
+    __slots__ = ("at", "event", "reason", "client_id", "identity", "peer", "replica", "counts")
+    class CountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    AT_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    event: str
+    reason: str
+    client_id: str
+    identity: str
+    peer: str
+    replica: str
+    counts: _containers.ScalarMap[str, int]
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., event: _Optional[str] = ..., reason: _Optional[str] = ..., client_id: _Optional[str] = ..., identity: _Optional[str] = ..., peer: _Optional[str] = ..., replica: _Optional[str] = ..., counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class IncidentActivity(_message.Message):
+    __slots__ = ("start", "width", "failed_attempts", "retries_held", "resolved_contexts", "first_attempts_shed", "breaker")
+    START_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    FAILED_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_HELD_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_CONTEXTS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ATTEMPTS_SHED_FIELD_NUMBER: _ClassVar[int]
+    BREAKER_FIELD_NUMBER: _ClassVar[int]
+    start: _timestamp_pb2.Timestamp
+    width: _duration_pb2.Duration
+    failed_attempts: int
+    retries_held: int
+    resolved_contexts: int
+    first_attempts_shed: int
+    breaker: _policy_pb2.BreakerState
+    def __init__(self, start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., width: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., failed_attempts: _Optional[int] = ..., retries_held: _Optional[int] = ..., resolved_contexts: _Optional[int] = ..., first_attempts_shed: _Optional[int] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ...) -> None: ...
+
+class ListIncidentsRequest(_message.Message):
+    __slots__ = ("open_only", "since", "provider", "model", "bucket", "page_size", "page_token")
+    OPEN_ONLY_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    open_only: bool
+    since: _timestamp_pb2.Timestamp
+    provider: str
+    model: str
+    bucket: str
+    page_size: int
+    page_token: str
+    def __init__(self, open_only: _Optional[bool] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., bucket: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListIncidentsResponse(_message.Message):
+    __slots__ = ("incidents", "next_page_token")
+    INCIDENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    incidents: _containers.RepeatedCompositeFieldContainer[Incident]
+    next_page_token: str
+    def __init__(self, incidents: _Optional[_Iterable[_Union[Incident, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetIncidentRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class GetIncidentResponse(_message.Message):
+    __slots__ = ("incident", "events", "activity")
+    INCIDENT_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITY_FIELD_NUMBER: _ClassVar[int]
+    incident: Incident
+    events: _containers.RepeatedCompositeFieldContainer[IncidentEvent]
+    activity: _containers.RepeatedCompositeFieldContainer[IncidentActivity]
+    def __init__(self, incident: _Optional[_Union[Incident, _Mapping]] = ..., events: _Optional[_Iterable[_Union[IncidentEvent, _Mapping]]] = ..., activity: _Optional[_Iterable[_Union[IncidentActivity, _Mapping]]] = ...) -> None: ...

@@ -57,6 +57,16 @@ class FleetServiceStub:
                 request_serializer=policyd_dot_v1_dot_fleet__pb2.ClearBucketRequest.SerializeToString,
                 response_deserializer=policyd_dot_v1_dot_fleet__pb2.ClearBucketResponse.FromString,
                 _registered_method=True)
+        self.ListIncidents = channel.unary_unary(
+                '/policyd.v1.FleetService/ListIncidents',
+                request_serializer=policyd_dot_v1_dot_fleet__pb2.ListIncidentsRequest.SerializeToString,
+                response_deserializer=policyd_dot_v1_dot_fleet__pb2.ListIncidentsResponse.FromString,
+                _registered_method=True)
+        self.GetIncident = channel.unary_unary(
+                '/policyd.v1.FleetService/GetIncident',
+                request_serializer=policyd_dot_v1_dot_fleet__pb2.GetIncidentRequest.SerializeToString,
+                response_deserializer=policyd_dot_v1_dot_fleet__pb2.GetIncidentResponse.FromString,
+                _registered_method=True)
 
 
 class FleetServiceServicer:
@@ -103,6 +113,26 @@ class FleetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListIncidents(self, request, context):
+        """ListIncidents lists the caller's incidents, newest first, a page at a
+        time. An incident is one bucket's trouble from its first failure to its
+        recovery, read back from the journal's fleet events and attempts (the
+        incidents view, docs/postmortem.md). Needs the journal: without one,
+        FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetIncident(self, request, context):
+        """GetIncident returns one incident with its timeline: its fleet events in
+        order and its activity over time. NOT_FOUND when the caller's tenant has
+        no incident of that id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FleetServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -125,6 +155,16 @@ def add_FleetServiceServicer_to_server(servicer, server):
                     servicer.ClearBucket,
                     request_deserializer=policyd_dot_v1_dot_fleet__pb2.ClearBucketRequest.FromString,
                     response_serializer=policyd_dot_v1_dot_fleet__pb2.ClearBucketResponse.SerializeToString,
+            ),
+            'ListIncidents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListIncidents,
+                    request_deserializer=policyd_dot_v1_dot_fleet__pb2.ListIncidentsRequest.FromString,
+                    response_serializer=policyd_dot_v1_dot_fleet__pb2.ListIncidentsResponse.SerializeToString,
+            ),
+            'GetIncident': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetIncident,
+                    request_deserializer=policyd_dot_v1_dot_fleet__pb2.GetIncidentRequest.FromString,
+                    response_serializer=policyd_dot_v1_dot_fleet__pb2.GetIncidentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -238,6 +278,60 @@ class FleetService:
             '/policyd.v1.FleetService/ClearBucket',
             policyd_dot_v1_dot_fleet__pb2.ClearBucketRequest.SerializeToString,
             policyd_dot_v1_dot_fleet__pb2.ClearBucketResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListIncidents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/policyd.v1.FleetService/ListIncidents',
+            policyd_dot_v1_dot_fleet__pb2.ListIncidentsRequest.SerializeToString,
+            policyd_dot_v1_dot_fleet__pb2.ListIncidentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetIncident(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/policyd.v1.FleetService/GetIncident',
+            policyd_dot_v1_dot_fleet__pb2.GetIncidentRequest.SerializeToString,
+            policyd_dot_v1_dot_fleet__pb2.GetIncidentResponse.FromString,
             options,
             channel_credentials,
             insecure,
