@@ -266,9 +266,11 @@ func (p *Provider) serve(w http.ResponseWriter, r *http.Request, a api) {
 	_ = json.NewEncoder(w).Encode(wholeReply(a, q.Model, in, reply))
 }
 
+// apiKey is the request's key: Anthropic's x-api-key, or a bearer token
+// (OpenAI's, and the Anthropic SDKs' when built with an auth token).
 func apiKey(r *http.Request, a api) string {
-	if a == anthropic {
-		return r.Header.Get("x-api-key")
+	if k := r.Header.Get("x-api-key"); a == anthropic && k != "" {
+		return k
 	}
 	return strings.TrimPrefix(r.Header.Get("authorization"), "Bearer ")
 }
