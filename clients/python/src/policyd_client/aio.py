@@ -165,12 +165,15 @@ class AsyncClient(ClientBase):
         safety: Safety | None = None,
         retry_fetch_errors: bool = False,
         continue_on_failed_api_call: bool | None = None,
+        priority: _fleet.Priority = "interactive",
+        input_tokens: int = 0,
     ) -> T:
         """Await ``fn()`` until it succeeds or policyd says stop; return its result.
 
         As :meth:`policyd_client.Client.call`, with an async ``fn`` and
         ``fallback``; cancel the awaiting task instead of passing an event.
         """
+        gc = _fleet.gate_call(priority, input_tokens)
         spec = Spec(
             provider=provider,
             model=model,
@@ -195,7 +198,10 @@ class AsyncClient(ClientBase):
             stream = self._start_stream(fleet)
             if stream is not None:
                 await stream.first_call(target, self._remaining(st))  # at most 100 ms, once per target
-            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit)
+            v = fleet.check(
+                target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit, gc
+            )
+            fn = fleet.in_flight_async(target, fn)  # each attempt counted in flight while it runs
             if v.action is GateAction.PARK:
                 v = await self._park(fleet, target, v)
             if v.action is GateAction.WAIT:
@@ -220,7 +226,7 @@ class AsyncClient(ClientBase):
                         d = _texts.gate_decision(target, dataclasses.replace(rv, action=GateAction.STOP))
                         ctx = st.context_id if st.begun else None
                         raise RetryStopped(last_exc, d, attempts=st.attempt - 1, context_id=ctx) from last_exc
-                    fleet.retried(target)
+                    fleet.retried(target, gc.input_tokens)
                 started = self._clock()
                 try:
                     result = await fn()

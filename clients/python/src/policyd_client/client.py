@@ -191,6 +191,8 @@ class Client(ClientBase):
         safety: Safety | None = None,
         retry_fetch_errors: bool = False,
         continue_on_failed_api_call: bool | None = None,
+        priority: _fleet.Priority = "interactive",
+        input_tokens: int = 0,
     ) -> T:
         """Run ``fn()`` until it succeeds or policyd says stop; return its result.
 
@@ -216,7 +218,13 @@ class Client(ClientBase):
         RetryContext (id ``context_id``, else a new UUIDv7), begun at the first
         failure and finished RESOLVED (success, or a fallback that returned),
         FAILED (an error report is written) or ABANDONED (cancelled).
+        ``priority`` is the call's class for the fleet gate: ``"interactive"``
+        (someone waits for the answer), or ``"batch"``, whose first attempts the
+        fleet sheds first when it paces the target. ``input_tokens`` is what the
+        call sends, exact or estimated (0: unknown), reported to the fleet with
+        its first attempt and each retry so that policyd can pace a token limit.
         """
+        gc = _fleet.gate_call(priority, input_tokens)
         spec = self._spec(
             provider, model, key_id, operation, method, profile, journal, context_id, labels, safety,
             retry_fetch_errors, continue_on_failed_api_call,
@@ -228,7 +236,10 @@ class Client(ClientBase):
             if self._stream is not None:
                 self._stream.start()
                 self._stream.first_call(target, self._remaining(st))  # at most 100 ms, once per target
-            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit)
+            v = fleet.check(
+                target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit, gc
+            )
+            fn = fleet.in_flight(target, fn)  # each attempt counted in flight while it runs
             if v.action is GateAction.PARK:
                 v = self._park(fleet, target, v, cancel)
             if v.action is GateAction.WAIT:
@@ -254,7 +265,7 @@ class Client(ClientBase):
                         d = _texts.gate_decision(target, dataclasses.replace(rv, action=GateAction.STOP))
                         ctx = st.context_id if st.begun else None
                         raise RetryStopped(last_exc, d, attempts=st.attempt - 1, context_id=ctx) from last_exc
-                    fleet.retried(target)
+                    fleet.retried(target, gc.input_tokens)
                 started = self._clock()
                 try:
                     result = fn()
