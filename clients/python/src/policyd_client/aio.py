@@ -8,7 +8,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import grpc
 import grpc.aio
@@ -25,6 +25,13 @@ from .decision import SOURCE_FAIL_OPEN, Action, Decision, FallbackHint, RetryEve
 from .errors import PolicydConfigError, RetryStopped
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
+
+if TYPE_CHECKING:
+    import httpx
+    import httpx2
+    from typing_extensions import Unpack
+
+    from .transport import TransportOptions
 
 __all__ = ["AsyncClient"]
 
@@ -319,6 +326,24 @@ class AsyncClient(ClientBase):
             return wrapper
 
         return decorate
+
+    def httpx2_async_client(
+        self, *, inner: httpx2.AsyncBaseTransport | None = None, **options: Unpack[TransportOptions]
+    ) -> httpx2.AsyncClient:
+        """An ``httpx2.AsyncClient`` whose every request is one :meth:`call` (policyd_client.transport):
+        ``AsyncAnthropic(http_client=pd.httpx2_async_client(provider="anthropic"), max_retries=0)``.
+        ``inner`` sends the requests (default ``httpx2.AsyncHTTPTransport()``)."""
+        from .transport import httpx2_async_client
+
+        return httpx2_async_client(self, inner=inner, **options)
+
+    def httpx_async_client(
+        self, *, inner: httpx.AsyncBaseTransport | None = None, **options: Unpack[TransportOptions]
+    ) -> httpx.AsyncClient:
+        """As :meth:`httpx2_async_client`, an ``httpx.AsyncClient`` (the SDKs' releases built on httpx)."""
+        from .transport import httpx_async_client
+
+        return httpx_async_client(self, inner=inner, **options)
 
     # ---- the steps
 

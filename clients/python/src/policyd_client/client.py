@@ -9,7 +9,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import grpc
 
@@ -24,6 +24,13 @@ from .decision import SOURCE_FAIL_OPEN, Action, Decision, FallbackHint, RetryEve
 from .errors import PolicydConfigError, RetryCancelled, RetryStopped
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
+
+if TYPE_CHECKING:
+    import httpx
+    import httpx2
+    from typing_extensions import Unpack
+
+    from .transport import TransportOptions
 
 __all__ = ["Client"]
 
@@ -360,6 +367,24 @@ class Client(ClientBase):
             return wrapper
 
         return decorate
+
+    def httpx2_client(
+        self, *, inner: httpx2.BaseTransport | None = None, **options: Unpack[TransportOptions]
+    ) -> httpx2.Client:
+        """An ``httpx2.Client`` whose every request is one :meth:`call` (policyd_client.transport),
+        for the SDKs that take one: ``OpenAI(http_client=pd.httpx2_client(provider="openai"),
+        max_retries=0)``. ``inner`` sends the requests (default ``httpx2.HTTPTransport()``)."""
+        from .transport import httpx2_client
+
+        return httpx2_client(self, inner=inner, **options)
+
+    def httpx_client(
+        self, *, inner: httpx.BaseTransport | None = None, **options: Unpack[TransportOptions]
+    ) -> httpx.Client:
+        """As :meth:`httpx2_client`, an ``httpx.Client`` (the SDKs' releases built on httpx)."""
+        from .transport import httpx_client
+
+        return httpx_client(self, inner=inner, **options)
 
     # ---- the steps
 
