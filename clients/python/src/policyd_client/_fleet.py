@@ -10,6 +10,7 @@ sees (``_texts``) and the stream's I/O (``_stream``).
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Awaitable, Callable
@@ -86,6 +87,7 @@ def _utf8(s: str) -> str:
     return s.encode("utf-8", "replace").decode("utf-8")
 
 
+@functools.lru_cache(maxsize=1024)  # every call asks; a process calls a few targets
 def target_of(provider: str, model: str, key_id: str) -> Target | None:
     """The target of a call as the daemon takes it (provider and model at most 8 KiB, key id
     128 bytes), None when it names no provider (not gated, not reported)."""
@@ -293,6 +295,10 @@ class FleetTable:
         return e
 
     # ---- the callers' side
+
+    def known(self, target: Target) -> bool:
+        """Whether the table has target (a read without the lock: a hint, subscribe decides)."""
+        return target in self._entries
 
     def subscribe(self, target: Target, waiter: Waiter) -> bool:
         """Before a target's first call: report it at once (subscribe it) and return True, so that

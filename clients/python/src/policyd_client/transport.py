@@ -25,14 +25,16 @@ which. Neither is a dependency of the core client: ``policyd-client[httpx]`` or
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from . import _fleet
 from ._core import Deadline, Safety
+from ._fleet import RATE_LIMIT_PREFIXES
 from ._request_target import INPUT_TOKENS_HEADER, input_tokens, model_of, operation_of, provider_of
 from .errors import RetryStopped
 
@@ -129,8 +131,7 @@ class _Options:
         return o
 
 
-@dataclass(frozen=True)
-class _Request:
+class _Request(NamedTuple):
     """What one request calls, and how the transport sends it."""
 
     provider: str
@@ -141,24 +142,33 @@ class _Request:
     replayable: bool
 
 
+@functools.lru_cache(maxsize=256)  # an SDK calls a few endpoints
+def _endpoint(host: str, path: str) -> tuple[str, str]:
+    """The provider and operation of a request to host and path."""
+    return provider_of(host, path), operation_of(path)
+
+
 def _prepare(fl: _Flavour, request: Any, o: _Options) -> _Request:
     """Read what request calls; strip the input-tokens header before it is sent."""
-    header = request.headers.get(INPUT_TOKENS_HEADER)
+    headers = request.headers
+    header = headers.get(INPUT_TOKENS_HEADER)
     if header is not None:
-        del request.headers[INPUT_TOKENS_HEADER]
+        del headers[INPUT_TOKENS_HEADER]
     try:
         body: bytes | None = request.content  # in memory (an SDK's JSON): replayable
     except fl.hx.RequestNotRead:
         body = None  # streamed: sent once
-    size = len(body) if body is not None else int(request.headers.get("content-length", "0") or 0)
+    size = len(body) if body is not None else int(headers.get("content-length", "0") or 0)
     url = request.url
+    path = url.path
+    provider, operation = _endpoint(url.host, path)
     return _Request(
-        provider=o.provider or provider_of(url.host, url.path),
-        model=o.model or model_of(body, url.path),
-        key_id=o.key_id,
-        operation=o.operation or operation_of(url.path),
-        tokens=min(input_tokens(header, size), _fleet.MAX_CALL_INPUT_TOKENS),
-        replayable=body is not None,
+        o.provider or provider,
+        o.model or model_of(body, path),
+        o.key_id,
+        o.operation or operation,
+        min(input_tokens(header, size), _fleet.MAX_CALL_INPUT_TOKENS),
+        body is not None,
     )
 
 
@@ -190,13 +200,16 @@ class _Exchange:
         self.sent += 1
 
     def received(self, response: Any) -> bool:
-        """Hand the response's rate-limit headers over; True for a success (passed on, watched)."""
-        self.client.observe_rate_limits(
-            response.headers, provider=self.r.provider, model=self.r.model, key_id=self.r.key_id
-        )
+        """Hand the response's rate-limit headers over (as observe_rate_limits does); True for a
+        success (passed on, its body watched)."""
+        fleet = self.client._fleet
+        if self.target is None or fleet is None:
+            return response.status_code < 400  # type: ignore[no-any-return]
+        limits = [(k, v) for k, v in response.headers.multi_items() if k.startswith(RATE_LIMIT_PREFIXES)]
+        if limits:
+            fleet.observe(self.target, limits)
         if response.status_code < 400:
-            if self.target is not None:
-                response.stream = self.fl.watch(response.stream, self.stream_cut)
+            response.stream = self.fl.watch(response.stream, self.stream_cut)
             return True
         return False
 
