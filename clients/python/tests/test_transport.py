@@ -35,6 +35,7 @@ from policyd_client import (
     httpx2_client,
     httpx_async_client,
     httpx_client,
+    journal_pb2,
     policy_pb2,
 )
 from policyd_client._fleet import Target
@@ -250,6 +251,40 @@ def test_policyd_away_fails_open(provider: FakeProvider) -> None:
         provider.fail(503)
         assert chat(openai_sdk(c, provider), "gpt-away").startswith("ok! ")
     assert provider.stats()["requests"] == 2 and len(slept) == 1
+
+
+def test_a_streamed_request_body_is_sent_once(pd: Policyd, provider: FakeProvider) -> None:
+    # A body the transport cannot hold (a generator) cannot be sent again: it goes as an
+    # irreversible operation, policyd stops at the first failure, and the caller gets the response.
+    def body() -> Iterator[bytes]:
+        yield b'{"model": "gpt-streamed-body", '
+        yield b'"messages": [{"role": "user", "content": "hi"}]}'
+
+    provider.fail(503)
+    with pd.client.httpx2_client(provider="openai") as http:
+        r = http.post(provider.url + "/v1/chat/completions", content=body(), headers={"authorization": "Bearer k"})
+    assert r.status_code == 503 and "server had an error" in r.text
+    assert provider.stats()["requests"] == 1 and pd.next_delays() == 1 and pd.slept == []
+
+
+def test_a_journaled_request_records_its_attempts(journal_daemon: Daemon, provider: FakeProvider) -> None:
+    events: list[RetryEvent] = []
+    with Client(journal_daemon.addr, timeout=10, on_retry=events.append, sleep=lambda s: None) as c:
+        llm = anthropic_sdk(c, provider, journal=True, labels={"test": "transport"}, key_id="journal-key")
+        provider.fail(529)
+        assert message(llm, "claude-journal")
+        (event,) = events
+        assert event.context_id is not None
+        got = c.journal_service.GetContext(journal_pb2.GetContextRequest(context_id=event.context_id), timeout=10)
+    assert got.context.outcome == journal_pb2.OUTCOME_RESOLVED
+    assert (got.context.provider, got.context.model, got.context.operation) == (
+        "anthropic",
+        "claude-journal",
+        "messages",
+    )
+    assert got.context.labels["test"] == "transport"
+    (attempt,) = got.attempts
+    assert attempt.http_status == 529 and attempt.decision == policy_pb2.ACTION_RETRY
 
 
 # ---- what the transport reads and reports
