@@ -638,3 +638,13 @@ def test_in_flight_is_a_gauge_whose_change_is_reported() -> None:
     with pytest.raises(ConnectionResetError):
         asyncio.run(table.in_flight_async(T, aop)())
     assert seen == [1, 1] and usage_of(table.reports())[T].in_flight == 0
+
+
+def test_a_calls_attempt_is_in_flight_while_it_runs(env: Env) -> None:
+    def op() -> int:
+        (u,) = [u for m in env.table.reports() for u in m.usage]
+        return u.in_flight
+
+    assert env.client.call(op, provider="openai", model="gpt-4o", key_id="k1") == 1
+    (u,) = [u for m in env.table.reports() for u in m.usage]
+    assert u.in_flight == 0

@@ -245,6 +245,17 @@ def test_the_gates_stop_raises_the_clients_error_without_a_request(fleet: Daemon
         p.close()
 
 
+def test_the_deadline_bounds_each_request_and_its_retries(provider: FakeProvider) -> None:
+    with Client(closed_port_addr(), timeout=0.2, sleep=lambda s: None) as c:
+        provider.fail(503)
+        with pytest.raises(openai.InternalServerError):  # no retry fits in 1 ms: the 503 it got
+            chat(openai_sdk(c, provider, deadline=0.001), "gpt-deadline")
+        assert provider.stats()["requests"] == 1
+        provider.fail(503)
+        assert chat(openai_sdk(c, provider, deadline=60), "gpt-deadline")
+        assert provider.stats()["requests"] == 3
+
+
 def test_policyd_away_fails_open(provider: FakeProvider) -> None:
     slept: list[float] = []
     with Client(closed_port_addr(), timeout=0.2, sleep=slept.append) as c:
