@@ -6,7 +6,17 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from harness import Certs, CountingInterceptor, Daemon, FakeServer, make_certs, policyd_bin, tokens_file
+from harness import (
+    Certs,
+    CountingInterceptor,
+    Daemon,
+    FakeProvider,
+    FakeServer,
+    fakeprovider_bin,
+    make_certs,
+    policyd_bin,
+    tokens_file,
+)
 
 from policyd_client import Client
 
@@ -76,6 +86,19 @@ def mtls_daemon(binary: str, certs: Certs, tmp_path_factory: pytest.TempPathFact
     d = Daemon(binary, args=args)
     yield d
     d.stop()
+
+
+@pytest.fixture(scope="session")
+def fakeprovider_binary() -> str:
+    return fakeprovider_bin()
+
+
+@pytest.fixture
+def provider(fakeprovider_binary: str) -> Iterator[FakeProvider]:
+    """A fake OpenAI and Anthropic API without limits, new for each test (its counts start at 0)."""
+    p = FakeProvider(fakeprovider_binary)
+    yield p
+    p.stop()
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -49,6 +51,61 @@ def policyd_bin() -> str:
     subprocess.run(["go", "build", "-o", str(out), "./cmd/policyd"], cwd=REPO, check=True)
     os.environ["POLICYD_BIN"] = str(out)  # the README subprocesses and later calls reuse it
     return str(out)
+
+
+def fakeprovider_bin() -> str:
+    """Return $FAKEPROVIDER_BIN, else build cmd/policyd-fakeprovider into a temporary directory once."""
+    env = os.environ.get("FAKEPROVIDER_BIN")
+    if env:
+        if not os.access(env, os.X_OK):
+            raise RuntimeError(f"FAKEPROVIDER_BIN={env} is not an executable file")
+        return env
+    out = Path(tempfile.mkdtemp(prefix="policyd-py-bin-")) / "policyd-fakeprovider"
+    subprocess.run(["go", "build", "-o", str(out), "./cmd/policyd-fakeprovider"], cwd=REPO, check=True)
+    os.environ["FAKEPROVIDER_BIN"] = str(out)
+    return str(out)
+
+
+class FakeProvider:
+    """A `policyd-fakeprovider` process: OpenAI's and Anthropic's APIs on 127.0.0.1 with per-key
+    limits (``-rpm``, ``-tpm``, ``-itpm``, ``-otpm`` in ``args``), injected failures and counts."""
+
+    def __init__(self, binary: str, *args: str) -> None:
+        self.proc = subprocess.Popen([binary, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("listening on http://"):
+            self.stop()
+            raise RuntimeError(f"policyd-fakeprovider said {line!r}, not 'listening on http://...'")
+        self.url = line.removeprefix("listening on ")
+
+    def fail(self, status: int = 0, *, count: int = 1, retry_after: str = "", body: str = "",
+             cut_stream: bool = False) -> None:  # fmt: skip
+        """Inject a failure into the next count requests (POST /fake/fail)."""
+        f: dict[str, Any] = {"status": status, "count": count, "cut_stream": cut_stream}
+        if retry_after:
+            f["retry_after"] = retry_after
+        if body:
+            f["body"] = body
+        req = urllib.request.Request(self.url + "/fake/fail", data=json.dumps(f).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 204, r.status
+
+    def stats(self) -> dict[str, int]:
+        """What came (GET /fake/stats): requests, ok, rate_limited, failed, streams, input and output tokens."""
+        with urllib.request.urlopen(self.url + "/fake/stats", timeout=10) as r:
+            return json.loads(r.read())  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 class Daemon:

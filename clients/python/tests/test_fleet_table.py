@@ -26,10 +26,13 @@ from policyd_client import (
     policy_pb2,
 )
 from policyd_client._fleet import (
+    MAX_CALL_INPUT_TOKENS,
     MAX_TARGETS,
     FleetTable,
+    GateCall,
     Target,
     assignment_of,
+    gate_call,
     rate_limit_headers,
     target_of,
 )
@@ -211,6 +214,10 @@ def test_assignment_conversion() -> None:
     assert (g.fallback.kind, g.fallback.provider, g.fallback.model, g.fallback.reason) == (
         "OTHER_PROVIDER", "anthropic", "claude-sonnet-4-5", "why"
     )  # fmt: skip
+    assert g.batch_admit_fraction is None  # unset: admit_fraction for both classes
+    for given, want in ((0.0, 0.0), (0.25, 0.25), (3.0, 1.0), (math.nan, None)):
+        g = assignment_of(fpb.Assignment(admit_fraction=0.5, batch_admit_fraction=given))
+        assert g.batch_admit_fraction == want, given
 
 
 def test_rate_limit_headers_keeps_only_rate_limits_within_the_daemons_limits() -> None:
@@ -532,3 +539,112 @@ def test_breaker_counted_types() -> None:
     from policyd_client import _fleet
 
     assert _fleet.BREAKER_COUNTED == {"OVERLOADED", "SERVER_ERROR", "TIMEOUT", "CONNECTION_ERROR"}
+
+
+# ---- priority classes, input tokens and calls in flight
+
+
+def test_batch_calls_draw_against_the_batch_share_and_are_counted_apart(env: Env) -> None:
+    assign(env.table, admit_fraction=0.8, batch_admit_fraction=0.2, reason="pacing")
+    env.draw = 0.5
+    assert env.call() == "sent"  # interactive: 0.5 < 0.8
+    with pytest.raises(RetryStopped) as info:
+        env.call(priority="batch")  # batch: 0.5 >= 0.2
+    d = info.value.decision
+    assert d is not None and d.stop_reason == "FLEET_SHED"
+    assert d.stop_text == "the fleet admits 20% of batch first attempts to openai/gpt-4o@k1, not this one: pacing"
+    env.draw = 0.1
+    assert env.call(priority="batch") == "sent"
+    u = usage_of(env.table.reports())[T]
+    assert (u.admitted, u.shed, u.batch_admitted, u.batch_shed) == (2, 1, 1, 1)
+
+
+def test_without_a_batch_share_both_classes_draw_against_admit_fraction(env: Env) -> None:
+    assign(env.table, admit_fraction=0.5)
+    env.draw = 0.4
+    assert env.call(priority="batch") == "sent"
+    env.draw = 0.6
+    with pytest.raises(RetryStopped) as info:
+        env.call(priority="batch")
+    assert info.value.decision is not None
+    assert info.value.decision.stop_text.startswith("the fleet admits 50% of first attempts")
+
+
+def test_priority_and_input_tokens_are_checked(env: Env) -> None:
+    with pytest.raises(ValueError, match="priority must be 'interactive' .* or 'batch', not 'urgent'"):
+        env.call(priority="urgent")
+    for bad in (-1, 1.5, True, "10"):
+        with pytest.raises(ValueError, match="input_tokens must be a whole number of tokens >= 0"):
+            env.call(input_tokens=bad)
+    assert env.sent == 0
+
+
+def test_input_tokens_of_first_attempts_and_retries_are_reported() -> None:
+    e = Env()
+    e.draw = 0.0  # fail-open delays of 0
+    outcomes = iter([ConnectionResetError(), None])
+
+    def flaky() -> str:
+        err = next(outcomes)
+        if err is not None:
+            raise err
+        return "ok"
+
+    got = e.client.call(flaky, provider="openai", model="gpt-4o", key_id="k1", operation="chat", input_tokens=300)
+    assert got == "ok"
+    assign(e.table, breaker=policy_pb2.BREAKER_STATE_OPEN)
+    with pytest.raises(RetryStopped):  # a shed first attempt's tokens count too
+        e.call(input_tokens=40)
+    u = usage_of(e.table.reports())[T]
+    assert (u.first_attempt_input_tokens, u.retry_input_tokens) == (340, 300)
+    e.client.close()
+
+
+def test_a_reports_tokens_are_at_most_the_limit_for_each_call_it_counts() -> None:
+    clock = Clock()
+    table = FleetTable(clock)
+    big = GateCall(input_tokens=MAX_CALL_INPUT_TOKENS)
+    assign(table, breaker=policy_pb2.BREAKER_STATE_OPEN)
+    v = table.check(T, None, False, 0.5, None, big)  # parked: its tokens wait for a count to go with
+    assert v.action is GateAction.PARK
+    table.check(T, None, False, 0.5, None, big)
+    assert table.reports()[0].usage[0].first_attempt_input_tokens == 0
+    assign(table)
+    assert v.parked is not None and table.resume(T, v.parked, 0.5).action is GateAction.ADMIT
+    u = usage_of(table.reports())[T]
+    assert (u.admitted, u.first_attempt_input_tokens) == (1, MAX_CALL_INPUT_TOKENS)
+    assert gate_call("interactive", 10**9).input_tokens == MAX_CALL_INPUT_TOKENS
+
+
+def test_in_flight_is_a_gauge_whose_change_is_reported() -> None:
+    clock = Clock()
+    table = FleetTable(clock)
+    seen: list[int] = []
+
+    def op() -> str:
+        seen.append(usage_of(table.reports())[T].in_flight)
+        return "done"
+
+    assert table.in_flight(T, op)() == "done"
+    assert seen == [1]
+    u = usage_of(table.reports())[T]
+    assert u.in_flight == 0  # back to 0: a change, so reported
+    assert table.reports() == []  # no change since
+
+    async def aop() -> str:
+        seen.append(usage_of(table.reports())[T].in_flight)
+        raise ConnectionResetError
+
+    with pytest.raises(ConnectionResetError):
+        asyncio.run(table.in_flight_async(T, aop)())
+    assert seen == [1, 1] and usage_of(table.reports())[T].in_flight == 0
+
+
+def test_a_calls_attempt_is_in_flight_while_it_runs(env: Env) -> None:
+    def op() -> int:
+        (u,) = [u for m in env.table.reports() for u in m.usage]
+        return u.in_flight
+
+    assert env.client.call(op, provider="openai", model="gpt-4o", key_id="k1") == 1
+    (u,) = [u for m in env.table.reports() for u in m.usage]
+    assert u.in_flight == 0

@@ -32,7 +32,7 @@ def test_the_cases_are_there() -> None:
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c["id"]) for c in CASES])
 def test_gate_vector(case: dict[str, Any]) -> None:
-    if case.get("requires") not in (None, "park"):
+    if case.get("requires") not in (None, "park", "classes"):
         pytest.skip(f"requires {case['requires']}")
     g = Gate(target=str(TARGET))
     parked: dict[str, Parked] = {}
@@ -54,6 +54,7 @@ def test_gate_vector(case: dict[str, Any]) -> None:
                     reason=a["reason"],
                     fallback=fallback(a["fallback"]),
                     park_hint=a.get("park_hint_ms", 0) / 1000,
+                    batch_admit_fraction=a.get("batch_admit_fraction"),
                 ),
             )
         elif step.get("abandon"):
@@ -78,6 +79,7 @@ def test_gate_vector(case: dict[str, Any]) -> None:
                     gate["can_fall_back"],
                     gate["draw"],
                     None if limit is None else limit / 1000,
+                    batch=gate.get("class", "interactive") == "batch",
                 )
                 if got.parked is not None:
                     parked[gate.get("call", "")] = got.parked
@@ -109,3 +111,4 @@ def test_gate_vector(case: dict[str, Any]) -> None:
     if case.get("counts") is not None:
         counts = case["counts"]
         assert (g.admitted, g.shed, g.parks) == (counts["admitted"], counts["shed"], counts.get("parked", 0))
+        assert (g.batch_admitted, g.batch_shed) == (counts.get("batch_admitted", 0), counts.get("batch_shed", 0))

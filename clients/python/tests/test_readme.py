@@ -40,12 +40,31 @@ def example_env() -> dict[str, str]:
 
 
 def test_readme_has_the_examples() -> None:
-    assert len(blocks()) == 5
+    assert len(blocks()) == 6
+
+
+def test_readme_opens_with_the_transport(daemon: Daemon, server: FakeServer) -> None:
+    """The first example: both SDKs through the transport, each request failing once (a 429 with
+    retry-after, an overloaded 529), retried by the transport, not by the SDKs (max_retries=0)."""
+    server.script("/v1/chat/completions", Reply(429, headers={"retry-after": "1"}, body="{}"), Reply(200, body=CHAT))
+    server.script(
+        "/v1/messages",
+        Reply(529, headers={"retry-after": "1"}, body='{"type": "error", "error": {"type": "overloaded_error"}}'),
+        Reply(200, body=MESSAGE),
+    )
+    env = example_env()
+    env.update(POLICYD_ADDR=daemon.addr, OPENAI_BASE_URL=server.url("/v1"), OPENAI_API_KEY="test-key",
+               ANTHROPIC_BASE_URL=server.url(""), ANTHROPIC_API_KEY="test-key")  # fmt: skip
+    assert "pd.httpx2_client(provider=" in blocks()[0]
+    run = subprocess.run([sys.executable, "-c", blocks()[0]], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "hi from the fake model" in run.stdout and "hello from the fake claude" in run.stdout
+    assert server.count("/v1/chat/completions") == 2 and server.count("/v1/messages") == 2
 
 
 @pytest.mark.parametrize(
     "index, expect",
-    [(0, "hi from the fake model"), (1, "<h1>Example"), (2, "hello from the fake claude"), (4, "fake chat")],
+    [(1, "hi from the fake model"), (2, "<h1>Example"), (3, "hello from the fake claude"), (5, "fake chat")],
 )
 def test_readme_example_runs(index: int, expect: str, daemon: Daemon, server: FakeServer) -> None:
     server.script("/v1/chat/completions", Reply(429, headers={"retry-after": "1"}, body="{}"), Reply(200, body=CHAT))
@@ -91,7 +110,7 @@ def test_readme_auth_example_runs(tls_daemon: Daemon, certs: Certs, server: Fake
         NO_PROXY="127.0.0.1,localhost",
         no_proxy="127.0.0.1,localhost",
     )
-    code = blocks()[3]
+    code = blocks()[4]
     server.script("http://example.com/", Reply(503), Reply(200, body="<h1>Example Domain</h1>"))
     run = subprocess.run([sys.executable, "-c", code], env={**env, "POLICYD_TOKEN": TOKEN},
                          capture_output=True, text=True, timeout=60)  # fmt: skip

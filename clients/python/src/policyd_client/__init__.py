@@ -12,6 +12,8 @@ a small built-in policy and never turns a daemon outage into an agent outage.
     text = client.call(lambda: ask_llm(prompt), provider="openai", operation="chat")
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._core import DEFAULT_ADDR, DEFAULT_TIMEOUT, Deadline, Safety
 from ._gen.policyd.v1 import journal_pb2, policy_pb2
 from ._gen.policyd.v1.policy_pb2 import Cause, Failure
@@ -39,11 +41,45 @@ from .errors import (
 from .fail_open import FailOpenPolicy, retry_after
 from .failure import FailureMapper, failure_from_exception, failure_from_response
 
+if TYPE_CHECKING:
+    from .transport import (
+        AsyncPolicydTransport,
+        PolicydTransport,
+        TransportOptions,
+        httpx2_async_client,
+        httpx2_client,
+        httpx_async_client,
+        httpx_client,
+    )
+
 __version__ = "0.1.0"
+
+# The transport's names, imported on first use: only its users load httpx (or httpx2).
+_TRANSPORT = frozenset(
+    {
+        "AsyncPolicydTransport",
+        "PolicydTransport",
+        "TransportOptions",
+        "httpx2_async_client",
+        "httpx2_client",
+        "httpx_async_client",
+        "httpx_client",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TRANSPORT:
+        from . import transport
+
+        return getattr(transport, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Action",
     "AsyncClient",
+    "AsyncPolicydTransport",
     "Cause",
     "Client",
     "DEFAULT_ADDR",
@@ -60,6 +96,7 @@ __all__ = [
     "PolicydConfigError",
     "PolicydOptionsError",
     "PolicydClientError",
+    "PolicydTransport",
     "RetryCancelled",
     "RetryEvent",
     "RetryStopped",
@@ -67,8 +104,13 @@ __all__ = [
     "SOURCE_FLEET_GATE",
     "SOURCE_POLICYD",
     "Safety",
+    "TransportOptions",
     "failure_from_exception",
     "failure_from_response",
+    "httpx2_async_client",
+    "httpx2_client",
+    "httpx_async_client",
+    "httpx_client",
     "journal_pb2",
     "policy_pb2",
     "retry_after",

@@ -10,10 +10,12 @@ sees (``_texts``) and the stream's I/O (``_stream``).
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
-from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from ._gate import CLOSED, GRACE, HALF_OPEN, OPEN, Fallback, Gate, GateAction, GateAssignment, GateVerdict, Parked
 from ._gen.policyd.v1 import fleet_pb2 as fpb
@@ -21,7 +23,9 @@ from ._gen.policyd.v1 import policy_pb2 as pb
 from .decision import _enum_name
 from .failure import _FIELD_BYTES, _clip, clip_label
 
-__all__ = ["FleetTable", "Target", "rate_limit_headers", "target_of"]
+__all__ = ["FleetTable", "GateCall", "Priority", "Target", "gate_call", "rate_limit_headers", "target_of"]
+
+T = TypeVar("T")
 
 # Reports: about once a second (± 10 %), at most 256 targets a message, an
 # interval of more than 0 and at most 10 minutes.
@@ -51,6 +55,14 @@ MAX_TARGETS = 1024
 # (policyd allows 1,000 a second of the report's interval, at least a second);
 # the rest waits.
 MAX_COUNT = 1000
+# The most input tokens one call counts, and a report's token counts carry for
+# each call it counts (first attempts: admitted and shed; retries): policyd's limit.
+MAX_CALL_INPUT_TOKENS = 2_000_000
+
+#: A call's priority class: someone waits for an interactive call's answer; nobody
+#: waits on a batch call (a nightly job, an eval run), so the fleet sheds it first
+#: when it paces a target (the assignment's batch_admit_fraction).
+Priority = Literal["interactive", "batch"]
 
 _ADMIT = GateVerdict()
 _BREAKERS = {pb.BREAKER_STATE_OPEN: OPEN, pb.BREAKER_STATE_HALF_OPEN: HALF_OPEN}
@@ -75,6 +87,7 @@ def _utf8(s: str) -> str:
     return s.encode("utf-8", "replace").decode("utf-8")
 
 
+@functools.lru_cache(maxsize=1024)  # every call asks; a process calls a few targets
 def target_of(provider: str, model: str, key_id: str) -> Target | None:
     """The target of a call as the daemon takes it (provider and model at most 8 KiB, key id
     128 bytes), None when it names no provider (not gated, not reported)."""
@@ -83,6 +96,23 @@ def target_of(provider: str, model: str, key_id: str) -> Target | None:
     return Target(
         _clip(_utf8(provider), _FIELD_BYTES), _clip(_utf8(model or ""), _FIELD_BYTES), clip_label(_utf8(key_id or ""))
     )
+
+
+@dataclass(frozen=True)
+class GateCall:
+    """What the gate counts of a call besides its target: its class and its input tokens."""
+
+    batch: bool = False
+    input_tokens: int = 0
+
+
+def gate_call(priority: str, input_tokens: int) -> GateCall:
+    """The priority and input_tokens options of a call, checked."""
+    if priority not in ("interactive", "batch"):
+        raise ValueError(f"policyd: priority must be 'interactive' (the default) or 'batch', not {priority!r}")
+    if isinstance(input_tokens, bool) or not isinstance(input_tokens, int) or input_tokens < 0:
+        raise ValueError(f"policyd: input_tokens must be a whole number of tokens >= 0, not {input_tokens!r}")
+    return GateCall(priority == "batch", min(input_tokens, MAX_CALL_INPUT_TOKENS))
 
 
 def check_grace(grace: float) -> float:
@@ -151,6 +181,9 @@ def assignment_of(a: fpb.Assignment) -> GateAssignment:
     fraction = a.admit_fraction
     if not math.isfinite(fraction):
         fraction = 1.0
+    batch_fraction: float | None = None
+    if a.HasField("batch_admit_fraction") and math.isfinite(a.batch_admit_fraction):
+        batch_fraction = min(max(a.batch_admit_fraction, 0.0), 1.0)
     fallback = None
     if a.HasField("fallback") and (a.fallback.kind or a.fallback.provider or a.fallback.model):
         fb = a.fallback
@@ -165,6 +198,7 @@ def assignment_of(a: fpb.Assignment) -> GateAssignment:
         probe_permits=a.probe_permits,
         reason=a.reason,
         fallback=fallback,
+        batch_admit_fraction=batch_fraction,
     )
 
 
@@ -185,6 +219,12 @@ class _Entry:
         "succeeded",
         "failed",
         "retries",
+        "batch_admitted",
+        "batch_shed",
+        "first_tokens",
+        "retry_tokens",
+        "in_flight",
+        "reported_in_flight",
         "headers",
         "fresh",
         "waiter",
@@ -195,13 +235,28 @@ class _Entry:
         self.gate = Gate(grace, target)
         self.since = now  # the last report, or the first use
         self.admitted = self.shed = self.succeeded = self.failed = self.retries = 0
+        self.batch_admitted = self.batch_shed = 0
+        # Input tokens of first attempts at their first check, and of retries sent.
+        self.first_tokens = self.retry_tokens = 0
+        # Attempts running now (a gauge), and what the last report said of it.
+        self.in_flight = self.reported_in_flight = 0
         self.headers: dict[str, str] | None = None
         self.fresh = False  # report even without counts: subscribe it on a new stream
         self.waiter: Waiter | None = None  # a first call waiting for the first assignment
         self.parked: list[Waiter] = []  # parked calls, woken at the next assignment
 
     def counts(self) -> bool:
-        return bool(self.admitted or self.shed or self.succeeded or self.failed or self.retries or self.headers)
+        return bool(
+            self.admitted
+            or self.shed
+            or self.succeeded
+            or self.failed
+            or self.retries
+            or self.first_tokens
+            or self.retry_tokens
+            or self.headers
+            or self.in_flight != self.reported_in_flight  # a change of the gauge is activity
+        )
 
     def active(self) -> bool:
         return self.fresh or self.counts()
@@ -241,6 +296,10 @@ class FleetTable:
 
     # ---- the callers' side
 
+    def known(self, target: Target) -> bool:
+        """Whether the table has target (a read without the lock: a hint, subscribe decides)."""
+        return target in self._entries
+
     def subscribe(self, target: Target, waiter: Waiter) -> bool:
         """Before a target's first call: report it at once (subscribe it) and return True, so that
         the call waits on waiter (set when the first assignment arrives or the stream breaks);
@@ -264,10 +323,17 @@ class FleetTable:
                     e.waiter = None
 
     def check(
-        self, target: Target, remaining: float | None, can_fall_back: bool, draw: float, park_limit: float | None = None
+        self,
+        target: Target,
+        remaining: float | None,
+        can_fall_back: bool,
+        draw: float,
+        park_limit: float | None = None,
+        call: GateCall = GateCall(),
     ) -> GateVerdict:
         """Gate a first attempt to target; ``remaining``: seconds before the caller's deadline;
-        ``park_limit``: how long a call without a deadline may park (None: the default; 0: off)."""
+        ``park_limit``: how long a call without a deadline may park (None: the default; 0: off);
+        ``call``: its class and input tokens (counted here, whatever the verdict)."""
         with self._lock:
             if self._disabled:
                 return _ADMIT
@@ -275,16 +341,22 @@ class FleetTable:
             e = self._entry(target, now)
             if e is None:
                 return _ADMIT
-            v = e.gate.check(now, None if remaining is None else max(remaining, 0.0), can_fall_back, draw, park_limit)
-            self._count(e, v)
+            deadline = None if remaining is None else max(remaining, 0.0)
+            v = e.gate.check(now, deadline, can_fall_back, draw, park_limit, call.batch)
+            e.first_tokens += call.input_tokens
+            self._count(e, v, call.batch)
             return v
 
     @staticmethod
-    def _count(e: _Entry, v: GateVerdict) -> None:
+    def _count(e: _Entry, v: GateVerdict, batch: bool) -> None:
         if v.action in (GateAction.ADMIT, GateAction.WAIT):
             e.admitted += 1
+            if batch:
+                e.batch_admitted += 1
         elif v.action is not GateAction.PARK:
             e.shed += 1
+            if batch:
+                e.batch_shed += 1
 
     def resume(self, target: Target, p: Parked, draw: float) -> GateVerdict:
         """Check a call parked on target again (Gate.resume)."""
@@ -295,7 +367,7 @@ class FleetTable:
                 return _ADMIT
             v = e.gate.resume(now, p, draw)
             if not p.retry:
-                self._count(e, v)
+                self._count(e, v, p.batch)
             return v
 
     def check_retry(self, target: Target, remaining: float | None, park_limit: float | None = None) -> GateVerdict:
@@ -323,6 +395,8 @@ class FleetTable:
             if e is not None and (p is None or not p.retry):
                 e.gate.cancelled(p)
                 e.shed += 1
+                if p is not None and p.batch:
+                    e.batch_shed += 1
 
     def record(self, target: Target, ok: bool) -> bool:
         """Count an attempt's outcome (a success for the report; both in the own budget). True
@@ -359,14 +433,48 @@ class FleetTable:
             e = self._entry(target, now)
             return e is None or e.gate.allow_retry(now)
 
-    def retried(self, target: Target) -> None:
-        """Count a retry sent."""
+    def retried(self, target: Target, input_tokens: int = 0) -> None:
+        """Count a retry sent, of input_tokens."""
         with self._lock:
             if self._disabled:
                 return
             e = self._entry(target, self._clock())
             if e is not None:
                 e.retries += 1
+                e.retry_tokens += input_tokens
+
+    def flight(self, target: Target, delta: int) -> None:
+        """An attempt to target starts (+1) or ends (-1): the report's in_flight gauge."""
+        with self._lock:
+            if self._disabled:
+                return
+            e = self._entry(target, self._clock())
+            if e is not None:
+                e.in_flight = max(0, e.in_flight + delta)
+
+    def in_flight(self, target: Target, fn: Callable[[], T]) -> Callable[[], T]:
+        """fn, counted in flight on target while it runs."""
+
+        def counted() -> T:
+            self.flight(target, 1)
+            try:
+                return fn()
+            finally:
+                self.flight(target, -1)
+
+        return counted
+
+    def in_flight_async(self, target: Target, fn: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+        """The coroutine function fn, counted in flight on target while it runs."""
+
+        async def counted() -> T:
+            self.flight(target, 1)
+            try:
+                return await fn()
+            finally:
+                self.flight(target, -1)
+
+        return counted
 
     def observe(self, target: Target, headers: object) -> None:
         """Keep a success's rate-limit headers for the target's next report."""
@@ -409,6 +517,11 @@ class FleetTable:
                     min(n, MAX_COUNT) for n in (e.admitted, e.shed, e.succeeded, e.failed, e.retries)
                 )
                 shed = min(shed, MAX_COUNT - admitted)
+                # The batch counts are among admitted and shed; tokens at most the limit for each
+                # call counted (a parked call's wait with its first check's tokens until it leaves).
+                batch_admitted, batch_shed = min(e.batch_admitted, admitted), min(e.batch_shed, shed)
+                first_tokens = min(e.first_tokens, MAX_CALL_INPUT_TOKENS * (admitted + shed))
+                retry_tokens = min(e.retry_tokens, MAX_CALL_INPUT_TOKENS * retries)
                 u = fpb.BucketUsage(
                     target=fpb.BucketTarget(provider=t.provider, model=t.model, key_id=t.key_id),
                     admitted=admitted,
@@ -417,6 +530,11 @@ class FleetTable:
                     failed=failed,
                     retries=retries,
                     rate_limit_headers=e.headers or {},
+                    batch_admitted=batch_admitted,
+                    batch_shed=batch_shed,
+                    first_attempt_input_tokens=first_tokens,
+                    retry_input_tokens=retry_tokens,
+                    in_flight=e.in_flight,
                 )
                 elapsed = now - e.since
                 elapsed = MIN_ELAPSED if not elapsed >= MIN_ELAPSED else min(elapsed, MAX_ELAPSED)
@@ -427,6 +545,11 @@ class FleetTable:
                 e.succeeded -= succeeded
                 e.failed -= failed
                 e.retries -= retries
+                e.batch_admitted -= batch_admitted
+                e.batch_shed -= batch_shed
+                e.first_tokens -= first_tokens
+                e.retry_tokens -= retry_tokens
+                e.reported_in_flight = e.in_flight
                 e.headers = None
                 e.fresh = False
                 e.since = now
@@ -446,7 +569,7 @@ class FleetTable:
                         _wake_parked(e)
                         e.gate.assign(now, None)
                         e.fresh = False
-                        if not e.counts():
+                        if not e.counts() and not e.in_flight:
                             del self._entries[t]
                     continue
                 if not t.provider:

@@ -61,6 +61,9 @@ class GateAssignment:
     fallback: Fallback | None = None
     #: The daemon's estimate of how long until the gate admits again (0: unknown).
     park_hint: float = 0.0
+    #: The share of batch-class first attempts to admit while the bucket is paced or slow-starting
+    #: (batch yields first); None: admit_fraction for both classes.
+    batch_admit_fraction: float | None = None
 
 
 class GateAction(str, enum.Enum):
@@ -83,13 +86,17 @@ class Parked:
     draw_at: float = 0.0
     #: A retry, not a first attempt: not counted as one.
     retry: bool = False
+    #: A batch-class first attempt: it re-draws against the batch share.
+    batch: bool = False
 
 
 @dataclass(frozen=True)
 class GateVerdict:
     """The gate's answer: ``wait`` seconds before sending (WAIT), ``probe`` when
     a half-open permit was spent, ``stop_reason`` (a StopReason name without
-    its prefix) and ``reason`` when not admitted, ``fallback`` for FALL_BACK."""
+    its prefix) and ``reason`` when not admitted, ``fallback`` for FALL_BACK.
+    ``admit_fraction`` is the share the call drew against; ``batch_share`` says
+    it was the batch class's own."""
 
     action: GateAction = GateAction.ADMIT
     wait: float = 0.0
@@ -107,6 +114,7 @@ class GateVerdict:
     waited: float = 0.0
     #: The assignment's reason (``reason`` is the park text while parked).
     assignment_reason: str = ""
+    batch_share: bool = False
 
 
 _ADMIT = GateVerdict()
@@ -115,7 +123,7 @@ _ADMIT = GateVerdict()
 class Gate:
     """One target's entry: its assignment (timed from receipt), the half-open
     permits left, the process's own budget, and the first attempts admitted
-    and shed."""
+    and shed (of those, the batch class's)."""
 
     __slots__ = (
         "assignment",
@@ -129,6 +137,8 @@ class Gate:
         "parks",
         "parked_new",
         "released",
+        "batch_admitted",
+        "batch_shed",
         "target",
     )
 
@@ -145,6 +155,8 @@ class Gate:
         self.parks = 0
         self.parked_new = 0
         self.released = 0
+        self.batch_admitted = 0
+        self.batch_shed = 0
         #: The target as the park text names it (``openai/gpt-4o``).
         self.target = target
 
@@ -175,12 +187,19 @@ class Gate:
         return self.tokens > OWN_THRESHOLD
 
     def check(
-        self, now: float, deadline: float | None, can_fall_back: bool, draw: float, park_limit: float | None = None
+        self,
+        now: float,
+        deadline: float | None,
+        can_fall_back: bool,
+        draw: float,
+        park_limit: float | None = None,
+        batch: bool = False,
     ) -> GateVerdict:
         """Gate a first attempt. ``deadline``: seconds left before the caller's
         deadline (None: none); ``draw``: uniform in [0, 1); ``park_limit``: how
-        long a call without a deadline may park (None: PARK_LIMIT; 0: parking off)."""
-        v = self._check(now, deadline, draw, False)
+        long a call without a deadline may park (None: PARK_LIMIT; 0: parking off);
+        ``batch``: the call is of the batch class (it draws against ``batch_admit_fraction``)."""
+        v = self._check(now, deadline, draw, False, batch)
         if v.action is GateAction.PARK:
             a = self.assignment
             assert a is not None
@@ -188,17 +207,17 @@ class Gate:
             until = now + (deadline if deadline is not None else limit)
             if (can_fall_back and a.fallback is not None) or limit <= 0 or until <= now + self._hint_left(now):
                 # Somewhere else to go, parking off, or no wait can fit: the answer is now.
-                return self._count(replace(v, action=GateAction.STOP, reason=a.reason), can_fall_back)
+                return self._count(replace(v, action=GateAction.STOP, reason=a.reason), can_fall_back, batch)
             self.parks += 1
             self.parked_new += 1
-            return replace(v, parked=Parked(now, until, can_fall_back, now + PARK_RECHECK))
-        return self._count(v, can_fall_back)
+            return replace(v, parked=Parked(now, until, can_fall_back, now + PARK_RECHECK, batch=batch))
+        return self._count(v, can_fall_back, batch)
 
     def check_retry(self, now: float, deadline: float | None, park_limit: float | None = None) -> GateVerdict:
         """Gate a retry that NextDelay allowed, before it is sent: a stopped key stops it, an open
         breaker (or a probing one without a permit) parks it; otherwise it goes (a pace or a hold
         does not hold it: its delay already waited). Not counted as a first attempt."""
-        v = self._check(now, deadline, 0.0, True)
+        v = self._check(now, deadline, 0.0, True, False)
         if v.action is GateAction.WAIT or (v.action is GateAction.PARK and v.stop_reason == "FLEET_SHED"):
             return _ADMIT
         if v.action is not GateAction.PARK:
@@ -220,7 +239,7 @@ class Gate:
             draw = 1.0  # a pace's draw is not due: only a full share admits
         else:
             p.draw_at = now + PARK_RECHECK
-        v = replace(self._check(now, None, draw, True), waited=now - p.at)
+        v = replace(self._check(now, None, draw, True, p.batch), waited=now - p.at)
         left = p.until - now
         a = self.assignment
         reason = a.reason if a is not None else ""
@@ -228,7 +247,7 @@ class Gate:
             if left <= self._hint_left(now) or left <= 0:
                 text = f"gave up waiting for the fleet after {_go_seconds(v.waited)}: {reason}"
                 v = replace(v, action=GateAction.STOP, stop_reason="DEADLINE", reason=text, parked=None)
-                return v if p.retry else self._count(v, p.can_fall_back)
+                return v if p.retry else self._count(v, p.can_fall_back, p.batch)
             self.parks += 1
             return replace(v, parked=p)
         if v.action is GateAction.WAIT and v.wait > left and a is not None:
@@ -244,7 +263,7 @@ class Gate:
             )
         if p.retry:
             return replace(v, action=GateAction.ADMIT, wait=0.0) if v.action is GateAction.WAIT else v
-        v = self._count(v, p.can_fall_back)
+        v = self._count(v, p.can_fall_back, p.batch)
         if v.action in (GateAction.ADMIT, GateAction.WAIT):
             self.released += 1
         return v
@@ -253,15 +272,21 @@ class Gate:
         """Count a parked first attempt its caller cancelled."""
         if p is None or not p.retry:
             self.shed += 1
+            if p is not None and p.batch:
+                self.batch_shed += 1
 
-    def _count(self, v: GateVerdict, can_fall_back: bool) -> GateVerdict:
+    def _count(self, v: GateVerdict, can_fall_back: bool, batch: bool) -> GateVerdict:
         if v.action is GateAction.STOP:
             self.shed += 1
+            if batch:
+                self.batch_shed += 1
             a = self.assignment
             if can_fall_back and a is not None and a.fallback is not None:
                 return replace(v, action=GateAction.FALL_BACK, fallback=a.fallback)
         else:
             self.admitted += 1
+            if batch:
+                self.batch_admitted += 1
         return v
 
     def _hint_left(self, now: float) -> float:
@@ -275,7 +300,7 @@ class Gate:
             text += f", ~{int(hint + 0.5)} s"
         return replace(base, action=GateAction.PARK, stop_reason=reason, reason=text)
 
-    def _check(self, now: float, deadline: float | None, draw: float, resumed: bool) -> GateVerdict:
+    def _check(self, now: float, deadline: float | None, draw: float, resumed: bool, batch: bool) -> GateVerdict:
         self._refill(now)
         a = self.assignment
         if a is None:
@@ -310,8 +335,11 @@ class Gate:
             if not resumed and draw < a.admit_fraction:  # the fleet's share of probes
                 return GateVerdict(probe=True)
             return self._park(now, "CIRCUIT_OPEN", "breaker probing", stop("CIRCUIT_OPEN"))
-        if a.admit_fraction < 1 and draw >= a.admit_fraction:
-            return self._park(now, "FLEET_SHED", "paced", stop("FLEET_SHED"))
+        own = a.batch_admit_fraction if batch else None  # the batch class's own share, when paced apart
+        share = a.admit_fraction if own is None else own
+        if share < 1 and draw >= share:
+            shed = replace(stop("FLEET_SHED"), admit_fraction=share, batch_share=own is not None)
+            return self._park(now, "FLEET_SHED", "paced", shed)
         if a.hold > age:
             left = a.hold - age
             if deadline is not None and left > deadline:

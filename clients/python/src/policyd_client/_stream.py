@@ -173,6 +173,8 @@ class SyncStream:
 
     def first_call(self, target: Target, remaining: float | None) -> None:
         """A target's first call: subscribe it at once and wait (briefly) for its assignment."""
+        if self._table.known(target):
+            return  # not its first call: the common case, without a lock
         wait = first_call_wait(remaining)
         if wait <= 0 or not self.reachable:
             return

@@ -57,7 +57,8 @@ def stop_text(target: Target, v: GateVerdict) -> str:
             "half-open and this process has no probe permit left" if v.breaker == HALF_OPEN else "open"
         )
     elif v.stop_reason == "FLEET_SHED":
-        text = f"the fleet admits {math.floor(v.admit_fraction * 100 + 0.5)}% of first attempts to {t}, not this one"
+        attempts = "batch first attempts" if v.batch_share else "first attempts"
+        text = f"the fleet admits {math.floor(v.admit_fraction * 100 + 0.5)}% of {attempts} to {t}, not this one"
     elif v.stop_reason == "DEADLINE":
         text = f"the fleet holds first attempts to {t} for another {_seconds_text(v.hold_left)}, past the deadline"
     else:

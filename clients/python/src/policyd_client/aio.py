@@ -8,7 +8,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import grpc
 import grpc.aio
@@ -25,6 +25,13 @@ from .decision import SOURCE_FAIL_OPEN, Action, Decision, FallbackHint, RetryEve
 from .errors import PolicydConfigError, RetryStopped
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
+
+if TYPE_CHECKING:
+    import httpx
+    import httpx2
+    from typing_extensions import Unpack
+
+    from .transport import TransportOptions
 
 __all__ = ["AsyncClient"]
 
@@ -165,12 +172,15 @@ class AsyncClient(ClientBase):
         safety: Safety | None = None,
         retry_fetch_errors: bool = False,
         continue_on_failed_api_call: bool | None = None,
+        priority: _fleet.Priority = "interactive",
+        input_tokens: int = 0,
     ) -> T:
         """Await ``fn()`` until it succeeds or policyd says stop; return its result.
 
         As :meth:`policyd_client.Client.call`, with an async ``fn`` and
         ``fallback``; cancel the awaiting task instead of passing an event.
         """
+        gc = _fleet.gate_call(priority, input_tokens)
         spec = Spec(
             provider=provider,
             model=model,
@@ -195,7 +205,10 @@ class AsyncClient(ClientBase):
             stream = self._start_stream(fleet)
             if stream is not None:
                 await stream.first_call(target, self._remaining(st))  # at most 100 ms, once per target
-            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit)
+            v = fleet.check(
+                target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit, gc
+            )
+            fn = fleet.in_flight_async(target, fn)  # each attempt counted in flight while it runs
             if v.action is GateAction.PARK:
                 v = await self._park(fleet, target, v)
             if v.action is GateAction.WAIT:
@@ -220,7 +233,7 @@ class AsyncClient(ClientBase):
                         d = _texts.gate_decision(target, dataclasses.replace(rv, action=GateAction.STOP))
                         ctx = st.context_id if st.begun else None
                         raise RetryStopped(last_exc, d, attempts=st.attempt - 1, context_id=ctx) from last_exc
-                    fleet.retried(target)
+                    fleet.retried(target, gc.input_tokens)
                 started = self._clock()
                 try:
                     result = await fn()
@@ -313,6 +326,24 @@ class AsyncClient(ClientBase):
             return wrapper
 
         return decorate
+
+    def httpx2_async_client(
+        self, *, inner: httpx2.AsyncBaseTransport | None = None, **options: Unpack[TransportOptions]
+    ) -> httpx2.AsyncClient:
+        """An ``httpx2.AsyncClient`` whose every request is one :meth:`call` (policyd_client.transport):
+        ``AsyncAnthropic(http_client=pd.httpx2_async_client(provider="anthropic"), max_retries=0)``.
+        ``inner`` sends the requests (default ``httpx2.AsyncHTTPTransport()``)."""
+        from .transport import httpx2_async_client
+
+        return httpx2_async_client(self, inner=inner, **options)
+
+    def httpx_async_client(
+        self, *, inner: httpx.AsyncBaseTransport | None = None, **options: Unpack[TransportOptions]
+    ) -> httpx.AsyncClient:
+        """As :meth:`httpx2_async_client`, an ``httpx.AsyncClient`` (the SDKs' releases built on httpx)."""
+        from .transport import httpx_async_client
+
+        return httpx_async_client(self, inner=inner, **options)
 
     # ---- the steps
 

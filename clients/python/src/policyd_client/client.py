@@ -9,7 +9,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import grpc
 
@@ -24,6 +24,13 @@ from .decision import SOURCE_FAIL_OPEN, Action, Decision, FallbackHint, RetryEve
 from .errors import PolicydConfigError, RetryCancelled, RetryStopped
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
+
+if TYPE_CHECKING:
+    import httpx
+    import httpx2
+    from typing_extensions import Unpack
+
+    from .transport import TransportOptions
 
 __all__ = ["Client"]
 
@@ -191,6 +198,8 @@ class Client(ClientBase):
         safety: Safety | None = None,
         retry_fetch_errors: bool = False,
         continue_on_failed_api_call: bool | None = None,
+        priority: _fleet.Priority = "interactive",
+        input_tokens: int = 0,
     ) -> T:
         """Run ``fn()`` until it succeeds or policyd says stop; return its result.
 
@@ -216,7 +225,13 @@ class Client(ClientBase):
         RetryContext (id ``context_id``, else a new UUIDv7), begun at the first
         failure and finished RESOLVED (success, or a fallback that returned),
         FAILED (an error report is written) or ABANDONED (cancelled).
+        ``priority`` is the call's class for the fleet gate: ``"interactive"``
+        (someone waits for the answer), or ``"batch"``, whose first attempts the
+        fleet sheds first when it paces the target. ``input_tokens`` is what the
+        call sends, exact or estimated (0: unknown), reported to the fleet with
+        its first attempt and each retry so that policyd can pace a token limit.
         """
+        gc = _fleet.gate_call(priority, input_tokens)
         spec = self._spec(
             provider, model, key_id, operation, method, profile, journal, context_id, labels, safety,
             retry_fetch_errors, continue_on_failed_api_call,
@@ -228,7 +243,10 @@ class Client(ClientBase):
             if self._stream is not None:
                 self._stream.start()
                 self._stream.first_call(target, self._remaining(st))  # at most 100 ms, once per target
-            v = fleet.check(target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit)
+            v = fleet.check(
+                target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit, gc
+            )
+            fn = fleet.in_flight(target, fn)  # each attempt counted in flight while it runs
             if v.action is GateAction.PARK:
                 v = self._park(fleet, target, v, cancel)
             if v.action is GateAction.WAIT:
@@ -254,7 +272,7 @@ class Client(ClientBase):
                         d = _texts.gate_decision(target, dataclasses.replace(rv, action=GateAction.STOP))
                         ctx = st.context_id if st.begun else None
                         raise RetryStopped(last_exc, d, attempts=st.attempt - 1, context_id=ctx) from last_exc
-                    fleet.retried(target)
+                    fleet.retried(target, gc.input_tokens)
                 started = self._clock()
                 try:
                     result = fn()
@@ -349,6 +367,24 @@ class Client(ClientBase):
             return wrapper
 
         return decorate
+
+    def httpx2_client(
+        self, *, inner: httpx2.BaseTransport | None = None, **options: Unpack[TransportOptions]
+    ) -> httpx2.Client:
+        """An ``httpx2.Client`` whose every request is one :meth:`call` (policyd_client.transport),
+        for the SDKs that take one: ``OpenAI(http_client=pd.httpx2_client(provider="openai"),
+        max_retries=0)``. ``inner`` sends the requests (default ``httpx2.HTTPTransport()``)."""
+        from .transport import httpx2_client
+
+        return httpx2_client(self, inner=inner, **options)
+
+    def httpx_client(
+        self, *, inner: httpx.BaseTransport | None = None, **options: Unpack[TransportOptions]
+    ) -> httpx.Client:
+        """As :meth:`httpx2_client`, an ``httpx.Client`` (the SDKs' releases built on httpx)."""
+        from .transport import httpx_client
+
+        return httpx_client(self, inner=inner, **options)
 
     # ---- the steps
 
