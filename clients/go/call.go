@@ -2,6 +2,7 @@ package policyd
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -42,6 +43,16 @@ type Call struct {
 	// with the continuation prompt (seed 001's continueOnFailedApiCall off).
 	NoContinuation bool
 
+	// Class is the call's priority class: ClassInteractive (empty means
+	// it) or ClassBatch, which the fleet sheds first when it paces the
+	// target (the assignment's batch share). Any other value is Do's error.
+	Class Class
+	// InputTokens is the input tokens the call sends, exact or estimated
+	// (0: not known). The fleet gate reports them with its counts (first
+	// attempts and retries; at most 2,000,000 a call), so that policyd can
+	// pace a token limit; the transport fills it for each request.
+	InputTokens int
+
 	// ContextID is the journal's RetryContext id, a UUID; setting it
 	// journals the call whatever WithJournal says. Empty: the client makes
 	// one, a time-ordered UUIDv7, when the call is journaled (prefer v7 for
@@ -56,6 +67,32 @@ type Call struct {
 	// (WithFallback), else FALL_BACK stops the call like STOP.
 	Fallback FallbackFunc
 }
+
+// Class is a call's priority class (docs/clients.md, "The fleet gate"):
+// when the fleet paces a target, batch first attempts yield to
+// interactive ones.
+type Class string
+
+// The priority classes.
+const (
+	// ClassInteractive is the default: someone waits for the answer.
+	ClassInteractive Class = "interactive"
+	// ClassBatch is work nobody waits on (a nightly job, an eval run): the
+	// gate admits its first attempts at the assignment's batch share.
+	ClassBatch Class = "batch"
+)
+
+// check says whether c names a class; empty is ClassInteractive.
+func (c Class) check() error {
+	switch c {
+	case "", ClassInteractive, ClassBatch:
+		return nil
+	}
+	return fmt.Errorf("policyd: Call.Class %q is not a class: want %q (the default) or %q", string(c), ClassInteractive, ClassBatch)
+}
+
+// inputTokens is the call's input tokens as the gate counts them.
+func (c Call) inputTokens() uint64 { return uint64(max(0, c.InputTokens)) }
 
 // FallbackFunc handles a FALL_BACK decision. It gets the call as it stands
 // and returns the call to continue with — usually the same call with

@@ -159,7 +159,16 @@ func (c *Client) Do(ctx context.Context, call Call, fn AttemptFunc) error {
 		ctx, cancel = context.WithTimeout(ctx, call.Timeout)
 		defer cancel()
 	}
-	r := c.newRun(ctx, call)
+	return c.do(ctx, call, fn, false)
+}
+
+// do is Do; noFallback: the call has no FallbackFunc, whatever the
+// client's WithFallback (the transport cannot change its request).
+func (c *Client) do(ctx context.Context, call Call, fn AttemptFunc, noFallback bool) error {
+	if err := call.Class.check(); err != nil {
+		return err
+	}
+	r := c.newRun(ctx, call, noFallback)
 	for attempt := 1; ; attempt++ {
 		if attempt == 1 {
 			// The fleet gate: a table lookup, no RPC.
@@ -172,10 +181,10 @@ func (c *Client) Do(ctx context.Context, call Call, fn AttemptFunc) error {
 			if err := r.admitRetry(ctx, attempt); err != nil {
 				return err
 			}
-			c.gate.countRetry(c.cfg.clock.Now(), r.target)
+			c.gate.countRetry(c.cfg.clock.Now(), r.target, r.call.inputTokens())
 		}
 		began := c.cfg.clock.Now()
-		err := fn(ctx, attempt)
+		err := r.attempt(ctx, attempt, fn)
 		if err == nil {
 			if r.gated && c.gate.record(c.cfg.clock.Now(), r.target, true) {
 				c.kickStream() // a probe's success: the fleet waits for it
@@ -284,14 +293,26 @@ func outcomeOf(ctx context.Context) policydv1.Outcome {
 	return policydv1.Outcome_OUTCOME_ABANDONED
 }
 
+// attempt runs fn, counted in flight on the call's target meanwhile.
+func (r *run) attempt(ctx context.Context, attempt int, fn AttemptFunc) error {
+	if !r.gated {
+		return fn(ctx, attempt)
+	}
+	g, now := r.c.gate, r.c.cfg.clock.Now
+	g.flight(now(), r.target, true)
+	defer func() { g.flight(now(), r.target, false) }()
+	return fn(ctx, attempt)
+}
+
 // run is the state of one Do.
 type run struct {
-	c         *Client
-	call      Call
-	start     time.Time
-	deadline  time.Time // zero: none
-	lastErr   error
-	fallbacks int
+	c          *Client
+	call       Call
+	start      time.Time
+	deadline   time.Time // zero: none
+	lastErr    error
+	fallbacks  int
+	noFallback bool // the call has no FallbackFunc, not even the client's
 
 	// The fleet gate's row of the current call (gate.go): gated is false
 	// for a call without a provider, or with the gate off.
@@ -306,8 +327,8 @@ type run struct {
 	pending   []*policydv1.RecordAttemptRequest
 }
 
-func (c *Client) newRun(ctx context.Context, call Call) *run {
-	r := &run{c: c, start: c.cfg.clock.Now()}
+func (c *Client) newRun(ctx context.Context, call Call, noFallback bool) *run {
+	r := &run{c: c, start: c.cfg.clock.Now(), noFallback: noFallback}
 	r.setCall(call)
 	if dl, ok := ctx.Deadline(); ok {
 		r.deadline = dl
@@ -330,6 +351,9 @@ func (r *run) setCall(call Call) {
 	}
 	if call.Fallback == nil {
 		call.Fallback = r.c.cfg.fallback
+	}
+	if r.noFallback {
+		call.Fallback = nil
 	}
 	r.call = call
 	if r.c.gate != nil {
@@ -459,8 +483,9 @@ func (r *run) admit(ctx context.Context) error {
 		if !r.deadline.IsZero() {
 			left = max(0, r.deadline.Sub(now))
 		}
-		canFallBack := r.call.Fallback != nil && r.fallbacks < MaxFallbacks
-		v := c.gate.check(now, r.target, left, canFallBack, c.cfg.rand, c.cfg.parkLimit)
+		gc := gateCall{canFallBack: r.call.Fallback != nil && r.fallbacks < MaxFallbacks,
+			batch: r.call.Class == ClassBatch, inputTokens: r.call.inputTokens()}
+		v := c.gate.check(now, r.target, left, gc, c.cfg.rand, c.cfg.parkLimit)
 		if v.action == gatePark {
 			var err error
 			if v, err = r.park(ctx, v); err != nil {
@@ -546,7 +571,7 @@ func (r *run) park(ctx context.Context, v gateVerdict) (gateVerdict, error) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			c.gate.cancelPark(c.cfg.clock.Now(), r.target)
+			c.gate.cancelPark(c.cfg.clock.Now(), r.target, p)
 			return v, &Error{ContextID: r.contextID, ctxErr: context.Cause(ctx), gated: true}
 		case <-wake:
 		case <-t.C():

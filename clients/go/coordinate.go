@@ -246,13 +246,7 @@ func (co *coordinator) sendReports(stream interface {
 		req := &policydv1.CoordinateRequest{Usage: make([]*policydv1.BucketUsage, 0, n)}
 		targets := make([]target, 0, n)
 		for _, r := range batch {
-			elapsed := min(max(now.Sub(r.from), time.Millisecond), maxReportElapsed)
-			req.Usage = append(req.Usage, &policydv1.BucketUsage{
-				Target: r.t.proto(), Elapsed: durationProto(elapsed),
-				Admitted: clampCount(r.u.admitted), Shed: min(clampCount(r.u.shed), maxUsageCount-clampCount(r.u.admitted)), Succeeded: clampCount(r.u.succeeded),
-				Failed: clampCount(r.u.failed), Retries: clampCount(r.u.retries),
-				RateLimitHeaders: r.u.rateLimits,
-			})
+			req.Usage = append(req.Usage, r.proto(now))
 			targets = append(targets, r.t)
 		}
 		if err := stream.Send(req); err != nil {
@@ -264,6 +258,26 @@ func (co *coordinator) sendReports(stream interface {
 		rs = rs[n:]
 	}
 	return nil
+}
+
+// proto is r as a report at now, its counts within what policyd accepts.
+func (r report) proto(now time.Time) *policydv1.BucketUsage {
+	u := r.u
+	admitted := clampCount(u.admitted)
+	shed := min(clampCount(u.shed), maxUsageCount-admitted)
+	retries := clampCount(u.retries)
+	return &policydv1.BucketUsage{
+		Target: r.t.proto(), Elapsed: durationProto(min(max(now.Sub(r.from), time.Millisecond), maxReportElapsed)),
+		Admitted: admitted, Shed: shed, Succeeded: clampCount(u.succeeded),
+		Failed: clampCount(u.failed), Retries: retries,
+		RateLimitHeaders: u.rateLimits,
+		// Batch calls are among the first attempts; tokens at most
+		// maxCallInputTokens for each call counted.
+		BatchAdmitted: min(u.batchAdmitted, admitted), BatchShed: min(u.batchShed, shed),
+		FirstAttemptInputTokens: min(u.firstInputTokens, maxCallInputTokens*(admitted+shed+clampCount(u.parkedNew))),
+		RetryInputTokens:        min(u.retryInputTokens, maxCallInputTokens*retries),
+		InFlight:                r.inFlight,
+	}
 }
 
 // apply hands the assignments of one message to the gate.

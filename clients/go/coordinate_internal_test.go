@@ -63,10 +63,10 @@ func TestReportsKeepWhatCouldNotBeSent(t *testing.T) {
 	co, clock := testCoordinator(t)
 	g := co.c.gate
 	a := target{provider: "openai", model: "a"}
-	g.check(clock.now, a, -1, false, constRand(0), 0)
-	g.check(clock.now, a, -1, false, constRand(0), 0)
+	g.check(clock.now, a, -1, gateCall{}, constRand(0), 0)
+	g.check(clock.now, a, -1, gateCall{}, constRand(0), 0)
 	g.record(clock.now, a, true)
-	g.countRetry(clock.now, a)
+	g.countRetry(clock.now, a, 0)
 	g.countFailedLocally(clock.now, a)
 	g.observeRateLimits(clock.now, a, map[string]string{"x-ratelimit-limit-requests": "600"})
 
@@ -76,7 +76,7 @@ func TestReportsKeepWhatCouldNotBeSent(t *testing.T) {
 		t.Fatalf("sendReports = %v, want the stream's error", err)
 	}
 	// More activity, then a report that goes.
-	g.check(clock.now, a, -1, false, constRand(0), 0)
+	g.check(clock.now, a, -1, gateCall{}, constRand(0), 0)
 	clock.now = clock.now.Add(500 * time.Millisecond)
 	s.fail = nil
 	if err := co.sendReports(s, reportActive); err != nil {
@@ -92,7 +92,7 @@ func TestReportsKeepWhatCouldNotBeSent(t *testing.T) {
 		t.Fatalf("an idle tick sent %d messages (%v)", len(s.sent)-1, err)
 	}
 	clock.now = clock.now.Add(time.Second)
-	g.check(clock.now, a, -1, false, constRand(0), 0)
+	g.check(clock.now, a, -1, gateCall{}, constRand(0), 0)
 	if err := co.sendReports(s, reportActive); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestReportsKeepWhatCouldNotBeSent(t *testing.T) {
 func TestReportsAtMost256AMessage(t *testing.T) {
 	co, clock := testCoordinator(t)
 	for i := range 300 {
-		co.c.gate.check(clock.now, target{provider: "p", model: fmt.Sprint(i)}, -1, false, constRand(0), 0)
+		co.c.gate.check(clock.now, target{provider: "p", model: fmt.Sprint(i)}, -1, gateCall{}, constRand(0), 0)
 	}
 	s := &fakeStream{}
 	if err := co.sendReports(s, reportActive); err != nil {
@@ -124,11 +124,48 @@ func TestReportsAtMost256AMessage(t *testing.T) {
 	}
 }
 
+// A report carries the batch class's share of the first attempts, the
+// calls' input tokens (first attempts at their first check, retries sent;
+// at most 2,000,000 a call counted) and the calls in flight now.
+func TestReportsCarryClassesTokensAndInFlight(t *testing.T) {
+	co, clock := testCoordinator(t)
+	g := co.c.gate
+	a := target{provider: "openai", model: "a"}
+	g.assign(clock.now, a, &assignment{ttl: time.Minute, admitFraction: 1, batchAdmitFraction: 0.5, hasBatchFraction: true})
+	g.check(clock.now, a, -1, gateCall{inputTokens: 100}, constRand(0.9), -1)              // interactive: admitted
+	g.check(clock.now, a, -1, gateCall{batch: true, inputTokens: 30}, constRand(0.1), -1)  // batch: admitted
+	g.check(clock.now, a, -1, gateCall{batch: true, inputTokens: 5e6}, constRand(0.9), -1) // batch: shed, its tokens clipped
+	g.countRetry(clock.now, a, 40)
+	g.flight(clock.now, a, true)
+	g.flight(clock.now, a, true)
+	g.flight(clock.now, a, false)
+	s := &fakeStream{}
+	if err := co.sendReports(s, reportActive); err != nil {
+		t.Fatal(err)
+	}
+	u := usageOf(t, s.sent[0], "a")
+	if u.GetAdmitted() != 2 || u.GetShed() != 1 || u.GetBatchAdmitted() != 1 || u.GetBatchShed() != 1 {
+		t.Errorf("usage %v: want 2 admitted (1 batch) and 1 shed (batch)", u)
+	}
+	if u.GetFirstAttemptInputTokens() != 100+30+2_000_000 || u.GetRetryInputTokens() != 40 || u.GetInFlight() != 1 {
+		t.Errorf("usage %v: want 2,000,130 first-attempt tokens, 40 retry tokens, 1 in flight", u)
+	}
+	// The gauge's change is activity; it never goes below 0.
+	g.flight(clock.now, a, false)
+	g.flight(clock.now, a, false)
+	if err := co.sendReports(s, reportActive); err != nil || len(s.sent) != 2 {
+		t.Fatalf("the gauge's change sent %d messages (%v), want 1", len(s.sent)-1, err)
+	}
+	if u := usageOf(t, s.sent[1], "a"); u.GetInFlight() != 0 || u.GetFirstAttemptInputTokens() != 0 || u.GetBatchAdmitted() != 0 {
+		t.Errorf("second report %v: want nothing in flight and no new counts", u)
+	}
+}
+
 func TestUrgentReports(t *testing.T) {
 	co, clock := testCoordinator(t)
 	g := co.c.gate
 	old, fresh := target{provider: "p", model: "old"}, target{provider: "p", model: "new"}
-	g.check(clock.now, old, -1, false, constRand(0), 0)
+	g.check(clock.now, old, -1, gateCall{}, constRand(0), 0)
 	// The first call of a target waits for its first assignment, whose
 	// report is urgent; a target already reported does not wait.
 	ch, until := g.awaitFirst(clock.now, clock.now, fresh)
@@ -172,7 +209,7 @@ func TestAbandonForgets(t *testing.T) {
 	co, clock := testCoordinator(t)
 	g := co.c.gate
 	a := target{provider: "p", model: "a"}
-	g.check(clock.now, a, -1, false, constRand(0), 0)
+	g.check(clock.now, a, -1, gateCall{}, constRand(0), 0)
 	_ = co.sendReports(&fakeStream{}, reportActive)
 	g.assign(clock.now, a, &assignment{ttl: time.Minute, breaker: policydv1.BreakerState_BREAKER_STATE_OPEN})
 	g.assign(clock.now, a, nil)
@@ -180,7 +217,7 @@ func TestAbandonForgets(t *testing.T) {
 		t.Fatal("an abandoned idle target with a full budget is still in the table")
 	}
 	// With a spent budget the row stays, without its assignment, and is not reported.
-	g.check(clock.now, a, -1, false, constRand(0), 0)
+	g.check(clock.now, a, -1, gateCall{}, constRand(0), 0)
 	g.record(clock.now, a, false)
 	_ = co.sendReports(&fakeStream{}, reportActive)
 	g.assign(clock.now, a, &assignment{ttl: time.Minute, breaker: policydv1.BreakerState_BREAKER_STATE_OPEN})
@@ -193,7 +230,7 @@ func TestAbandonForgets(t *testing.T) {
 	if _ = co.sendReports(s, reportResubscribe); len(s.sent) != 0 {
 		t.Fatalf("an abandoned target was reported: %v", s.sent)
 	}
-	if v := g.check(clock.now, a, -1, false, constRand(0), 0); v.action != gateAdmit {
+	if v := g.check(clock.now, a, -1, gateCall{}, constRand(0), 0); v.action != gateAdmit {
 		t.Fatalf("after abandon: %v, want admit", v.action)
 	}
 }
@@ -203,13 +240,13 @@ func TestRefusedReportsAndProfile(t *testing.T) {
 	g := co.c.gate
 	co.profile = "mine"
 	good, bad := target{provider: "p", model: "good"}, target{provider: "p", model: "bad"}
-	g.check(clock.now, good, -1, false, constRand(0), 0)
-	g.check(clock.now, bad, -1, false, constRand(0), 0)
+	g.check(clock.now, good, -1, gateCall{}, constRand(0), 0)
+	g.check(clock.now, bad, -1, gateCall{}, constRand(0), 0)
 	co.lastBatch = []target{good, bad}
 	if co.broken(status.Error(codes.InvalidArgument, "usage[1].elapsed: 0s is not in (0, 10m0s]")) {
 		t.Fatal("a refused report ended the stream for good")
 	}
-	g.check(clock.now, bad, -1, false, constRand(0), 0)
+	g.check(clock.now, bad, -1, gateCall{}, constRand(0), 0)
 	s := &fakeStream{}
 	_ = co.sendReports(s, reportResubscribe)
 	if len(s.sent) != 1 || len(s.sent[0].GetUsage()) != 1 || s.sent[0].GetUsage()[0].GetTarget().GetModel() != "good" {
@@ -224,7 +261,7 @@ func TestRefusedReportsAndProfile(t *testing.T) {
 		if !co.broken(status.Error(code, "fleet memory is off")) {
 			t.Fatalf("%v: the client keeps trying the stream", code)
 		}
-		if v := co.c.gate.check(clock.now, good, -1, false, constRand(0), 0); v.action != gateAdmit {
+		if v := co.c.gate.check(clock.now, good, -1, gateCall{}, constRand(0), 0); v.action != gateAdmit {
 			t.Fatalf("%v: the gate does not admit everything", code)
 		}
 	}

@@ -68,13 +68,13 @@ func TestCoordinateVectors(t *testing.T) {
 				now := clock.now
 				switch {
 				case s.FirstAttempt != nil:
-					g.check(now, tg, -1, false, constRand(s.FirstAttempt.Draw), -1)
+					g.check(now, tg, -1, gateCall{}, constRand(s.FirstAttempt.Draw), -1)
 				case s.Outcome != "":
 					g.record(now, tg, s.Outcome == "success")
 				case s.FailedLocally:
 					g.countFailedLocally(now, tg)
 				case s.Retry:
-					g.countRetry(now, tg)
+					g.countRetry(now, tg, 0)
 				case s.Observe != nil:
 					h := http.Header{}
 					for k, val := range s.Observe {

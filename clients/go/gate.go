@@ -35,6 +35,9 @@ const (
 	maxGateTargets   = 1024 // as policyd per stream; a call on a target beyond these is not gated nor reported
 	maxRateLimits    = 16
 	maxRateLimitByte = 64
+	// maxCallInputTokens bounds one call's input tokens in a report, as
+	// policyd bounds them (BucketUsage's token counts).
+	maxCallInputTokens = 2_000_000
 )
 
 // target is what the gate keys its table by: a call's provider (lower
@@ -73,9 +76,13 @@ type assignment struct {
 	ttl, hold, stop time.Duration
 	breaker         policydv1.BreakerState
 	admitFraction   float64
-	probePermits    uint32
-	reason          string
-	fallback        *gateFallback
+	// batchAdmitFraction is the batch class's share when hasBatchFraction;
+	// otherwise batch calls draw against admitFraction too.
+	batchAdmitFraction float64
+	hasBatchFraction   bool
+	probePermits       uint32
+	reason             string
+	fallback           *gateFallback
 	// parkHint is the daemon's estimate of how long until the gate admits
 	// again (0: unknown): a call whose deadline comes first does not park.
 	parkHint time.Duration
@@ -100,18 +107,27 @@ func assignmentFromProto(pa *policydv1.Assignment) *assignment {
 		probePermits:  pa.GetProbePermits(),
 		reason:        clip(pa.GetReason(), maxFieldBytes),
 	}
-	switch f := a.admitFraction; {
-	case f != f: // NaN: no limit is named
-		a.admitFraction = 1
-	case f < 0:
-		a.admitFraction = 0
-	case f > 1:
-		a.admitFraction = 1
+	a.admitFraction = clampFraction(a.admitFraction)
+	if pa.BatchAdmitFraction != nil {
+		a.batchAdmitFraction, a.hasBatchFraction = clampFraction(pa.GetBatchAdmitFraction()), true
 	}
 	if fb := pa.GetFallback(); fb != nil && (fb.GetKind() != policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED || fb.GetProvider() != "" || fb.GetModel() != "") {
 		a.fallback = &gateFallback{kind: FallbackKind(fb.GetKind()), provider: fb.GetProvider(), model: fb.GetModel(), reason: fb.GetReason()}
 	}
 	return a
+}
+
+// clampFraction keeps a share within [0, 1]; NaN names no limit.
+func clampFraction(f float64) float64 {
+	switch {
+	case f != f:
+		return 1
+	case f < 0:
+		return 0
+	case f > 1:
+		return 1
+	}
+	return f
 }
 
 // usage is a target's counts since its last report.
@@ -121,7 +137,14 @@ type usage struct {
 	// parkedNew the first attempts parked at their first check; released
 	// the parked calls admitted (also in admitted).
 	parkChecks, parkedNew, released uint64
-	rateLimits                      map[string]string // the last success's, nil: none since the last report
+	// batchAdmitted and batchShed are the batch class's share of admitted
+	// and shed.
+	batchAdmitted, batchShed uint64
+	// The input tokens the calls carried (the caller's count, else the
+	// transport's estimate): of first attempts at their first check, and
+	// of retries sent.
+	firstInputTokens, retryInputTokens uint64
+	rateLimits                         map[string]string // the last response's, nil: none since the last report
 }
 
 func (u *usage) add(o usage) {
@@ -133,6 +156,10 @@ func (u *usage) add(o usage) {
 	u.parkChecks += o.parkChecks
 	u.parkedNew += o.parkedNew
 	u.released += o.released
+	u.batchAdmitted += o.batchAdmitted
+	u.batchShed += o.batchShed
+	u.firstInputTokens += o.firstInputTokens
+	u.retryInputTokens += o.retryInputTokens
 	if u.rateLimits == nil {
 		u.rateLimits = o.rateLimits
 	}
@@ -148,6 +175,7 @@ type gateEntry struct {
 	tokensAt time.Time
 
 	u          usage
+	inFlight   uint64    // attempts and response bodies in flight now (a gauge)
 	pending    bool      // report it at the next tick
 	urgent     bool      // report it now: its first report, or a probe's success
 	subscribed bool      // reported on the current stream, or assigned: report again after a reconnect
@@ -232,12 +260,19 @@ const (
 	parkRecheck = time.Second
 )
 
+// gateCall is what the gate knows of a first attempt's call.
+type gateCall struct {
+	canFallBack bool
+	batch       bool   // the batch class: it draws against the batch share
+	inputTokens uint64 // counted at the call's first check
+}
+
 // parkedCall is a call the gate holds.
 type parkedCall struct {
-	at, until   time.Time // when it parked; when it must have an answer by
-	canFallBack bool
-	retry       bool      // a retry, not a first attempt: not counted as one
-	drawAt      time.Time // when a pace's draw is due again
+	at, until time.Time // when it parked; when it must have an answer by
+	call      gateCall
+	retry     bool      // a retry, not a first attempt: not counted as one
+	drawAt    time.Time // when a pace's draw is due again
 }
 
 // noDraw draws 1: only a full share admits.
@@ -254,8 +289,11 @@ type gateVerdict struct {
 	reason     string // the assignment's reason, or the gate's own
 	fallback   *gateFallback
 	breaker    policydv1.BreakerState
-	// What the assignment said when the attempt was not admitted.
+	// What the assignment said when the attempt was not admitted:
+	// admitFraction is the share the call drew against, the batch class's
+	// when batchShare.
 	admitFraction      float64
+	batchShare         bool
 	holdLeft, stopLeft time.Duration
 	// parked is the call to resume (gatePark); waited how long the call was
 	// parked before this verdict (resume).
@@ -340,17 +378,18 @@ func (g *gate) entry(now time.Time, t target) *gateEntry {
 	return e
 }
 
-// check gates a first attempt to t: deadline is the time left before the
-// caller's deadline (negative: none); draw is the uniform draw in [0, 1),
-// taken only when the assignment sheds a fraction.
-func (g *gate) check(now time.Time, t target, deadline time.Duration, canFallBack bool, draw Rand, parkLimit time.Duration) gateVerdict {
+// check gates a first attempt of call to t: deadline is the time left
+// before the caller's deadline (negative: none); draw is the uniform draw
+// in [0, 1), taken only when the assignment sheds a fraction.
+func (g *gate) check(now time.Time, t target, deadline time.Duration, call gateCall, draw Rand, parkLimit time.Duration) gateVerdict {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	e := g.entry(now, t)
 	if e == nil || g.off {
 		return gateVerdict{}
 	}
-	v := g.decide(now, t, e, deadline, draw, false)
+	v := g.decide(now, t, e, deadline, draw, false, call.batch)
+	e.u.firstInputTokens += min(call.inputTokens, maxCallInputTokens)
 	e.pending = !e.rejected
 	if v.action == gatePark {
 		limit := parkLimit
@@ -361,18 +400,18 @@ func (g *gate) check(now time.Time, t target, deadline time.Duration, canFallBac
 		if deadline >= 0 {
 			until = now.Add(deadline)
 		}
-		if canFallBack && e.a.fallback != nil || limit < 0 || !until.After(now.Add(e.hintLeft(now))) {
+		if call.canFallBack && e.a.fallback != nil || limit < 0 || !until.After(now.Add(e.hintLeft(now))) {
 			// Somewhere else to go, parking off, or no wait can fit: the
 			// answer is now, as the cause says.
 			v = v.refusal()
 		} else {
-			v.parked = &parkedCall{at: now, until: until, canFallBack: canFallBack, drawAt: now.Add(parkRecheck)}
+			v.parked = &parkedCall{at: now, until: until, call: call, drawAt: now.Add(parkRecheck)}
 			e.u.parkChecks++
 			e.u.parkedNew++
 			return v
 		}
 	}
-	return e.count(v, canFallBack)
+	return e.count(v, call)
 }
 
 // checkRetry gates a retry that NextDelay allowed, before it is sent
@@ -387,7 +426,7 @@ func (g *gate) checkRetry(now time.Time, t target, deadline, parkLimit time.Dura
 	if e == nil || g.off {
 		return gateVerdict{}
 	}
-	v := g.decide(now, t, e, deadline, constDraw(0), true)
+	v := g.decide(now, t, e, deadline, constDraw(0), true, false)
 	switch v.action {
 	case gatePark:
 		if v.stopReason == StopFleetShed {
@@ -433,7 +472,7 @@ func (g *gate) resume(now time.Time, t target, p *parkedCall, draw Rand) gateVer
 	} else {
 		p.drawAt = now.Add(parkRecheck)
 	}
-	v := g.decide(now, t, e, -1, draw, true)
+	v := g.decide(now, t, e, -1, draw, true, p.call.batch)
 	v.waited = now.Sub(p.at)
 	e.pending = !e.rejected
 	left := p.until.Sub(now)
@@ -474,31 +513,42 @@ func (e *gateEntry) countParked(v gateVerdict, p *parkedCall) gateVerdict {
 		}
 		return v
 	}
-	return e.count(v, p.canFallBack)
+	return e.count(v, p.call)
 }
 
 // cancelPark counts a parked call its caller cancelled.
-func (g *gate) cancelPark(now time.Time, t target) {
+func (g *gate) cancelPark(now time.Time, t target, p *parkedCall) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e := g.entry(now, t); e != nil {
-		e.u.shed++
+		e.countShed(p.call)
 		e.pending = !e.rejected
 	}
 }
 
 // count counts a verdict that is not gatePark, and turns a stop into the
 // assignment's fallback when the caller can take it. The caller holds g.mu.
-func (e *gateEntry) count(v gateVerdict, canFallBack bool) gateVerdict {
+func (e *gateEntry) count(v gateVerdict, call gateCall) gateVerdict {
 	if v.action == gateStop {
-		e.u.shed++
-		if canFallBack && e.a != nil && e.a.fallback != nil {
+		e.countShed(call)
+		if call.canFallBack && e.a != nil && e.a.fallback != nil {
 			v.action, v.fallback = gateFallBack, e.a.fallback
 		}
 	} else {
 		e.u.admitted++
+		if call.batch {
+			e.u.batchAdmitted++
+		}
 	}
 	return v
+}
+
+// countShed counts a first attempt not admitted. The caller holds g.mu.
+func (e *gateEntry) countShed(call gateCall) {
+	e.u.shed++
+	if call.batch {
+		e.u.batchShed++
+	}
 }
 
 // hintLeft is what is left of the assignment's park hint.
@@ -515,8 +565,10 @@ func (v gateVerdict) refusal() gateVerdict {
 	return v
 }
 
-// decide is the order of checks of docs/clients.md. The caller holds g.mu.
-func (g *gate) decide(now time.Time, t target, e *gateEntry, deadline time.Duration, draw Rand, resumed bool) gateVerdict {
+// decide is the order of checks of docs/clients.md; a batch call draws
+// against the batch class's share when the assignment names one. The
+// caller holds g.mu.
+func (g *gate) decide(now time.Time, t target, e *gateEntry, deadline time.Duration, draw Rand, resumed, batch bool) gateVerdict {
 	e.refill(now)
 	a := e.a
 	if a == nil {
@@ -555,8 +607,10 @@ func (g *gate) decide(now time.Time, t target, e *gateEntry, deadline time.Durat
 			return gateVerdict{probe: true}
 		}
 		return park(StopCircuitOpen, "breaker probing")
-	case a.admitFraction < 1 && draw.Float64() >= a.admitFraction:
-		return park(StopFleetShed, "paced")
+	case share(a, batch) < 1 && draw.Float64() >= share(a, batch):
+		v := park(StopFleetShed, "paced")
+		v.admitFraction, v.batchShare = share(a, batch), batch && a.hasBatchFraction
+		return v
 	case a.hold > age:
 		left := a.hold - age
 		if deadline >= 0 && left > deadline {
@@ -565,6 +619,14 @@ func (g *gate) decide(now time.Time, t target, e *gateEntry, deadline time.Durat
 		return gateVerdict{action: gateWait, wait: left}
 	}
 	return gateVerdict{}
+}
+
+// share is the fraction of a's first attempts of the class to admit.
+func share(a *assignment, batch bool) float64 {
+	if batch && a.hasBatchFraction {
+		return a.batchAdmitFraction
+	}
+	return a.admitFraction
 }
 
 // assign receives a for t (nil: abandon), timed from now.
@@ -582,7 +644,7 @@ func (g *gate) assign(now time.Time, t target, a *assignment) {
 		e.answer()
 		e.wakeParked()
 		e.a, e.subscribed = nil, false
-		if !e.pending {
+		if !e.pending && e.inFlight == 0 {
 			// Forgotten, budget and all, once the budget has nothing to
 			// remember; a call on the target starts it again.
 			e.refill(now)
@@ -641,14 +703,32 @@ func (g *gate) allowRetry(now time.Time, t target) bool {
 	return e.tokens > ownThreshold
 }
 
-// countRetry counts a retry sent to t.
-func (g *gate) countRetry(now time.Time, t target) {
+// countRetry counts a retry sent to t, of inputTokens.
+func (g *gate) countRetry(now time.Time, t target, inputTokens uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e := g.entry(now, t); e != nil {
 		e.u.retries++
+		e.u.retryInputTokens += min(inputTokens, maxCallInputTokens)
 		e.pending = !e.rejected
 	}
+}
+
+// flight counts a request to t going out (up) or done: the in_flight
+// gauge of t's reports. A change is activity.
+func (g *gate) flight(now time.Time, t target, up bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entry(now, t)
+	switch {
+	case e == nil:
+		return
+	case up:
+		e.inFlight++
+	case e.inFlight > 0:
+		e.inFlight--
+	}
+	e.pending = !e.rejected
 }
 
 // breakerCounts says whether a failure decided locally is reported: only
@@ -684,9 +764,10 @@ func (g *gate) observeRateLimits(now time.Time, t target, h map[string]string) {
 
 // report is one target's usage taken for a report.
 type report struct {
-	t    target
-	u    usage
-	from time.Time // the entry's usedAt when taken
+	t        target
+	u        usage
+	inFlight uint64
+	from     time.Time // the entry's usedAt when taken
 }
 
 // Which targets takeReports takes.
@@ -713,7 +794,7 @@ func (g *gate) takeReports(kind reportKind) []report {
 		case !e.pending && !(kind == reportResubscribe && e.subscribed):
 			continue
 		}
-		out = append(out, report{t: t, u: e.u, from: e.usedAt})
+		out = append(out, report{t: t, u: e.u, inFlight: e.inFlight, from: e.usedAt})
 		e.u, e.pending, e.urgent, e.subscribed = usage{}, false, false, true
 	}
 	return out
@@ -790,7 +871,11 @@ func gateText(t target, v gateVerdict) string {
 			s = fmt.Sprintf("the fleet's circuit breaker for %s is open", t)
 		}
 	case StopFleetShed:
-		s = fmt.Sprintf("the fleet admits %d%% of first attempts to %s, not this one", int(math.Floor(v.admitFraction*100+0.5)), t)
+		class := ""
+		if v.batchShare {
+			class = "batch "
+		}
+		s = fmt.Sprintf("the fleet admits %d%% of %sfirst attempts to %s, not this one", int(math.Floor(v.admitFraction*100+0.5)), class, t)
 	case StopDeadline:
 		s = fmt.Sprintf("the fleet holds first attempts to %s for another %s, past the deadline", t, textSeconds(v.holdLeft))
 	default:

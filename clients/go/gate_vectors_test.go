@@ -35,15 +35,16 @@ type gateVectorCase struct {
 	Steps []struct {
 		AtMs   int64 `json:"at_ms"`
 		Assign *struct {
-			TTLMs         int64               `json:"ttl_ms"`
-			Breaker       string              `json:"breaker"`
-			HoldMs        int64               `json:"hold_ms"`
-			StopMs        int64               `json:"stop_ms"`
-			AdmitFraction float64             `json:"admit_fraction"`
-			ProbePermits  uint32              `json:"probe_permits"`
-			Reason        string              `json:"reason"`
-			Fallback      *gateVectorFallback `json:"fallback"`
-			ParkHintMs    int64               `json:"park_hint_ms"`
+			TTLMs              int64               `json:"ttl_ms"`
+			Breaker            string              `json:"breaker"`
+			HoldMs             int64               `json:"hold_ms"`
+			StopMs             int64               `json:"stop_ms"`
+			AdmitFraction      float64             `json:"admit_fraction"`
+			BatchAdmitFraction *float64            `json:"batch_admit_fraction"`
+			ProbePermits       uint32              `json:"probe_permits"`
+			Reason             string              `json:"reason"`
+			Fallback           *gateVectorFallback `json:"fallback"`
+			ParkHintMs         int64               `json:"park_hint_ms"`
 		} `json:"assign"`
 		Abandon bool      `json:"abandon"`
 		Retry   *struct{} `json:"retry"`
@@ -54,6 +55,7 @@ type gateVectorCase struct {
 			Draw        float64 `json:"draw"`
 			MaxParkMs   *int64  `json:"max_park_ms"`
 			Call        string  `json:"call"`
+			Class       Class   `json:"class"`
 		} `json:"gate"`
 		Resume *struct {
 			Call string  `json:"call"`
@@ -77,8 +79,12 @@ type gateVectorCase struct {
 			} `json:"fleet"`
 		} `json:"want"`
 	} `json:"steps"`
-	Counts   *struct{ Admitted, Shed, Parked uint64 } `json:"counts"`
-	Requires string                                   `json:"requires"`
+	Counts *struct {
+		Admitted, Shed, Parked uint64
+		BatchAdmitted          uint64 `json:"batch_admitted"`
+		BatchShed              uint64 `json:"batch_shed"`
+	} `json:"counts"`
+	Requires string `json:"requires"`
 }
 
 // gateVectorTarget is the file's target, which the texts name.
@@ -106,7 +112,7 @@ func TestGateVectors(t *testing.T) {
 	tg := target{provider: vt.Target.Provider, model: vt.Target.Model, keyID: vt.Target.KeyID}
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Requires != "" && c.Requires != "park" {
+			if c.Requires != "" && c.Requires != "park" && c.Requires != "classes" {
 				t.Skipf("requires %s", c.Requires)
 			}
 			g := newGate(DefaultGateGrace)
@@ -120,9 +126,13 @@ func TestGateVectors(t *testing.T) {
 					if !ok {
 						t.Fatalf("step %d: breaker %q", i, a.Breaker)
 					}
-					g.assign(now, tg, &assignment{ttl: ms(a.TTLMs), breaker: policydv1.BreakerState(br), hold: ms(a.HoldMs),
+					as := &assignment{ttl: ms(a.TTLMs), breaker: policydv1.BreakerState(br), hold: ms(a.HoldMs),
 						stop: ms(a.StopMs), admitFraction: a.AdmitFraction, probePermits: a.ProbePermits, reason: a.Reason,
-						fallback: a.Fallback.fallback(t), parkHint: ms(a.ParkHintMs)})
+						fallback: a.Fallback.fallback(t), parkHint: ms(a.ParkHintMs)}
+					if a.BatchAdmitFraction != nil {
+						as.batchAdmitFraction, as.hasBatchFraction = *a.BatchAdmitFraction, true
+					}
+					g.assign(now, tg, as)
 				case s.Abandon:
 					g.assign(now, tg, nil)
 				case s.Outcome != "":
@@ -148,7 +158,11 @@ func TestGateVectors(t *testing.T) {
 								limit = -1 // parking off
 							}
 						}
-						got = g.check(now, tg, deadline, s.Gate.CanFallBack, constRand(s.Gate.Draw), limit)
+						if err := s.Gate.Class.check(); err != nil {
+							t.Fatalf("step %d: %v", i, err)
+						}
+						gc := gateCall{canFallBack: s.Gate.CanFallBack, batch: s.Gate.Class == ClassBatch}
+						got = g.check(now, tg, deadline, gc, constRand(s.Gate.Draw), limit)
 						if got.parked != nil {
 							parked[s.Gate.Call] = got.parked
 						}
@@ -196,8 +210,9 @@ func TestGateVectors(t *testing.T) {
 			}
 			if c.Counts != nil {
 				e := g.entries[tg]
-				if e == nil || e.u.admitted != c.Counts.Admitted || e.u.shed != c.Counts.Shed || e.u.parkChecks != c.Counts.Parked {
-					t.Fatalf("counts %+v, want admitted %d shed %d parked %d", e, c.Counts.Admitted, c.Counts.Shed, c.Counts.Parked)
+				if e == nil || e.u.admitted != c.Counts.Admitted || e.u.shed != c.Counts.Shed || e.u.parkChecks != c.Counts.Parked ||
+					e.u.batchAdmitted != c.Counts.BatchAdmitted || e.u.batchShed != c.Counts.BatchShed {
+					t.Fatalf("counts %+v, want %+v", e.u, *c.Counts)
 				}
 			}
 		})

@@ -36,9 +36,23 @@ type Gate struct {
 
 	// Admitted and Shed count first attempts; OwnAdmitted those admitted
 	// past an expired assignment (policyd unreachable); Parked the checks
-	// that parked a call (a parked call's re-checks included).
+	// that parked a call (a parked call's re-checks included);
+	// BatchAdmitted and BatchShed the batch class's share of Admitted and
+	// Shed.
 	Admitted, Shed, OwnAdmitted, Parked int64
+	BatchAdmitted, BatchShed            int64
 }
+
+// Class is a call's priority class: when the fleet paces a target, batch
+// first attempts yield to interactive ones.
+type Class uint8
+
+const (
+	// Interactive is the default class: someone waits for the answer.
+	Interactive Class = iota
+	// Batch draws against the assignment's BatchAdmitFraction, when set.
+	Batch
+)
 
 // The gate's constants (docs/clients.md).
 const (
@@ -68,9 +82,12 @@ type Assignment struct {
 	Breaker       fleet.BreakerState
 	Hold, Stop    time.Duration
 	AdmitFraction float64
-	ProbePermits  uint32
-	Reason        string
-	Fallback      *policydv1.Fallback
+	// BatchAdmitFraction is the share of batch first attempts to admit
+	// (nil: AdmitFraction for both classes).
+	BatchAdmitFraction *float64
+	ProbePermits       uint32
+	Reason             string
+	Fallback           *policydv1.Fallback
 	// ParkHint is the daemon's estimate of how long until the gate admits
 	// again (0: unknown): a call whose deadline comes first does not park.
 	ParkHint time.Duration
@@ -103,6 +120,8 @@ type Verdict struct {
 	// the call was parked before this verdict (Resume).
 	Parked *Parked
 	Waited time.Duration
+	// BatchShare: a pace shed the call at the batch class's share.
+	BatchShare bool
 }
 
 // Parked is a call the gate holds.
@@ -111,6 +130,7 @@ type Parked struct {
 	// caller's deadline, or At + the park limit).
 	At, Until   time.Time
 	canFallBack bool
+	class       Class
 	drawAt      time.Time // when a pace's draw is due again
 }
 
@@ -164,10 +184,15 @@ func (g *Gate) AllowRetry(now time.Time) bool {
 	return g.tokens > ownThreshold
 }
 
-// Check gates a first attempt: deadline is the time left before the
-// caller's deadline (negative: none), draw uniform in [0, 1).
+// Check gates an interactive first attempt: deadline is the time left
+// before the caller's deadline (negative: none), draw uniform in [0, 1).
 func (g *Gate) Check(now time.Time, deadline time.Duration, canFallBack bool, draw float64) Verdict {
-	v := g.check(now, deadline, draw, false)
+	return g.CheckClass(now, deadline, Interactive, canFallBack, draw)
+}
+
+// CheckClass gates a first attempt of class, as Check does.
+func (g *Gate) CheckClass(now time.Time, deadline time.Duration, class Class, canFallBack bool, draw float64) Verdict {
+	v := g.check(now, deadline, draw, false, class)
 	if v.Action == Park {
 		limit := g.ParkLimit
 		if limit == 0 {
@@ -183,12 +208,12 @@ func (g *Gate) Check(now time.Time, deadline time.Duration, canFallBack bool, dr
 			// answer is now, as the cause says.
 			v.Action, v.Reason = Stop, g.a.Reason
 		default:
-			v.Parked = &Parked{At: now, Until: until, canFallBack: canFallBack, drawAt: now.Add(Recheck)}
+			v.Parked = &Parked{At: now, Until: until, canFallBack: canFallBack, class: class, drawAt: now.Add(Recheck)}
 			g.Parked++
 			return v
 		}
 	}
-	return g.count(v, canFallBack)
+	return g.count(v, canFallBack, class)
 }
 
 // CheckRetry gates a retry that NextDelay allowed, before it is sent: a
@@ -197,7 +222,7 @@ func (g *Gate) Check(now time.Time, deadline time.Duration, canFallBack bool, dr
 // the wait the decision already gave. Retries are not counted as first
 // attempts.
 func (g *Gate) CheckRetry(now time.Time, deadline time.Duration) Verdict {
-	v := g.check(now, deadline, 0, true)
+	v := g.check(now, deadline, 0, true, Interactive)
 	switch v.Action {
 	case Park:
 		if v.StopReason == policydv1.StopReason_STOP_REASON_FLEET_SHED {
@@ -230,7 +255,7 @@ func (g *Gate) Resume(now time.Time, p *Parked, draw float64) Verdict {
 	} else {
 		p.drawAt = now.Add(Recheck)
 	}
-	v := g.check(now, -1, draw, true)
+	v := g.check(now, -1, draw, true, p.class)
 	v.Waited = now.Sub(p.At)
 	left := p.Until.Sub(now)
 	switch v.Action {
@@ -238,7 +263,7 @@ func (g *Gate) Resume(now time.Time, p *Parked, draw float64) Verdict {
 		if left <= g.hintLeft(now) || left <= 0 {
 			v = Verdict{Action: Stop, StopReason: policydv1.StopReason_STOP_REASON_DEADLINE, Waited: v.Waited,
 				Reason: fmt.Sprintf("gave up waiting for the fleet after %v: %s", v.Waited.Round(time.Second), g.a.Reason)}
-			return g.count(v, p.canFallBack)
+			return g.count(v, p.canFallBack, p.class)
 		}
 		v.Parked = p
 		g.Parked++
@@ -248,21 +273,35 @@ func (g *Gate) Resume(now time.Time, p *Parked, draw float64) Verdict {
 			v = Verdict{Action: Stop, StopReason: policydv1.StopReason_STOP_REASON_DEADLINE, Waited: v.Waited, Reason: g.a.Reason}
 		}
 	}
-	return g.count(v, p.canFallBack)
+	return g.count(v, p.canFallBack, p.class)
 }
 
 // count counts a verdict that is not Park, and turns a stop into the
 // assignment's fallback when the caller can take it.
-func (g *Gate) count(v Verdict, canFallBack bool) Verdict {
+func (g *Gate) count(v Verdict, canFallBack bool, class Class) Verdict {
 	if v.Action == Stop {
 		g.Shed++
+		if class == Batch {
+			g.BatchShed++
+		}
 		if canFallBack && g.a != nil && g.a.Fallback != nil {
 			v.Action, v.Fallback = FallBack, g.a.Fallback
 		}
 	} else {
 		g.Admitted++
+		if class == Batch {
+			g.BatchAdmitted++
+		}
 	}
 	return v
+}
+
+// share is the fraction of a's first attempts of class to admit.
+func (a *Assignment) share(class Class) float64 {
+	if class == Batch && a.BatchAdmitFraction != nil {
+		return *a.BatchAdmitFraction
+	}
+	return a.AdmitFraction
 }
 
 // hintLeft is what is left of the assignment's park hint.
@@ -285,7 +324,8 @@ func (g *Gate) parked(now time.Time, r policydv1.StopReason, cause string) Verdi
 // check is the gate's rule; resumed says the call is a parked one: it
 // probes only with a permit, and an expired assignment lets it go while
 // the process's own budget allows (the daemon that would wake it is away).
-func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resumed bool) Verdict {
+// A pace draws a call against its class's share.
+func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resumed bool, class Class) Verdict {
 	g.refill(now)
 	a := g.a
 	if a == nil {
@@ -315,8 +355,10 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resume
 			return Verdict{Probe: true}
 		}
 		return g.parked(now, policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN, "breaker probing")
-	case a.AdmitFraction < 1 && draw >= a.AdmitFraction:
-		return g.parked(now, policydv1.StopReason_STOP_REASON_FLEET_SHED, "paced")
+	case a.share(class) < 1 && draw >= a.share(class):
+		v := g.parked(now, policydv1.StopReason_STOP_REASON_FLEET_SHED, "paced")
+		v.BatchShare = class == Batch && a.BatchAdmitFraction != nil
+		return v
 	case a.Hold > age:
 		left := a.Hold - age
 		if deadline >= 0 && left > deadline {
@@ -329,4 +371,9 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resume
 
 // Cancel takes a parked call the caller cancelled out of the park: it
 // counts as shed.
-func (g *Gate) Cancel(*Parked) { g.Shed++ }
+func (g *Gate) Cancel(p *Parked) {
+	g.Shed++
+	if p.class == Batch {
+		g.BatchShed++
+	}
+}

@@ -19,15 +19,16 @@ type gateVectors struct {
 		Steps []struct {
 			AtMs   int64 `json:"at_ms"`
 			Assign *struct {
-				TTLMs         int64           `json:"ttl_ms"`
-				Breaker       string          `json:"breaker"`
-				HoldMs        int64           `json:"hold_ms"`
-				StopMs        int64           `json:"stop_ms"`
-				AdmitFraction float64         `json:"admit_fraction"`
-				ProbePermits  uint32          `json:"probe_permits"`
-				Reason        string          `json:"reason"`
-				Fallback      *vectorFallback `json:"fallback"`
-				ParkHintMs    int64           `json:"park_hint_ms"`
+				TTLMs              int64           `json:"ttl_ms"`
+				Breaker            string          `json:"breaker"`
+				HoldMs             int64           `json:"hold_ms"`
+				StopMs             int64           `json:"stop_ms"`
+				AdmitFraction      float64         `json:"admit_fraction"`
+				BatchAdmitFraction *float64        `json:"batch_admit_fraction"`
+				ProbePermits       uint32          `json:"probe_permits"`
+				Reason             string          `json:"reason"`
+				Fallback           *vectorFallback `json:"fallback"`
+				ParkHintMs         int64           `json:"park_hint_ms"`
 			} `json:"assign"`
 			Abandon bool      `json:"abandon"`
 			Retry   *struct{} `json:"retry"`
@@ -38,6 +39,7 @@ type gateVectors struct {
 				Draw        float64 `json:"draw"`
 				MaxParkMs   *int64  `json:"max_park_ms"`
 				Call        string  `json:"call"`
+				Class       string  `json:"class"`
 			} `json:"gate"`
 			Resume *struct {
 				Call string  `json:"call"`
@@ -61,8 +63,12 @@ type gateVectors struct {
 				} `json:"fleet"`
 			} `json:"want"`
 		} `json:"steps"`
-		Requires string                                  `json:"requires"`
-		Counts   *struct{ Admitted, Shed, Parked int64 } `json:"counts"`
+		Requires string `json:"requires"`
+		Counts   *struct {
+			Admitted, Shed, Parked int64
+			BatchAdmitted          int64 `json:"batch_admitted"`
+			BatchShed              int64 `json:"batch_shed"`
+		} `json:"counts"`
 	} `json:"cases"`
 	Target struct {
 		Provider string `json:"provider"`
@@ -99,13 +105,14 @@ func TestGateVectors(t *testing.T) {
 	if len(v.Cases) == 0 {
 		t.Fatal("no cases")
 	}
+	classes := map[string]Class{"": Interactive, "interactive": Interactive, "batch": Batch}
 	breakers := map[string]fleet.BreakerState{"CLOSED": fleet.Closed, "OPEN": fleet.Open, "HALF_OPEN": fleet.HalfOpen}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	target := v.Target.Provider + "/" + v.Target.Model
 	breakerNames := map[fleet.BreakerState]string{fleet.Closed: "CLOSED", fleet.Open: "OPEN", fleet.HalfOpen: "HALF_OPEN"}
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Requires != "" && c.Requires != "park" {
+			if c.Requires != "" && c.Requires != "park" && c.Requires != "classes" {
 				t.Skipf("requires %s", c.Requires)
 			}
 			g := New()
@@ -121,8 +128,8 @@ func TestGateVectors(t *testing.T) {
 						t.Fatalf("step %d: breaker %q", i, a.Breaker)
 					}
 					g.Assign(now, &Assignment{TTL: ms(a.TTLMs), Breaker: br, Hold: ms(a.HoldMs), Stop: ms(a.StopMs),
-						AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason, Fallback: a.Fallback.proto(t),
-						ParkHint: ms(a.ParkHintMs)})
+						AdmitFraction: a.AdmitFraction, BatchAdmitFraction: a.BatchAdmitFraction, ProbePermits: a.ProbePermits,
+						Reason: a.Reason, Fallback: a.Fallback.proto(t), ParkHint: ms(a.ParkHintMs)})
 				case s.Abandon:
 					g.Assign(now, nil)
 				case s.Outcome != "":
@@ -149,7 +156,11 @@ func TestGateVectors(t *testing.T) {
 								g.ParkLimit = -1 // parking off
 							}
 						}
-						got = g.Check(now, deadline, s.Gate.CanFallBack, s.Gate.Draw)
+						class, ok := classes[s.Gate.Class]
+						if !ok {
+							t.Fatalf("step %d: class %q", i, s.Gate.Class)
+						}
+						got = g.CheckClass(now, deadline, class, s.Gate.CanFallBack, s.Gate.Draw)
 						if got.Parked != nil {
 							parked[s.Gate.Call] = got.Parked
 						}
@@ -191,8 +202,10 @@ func TestGateVectors(t *testing.T) {
 					t.Fatalf("step %d does nothing", i)
 				}
 			}
-			if c.Counts != nil && (g.Admitted != c.Counts.Admitted || g.Shed != c.Counts.Shed || g.Parked != c.Counts.Parked) {
-				t.Fatalf("counts admitted %d shed %d parked %d, want %d %d %d", g.Admitted, g.Shed, g.Parked, c.Counts.Admitted, c.Counts.Shed, c.Counts.Parked)
+			if w := c.Counts; w != nil && (g.Admitted != w.Admitted || g.Shed != w.Shed || g.Parked != w.Parked ||
+				g.BatchAdmitted != w.BatchAdmitted || g.BatchShed != w.BatchShed) {
+				t.Fatalf("counts admitted %d shed %d parked %d batch admitted %d batch shed %d, want %+v",
+					g.Admitted, g.Shed, g.Parked, g.BatchAdmitted, g.BatchShed, *w)
 			}
 		})
 	}

@@ -43,7 +43,11 @@ func (g *Gate) Text(now time.Time, target string, v Verdict) string {
 			s = fmt.Sprintf("the fleet's circuit breaker for %s is open", target)
 		}
 	case policydv1.StopReason_STOP_REASON_FLEET_SHED:
-		s = fmt.Sprintf("the fleet admits %d%% of first attempts to %s, not this one", int(math.Floor(a.AdmitFraction*100+0.5)), target)
+		share, class := a.AdmitFraction, ""
+		if v.BatchShare {
+			share, class = *a.BatchAdmitFraction, "batch "
+		}
+		s = fmt.Sprintf("the fleet admits %d%% of %sfirst attempts to %s, not this one", int(math.Floor(share*100+0.5)), class, target)
 	case policydv1.StopReason_STOP_REASON_DEADLINE:
 		s = fmt.Sprintf("the fleet holds first attempts to %s for another %s, past the deadline", target, seconds(a.Hold-age))
 	default:
