@@ -26,7 +26,7 @@ func readRequestBody(req *http.Request) (*requestBody, error) {
 	if req.Body == nil || req.Body == http.NoBody {
 		return &requestBody{none: true}, nil
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, min(max(req.ContentLength, 0), maxInspectedBody)+1))
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(req.ContentLength, 0), maxInspectedBody)+bytes.MinRead))
 	_, err := io.Copy(buf, io.LimitReader(req.Body, maxInspectedBody+1))
 	if err != nil {
 		req.Body.Close()

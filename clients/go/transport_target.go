@@ -1,6 +1,7 @@
 package policyd
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"regexp"
@@ -105,19 +106,81 @@ var geminiModel = regexp.MustCompile(`(?:^|/)models/([^/:]+):[^/]+$`)
 // modelOf is the model a request names: its JSON body's "model" field
 // (body nil: not read, too large or absent), else a Gemini-style path's.
 func modelOf(body []byte, path string) string {
-	if len(body) > 0 {
-		// A body that is not JSON, or whose model is not a string, names none.
-		var b struct {
-			Model string `json:"model"`
-		}
-		if _ = json.Unmarshal(body, &b); b.Model != "" {
-			return b.Model
-		}
+	if m := jsonModel(body); m != "" {
+		return m
 	}
 	if m := geminiModel.FindStringSubmatch(path); m != nil {
 		return m[1]
 	}
 	return ""
+}
+
+// jsonModel is the top-level string "model" field of a JSON object (the
+// last, when the key repeats, as JSON decoders read it); empty when body is
+// not JSON, or its model is not a string. It scans the body's top level
+// instead of decoding it: a request carries a whole conversation, and the
+// transport reads every one.
+func jsonModel(body []byte) string {
+	i := skipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' || !json.Valid(body) {
+		return ""
+	}
+	var raw []byte         // the last model's value, when it is a string
+	depth, key := 0, false // key: the next string at depth 1 is a key
+	for ; i < len(body); i++ {
+		switch c := body[i]; c {
+		case '{', '[':
+			depth++
+			key = depth == 1
+		case '}', ']':
+			depth--
+		case ',':
+			key = depth == 1
+		case '"':
+			end := stringEnd(body, i)
+			if key && depth == 1 {
+				key = false
+				if string(body[i:end]) == `"model"` {
+					raw = nil
+					if v := skipSpace(body, skipSpace(body, end)+1); body[v] == '"' { // past the ':'
+						raw = body[v:stringEnd(body, v)]
+					}
+				}
+			}
+			i = end - 1
+		}
+	}
+	if raw == nil {
+		return ""
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1])
+	}
+	var m string
+	_ = json.Unmarshal(raw, &m)
+	return m
+}
+
+// stringEnd is the index just past the JSON string that starts at i.
+func stringEnd(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipSpace is the index of the first byte at or after i that is not JSON
+// white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
 }
 
 // requestPath is the path the tables read.

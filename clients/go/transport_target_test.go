@@ -75,6 +75,8 @@ func TestTransportModel(t *testing.T) {
 		{"a key inside a string", `{"note":"\"model\":\"no\"","model":"gpt-4o"}`, "gpt-4o"},
 		{"escaped, with white space", " \n{ \"model\" : \"gpt\\u002d4o\" }", "gpt-4o"},
 		{"null", `{"model":null}`, ""},
+		{"the last of a repeated key", `{"model":"gpt-4o-mini","model":"gpt-4o"}`, "gpt-4o"},
+		{"the last, not a string", `{"model":"gpt-4o","model":1}`, ""},
 		{"truncated", `{"model":"gpt-4o"`, ""},
 		{"too large to read", `{"model":"gpt-4o"}` + strings.Repeat(" ", maxInspectedBody), ""},
 	}
