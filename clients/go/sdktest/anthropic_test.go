@@ -120,3 +120,23 @@ func TestAnthropic(t *testing.T) {
 		}
 	})
 }
+
+// The README's anthropic-sdk-go line, as written: a 529 is retried.
+func TestREADMEAnthropic(t *testing.T) {
+	t.Parallel()
+	p := fakeProvider(t)
+	fail(t, p, proctest.Failure{Status: 529})
+	pd := client(t, false)
+
+	claude := anthropic.NewClient(option.WithHTTPClient(pd.HTTPClient(policyd.TransportOptions{Provider: "anthropic", KeyID: "prod"})),
+		option.WithMaxRetries(0))
+
+	msg, err := claude.Messages.New(context.Background(), messageParams(),
+		option.WithBaseURL(p.URL), option.WithAPIKey("k1"), option.WithHeader("x-api-key", "k1"))
+	if err != nil || len(msg.Content) != 1 {
+		t.Fatalf("New = %v, want the retry's answer", err)
+	}
+	if s := stats(t, p); s.Requests != 2 || s.OK != 1 {
+		t.Errorf("fake provider saw %+v, want the 529, then the success", s)
+	}
+}
