@@ -490,3 +490,21 @@ func TestTransportJournal(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// Every response's rate-limit headers go to the fleet, a failure's too
+// (policyd away here, so that they stay in the client's table).
+func TestTransportObservesRateLimitsOfEveryResponse(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		w.Header().Set("X-Ratelimit-Reset-Requests", "20s")
+		w.WriteHeader(http.StatusBadRequest) // not retried: one response
+	}))
+	t.Cleanup(srv.Close)
+	c := newClient(t, closedAddr(t), policyd.WithLogger(discardLogger()))
+	resp, _ := send(t, c.HTTPClient(policyd.TransportOptions{KeyID: "limits"}), chatRequest(t, context.Background(), srv.URL, chatBody))
+	u, _ := policyd.GateUsage(c, policyd.Call{Provider: "openai", Model: "gpt-4o", KeyID: "limits"})
+	if resp.StatusCode != 400 || u.RateLimits["x-ratelimit-remaining-requests"] != "0" || u.RateLimits["x-ratelimit-reset-requests"] != "20s" {
+		t.Errorf("status %d, the gate holds %v; want the 400's rate-limit headers", resp.StatusCode, u.RateLimits)
+	}
+}
