@@ -359,8 +359,14 @@ func (co *coordinator) broken(err error) (final bool) {
 // without a provider, or a client with the fleet gate off, sends nothing.
 // It makes no RPC.
 func (c *Client) ObserveRateLimits(call Call, h http.Header) {
-	t, ok := targetOf(call)
-	if !ok || c.gate == nil {
+	if t, ok := targetOf(call); ok {
+		c.observeRateLimits(t, h)
+	}
+}
+
+// observeRateLimits is ObserveRateLimits for target t.
+func (c *Client) observeRateLimits(t target, h http.Header) {
+	if c.gate == nil {
 		return
 	}
 	kept := rateLimitHeaders(h)

@@ -112,6 +112,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	call := t.call(req, body, tokens)
+	tg, gated := targetOf(call)
 
 	var ok, last *http.Response // the success; the last failed response, its body restored
 	var sent *url.Error         // the last attempt's transport error, as the transport wrapped it
@@ -131,7 +132,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			sent = &url.Error{Op: urlOp(req.Method), URL: out.URL.Redacted(), Err: err}
 			return sent
 		}
-		t.c.ObserveRateLimits(call, resp.Header)
+		if gated {
+			t.c.observeRateLimits(tg, resp.Header)
+		}
 		if resp.StatusCode < 400 {
 			ok = resp
 			return nil
@@ -142,7 +145,10 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return e
 	}, true)
 	if err == nil {
-		return t.c.track(req.Context(), call, ok), nil
+		if gated {
+			t.c.track(req.Context(), tg, ok)
+		}
+		return ok, nil
 	}
 	var pe *Error
 	if !errors.As(err, &pe) {

@@ -86,22 +86,20 @@ func (b *requestBody) release() {
 	}
 }
 
-// track returns a success's response with its body counted in flight on
-// call's target until it is read to its end or closed. A body that breaks
-// off before its end (a stream cut after its first byte) is not retried:
-// the caller sees the error, and the fleet gate counts a failed attempt.
-// A 101's body (the upgraded connection) and an empty one pass as they are.
-func (c *Client) track(ctx context.Context, call Call, resp *http.Response) *http.Response {
-	t, ok := targetOf(call)
-	if !ok || c.gate == nil || resp.Body == nil || resp.Body == http.NoBody {
-		return resp
+// track counts a success's body in flight on t until it is read to its
+// end or closed. A body that breaks off before its end (a stream cut after
+// its first byte) is not retried: the caller sees the error, and the fleet
+// gate counts a failed attempt. A 101's body (the upgraded connection) and
+// an empty one pass as they are.
+func (c *Client) track(ctx context.Context, t target, resp *http.Response) {
+	if c.gate == nil || resp.Body == nil || resp.Body == http.NoBody {
+		return
 	}
 	if _, upgraded := resp.Body.(io.Writer); upgraded {
-		return resp
+		return
 	}
 	c.gate.flight(c.cfg.clock.Now(), t, true)
 	resp.Body = &trackedBody{ReadCloser: resp.Body, c: c, ctx: ctx, t: t}
-	return resp
 }
 
 // trackedBody is a success's body counted in flight.
