@@ -18,10 +18,9 @@ import (
 // fake provider's Anthropic API.
 
 // anthropicClient is an anthropic-sdk-go client of the fake provider at
-// base through pd's transport. The SDK (v2) sends its key as a bearer
-// token; the fake reads the x-api-key header, as Anthropic documents it.
+// base through pd's transport.
 func anthropicClient(pd *policyd.Client, base string) anthropic.Client {
-	return anthropic.NewClient(option.WithBaseURL(base), option.WithAPIKey("k1"), option.WithHeader("x-api-key", "k1"),
+	return anthropic.NewClient(option.WithBaseURL(base), option.WithAPIKey("k1"),
 		option.WithHTTPClient(pd.HTTPClient(policyd.TransportOptions{Provider: "anthropic"})), option.WithMaxRetries(0))
 }
 
@@ -132,7 +131,7 @@ func TestREADMEAnthropic(t *testing.T) {
 		option.WithMaxRetries(0))
 
 	msg, err := claude.Messages.New(context.Background(), messageParams(),
-		option.WithBaseURL(p.URL), option.WithAPIKey("k1"), option.WithHeader("x-api-key", "k1"))
+		option.WithBaseURL(p.URL), option.WithAPIKey("k1"))
 	if err != nil || len(msg.Content) != 1 {
 		t.Fatalf("New = %v, want the retry's answer", err)
 	}
