@@ -159,6 +159,7 @@ lint: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/golangci-lint-$(GOLANGCI_LINT_VERSI
 	golangci-lint run $(GO_DIRS)
 	go mod tidy -diff
 	cd clients/go && go vet ./... && golangci-lint run -c ../../.golangci.yml ./... && go mod tidy -diff
+	cd clients/go/sdktest && go vet ./... && golangci-lint run -c ../../../.golangci.yml ./... && go mod tidy -diff
 
 .PHONY: generate
 generate: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) ## Generate code from proto/: gen/ and each client's stubs.

@@ -272,9 +272,11 @@ func (r report) proto(now time.Time) *policydv1.BucketUsage {
 		Failed: clampCount(u.failed), Retries: retries,
 		RateLimitHeaders: u.rateLimits,
 		// Batch calls are among the first attempts; tokens at most
-		// maxCallInputTokens for each call counted.
+		// maxCallInputTokens for each call the report counts (a parked
+		// call's tokens, counted at its first check, within the bound of
+		// the calls admitted and shed with it).
 		BatchAdmitted: min(u.batchAdmitted, admitted), BatchShed: min(u.batchShed, shed),
-		FirstAttemptInputTokens: min(u.firstInputTokens, maxCallInputTokens*(admitted+shed+clampCount(u.parkedNew))),
+		FirstAttemptInputTokens: min(u.firstInputTokens, maxCallInputTokens*(admitted+shed)),
 		RetryInputTokens:        min(u.retryInputTokens, maxCallInputTokens*retries),
 		InFlight:                r.inFlight,
 	}
@@ -359,8 +361,14 @@ func (co *coordinator) broken(err error) (final bool) {
 // without a provider, or a client with the fleet gate off, sends nothing.
 // It makes no RPC.
 func (c *Client) ObserveRateLimits(call Call, h http.Header) {
-	t, ok := targetOf(call)
-	if !ok || c.gate == nil {
+	if t, ok := targetOf(call); ok {
+		c.observeRateLimits(t, h)
+	}
+}
+
+// observeRateLimits is ObserveRateLimits for target t.
+func (c *Client) observeRateLimits(t target, h http.Header) {
+	if c.gate == nil {
 		return
 	}
 	kept := rateLimitHeaders(h)

@@ -159,6 +159,18 @@ func TestReportsCarryClassesTokensAndInFlight(t *testing.T) {
 	if u := usageOf(t, s.sent[1], "a"); u.GetInFlight() != 0 || u.GetFirstAttemptInputTokens() != 0 || u.GetBatchAdmitted() != 0 {
 		t.Errorf("second report %v: want nothing in flight and no new counts", u)
 	}
+	// A parked call's tokens alone are within the bound of the calls the
+	// report counts (none): policyd refuses more.
+	g.assign(clock.now, a, &assignment{ttl: time.Minute, admitFraction: 0})
+	if v := g.check(clock.now, a, -1, gateCall{inputTokens: 700}, constRand(0.5), 0); v.action != gatePark {
+		t.Fatalf("verdict %v, want the call parked", v.action)
+	}
+	if err := co.sendReports(s, reportActive); err != nil || len(s.sent) != 3 {
+		t.Fatalf("sent %d messages (%v), want 3", len(s.sent), err)
+	}
+	if u := usageOf(t, s.sent[2], "a"); u.GetFirstAttemptInputTokens() != 0 {
+		t.Errorf("third report %v: want no tokens without a call admitted or shed", u)
+	}
 }
 
 func TestUrgentReports(t *testing.T) {
