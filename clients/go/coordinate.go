@@ -266,6 +266,7 @@ func (r report) proto(now time.Time) *policydv1.BucketUsage {
 	admitted := clampCount(u.admitted)
 	shed := min(clampCount(u.shed), maxUsageCount-admitted)
 	retries := clampCount(u.retries)
+	parkedNew := clampCount(u.parkedNew)
 	return &policydv1.BucketUsage{
 		Target: r.t.proto(), Elapsed: durationProto(min(max(now.Sub(r.from), time.Millisecond), maxReportElapsed)),
 		Admitted: admitted, Shed: shed, Succeeded: clampCount(u.succeeded),
@@ -275,8 +276,9 @@ func (r report) proto(now time.Time) *policydv1.BucketUsage {
 		// maxCallInputTokens for each call the report counts (a parked
 		// call's tokens, counted at its first check, within the bound of
 		// the calls admitted and shed with it).
-		BatchAdmitted: min(u.batchAdmitted, admitted), BatchShed: min(u.batchShed, shed),
-		FirstAttemptInputTokens: min(u.firstInputTokens, maxCallInputTokens*(admitted+shed)),
+		Parked: r.parked, ParkedNew: parkedNew, Released: min(clampCount(u.released), admitted),
+		BatchFirstAttempts:      min(u.batchFirst, admitted+shed+parkedNew),
+		FirstAttemptInputTokens: min(u.firstInputTokens, maxCallInputTokens*(admitted+shed+parkedNew)),
 		RetryInputTokens:        min(u.retryInputTokens, maxCallInputTokens*retries),
 		InFlight:                r.inFlight,
 	}

@@ -45,6 +45,7 @@ type gateVectorCase struct {
 			Reason             string              `json:"reason"`
 			Fallback           *gateVectorFallback `json:"fallback"`
 			ParkHintMs         int64               `json:"park_hint_ms"`
+			InFlightLease      *uint32             `json:"in_flight_lease"`
 		} `json:"assign"`
 		Abandon bool      `json:"abandon"`
 		Retry   *struct{} `json:"retry"`
@@ -56,10 +57,12 @@ type gateVectorCase struct {
 			MaxParkMs   *int64  `json:"max_park_ms"`
 			Call        string  `json:"call"`
 			Class       Class   `json:"class"`
+			InFlight    uint64  `json:"in_flight"`
 		} `json:"gate"`
 		Resume *struct {
-			Call string  `json:"call"`
-			Draw float64 `json:"draw"`
+			Call     string  `json:"call"`
+			Draw     float64 `json:"draw"`
+			InFlight uint64  `json:"in_flight"`
 		} `json:"resume"`
 		Want struct {
 			Action     string              `json:"action"`
@@ -81,8 +84,7 @@ type gateVectorCase struct {
 	} `json:"steps"`
 	Counts *struct {
 		Admitted, Shed, Parked uint64
-		BatchAdmitted          uint64 `json:"batch_admitted"`
-		BatchShed              uint64 `json:"batch_shed"`
+		BatchFirst             uint64 `json:"batch_first_attempts"`
 	} `json:"counts"`
 	Requires string `json:"requires"`
 }
@@ -112,7 +114,7 @@ func TestGateVectors(t *testing.T) {
 	tg := target{provider: vt.Target.Provider, model: vt.Target.Model, keyID: vt.Target.KeyID}
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Requires != "" && c.Requires != "park" && c.Requires != "classes" {
+			if c.Requires != "" && c.Requires != "park" && c.Requires != "classes" && c.Requires != "lease" {
 				t.Skipf("requires %s", c.Requires)
 			}
 			g := newGate(DefaultGateGrace)
@@ -131,6 +133,9 @@ func TestGateVectors(t *testing.T) {
 						fallback: a.Fallback.fallback(t), parkHint: ms(a.ParkHintMs)}
 					if a.BatchAdmitFraction != nil {
 						as.batchAdmitFraction, as.hasBatchFraction = *a.BatchAdmitFraction, true
+					}
+					if a.InFlightLease != nil {
+						as.inFlightLease, as.leased = *a.InFlightLease, true
 					}
 					g.assign(now, tg, as)
 				case s.Abandon:
@@ -162,6 +167,7 @@ func TestGateVectors(t *testing.T) {
 							t.Fatalf("step %d: %v", i, err)
 						}
 						gc := gateCall{canFallBack: s.Gate.CanFallBack, batch: s.Gate.Class == ClassBatch}
+						g.setInFlight(now, tg, s.Gate.InFlight)
 						got = g.check(now, tg, deadline, gc, constRand(s.Gate.Draw), limit)
 						if got.parked != nil {
 							parked[s.Gate.Call] = got.parked
@@ -171,6 +177,7 @@ func TestGateVectors(t *testing.T) {
 						if p == nil {
 							t.Fatalf("step %d: no parked call %q", i, s.Resume.Call)
 						}
+						g.setInFlight(now, tg, s.Resume.InFlight)
 						got = g.resume(now, tg, p, constRand(s.Resume.Draw))
 					}
 					w := s.Want
@@ -211,7 +218,7 @@ func TestGateVectors(t *testing.T) {
 			if c.Counts != nil {
 				e := g.entries[tg]
 				if e == nil || e.u.admitted != c.Counts.Admitted || e.u.shed != c.Counts.Shed || e.u.parkChecks != c.Counts.Parked ||
-					e.u.batchAdmitted != c.Counts.BatchAdmitted || e.u.batchShed != c.Counts.BatchShed {
+					e.u.batchFirst != c.Counts.BatchFirst {
 					t.Fatalf("counts %+v, want %+v", e.u, *c.Counts)
 				}
 			}
@@ -225,3 +232,12 @@ type constRand float64
 func (r constRand) Float64() float64 { return float64(r) }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// setInFlight sets t's requests in flight, as the vectors' steps say.
+func (g *gate) setInFlight(now time.Time, t target, n uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.entry(now, t); e != nil {
+		e.inFlight = n
+	}
+}
