@@ -151,6 +151,7 @@ class Stream:
         self._random = settings.random
         self._log = settings.log
         self._reachable = True  # not known to be down: a first call may wait for its assignment
+        self._heard = False  # the daemon answered on the current stream
 
     def flush(self) -> None:
         """Send the pending report now rather than at the next tick."""
@@ -176,11 +177,19 @@ class Stream:
         self.flush()
         return wait
 
-    def _answered(self, backoff: Backoff) -> None:
-        """The daemon's first answer on a stream: it is back."""
-        self._reachable = True
-        backoff.reset()
-        self._log.up()
+    def _opening(self) -> None:
+        """A new stream: it knows no target yet, and has not answered."""
+        self._table.resubscribe()
+        self._heard = False
+
+    def _received(self, resp: fpb.CoordinateResponse, backoff: Backoff) -> None:
+        """Apply the assignments of one message; the stream's first answer says policyd is back."""
+        if not self._heard:
+            self._heard = True
+            self._reachable = True
+            backoff.reset()
+            self._log.up()
+        self._table.apply(resp)
 
     def _reports(self) -> list[fpb.CoordinateRequest]:
         """The next reports, taken out of the table."""
@@ -269,7 +278,7 @@ class SyncStream(Stream):
         backoff = Backoff(self._random)
         while not self._closed.is_set():
             done = threading.Event()
-            self._table.resubscribe()
+            self._opening()
             err: BaseException | None = None
             try:
                 call = self._stub.Coordinate(self._requests(done), metadata=self._metadata)
@@ -277,12 +286,8 @@ class SyncStream(Stream):
                     self._call = call
                     if self._closed.is_set():
                         call.cancel()
-                answered = False
                 for resp in call:
-                    if not answered:
-                        answered = True
-                        self._answered(backoff)
-                    self._table.apply(resp)
+                    self._received(resp, backoff)
             except grpc.RpcError as e:
                 err = e
             except Exception as e:  # a broken channel, a bad message: never the caller's problem
@@ -351,17 +356,13 @@ class AsyncStream(Stream):
     async def _run(self) -> None:
         backoff = Backoff(self._random)
         while True:
-            self._table.resubscribe()
+            self._opening()
             err: BaseException | None = None
             call: Any = None
             try:
                 call = self._stub.Coordinate(self._requests(), metadata=self._metadata)
-                answered = False
                 async for resp in call:
-                    if not answered:
-                        answered = True
-                        self._answered(backoff)
-                    self._table.apply(resp)
+                    self._received(resp, backoff)
             except grpc.RpcError as e:
                 err = e
             except asyncio.CancelledError:
