@@ -413,15 +413,8 @@ func (g *gate) check(now time.Time, t target, deadline time.Duration, call gateC
 	}
 	e.pending = !e.rejected
 	if v.action == gatePark {
-		limit := parkLimit
-		if limit == 0 {
-			limit = DefaultParkLimit
-		}
-		until := now.Add(limit)
-		if deadline >= 0 {
-			until = now.Add(deadline)
-		}
-		if call.canFallBack && e.a.fallback != nil || limit < 0 || !until.After(now.Add(e.hintLeft(now))) {
+		until, off := parkUntil(now, deadline, parkLimit)
+		if call.canFallBack && e.a.fallback != nil || off || !until.After(now.Add(e.hintLeft(now))) {
 			// Somewhere else to go, parking off, or no wait can fit: the
 			// answer is now, as the cause says.
 			v = v.refusal()
@@ -454,15 +447,8 @@ func (g *gate) checkRetry(now time.Time, t target, deadline, parkLimit time.Dura
 		if v.stopReason == StopFleetShed {
 			return gateVerdict{}
 		}
-		limit := parkLimit
-		if limit == 0 {
-			limit = DefaultParkLimit
-		}
-		until := now.Add(limit)
-		if deadline >= 0 {
-			until = now.Add(deadline)
-		}
-		if limit < 0 || !until.After(now.Add(e.hintLeft(now))) {
+		until, off := parkUntil(now, deadline, parkLimit)
+		if off || !until.After(now.Add(e.hintLeft(now))) {
 			return v.refusal()
 		}
 		v.parked = &parkedCall{at: now, until: until, retry: true, drawAt: now.Add(parkRecheck)}
@@ -473,6 +459,20 @@ func (g *gate) checkRetry(now time.Time, t target, deadline, parkLimit time.Dura
 		return gateVerdict{}
 	}
 	return v
+}
+
+// parkUntil is when a call parked at now must have its answer: its
+// deadline (deadline ≥ 0: the time left), else parkLimit after now (0:
+// DefaultParkLimit). off: parkLimit is negative, parking is off.
+func parkUntil(now time.Time, deadline, parkLimit time.Duration) (until time.Time, off bool) {
+	if parkLimit == 0 {
+		parkLimit = DefaultParkLimit
+	}
+	until = now.Add(parkLimit)
+	if deadline >= 0 {
+		until = now.Add(deadline)
+	}
+	return until, parkLimit < 0
 }
 
 // constDraw always draws the same number.

@@ -1,7 +1,7 @@
 // Gate: one target's entry in the fleet gate (docs/clients.md, "The fleet
 // gate"; clients/testdata/gate.json pins it; internal/refgate/gate.go is the
 // reference). Pure: time comes in as milliseconds of a monotonic clock, the
-// uniform draw as an argument. The client keeps one per target (coordinate.ts).
+// uniform draw as an argument. The client keeps one per target (fleet.ts).
 
 import type { BreakerState, FallbackKind, StopReason } from "./decision.js";
 

@@ -3,9 +3,7 @@
 // each case is one target's gate over a monotonic ms clock.
 
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import {
   type BreakerState,
   budgetText,
@@ -14,31 +12,12 @@ import {
   type GateFallback,
   gateDecision,
   type Parked,
-  type Target,
 } from "@policyd/client";
-
-const TESTDATA = fileURLToPath(new URL("../../../testdata/", import.meta.url));
-
-interface VectorFallback {
-  kind: string;
-  provider: string;
-  model: string;
-  reason: string;
-}
+import { readTestdata, targetOf, type VectorAssignment, type VectorFallback, type VectorTarget } from "./testdata.js";
 
 interface Step {
   at_ms: number;
-  assign?: {
-    ttl_ms: number;
-    breaker: string;
-    hold_ms: number;
-    stop_ms: number;
-    admit_fraction: number;
-    probe_permits: number;
-    reason: string;
-    fallback: VectorFallback | null;
-    park_hint_ms?: number;
-  };
+  assign?: VectorAssignment;
   abandon?: boolean;
   outcome?: "success" | "failure";
   retry?: Record<string, never>;
@@ -70,15 +49,8 @@ interface Case {
   counts?: { admitted: number; shed: number; parked?: number };
 }
 
-const vectors = JSON.parse(readFileSync(`${TESTDATA}gate.json`, "utf8")) as {
-  cases: Case[];
-  target: { provider: string; model: string; key_id: string };
-};
-const TARGET: Target = {
-  provider: vectors.target.provider,
-  model: vectors.target.model,
-  keyId: vectors.target.key_id,
-};
+const vectors = readTestdata<{ cases: Case[]; target: VectorTarget }>("gate.json");
+const TARGET = targetOf(vectors.target);
 const BREAKERS = new Set<BreakerState>(["CLOSED", "OPEN", "HALF_OPEN"]);
 const KINDS = new Set(["LARGER_CONTEXT_MODEL", "OTHER_PROVIDER", "OTHER_MODEL"]);
 
