@@ -382,7 +382,9 @@ func TestCoordinateInFlightLease(t *testing.T) {
 	two.report(&policydv1.BucketUsage{Admitted: 1, InFlight: 1})
 	one.report(&policydv1.BucketUsage{Admitted: 1, InFlight: 3})
 	// Weights 4 and 2 of 8: 5.33 and 2.67, the larger remainder rounded up.
-	a := one.next("a lease", func(a *policydv1.Assignment) bool { return a.InFlightLease != nil })
+	// The reports may reach the fleet in either order: the lease follows
+	// once both have.
+	a := one.next("a lease of 5", func(a *policydv1.Assignment) bool { return a.GetInFlightLease() == 5 })
 	if a.GetInFlightLease() != 5 || !strings.Contains(a.GetReason(), "a lease of 5 of the 8 requests in flight") {
 		t.Fatalf("assignment %v, want a lease of 5", a)
 	}
