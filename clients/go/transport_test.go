@@ -45,22 +45,6 @@ func fakeProvider(t *testing.T, flags ...string) *proctest.FakeProvider {
 	return p
 }
 
-func fail(t *testing.T, p *proctest.FakeProvider, f proctest.Failure) {
-	t.Helper()
-	if err := p.Fail(f); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func stats(t *testing.T, p *proctest.FakeProvider) proctest.Stats {
-	t.Helper()
-	s, err := p.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 const chatBody = `{"model":"gpt-4o","messages":[{"role":"user","content":"Say hi"}]}`
 
 // chatRequest is an OpenAI chat request to the fake provider at base.
@@ -123,7 +107,7 @@ func TestTransportSuccessPassesThroughWithoutRPC(t *testing.T) {
 	if resp.Header.Get("Content-Type") != "text/event-stream" || !strings.HasSuffix(body, "data: [DONE]\n\n") {
 		t.Errorf("stream: %v %q, want the whole event stream", resp.Header, body)
 	}
-	if s := stats(t, p); s.Requests != 4 || s.OK != 4 || s.Streams != 1 {
+	if s := p.MustStats(t); s.Requests != 4 || s.OK != 4 || s.Streams != 1 {
 		t.Errorf("fake provider saw %+v, want 4 requests, 4 ok, 1 stream", s)
 	}
 	if len(rpcs.get()) != 0 || len(decided.get()) != 0 {
@@ -155,7 +139,7 @@ func TestTransportRetries(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			p := fakeProvider(t)
-			fail(t, p, tt.fail)
+			p.MustFail(t, tt.fail)
 			clock := newFakeClock()
 			var decided decisions
 			c := newClient(t, daemonAddr(t), policyd.WithClock(clock), decided.option())
@@ -165,7 +149,7 @@ func TestTransportRetries(t *testing.T) {
 			if resp.StatusCode != 200 || !strings.Contains(body, "ok! ") {
 				t.Fatalf("got %d %q, want the retry's success", resp.StatusCode, body)
 			}
-			s := stats(t, p)
+			s := p.MustStats(t)
 			if s.Requests != int64(tt.wantWaits+1) || s.OK != 1 || s.Failed != int64(tt.wantWaits) {
 				t.Errorf("fake provider saw %+v, want %d failures then 1 success (the body resent whole)", s, tt.wantWaits)
 			}
@@ -190,12 +174,12 @@ func TestTransportReturnsTheStoppedResponse(t *testing.T) {
 	hc := c.HTTPClient(policyd.TransportOptions{})
 
 	const badKey = `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`
-	fail(t, p, proctest.Failure{Status: 401, Body: badKey})
+	p.MustFail(t, proctest.Failure{Status: 401, Body: badKey})
 	resp, body := send(t, hc, chatRequest(t, context.Background(), p.URL, chatBody))
 	if resp.StatusCode != 401 || body != badKey || resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("bad key: %d %v %q, want the provider's 401 unchanged", resp.StatusCode, resp.Header, body)
 	}
-	if s := stats(t, p); s.Requests != 1 {
+	if s := p.MustStats(t); s.Requests != 1 {
 		t.Errorf("fake provider saw %d requests, want 1: no retry", s.Requests)
 	}
 	resp, body = send(t, hc, chatRequest(t, context.Background(), p.URL, `{"model":`))
@@ -249,7 +233,7 @@ func TestTransportCutStreamIsNotRetried(t *testing.T) {
 		t.Run(fmt.Sprintf("policyd away %v", away), func(t *testing.T) {
 			t.Parallel()
 			p := fakeProvider(t)
-			fail(t, p, proctest.Failure{CutStream: true})
+			p.MustFail(t, proctest.Failure{CutStream: true})
 			addr := daemonAddr(t)
 			if away {
 				addr = closedAddr(t)
@@ -265,7 +249,7 @@ func TestTransportCutStreamIsNotRetried(t *testing.T) {
 			if err == nil || !strings.Contains(string(b), "ok! ") {
 				t.Fatalf("read %q, %v; want the first chunk, then an error", b, err)
 			}
-			if s := stats(t, p); s.Requests != 1 {
+			if s := p.MustStats(t); s.Requests != 1 {
 				t.Errorf("fake provider saw %d requests, want 1", s.Requests)
 			}
 			if len(decided.get()) != 0 {
@@ -300,7 +284,7 @@ func TestTransportGateStopSendsNothing(t *testing.T) {
 	if !strings.Contains(err.Error(), "openai/gpt-4o@k1") {
 		t.Errorf("error %q does not name the target", err)
 	}
-	if s := stats(t, p); s.Requests != 0 {
+	if s := p.MustStats(t); s.Requests != 0 {
 		t.Errorf("fake provider saw %d requests, want none", s.Requests)
 	}
 	// Another model is not gated by gpt-4o's breaker.
@@ -393,7 +377,7 @@ func TestTransportDeadlineAndCancel(t *testing.T) {
 	c := newClient(t, daemonAddr(t))
 	hc := c.HTTPClient(policyd.TransportOptions{})
 
-	fail(t, p, proctest.Failure{Status: 429, RetryAfter: "30"})
+	p.MustFail(t, proctest.Failure{Status: 429, RetryAfter: "30"})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -402,7 +386,7 @@ func TestTransportDeadlineAndCancel(t *testing.T) {
 		t.Errorf("got %d after %v, want the 429 at once", resp.StatusCode, time.Since(start))
 	}
 
-	fail(t, p, proctest.Failure{Status: 503, RetryAfter: "30"})
+	p.MustFail(t, proctest.Failure{Status: 503, RetryAfter: "30"})
 	ctx, cancel = context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
 	start = time.Now()
@@ -411,7 +395,7 @@ func TestTransportDeadlineAndCancel(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || !errors.As(err, &pe) || pe.Attempts != 1 || time.Since(start) > 5*time.Second {
 		t.Errorf("cancelled: %v after %v, want the *policyd.Error of a cancelled wait", err, time.Since(start))
 	}
-	if s := stats(t, p); s.Requests != 2 {
+	if s := p.MustStats(t); s.Requests != 2 {
 		t.Errorf("fake provider saw %d requests, want 2", s.Requests)
 	}
 }
@@ -462,7 +446,7 @@ func TestTransportJournal(t *testing.T) {
 	addr := journalDaemonAddr(t)
 	_, journal := rawClients(t, addr)
 	p := fakeProvider(t)
-	fail(t, p, proctest.Failure{Status: 503})
+	p.MustFail(t, proctest.Failure{Status: 503})
 	provider := fmt.Sprintf("transport-journal-%d", time.Now().UnixNano())
 	c := newClient(t, addr, policyd.WithJournal(true), policyd.WithClock(newFakeClock()))
 	hc := c.HTTPClient(policyd.TransportOptions{Provider: provider, Labels: map[string]string{"via": "transport"}})

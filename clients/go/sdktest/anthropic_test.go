@@ -60,12 +60,12 @@ func TestAnthropic(t *testing.T) {
 	t.Run("a 529 is retried by policyd: the SDK sees the success", func(t *testing.T) {
 		t.Parallel()
 		p := fakeProvider(t)
-		fail(t, p, proctest.Failure{Status: 529})
+		p.MustFail(t, proctest.Failure{Status: 529})
 		ac := anthropicClient(client(t, false), p.URL)
 		if _, err := ac.Messages.New(ctx, messageParams()); err != nil {
 			t.Fatalf("New = %v, want the retry's success", err)
 		}
-		if s := stats(t, p); s.Requests != 2 || s.Failed != 1 || s.OK != 1 {
+		if s := p.MustStats(t); s.Requests != 2 || s.Failed != 1 || s.OK != 1 {
 			t.Errorf("fake provider saw %+v, want the 529, then the success", s)
 		}
 	})
@@ -73,7 +73,7 @@ func TestAnthropic(t *testing.T) {
 	t.Run("a 429's retry-after is waited for", func(t *testing.T) {
 		t.Parallel()
 		p := fakeProvider(t)
-		fail(t, p, proctest.Failure{Status: 429, RetryAfter: "1",
+		p.MustFail(t, proctest.Failure{Status: 429, RetryAfter: "1",
 			Body: `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit"}}`})
 		ac := anthropicClient(client(t, false), p.URL)
 		start := time.Now()
@@ -83,7 +83,7 @@ func TestAnthropic(t *testing.T) {
 		if took := time.Since(start); took < time.Second {
 			t.Errorf("took %v, want at least the 1 s retry-after", took)
 		}
-		if s := stats(t, p); s.Requests != 2 || s.OK != 1 {
+		if s := p.MustStats(t); s.Requests != 2 || s.OK != 1 {
 			t.Errorf("fake provider saw %+v, want the 429, then the success", s)
 		}
 	})
@@ -91,14 +91,14 @@ func TestAnthropic(t *testing.T) {
 	t.Run("a 400 is the SDK's own error, at once", func(t *testing.T) {
 		t.Parallel()
 		p := fakeProvider(t)
-		fail(t, p, proctest.Failure{Status: 400, Body: `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too large"}}`})
+		p.MustFail(t, proctest.Failure{Status: 400, Body: `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too large"}}`})
 		ac := anthropicClient(client(t, false), p.URL)
 		_, err := ac.Messages.New(ctx, messageParams())
 		var apiErr *anthropic.Error
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(err.Error(), "max_tokens: too large") {
 			t.Fatalf("New = %v, want an *anthropic.Error 400 with the provider's message", err)
 		}
-		if s := stats(t, p); s.Requests != 1 {
+		if s := p.MustStats(t); s.Requests != 1 {
 			t.Errorf("fake provider saw %d requests, want 1", s.Requests)
 		}
 	})
@@ -106,7 +106,7 @@ func TestAnthropic(t *testing.T) {
 	t.Run("a cut stream is the SDK's error, not retried", func(t *testing.T) {
 		t.Parallel()
 		p := fakeProvider(t)
-		fail(t, p, proctest.Failure{CutStream: true})
+		p.MustFail(t, proctest.Failure{CutStream: true})
 		ac := anthropicClient(client(t, false), p.URL)
 		stream := ac.Messages.NewStreaming(ctx, messageParams())
 		for stream.Next() {
@@ -114,7 +114,7 @@ func TestAnthropic(t *testing.T) {
 		if stream.Err() == nil {
 			t.Fatal("the stream ended without an error")
 		}
-		if s := stats(t, p); s.Requests != 1 {
+		if s := p.MustStats(t); s.Requests != 1 {
 			t.Errorf("fake provider saw %d requests, want exactly 1", s.Requests)
 		}
 	})
@@ -124,7 +124,7 @@ func TestAnthropic(t *testing.T) {
 func TestREADMEAnthropic(t *testing.T) {
 	t.Parallel()
 	p := fakeProvider(t)
-	fail(t, p, proctest.Failure{Status: 529})
+	p.MustFail(t, proctest.Failure{Status: 529})
 	pd := client(t, false)
 
 	claude := anthropic.NewClient(option.WithHTTPClient(pd.HTTPClient(policyd.TransportOptions{Provider: "anthropic", KeyID: "prod"})),
@@ -135,7 +135,7 @@ func TestREADMEAnthropic(t *testing.T) {
 	if err != nil || len(msg.Content) != 1 {
 		t.Fatalf("New = %v, want the retry's answer", err)
 	}
-	if s := stats(t, p); s.Requests != 2 || s.OK != 1 {
+	if s := p.MustStats(t); s.Requests != 2 || s.OK != 1 {
 		t.Errorf("fake provider saw %+v, want the 529, then the success", s)
 	}
 }

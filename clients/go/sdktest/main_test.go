@@ -107,22 +107,6 @@ func fakeProvider(t *testing.T, flags ...string) *proctest.FakeProvider {
 	return p
 }
 
-func fail(t *testing.T, p *proctest.FakeProvider, f proctest.Failure) {
-	t.Helper()
-	if err := p.Fail(f); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func stats(t *testing.T, p *proctest.FakeProvider) proctest.Stats {
-	t.Helper()
-	s, err := p.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // rpcs counts the unary RPCs a client makes to policyd, by method.
 type rpcs struct {
 	mu    sync.Mutex

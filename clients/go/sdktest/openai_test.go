@@ -52,7 +52,7 @@ func TestOpenAI(t *testing.T) {
 		if stream.Err() != nil || text.String() != strings.Repeat("ok! ", 20) {
 			t.Fatalf("stream: %q, %v; want 20 tokens", text.String(), stream.Err())
 		}
-		if s := stats(t, p); s.Requests != 2 || s.OK != 2 || s.Streams != 1 {
+		if s := p.MustStats(t); s.Requests != 2 || s.OK != 2 || s.Streams != 1 {
 			t.Errorf("fake provider saw %+v, want 2 requests, 1 streamed", s)
 		}
 		if n := r.count("NextDelay"); n != 0 {
@@ -63,14 +63,14 @@ func TestOpenAI(t *testing.T) {
 	t.Run("a 503 is retried by policyd: the SDK sees the success", func(t *testing.T) {
 		t.Parallel()
 		p := fakeProvider(t)
-		fail(t, p, proctest.Failure{Status: 503, Count: 2})
+		p.MustFail(t, proctest.Failure{Status: 503, Count: 2})
 		var r rpcs
 		oc := openAI(client(t, false, r.option()), p.URL, policyd.TransportOptions{})
 		resp, err := oc.Chat.Completions.New(ctx, chatParams("gpt-4o"))
 		if err != nil || len(resp.Choices) != 1 {
 			t.Fatalf("New = %v, want the third attempt's success", err)
 		}
-		if s := stats(t, p); s.Requests != 3 || s.Failed != 2 || s.OK != 1 {
+		if s := p.MustStats(t); s.Requests != 3 || s.Failed != 2 || s.OK != 1 {
 			t.Errorf("fake provider saw %+v, want 2 failures, then the success", s)
 		}
 		if n := r.count("NextDelay"); n != 2 {
@@ -81,14 +81,14 @@ func TestOpenAI(t *testing.T) {
 	t.Run("a 401 is the SDK's own error, at once", func(t *testing.T) {
 		t.Parallel()
 		p := fakeProvider(t)
-		fail(t, p, proctest.Failure{Status: 401, Body: `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`})
+		p.MustFail(t, proctest.Failure{Status: 401, Body: `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`})
 		oc := openAI(client(t, false), p.URL, policyd.TransportOptions{})
 		_, err := oc.Chat.Completions.New(ctx, chatParams("gpt-4o"))
 		var apiErr *openai.Error
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 || apiErr.Code != "invalid_api_key" {
 			t.Fatalf("New = %v, want an *openai.Error 401 invalid_api_key", err)
 		}
-		if s := stats(t, p); s.Requests != 1 {
+		if s := p.MustStats(t); s.Requests != 1 {
 			t.Errorf("fake provider saw %d requests, want 1", s.Requests)
 		}
 	})
@@ -96,7 +96,7 @@ func TestOpenAI(t *testing.T) {
 	t.Run("a 429 the deadline cannot wait for is the SDK's RateLimit error", func(t *testing.T) {
 		t.Parallel()
 		p := fakeProvider(t)
-		fail(t, p, proctest.Failure{Status: 429, RetryAfter: "20"})
+		p.MustFail(t, proctest.Failure{Status: 429, RetryAfter: "20"})
 		oc := openAI(client(t, false), p.URL, policyd.TransportOptions{})
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -111,7 +111,7 @@ func TestOpenAI(t *testing.T) {
 	t.Run("a cut stream is the SDK's error, not retried", func(t *testing.T) {
 		t.Parallel()
 		p := fakeProvider(t)
-		fail(t, p, proctest.Failure{CutStream: true})
+		p.MustFail(t, proctest.Failure{CutStream: true})
 		var r rpcs
 		oc := openAI(client(t, false, r.option()), p.URL, policyd.TransportOptions{})
 		stream := oc.Chat.Completions.NewStreaming(ctx, chatParams("gpt-4o"))
@@ -122,7 +122,7 @@ func TestOpenAI(t *testing.T) {
 		if stream.Err() == nil || chunks != 1 {
 			t.Fatalf("stream: %d chunks, %v; want 1 chunk, then the cut's error", chunks, stream.Err())
 		}
-		if s := stats(t, p); s.Requests != 1 {
+		if s := p.MustStats(t); s.Requests != 1 {
 			t.Errorf("fake provider saw %d requests, want exactly 1", s.Requests)
 		}
 		if n := r.count("NextDelay"); n != 0 {
@@ -141,17 +141,17 @@ func TestOpenAI(t *testing.T) {
 		// Three overloaded answers to three retries of one client open the
 		// model's breaker (the test policy's min_volume 3, min_clients 1).
 		other := client(t, true, policyd.WithParkLimit(0))
-		fail(t, p, proctest.Failure{Status: 503, Count: 3})
+		p.MustFail(t, proctest.Failure{Status: 503, Count: 3})
 		failing := openAI(other, p.URL, policyd.TransportOptions{})
 		_, _ = failing.Chat.Completions.New(ctx, chatParams("gpt-4o-gated"))
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			before := stats(t, p).Requests
+			before := p.MustStats(t).Requests
 			_, err := oc.Chat.Completions.New(ctx, chatParams("gpt-4o-gated"))
 			var pe *policyd.Error
 			if errors.Is(err, policyd.ErrNotAdmitted) && errors.As(err, &pe) {
-				if pe.Decision.StopReason != policyd.StopCircuitOpen || stats(t, p).Requests != before {
-					t.Fatalf("stopped with %v after %d requests, want CIRCUIT_OPEN and none", pe.Decision.StopReason, stats(t, p).Requests-before)
+				if pe.Decision.StopReason != policyd.StopCircuitOpen || p.MustStats(t).Requests != before {
+					t.Fatalf("stopped with %v after %d requests, want CIRCUIT_OPEN and none", pe.Decision.StopReason, p.MustStats(t).Requests-before)
 				}
 				return
 			}

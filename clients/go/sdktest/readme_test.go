@@ -19,7 +19,7 @@ import (
 // is retried by policyd; openai-go sees the success.
 func TestREADMEOpening(t *testing.T) {
 	p := fakeProvider(t)
-	fail(t, p, proctest.Failure{Status: 503})
+	p.MustFail(t, proctest.Failure{Status: 503})
 	t.Setenv("POLICYD_ADDR", daemonAddr(t, false))
 	t.Setenv("OPENAI_BASE_URL", p.URL+"/v1")
 	t.Setenv("OPENAI_API_KEY", "k1")
@@ -35,7 +35,7 @@ func TestREADMEOpening(t *testing.T) {
 	if err != nil || len(resp.Choices) != 1 || !strings.HasPrefix(resp.Choices[0].Message.Content, "ok! ") {
 		t.Fatalf("New = %v, want the retry's answer", err)
 	}
-	if s := stats(t, p); s.Requests != 2 || s.OK != 1 {
+	if s := p.MustStats(t); s.Requests != 2 || s.OK != 1 {
 		t.Errorf("fake provider saw %+v, want the 503, then the success", s)
 	}
 }

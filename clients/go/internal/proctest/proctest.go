@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -235,4 +236,22 @@ func (p *FakeProvider) Fail(f Failure) error {
 		return fmt.Errorf("POST /fake/fail: %s: %s", resp.Status, msg)
 	}
 	return nil
+}
+
+// MustStats is Stats for a test: an error ends it.
+func (p *FakeProvider) MustStats(t testing.TB) Stats {
+	t.Helper()
+	s, err := p.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// MustFail is Fail for a test: an error ends it.
+func (p *FakeProvider) MustFail(t testing.TB, f Failure) {
+	t.Helper()
+	if err := p.Fail(f); err != nil {
+		t.Fatal(err)
+	}
 }
