@@ -356,7 +356,7 @@ def test_a_retry_reports_its_tokens_and_batch_calls_are_counted(provider: FakePr
         chat(llm, "gpt-batch", extra_headers={"x-policyd-input-tokens": "100"})
         assert c._fleet is not None
         (u,) = [u for m in c._fleet.reports() for u in m.usage]
-        assert (u.admitted, u.batch_admitted, u.retries) == (1, 1, 1)
+        assert (u.admitted, u.batch_first_attempts, u.retries) == (1, 1, 1)
         assert (u.first_attempt_input_tokens, u.retry_input_tokens) == (100, 100)
     finally:
         c.close()
