@@ -347,6 +347,32 @@ def test_tokens_model_and_rate_limits_reach_the_report(fakeprovider_binary: str)
         limited.stop()
 
 
+def test_a_successs_body_is_in_flight_until_it_is_read_or_closed(provider: FakeProvider) -> None:
+    c = offline_client()
+    assert c._fleet is not None
+    table = c._fleet
+
+    def in_flight() -> int:
+        (u,) = [u for m in table.reports() for u in m.usage]
+        return u.in_flight
+
+    body = {"model": "gpt-body", "messages": HI, "stream": True}
+    try:
+        with httpx2_client(c, provider="openai") as http:
+            with http.stream("POST", provider.url + "/v1/chat/completions", json=body,
+                             headers={"authorization": f"Bearer {KEY}"}) as r:  # fmt: skip
+                assert r.status_code == 200
+                assert in_flight() == 1  # the attempt is over; its body holds the provider's slot
+                assert b"ok! " in b"".join(r.iter_bytes())
+                assert in_flight() == 0  # read to its end
+            with http.stream("POST", provider.url + "/v1/chat/completions", json=body,
+                             headers={"authorization": f"Bearer {KEY}"}) as r:  # fmt: skip
+                assert in_flight() == 1
+            assert in_flight() == 0  # closed unread
+    finally:
+        c.close()
+
+
 def test_a_retry_reports_its_tokens_and_batch_calls_are_counted(provider: FakeProvider) -> None:
     c = offline_client()
     c._sleep = lambda s: None
