@@ -271,7 +271,9 @@ class _Entry:
             or self.headers
             or g.in_flight != self.reported_in_flight  # a change of a gauge is activity
             or g.parked != self.reported_parked
-            or g.parked  # a parked call re-checks: its process is still there, and wants
+            # Calls parked: reported each interval, as their re-checks are, so that the daemon
+            # keeps counting the process on the target (its lease, its probe permits).
+            or g.parked
         )
 
     def active(self) -> bool:
