@@ -243,6 +243,11 @@ class FakeServer:
         with self._lock:
             return len(self.hits[path])
 
+    def first_hits(self) -> list[float]:
+        """When each path was first requested (time.monotonic())."""
+        with self._lock:
+            return [hits[0].at for hits in self.hits.values() if hits]
+
     def close(self) -> None:
         self._closing.set()
         self.httpd.shutdown()

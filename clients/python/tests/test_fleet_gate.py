@@ -24,6 +24,7 @@ from policyd_client import (
     FailOpenPolicy,
     FallbackHint,
     FleetGateError,
+    RetryEvent,
     RetryStopped,
     policy_pb2,
 )
@@ -45,6 +46,13 @@ SHORT_TTL_POLICY = """
 fleet:
   breaker: {min_volume: 3, min_clients: 1, open_for: 30s}
   stream: {ttl: 1s}
+"""
+
+
+# The lease test's daemon: openai/py-lease allows one request in flight, leased to the gates.
+LEASE_POLICY = """
+fleet:
+  max_in_flight: {openai/py-lease: 1}
 """
 
 
@@ -404,6 +412,58 @@ def test_policyd_restarted_on_its_address_stops_no_call_and_the_stream_is_back_w
         d.stop()
         if d2 is not None:
             d2.stop()
+
+
+def test_a_lease_parks_a_first_attempt_until_the_request_in_flight_ends(
+    binary: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="policyd_client")
+    d = start_daemon(binary, tmp_path, LEASE_POLICY)
+    events: list[RetryEvent] = []
+    op = Op()
+    running, finish = threading.Event(), threading.Event()
+
+    def long() -> str:
+        running.set()
+        finish.wait(10)
+        return "long"
+
+    try:
+        with Client(d.addr, timeout=10, on_retry=events.append) as c:
+            c.call(op, provider="openai", model="py-lease")  # subscribes the target
+            wait_for("the lease", lambda: getattr(assignment(c, "py-lease"), "in_flight_lease", None) == 1)
+            got: list[str] = []
+            first = threading.Thread(target=lambda: got.append(c.call(long, provider="openai", model="py-lease")))
+            first.start()
+            assert running.wait(5)
+            second = threading.Thread(target=lambda: got.append(c.call(op, provider="openai", model="py-lease")))
+            second.start()
+            wait_for("the second call parked", lambda: events)
+            assert events[0].decision.parked and len(op.at) == 1, "no attempt while parked"
+            assert events[0].decision.stop_text == (
+                "waiting for the fleet: at its lease of requests in flight on openai/py-lease"
+            )
+            finish.set()
+            ended = time.monotonic()
+            first.join(5)
+            second.join(5)
+            assert sorted(got) == ["long", "sent"] and len(op.at) == 2
+            # The request's end woke the parked call: it did not wait for its re-check a second later.
+            assert op.at[-1] - ended < 0.5
+            assert len(events) == 2 and events[1].decision.parked and events[1].decision.waited > 0
+
+            # The daemon takes the reports of the parked call (parked, parked_new, released): three
+            # first attempts admitted, none shed.
+            def reported() -> bool:
+                b = buckets(d.addr, "py-lease").get("availability")
+                return b is not None and b.first_attempts_admitted == 3 and b.successes == 3
+
+            wait_for("the reports of 3 admitted first attempts", reported)
+            assert buckets(d.addr, "py-lease")["availability"].first_attempts_shed == 0
+    finally:
+        finish.set()
+        d.stop()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
 
 
 def test_fleet_off_stops_the_stream_and_logs_once(daemon: Daemon, caplog: pytest.LogCaptureFixture) -> None:

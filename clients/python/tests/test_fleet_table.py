@@ -23,10 +23,12 @@ from policyd_client import (
     RetryCancelled,
     RetryEvent,
     RetryStopped,
+    _texts,
     policy_pb2,
 )
 from policyd_client._fleet import (
     MAX_CALL_INPUT_TOKENS,
+    MAX_COUNT,
     MAX_TARGETS,
     FleetTable,
     GateCall,
@@ -56,7 +58,7 @@ def assign(table: FleetTable, target: Target = T, **fields: object) -> None:
     a.ttl.FromSeconds(15)
     a.admit_fraction = 1.0
     for k, v in fields.items():
-        if k in ("hold", "stop", "ttl"):
+        if k in ("hold", "stop", "ttl", "park_hint"):
             getattr(a, k).FromNanoseconds(int(float(v) * 1e9))  # type: ignore[arg-type]
         elif k == "fallback":
             a.fallback.CopyFrom(v)  # type: ignore[arg-type]
@@ -218,6 +220,12 @@ def test_assignment_conversion() -> None:
     for given, want in ((0.0, 0.0), (0.25, 0.25), (3.0, 1.0), (math.nan, None)):
         g = assignment_of(fpb.Assignment(admit_fraction=0.5, batch_admit_fraction=given))
         assert g.batch_admit_fraction == want, given
+    assert (g.in_flight_lease, g.park_hint) == (None, 0)  # unset: no cap; no hint
+    a = fpb.Assignment(in_flight_lease=0)
+    a.park_hint.FromMilliseconds(4500)
+    g = assignment_of(a)
+    assert (g.in_flight_lease, g.park_hint) == (0, 4.5)  # 0: no request now
+    assert assignment_of(fpb.Assignment(in_flight_lease=7)).in_flight_lease == 7
 
 
 def test_rate_limit_headers_keeps_only_rate_limits_within_the_daemons_limits() -> None:
@@ -556,7 +564,7 @@ def test_batch_calls_draw_against_the_batch_share_and_are_counted_apart(env: Env
     env.draw = 0.1
     assert env.call(priority="batch") == "sent"
     u = usage_of(env.table.reports())[T]
-    assert (u.admitted, u.shed, u.batch_admitted, u.batch_shed) == (2, 1, 1, 1)
+    assert (u.admitted, u.shed, u.batch_first_attempts) == (2, 1, 2)  # batch: counted at its first check
 
 
 def test_without_a_batch_share_both_classes_draw_against_admit_fraction(env: Env) -> None:
@@ -604,16 +612,74 @@ def test_a_reports_tokens_are_at_most_the_limit_for_each_call_it_counts() -> Non
     clock = Clock()
     table = FleetTable(clock)
     big = GateCall(input_tokens=MAX_CALL_INPUT_TOKENS)
-    assign(table, breaker=policy_pb2.BREAKER_STATE_OPEN)
-    v = table.check(T, None, False, 0.5, None, big)  # parked: its tokens wait for a count to go with
-    assert v.action is GateAction.PARK
-    table.check(T, None, False, 0.5, None, big)
-    assert table.reports()[0].usage[0].first_attempt_input_tokens == 0
-    assign(table)
-    assert v.parked is not None and table.resume(T, v.parked, 0.5).action is GateAction.ADMIT
+    for _ in range(MAX_COUNT + 1):
+        table.check(T, None, False, 0.5, None, big)
+    clock.now += 2
+    u = usage_of(table.reports())[T]  # a report's counts are at most 1,000: the tokens of the rest wait
+    assert (u.admitted, u.first_attempt_input_tokens) == (MAX_COUNT, MAX_COUNT * MAX_CALL_INPUT_TOKENS)
     u = usage_of(table.reports())[T]
     assert (u.admitted, u.first_attempt_input_tokens) == (1, MAX_CALL_INPUT_TOKENS)
     assert gate_call("interactive", 10**9).input_tokens == MAX_CALL_INPUT_TOKENS
+
+
+def test_a_parked_first_attempt_is_reported_parked_new_then_released() -> None:
+    clock = Clock()
+    table = FleetTable(clock)
+    assign(table, breaker=policy_pb2.BREAKER_STATE_OPEN)
+    table.reports()
+    call = GateCall(batch=True, input_tokens=MAX_CALL_INPUT_TOKENS)
+    v = table.check(T, None, False, 0.5, None, call)
+    assert v.action is GateAction.PARK and v.parked is not None
+    u = usage_of(table.reports())[T]
+    # Counted at its first check: its tokens and class go with parked_new, as the daemon bounds them.
+    assert (u.admitted, u.shed, u.parked, u.parked_new, u.released) == (0, 0, 1, 1, 0)
+    assert (u.batch_first_attempts, u.first_attempt_input_tokens) == (1, MAX_CALL_INPUT_TOKENS)
+    clock.now += 1
+    assert table.resume(T, v.parked, 0.5).action is GateAction.PARK
+    u = usage_of(table.reports())[T]  # still parked: reported each interval, nothing counted again
+    assert (u.admitted, u.parked, u.parked_new, u.batch_first_attempts, u.first_attempt_input_tokens) == (0, 1, 0, 0, 0)
+    assign(table)
+    assert table.resume(T, v.parked, 0.5).action is GateAction.ADMIT
+    u = usage_of(table.reports())[T]
+    assert (u.admitted, u.parked, u.parked_new, u.released, u.batch_first_attempts) == (1, 0, 0, 1, 0)
+    assert table.reports() == []
+
+    # A parked call its caller cancels: shed, out of the park, its class not counted again.
+    assign(table, breaker=policy_pb2.BREAKER_STATE_OPEN)
+    v = table.check(T, None, False, 0.5, None, GateCall(batch=True))
+    assert v.parked is not None
+    table.reports()
+    table.park_cancelled(T, v.parked)
+    u = usage_of(table.reports())[T]
+    assert (u.admitted, u.shed, u.parked, u.parked_new, u.released, u.batch_first_attempts) == (0, 1, 0, 0, 0, 0)
+
+    # A parked retry is in the gauge, never in the first attempts' counts.
+    r = table.check_retry(T, None)
+    assert r.action is GateAction.PARK and r.parked is not None
+    u = usage_of(table.reports())[T]
+    assert (u.parked, u.parked_new, u.shed) == (1, 0, 0)
+    table.park_cancelled(T, r.parked)
+    u = usage_of(table.reports())[T]
+    assert (u.parked, u.shed) == (0, 0)
+
+
+def test_a_reports_class_and_released_counts_are_within_the_first_attempts_it_carries() -> None:
+    clock = Clock()
+    table = FleetTable(clock)
+    assign(table, breaker=policy_pb2.BREAKER_STATE_OPEN)
+    parked = []
+    for _ in range(MAX_COUNT + 5):
+        v = table.check(T, None, False, 0.5, None, GateCall(batch=True))
+        assert v.parked is not None
+        parked.append(v.parked)
+    clock.now += 2
+    u = usage_of(table.reports())[T]
+    assert (u.parked, u.parked_new, u.batch_first_attempts) == (MAX_COUNT + 5, MAX_COUNT, MAX_COUNT)
+    assign(table)
+    for p in parked[:3]:
+        table.resume(T, p, 0.5)
+    u = usage_of(table.reports())[T]  # the rest of the earlier counts, and the 3 released
+    assert (u.admitted, u.released, u.parked_new, u.batch_first_attempts) == (3, 3, 5, 5)
 
 
 def test_in_flight_is_a_gauge_whose_change_is_reported() -> None:
@@ -648,3 +714,99 @@ def test_a_calls_attempt_is_in_flight_while_it_runs(env: Env) -> None:
     assert env.client.call(op, provider="openai", model="gpt-4o", key_id="k1") == 1
     (u,) = [u for m in env.table.reports() for u in m.usage]
     assert u.in_flight == 0
+
+
+# ---- leases and park hints
+
+
+def test_a_first_attempt_parks_at_its_lease_and_a_finished_request_wakes_it() -> None:
+    table = FleetTable(Clock())
+    assign(table, in_flight_lease=1, reason="a lease of 1 of the 4 requests in flight the target allows")
+    table.flight(T, 1)
+    v = table.check(T, None, False, 0.5)
+    assert (v.action, v.stop_reason) == (GateAction.PARK, "FLEET_SHED")
+    assert v.reason == "waiting for the fleet: at its lease of requests in flight on openai/gpt-4o@k1"
+    woken = threading.Event()
+    table.park_wait(T, woken)
+    table.flight(T, 1)
+    assert not woken.is_set()
+    table.flight(T, -1)  # a request ends: the parked calls check again
+    assert woken.is_set()
+    assert v.parked is not None and table.resume(T, v.parked, 0.5).action is GateAction.PARK  # still at it
+    table.flight(T, -1)
+    assert table.resume(T, v.parked, 0.5).action is GateAction.ADMIT
+
+    # Parking off: the call stops at once, with the count in flight and the assignment's reason.
+    table.flight(T, 1)
+    v = table.check(T, None, False, 0.5, 0)
+    assert (v.action, v.stop_reason) == (GateAction.STOP, "FLEET_SHED")
+    d = _texts.gate_decision(T, v)
+    assert d.stop_text == (
+        "this process has 1 requests in flight to openai/gpt-4o@k1, its lease of the fleet's cap: "
+        "a lease of 1 of the 4 requests in flight the target allows"
+    )
+    # A retry is not held by the lease: the daemon's budget paces retries.
+    assert table.check_retry(T, None).action is GateAction.ADMIT
+
+
+def test_without_a_lease_requests_in_flight_neither_park_nor_wake() -> None:
+    table = FleetTable(Clock())
+    assign(table)
+    for _ in range(500):
+        table.flight(T, 1)
+    assert table.check(T, None, False, 0.5).action is GateAction.ADMIT
+    woken = threading.Event()
+    table.park_wait(T, woken)
+    table.flight(T, -1)
+    assert not woken.is_set()  # nothing parks at a lease: nothing to wake
+
+
+def test_a_call_parked_at_its_lease_goes_when_the_request_in_flight_ends() -> None:
+    events: list[RetryEvent] = []
+    e = Env(on_retry=events.append)
+    e.client.park_limit = None
+    assign(e.table, in_flight_lease=1)
+    running, finish = threading.Event(), threading.Event()
+
+    def long() -> str:
+        running.set()
+        finish.wait(10)
+        return "long"
+
+    got: list[str] = []
+    first = threading.Thread(
+        target=lambda: got.append(e.client.call(long, provider="openai", model="gpt-4o", key_id="k1"))
+    )
+    first.start()
+    assert running.wait(5)
+    second = threading.Thread(target=lambda: got.append(e.call()))
+    second.start()
+    deadline = time.monotonic() + 5
+    while not events and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert events and events[0].decision.parked and e.sent == 0
+    assert (
+        events[0].decision.stop_text == "waiting for the fleet: at its lease of requests in flight on openai/gpt-4o@k1"
+    )
+    # A parked call re-checks every second: only the wake of the finished request lets it go sooner.
+    finish.set()
+    start = time.monotonic()
+    second.join(5)
+    first.join(5)
+    assert sorted(got) == ["long", "sent"] and e.sent == 1
+    assert time.monotonic() - start < 0.5, "the finished request did not wake the parked call"
+    e.client.close()
+
+
+def test_a_call_whose_deadline_comes_before_the_park_hint_does_not_park(env: Env) -> None:
+    env.client.park_limit = None
+    assign(env.table, breaker=policy_pb2.BREAKER_STATE_OPEN, park_hint=30.0, reason="breaker open")
+    with pytest.raises(RetryStopped) as info:
+        env.call(deadline=20)
+    d = info.value.decision
+    assert d is not None and d.stop_reason == "CIRCUIT_OPEN" and env.sent == 0
+    assert d.stop_text == "the fleet's circuit breaker for openai/gpt-4o@k1 is open: breaker open"
+    v = env.table.check(T, 40.0, False, 0.5)
+    assert v.action is GateAction.PARK and v.reason == "waiting for the fleet: breaker open on openai/gpt-4o@k1, ~30 s"
+    assert v.parked is not None
+    env.table.park_cancelled(T, v.parked)

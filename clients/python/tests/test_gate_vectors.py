@@ -32,7 +32,7 @@ def test_the_cases_are_there() -> None:
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c["id"]) for c in CASES])
 def test_gate_vector(case: dict[str, Any]) -> None:
-    if case.get("requires") not in (None, "park", "classes"):
+    if case.get("requires") not in (None, "park", "classes", "lease"):
         pytest.skip(f"requires {case['requires']}")
     g = Gate(target=str(TARGET))
     parked: dict[str, Parked] = {}
@@ -55,6 +55,7 @@ def test_gate_vector(case: dict[str, Any]) -> None:
                     fallback=fallback(a["fallback"]),
                     park_hint=a.get("park_hint_ms", 0) / 1000,
                     batch_admit_fraction=a.get("batch_admit_fraction"),
+                    in_flight_lease=a.get("in_flight_lease"),
                 ),
             )
         elif step.get("abandon"):
@@ -69,6 +70,7 @@ def test_gate_vector(case: dict[str, Any]) -> None:
                 assert budget_text(TARGET) == want["text"], where
         elif "gate" in step or "resume" in step:
             want = step["want"]
+            g.in_flight = step.get("gate", step.get("resume", {})).get("in_flight", 0)
             if "gate" in step:
                 gate = step["gate"]
                 deadline = gate.get("deadline_ms")
@@ -111,4 +113,4 @@ def test_gate_vector(case: dict[str, Any]) -> None:
     if case.get("counts") is not None:
         counts = case["counts"]
         assert (g.admitted, g.shed, g.parks) == (counts["admitted"], counts["shed"], counts.get("parked", 0))
-        assert (g.batch_admitted, g.batch_shed) == (counts.get("batch_admitted", 0), counts.get("batch_shed", 0))
+        assert g.batch_first == counts.get("batch_first_attempts", 0)

@@ -28,6 +28,7 @@ MS = 1000
         ("protocol", "targets_per_stream", _fleet.MAX_TARGETS),
         ("protocol", "target_field_bytes_max", failure._FIELD_BYTES),
         ("protocol", "key_id_bytes_max", failure._LABEL_BYTES),
+        ("protocol", "input_tokens_per_call_max", _fleet.MAX_CALL_INPUT_TOKENS),
         ("client", "elapsed_min_ms", _fleet.MIN_ELAPSED * MS),
         ("client", "report_interval_ms", _fleet.REPORT_INTERVAL * MS),
         ("client", "report_jitter", _fleet.REPORT_JITTER),

@@ -347,6 +347,32 @@ def test_tokens_model_and_rate_limits_reach_the_report(fakeprovider_binary: str)
         limited.stop()
 
 
+def test_a_successs_body_is_in_flight_until_it_is_read_or_closed(provider: FakeProvider) -> None:
+    c = offline_client()
+    assert c._fleet is not None
+    table = c._fleet
+
+    def in_flight() -> int:
+        (u,) = [u for m in table.reports() for u in m.usage]
+        return u.in_flight
+
+    body = {"model": "gpt-body", "messages": HI, "stream": True}
+    try:
+        with httpx2_client(c, provider="openai") as http:
+            with http.stream("POST", provider.url + "/v1/chat/completions", json=body,
+                             headers={"authorization": f"Bearer {KEY}"}) as r:  # fmt: skip
+                assert r.status_code == 200
+                assert in_flight() == 1  # the attempt is over; its body holds the provider's slot
+                assert b"ok! " in b"".join(r.iter_bytes())
+                assert in_flight() == 0  # read to its end
+            with http.stream("POST", provider.url + "/v1/chat/completions", json=body,
+                             headers={"authorization": f"Bearer {KEY}"}) as r:  # fmt: skip
+                assert in_flight() == 1
+            assert in_flight() == 0  # closed unread
+    finally:
+        c.close()
+
+
 def test_a_retry_reports_its_tokens_and_batch_calls_are_counted(provider: FakeProvider) -> None:
     c = offline_client()
     c._sleep = lambda s: None
@@ -356,7 +382,7 @@ def test_a_retry_reports_its_tokens_and_batch_calls_are_counted(provider: FakePr
         chat(llm, "gpt-batch", extra_headers={"x-policyd-input-tokens": "100"})
         assert c._fleet is not None
         (u,) = [u for m in c._fleet.reports() for u in m.usage]
-        assert (u.admitted, u.batch_admitted, u.retries) == (1, 1, 1)
+        assert (u.admitted, u.batch_first_attempts, u.retries) == (1, 1, 1)
         assert (u.first_attempt_input_tokens, u.retry_input_tokens) == (100, 100)
     finally:
         c.close()

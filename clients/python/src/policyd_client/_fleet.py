@@ -17,7 +17,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
-from ._gate import CLOSED, GRACE, HALF_OPEN, OPEN, Fallback, Gate, GateAction, GateAssignment, GateVerdict, Parked
+from ._gate import (
+    CLOSED,
+    GRACE,
+    HALF_OPEN,
+    OPEN,
+    Fallback,
+    Gate,
+    GateAssignment,
+    GateCounts,
+    GateVerdict,
+    Parked,
+)
 from ._gen.policyd.v1 import fleet_pb2 as fpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from .decision import _enum_name
@@ -56,7 +67,8 @@ MAX_TARGETS = 1024
 # the rest waits.
 MAX_COUNT = 1000
 # The most input tokens one call counts, and a report's token counts carry for
-# each call it counts (first attempts: admitted and shed; retries): policyd's limit.
+# each call it counts (first attempts: admitted, shed and parked_new; retries):
+# policyd's limit.
 MAX_CALL_INPUT_TOKENS = 2_000_000
 
 #: A call's priority class: someone waits for an interactive call's answer; nobody
@@ -189,6 +201,7 @@ def assignment_of(a: fpb.Assignment) -> GateAssignment:
         fb = a.fallback
         kind = _enum_name(pb.FallbackKind.Name, fb.kind, "FALLBACK_KIND_")
         fallback = Fallback(kind=kind, provider=fb.provider, model=fb.model, reason=fb.reason)
+    lease = a.in_flight_lease if a.HasField("in_flight_lease") else None
     return GateAssignment(
         ttl=_seconds(a.ttl),
         breaker=_BREAKERS.get(a.breaker, CLOSED),
@@ -198,7 +211,9 @@ def assignment_of(a: fpb.Assignment) -> GateAssignment:
         probe_permits=a.probe_permits,
         reason=a.reason,
         fallback=fallback,
+        park_hint=_seconds(a.park_hint),
         batch_admit_fraction=batch_fraction,
+        in_flight_lease=lease,
     )
 
 
@@ -214,48 +229,51 @@ class _Entry:
     __slots__ = (
         "gate",
         "since",
-        "admitted",
-        "shed",
+        "reported",
         "succeeded",
         "failed",
         "retries",
-        "batch_admitted",
-        "batch_shed",
         "first_tokens",
         "retry_tokens",
-        "in_flight",
         "reported_in_flight",
+        "reported_parked",
         "headers",
         "fresh",
         "waiter",
-        "parked",
+        "wakes",
     )
 
     def __init__(self, now: float, grace: float, target: str = "") -> None:
         self.gate = Gate(grace, target)
         self.since = now  # the last report, or the first use
-        self.admitted = self.shed = self.succeeded = self.failed = self.retries = 0
-        self.batch_admitted = self.batch_shed = 0
+        # The gate's counts of first attempts that reports carried so far.
+        self.reported = GateCounts()
+        self.succeeded = self.failed = self.retries = 0
         # Input tokens of first attempts at their first check, and of retries sent.
         self.first_tokens = self.retry_tokens = 0
-        # Attempts running now (a gauge), and what the last report said of it.
-        self.in_flight = self.reported_in_flight = 0
+        # What the last report said of the gate's gauges (requests in flight, calls parked).
+        self.reported_in_flight = self.reported_parked = 0
         self.headers: dict[str, str] | None = None
         self.fresh = False  # report even without counts: subscribe it on a new stream
         self.waiter: Waiter | None = None  # a first call waiting for the first assignment
-        self.parked: list[Waiter] = []  # parked calls, woken at the next assignment
+        # Parked calls, woken at the next assignment, or when a request ends while leased.
+        self.wakes: list[Waiter] = []
 
     def counts(self) -> bool:
+        g = self.gate
         return bool(
-            self.admitted
-            or self.shed
+            g.counts() != self.reported
             or self.succeeded
             or self.failed
             or self.retries
             or self.first_tokens
             or self.retry_tokens
             or self.headers
-            or self.in_flight != self.reported_in_flight  # a change of the gauge is activity
+            or g.in_flight != self.reported_in_flight  # a change of a gauge is activity
+            or g.parked != self.reported_parked
+            # Calls parked: reported each interval, as their re-checks are, so that the daemon
+            # keeps counting the process on the target (its lease, its probe permits).
+            or g.parked
         )
 
     def active(self) -> bool:
@@ -342,21 +360,8 @@ class FleetTable:
             if e is None:
                 return _ADMIT
             deadline = None if remaining is None else max(remaining, 0.0)
-            v = e.gate.check(now, deadline, can_fall_back, draw, park_limit, call.batch)
             e.first_tokens += call.input_tokens
-            self._count(e, v, call.batch)
-            return v
-
-    @staticmethod
-    def _count(e: _Entry, v: GateVerdict, batch: bool) -> None:
-        if v.action in (GateAction.ADMIT, GateAction.WAIT):
-            e.admitted += 1
-            if batch:
-                e.batch_admitted += 1
-        elif v.action is not GateAction.PARK:
-            e.shed += 1
-            if batch:
-                e.batch_shed += 1
+            return e.gate.check(now, deadline, can_fall_back, draw, park_limit, call.batch)
 
     def resume(self, target: Target, p: Parked, draw: float) -> GateVerdict:
         """Check a call parked on target again (Gate.resume)."""
@@ -365,10 +370,7 @@ class FleetTable:
             e = None if self._disabled else self._entry(target, now)
             if e is None:
                 return _ADMIT
-            v = e.gate.resume(now, p, draw)
-            if not p.retry:
-                self._count(e, v, p.batch)
-            return v
+            return e.gate.resume(now, p, draw)
 
     def check_retry(self, target: Target, remaining: float | None, park_limit: float | None = None) -> GateVerdict:
         """Gate a retry to target (Gate.check_retry)."""
@@ -380,23 +382,22 @@ class FleetTable:
             return e.gate.check_retry(now, None if remaining is None else max(remaining, 0.0), park_limit)
 
     def park_wait(self, target: Target, waiter: Waiter) -> None:
-        """Set waiter at target's next assignment (or abandon)."""
+        """Set waiter at target's next assignment (or abandon), or when a request to target ends
+        while its assignment leases requests in flight."""
         with self._lock:
             e = self._entries.get(target)
             if e is None or self._disabled:
                 waiter.set()
             else:
-                e.parked.append(waiter)
+                e.wakes.append(waiter)
 
-    def park_cancelled(self, target: Target, p: Parked | None = None) -> None:
-        """A parked call's caller cancelled it: a first attempt is counted as shed."""
+    def park_cancelled(self, target: Target, p: Parked) -> None:
+        """A parked call's caller cancelled it (or it raised): out of the park; a first attempt
+        is counted as shed."""
         with self._lock:
             e = self._entries.get(target)
-            if e is not None and (p is None or not p.retry):
+            if e is not None:
                 e.gate.cancelled(p)
-                e.shed += 1
-                if p is not None and p.batch:
-                    e.batch_shed += 1
 
     def record(self, target: Target, ok: bool) -> bool:
         """Count an attempt's outcome (a success for the report; both in the own budget). True
@@ -444,13 +445,18 @@ class FleetTable:
                 e.retry_tokens += input_tokens
 
     def flight(self, target: Target, delta: int) -> None:
-        """An attempt to target starts (+1) or ends (-1): the report's in_flight gauge."""
+        """An attempt to target starts (+1) or ends (-1): the report's in_flight gauge, and what
+        the assignment's lease caps. A request ending wakes the calls parked at the lease."""
         with self._lock:
             if self._disabled:
                 return
             e = self._entry(target, self._clock())
-            if e is not None:
-                e.in_flight = max(0, e.in_flight + delta)
+            if e is None:
+                return
+            g = e.gate
+            g.in_flight = max(0, g.in_flight + delta)
+            if delta < 0 and g.assignment is not None and g.assignment.in_flight_lease is not None:
+                _wake_parked(e)
 
     def in_flight(self, target: Target, fn: Callable[[], T]) -> Callable[[], T]:
         """fn, counted in flight on target while it runs."""
@@ -513,14 +519,18 @@ class FleetTable:
             for t, e in self._entries.items():
                 if not e.active():
                     continue
-                admitted, shed, succeeded, failed, retries = (
-                    min(n, MAX_COUNT) for n in (e.admitted, e.shed, e.succeeded, e.failed, e.retries)
+                g, done = e.gate, e.reported
+                due = GateCounts(*(n - r for n, r in zip(g.counts(), done, strict=True)))
+                admitted, parked_new, succeeded, failed, retries = (
+                    min(n, MAX_COUNT) for n in (due.admitted, due.parked_new, e.succeeded, e.failed, e.retries)
                 )
-                shed = min(shed, MAX_COUNT - admitted)
-                # The batch counts are among admitted and shed; tokens at most the limit for each
-                # call counted (a parked call's wait with its first check's tokens until it leaves).
-                batch_admitted, batch_shed = min(e.batch_admitted, admitted), min(e.batch_shed, shed)
-                first_tokens = min(e.first_tokens, MAX_CALL_INPUT_TOKENS * (admitted + shed))
+                shed = min(due.shed, MAX_COUNT - admitted)
+                # The first attempts counted: admitted, shed and parked at their first check. The
+                # released are among admitted, the batch class's among those counted; tokens at
+                # most the limit for each call counted. What is over waits for the next report.
+                first = admitted + shed + parked_new
+                released, batch_first = min(due.released, admitted), min(due.batch_first, first)
+                first_tokens = min(e.first_tokens, MAX_CALL_INPUT_TOKENS * first)
                 retry_tokens = min(e.retry_tokens, MAX_CALL_INPUT_TOKENS * retries)
                 u = fpb.BucketUsage(
                     target=fpb.BucketTarget(provider=t.provider, model=t.model, key_id=t.key_id),
@@ -530,26 +540,31 @@ class FleetTable:
                     failed=failed,
                     retries=retries,
                     rate_limit_headers=e.headers or {},
-                    batch_admitted=batch_admitted,
-                    batch_shed=batch_shed,
+                    parked=g.parked,
+                    parked_new=parked_new,
+                    released=released,
+                    batch_first_attempts=batch_first,
                     first_attempt_input_tokens=first_tokens,
                     retry_input_tokens=retry_tokens,
-                    in_flight=e.in_flight,
+                    in_flight=g.in_flight,
                 )
                 elapsed = now - e.since
                 elapsed = MIN_ELAPSED if not elapsed >= MIN_ELAPSED else min(elapsed, MAX_ELAPSED)
                 u.elapsed.FromNanoseconds(int(elapsed * 1e9))
                 usages.append(u)
-                e.admitted -= admitted
-                e.shed -= shed
+                e.reported = GateCounts(
+                    done.admitted + admitted,
+                    done.shed + shed,
+                    done.parked_new + parked_new,
+                    done.released + released,
+                    done.batch_first + batch_first,
+                )
                 e.succeeded -= succeeded
                 e.failed -= failed
                 e.retries -= retries
-                e.batch_admitted -= batch_admitted
-                e.batch_shed -= batch_shed
                 e.first_tokens -= first_tokens
                 e.retry_tokens -= retry_tokens
-                e.reported_in_flight = e.in_flight
+                e.reported_in_flight, e.reported_parked = g.in_flight, g.parked
                 e.headers = None
                 e.fresh = False
                 e.since = now
@@ -569,7 +584,7 @@ class FleetTable:
                         _wake_parked(e)
                         e.gate.assign(now, None)
                         e.fresh = False
-                        if not e.counts() and not e.in_flight:
+                        if not e.counts() and not e.gate.in_flight:
                             del self._entries[t]
                     continue
                 if not t.provider:
@@ -584,6 +599,6 @@ class FleetTable:
 
 
 def _wake_parked(e: _Entry) -> None:
-    for w in e.parked:
+    for w in e.wakes:
         w.set()
-    e.parked.clear()
+    e.wakes.clear()

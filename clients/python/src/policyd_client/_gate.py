@@ -10,8 +10,19 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
-__all__ = ["GRACE", "PARK_LIMIT", "Fallback", "Gate", "GateAction", "GateAssignment", "GateVerdict", "Parked"]
+__all__ = [
+    "GRACE",
+    "PARK_LIMIT",
+    "Fallback",
+    "Gate",
+    "GateAction",
+    "GateAssignment",
+    "GateCounts",
+    "GateVerdict",
+    "Parked",
+]
 
 #: How long an assignment is kept past its ttl (policyd unreachable) before
 #: the gate admits every first attempt, seconds.
@@ -64,6 +75,9 @@ class GateAssignment:
     #: The share of batch-class first attempts to admit while the bucket is paced or slow-starting
     #: (batch yields first); None: admit_fraction for both classes.
     batch_admit_fraction: float | None = None
+    #: The most requests the process may have in flight on the target, its lease of the fleet's
+    #: cap; first attempts past it park. None: no cap.
+    in_flight_lease: int | None = None
 
 
 class GateAction(str, enum.Enum):
@@ -115,15 +129,30 @@ class GateVerdict:
     #: The assignment's reason (``reason`` is the park text while parked).
     assignment_reason: str = ""
     batch_share: bool = False
+    #: FLEET_SHED at the lease: the process had ``in_flight`` requests in flight, its lease.
+    at_lease: bool = False
+    in_flight: int = 0
 
 
 _ADMIT = GateVerdict()
 
 
+class GateCounts(NamedTuple):
+    """A gate's counts of first attempts since it began (a report carries their growth)."""
+
+    admitted: int = 0
+    shed: int = 0
+    #: Parked at their first check; parked and later admitted (also in admitted).
+    parked_new: int = 0
+    released: int = 0
+    #: The batch class's first attempts at their first check (admitted, shed or parked).
+    batch_first: int = 0
+
+
 class Gate:
     """One target's entry: its assignment (timed from receipt), the half-open
-    permits left, the process's own budget, and the first attempts admitted
-    and shed (of those, the batch class's)."""
+    permits left, the process's own budget, its requests in flight and parked
+    calls now, and its counts of first attempts."""
 
     __slots__ = (
         "assignment",
@@ -137,8 +166,9 @@ class Gate:
         "parks",
         "parked_new",
         "released",
-        "batch_admitted",
-        "batch_shed",
+        "batch_first",
+        "parked",
+        "in_flight",
         "target",
     )
 
@@ -155,10 +185,17 @@ class Gate:
         self.parks = 0
         self.parked_new = 0
         self.released = 0
-        self.batch_admitted = 0
-        self.batch_shed = 0
+        self.batch_first = 0
+        #: Calls parked now, first attempts and retries (a gauge).
+        self.parked = 0
+        #: The process's requests in flight on the target now: the caller keeps it; a first
+        #: attempt parks while it is at the assignment's lease.
+        self.in_flight = 0
         #: The target as the park text names it (``openai/gpt-4o``).
         self.target = target
+
+    def counts(self) -> GateCounts:
+        return GateCounts(self.admitted, self.shed, self.parked_new, self.released, self.batch_first)
 
     def assign(self, now: float, a: GateAssignment | None) -> None:
         """Receive an assignment (None: abandon), replacing the previous one."""
@@ -199,6 +236,8 @@ class Gate:
         deadline (None: none); ``draw``: uniform in [0, 1); ``park_limit``: how
         long a call without a deadline may park (None: PARK_LIMIT; 0: parking off);
         ``batch``: the call is of the batch class (it draws against ``batch_admit_fraction``)."""
+        if batch:
+            self.batch_first += 1
         v = self._check(now, deadline, draw, False, batch)
         if v.action is GateAction.PARK:
             a = self.assignment
@@ -207,11 +246,12 @@ class Gate:
             until = now + (deadline if deadline is not None else limit)
             if (can_fall_back and a.fallback is not None) or limit <= 0 or until <= now + self._hint_left(now):
                 # Somewhere else to go, parking off, or no wait can fit: the answer is now.
-                return self._count(replace(v, action=GateAction.STOP, reason=a.reason), can_fall_back, batch)
+                return self._count(replace(v, action=GateAction.STOP, reason=a.reason), can_fall_back)
             self.parks += 1
             self.parked_new += 1
+            self.parked += 1
             return replace(v, parked=Parked(now, until, can_fall_back, now + PARK_RECHECK, batch=batch))
-        return self._count(v, can_fall_back, batch)
+        return self._count(v, can_fall_back)
 
     def check_retry(self, now: float, deadline: float | None, park_limit: float | None = None) -> GateVerdict:
         """Gate a retry that NextDelay allowed, before it is sent: a stopped key stops it, an open
@@ -229,6 +269,7 @@ class Gate:
         if limit <= 0 or until <= now + self._hint_left(now):
             return replace(v, action=GateAction.STOP, reason=a.reason)
         self.parks += 1
+        self.parked += 1
         return replace(v, parked=Parked(now, until, False, now + PARK_RECHECK, retry=True))
 
     def resume(self, now: float, p: Parked, draw: float) -> GateVerdict:
@@ -247,9 +288,11 @@ class Gate:
             if left <= self._hint_left(now) or left <= 0:
                 text = f"gave up waiting for the fleet after {_go_seconds(v.waited)}: {reason}"
                 v = replace(v, action=GateAction.STOP, stop_reason="DEADLINE", reason=text, parked=None)
-                return v if p.retry else self._count(v, p.can_fall_back, p.batch)
+                self._unpark()
+                return v if p.retry else self._count(v, p.can_fall_back)
             self.parks += 1
             return replace(v, parked=p)
+        self._unpark()
         if v.action is GateAction.WAIT and v.wait > left and a is not None:
             v = GateVerdict(
                 GateAction.STOP,
@@ -263,30 +306,31 @@ class Gate:
             )
         if p.retry:
             return replace(v, action=GateAction.ADMIT, wait=0.0) if v.action is GateAction.WAIT else v
-        v = self._count(v, p.can_fall_back, p.batch)
+        v = self._count(v, p.can_fall_back)
         if v.action in (GateAction.ADMIT, GateAction.WAIT):
             self.released += 1
         return v
 
-    def cancelled(self, p: Parked | None = None) -> None:
-        """Count a parked first attempt its caller cancelled."""
-        if p is None or not p.retry:
+    def cancelled(self, p: Parked) -> None:
+        """Take a parked call its caller cancelled out of the park: a first attempt counts as shed
+        (its first check counted it already, class and all)."""
+        self._unpark()
+        if not p.retry:
             self.shed += 1
-            if p is not None and p.batch:
-                self.batch_shed += 1
 
-    def _count(self, v: GateVerdict, can_fall_back: bool, batch: bool) -> GateVerdict:
+    def _unpark(self) -> None:
+        self.parked = max(0, self.parked - 1)
+
+    def _count(self, v: GateVerdict, can_fall_back: bool) -> GateVerdict:
+        """Count a first attempt's verdict that is not PARK; a stop becomes the assignment's
+        fallback when the caller can take it."""
         if v.action is GateAction.STOP:
             self.shed += 1
-            if batch:
-                self.batch_shed += 1
             a = self.assignment
             if can_fall_back and a is not None and a.fallback is not None:
                 return replace(v, action=GateAction.FALL_BACK, fallback=a.fallback)
         else:
             self.admitted += 1
-            if batch:
-                self.batch_admitted += 1
         return v
 
     def _hint_left(self, now: float) -> float:
@@ -340,6 +384,9 @@ class Gate:
         if share < 1 and draw >= share:
             shed = replace(stop("FLEET_SHED"), admit_fraction=share, batch_share=own is not None)
             return self._park(now, "FLEET_SHED", "paced", shed)
+        if a.in_flight_lease is not None and self.in_flight >= a.in_flight_lease:
+            shed = replace(stop("FLEET_SHED"), at_lease=True, in_flight=self.in_flight)
+            return self._park(now, "FLEET_SHED", "at its lease of requests in flight", shed)
         if a.hold > age:
             left = a.hold - age
             if deadline is not None and left > deadline:

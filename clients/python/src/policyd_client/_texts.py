@@ -56,6 +56,8 @@ def stop_text(target: Target, v: GateVerdict) -> str:
         text = f"the fleet's circuit breaker for {t} is " + (
             "half-open and this process has no probe permit left" if v.breaker == HALF_OPEN else "open"
         )
+    elif v.stop_reason == "FLEET_SHED" and v.at_lease:
+        text = f"this process has {v.in_flight} requests in flight to {t}, its lease of the fleet's cap"
     elif v.stop_reason == "FLEET_SHED":
         attempts = "batch first attempts" if v.batch_share else "first attempts"
         text = f"the fleet admits {math.floor(v.admit_fraction * 100 + 0.5)}% of {attempts} to {t}, not this one"

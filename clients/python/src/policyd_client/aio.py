@@ -387,18 +387,20 @@ class AsyncClient(ClientBase):
         stops it; cancelling the task ends the wait. on_retry sees it park and leave."""
         p = v.parked
         assert p is not None
-        gate.parked(v)
-        while v.action is GateAction.PARK:
-            woken = asyncio.Event()
-            gate.table.park_wait(gate.target, woken)
-            try:
-                await asyncio.wait_for(woken.wait(), max(0.001, min(p.draw_at, p.until) - self._clock()))
-            except asyncio.TimeoutError:
-                pass
-            except asyncio.CancelledError:
+        try:
+            gate.parked(v)
+            while v.action is GateAction.PARK:
+                woken = asyncio.Event()
+                gate.table.park_wait(gate.target, woken)
+                try:
+                    await asyncio.wait_for(woken.wait(), max(0.001, min(p.draw_at, p.until) - self._clock()))
+                except asyncio.TimeoutError:
+                    pass
+                v = gate.resume(p)
+        except BaseException:  # cancelled, or the hook raised
+            if v.action is GateAction.PARK:  # still parked: out of the park (the gauge), counted as shed
                 gate.table.park_cancelled(gate.target, p)
-                raise
-            v = gate.resume(p)
+            raise
         gate.parked(v)
         return v
 

@@ -429,19 +429,23 @@ class Client(ClientBase):
         stops it; ``cancel`` ends the wait (RetryCancelled). on_retry sees it park and leave."""
         p = v.parked
         assert p is not None
-        gate.parked(v)
-        while v.action is GateAction.PARK:
-            woken = threading.Event()
-            gate.table.park_wait(gate.target, woken)
-            end = time.monotonic() + max(0.0, min(p.draw_at, p.until) - self._clock())
-            while not woken.is_set() and (left := end - time.monotonic()) > 0:
+        try:
+            gate.parked(v)
+            while v.action is GateAction.PARK:
+                woken = threading.Event()
+                gate.table.park_wait(gate.target, woken)
+                end = time.monotonic() + max(0.0, min(p.draw_at, p.until) - self._clock())
+                while not woken.is_set() and (left := end - time.monotonic()) > 0:
+                    if cancel is not None and cancel.is_set():
+                        break
+                    woken.wait(min(left, 0.05) if cancel is not None else left)
                 if cancel is not None and cancel.is_set():
-                    break
-                woken.wait(min(left, 0.05) if cancel is not None else left)
-            if cancel is not None and cancel.is_set():
+                    raise _texts.gate_cancelled(gate.target)
+                v = gate.resume(p)
+        except BaseException:
+            if v.action is GateAction.PARK:  # still parked: out of the park (the gauge), counted as shed
                 gate.table.park_cancelled(gate.target, p)
-                raise _texts.gate_cancelled(gate.target)
-            v = gate.resume(p)
+            raise
         gate.parked(v)
         return v
 

@@ -201,7 +201,8 @@ class _Exchange:
 
     def received(self, response: Any) -> bool:
         """Hand the response's rate-limit headers over (as observe_rate_limits does); True for a
-        success (passed on, its body watched)."""
+        success (passed on, its body watched and counted in flight until it ends or is closed:
+        the request holds the provider's slot meanwhile, which a lease of the fleet's cap counts)."""
         fleet = self.client._fleet
         if self.target is None or fleet is None:
             return response.status_code < 400  # type: ignore[no-any-return]
@@ -209,7 +210,9 @@ class _Exchange:
         if limits:
             fleet.observe(self.target, limits)
         if response.status_code < 400:
-            response.stream = self.fl.watch(response.stream, self.stream_cut)
+            target = self.target
+            fleet.flight(target, 1)
+            response.stream = self.fl.watch(response.stream, self.stream_cut, lambda: fleet.flight(target, -1))
             return True
         return False
 
@@ -428,30 +431,43 @@ class _Flavour:
         self.hx = hx
 
         class Watched(hx.SyncByteStream, hx.AsyncByteStream):  # type: ignore[misc, name-defined]
-            """A success's body as it comes; an error while reading it is reported, then raised."""
+            """A success's body as it comes; an error while reading it is reported, then raised.
+            ``on_end`` is called once: at its end, when it breaks off, or when it is closed."""
 
-            def __init__(self, inner: Any, on_cut: Any) -> None:
-                self._inner, self._on_cut = inner, on_cut
+            def __init__(self, inner: Any, on_cut: Any, on_end: Any) -> None:
+                self._inner, self._on_cut, self._on_end = inner, on_cut, on_end
+                self._ended = False
+
+            def _end(self) -> None:
+                if not self._ended:
+                    self._ended = True
+                    self._on_end()
 
             def __iter__(self) -> Iterator[bytes]:
                 try:
                     yield from self._inner
                 except Exception:
+                    self._end()
                     self._on_cut()
                     raise
+                self._end()
 
             async def __aiter__(self) -> AsyncIterator[bytes]:
                 try:
                     async for chunk in self._inner:
                         yield chunk
                 except Exception:
+                    self._end()
                     self._on_cut()
                     raise
+                self._end()
 
             def close(self) -> None:
+                self._end()
                 self._inner.close()
 
             async def aclose(self) -> None:
+                self._end()
                 await self._inner.aclose()
 
         class Replayed(hx.SyncByteStream, hx.AsyncByteStream):  # type: ignore[misc, name-defined]
