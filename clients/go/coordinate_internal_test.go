@@ -284,8 +284,9 @@ func TestRefusedReportsAndProfile(t *testing.T) {
 
 func TestAssignmentFromProto(t *testing.T) {
 	a := assignmentFromProto(&policydv1.Assignment{Ttl: durationpb.New(-time.Second), Hold: durationpb.New(2 * time.Second),
-		AdmitFraction: math.NaN(), Reason: "r\xff", Fallback: &policydv1.Fallback{}})
-	if a.ttl != 0 || a.hold != 2*time.Second || a.stop != 0 || a.admitFraction != 1 || a.fallback != nil || a.reason != "r\uFFFD" {
+		AdmitFraction: math.NaN(), Reason: "r\xff", Fallback: &policydv1.Fallback{}, ParkHint: durationpb.New(3 * time.Second)})
+	if a.ttl != 0 || a.hold != 2*time.Second || a.stop != 0 || a.admitFraction != 1 || a.fallback != nil || a.reason != "r\uFFFD" ||
+		a.parkHint != 3*time.Second {
 		t.Fatalf("%+v", a)
 	}
 	for in, want := range map[float64]float64{-1: 0, 0.25: 0.25, 7: 1, math.Inf(1): 1} {

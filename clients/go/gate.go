@@ -110,6 +110,7 @@ func assignmentFromProto(pa *policydv1.Assignment) *assignment {
 		admitFraction: pa.GetAdmitFraction(),
 		probePermits:  pa.GetProbePermits(),
 		reason:        clip(pa.GetReason(), maxFieldBytes),
+		parkHint:      max(0, pa.GetParkHint().AsDuration()),
 	}
 	a.admitFraction = clampFraction(a.admitFraction)
 	if pa.BatchAdmitFraction != nil {
