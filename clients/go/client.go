@@ -45,6 +45,8 @@ type Client struct {
 	kick          chan struct{} // urgent reports to send (coordinate.go)
 	closing       chan struct{} // closed by Close: background retries stop
 	closeOnce     sync.Once
+
+	otel telemetry // OpenTelemetry's instruments (otel.go)
 }
 
 // Dial returns a Client of the policyd at addr; an empty addr means
@@ -118,6 +120,7 @@ func newClient(conn grpc.ClientConnInterface, cfg config) *Client {
 		fleet:   policydv1.NewFleetServiceClient(conn),
 		kick:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
+		otel:    newTelemetry(),
 	}
 	if cfg.fleetGate {
 		c.gate = newGate(cfg.gateGrace)
@@ -169,6 +172,7 @@ func (c *Client) do(ctx context.Context, call Call, fn AttemptFunc, noFallback b
 		return err
 	}
 	r := c.newRun(ctx, call, noFallback)
+	defer r.ended(ctx)
 	for attempt := 1; ; attempt++ {
 		if attempt == 1 {
 			// The fleet gate: a table lookup, no RPC.
@@ -215,9 +219,8 @@ func (c *Client) do(ctx context.Context, call Call, fn AttemptFunc, noFallback b
 		c.cfg.logger.DebugContext(ctx, "policyd decision", "attempt", attempt, "action", d.Action.String(),
 			"delay", d.Delay, "failure_type", d.FailureType.String(), "rule", d.Rule, "fail_open", d.FailOpen,
 			"provider", r.call.Provider, "operation", r.call.Operation, "error", err)
-		if c.cfg.onDecision != nil {
-			c.cfg.onDecision(attempt, err, d)
-		}
+		r.failureType = d.FailureType
+		r.decided(ctx, attempt, err, d)
 		switch d.Action {
 		case ActionRetry:
 			if err := sleep(ctx, c.cfg.clock, d.Delay); err != nil {
@@ -293,8 +296,13 @@ func outcomeOf(ctx context.Context) policydv1.Outcome {
 	return policydv1.Outcome_OUTCOME_ABANDONED
 }
 
-// attempt runs fn, counted in flight on the call's target meanwhile.
+// attempt runs fn, counted in flight on the call's target meanwhile; a
+// retry is counted for OpenTelemetry as it is sent.
 func (r *run) attempt(ctx context.Context, attempt int, fn AttemptFunc) error {
+	r.sent = attempt
+	if attempt > 1 {
+		r.c.otel.retried(ctx, r.call, r.failureType)
+	}
 	if !r.gated {
 		return fn(ctx, attempt)
 	}
@@ -304,7 +312,8 @@ func (r *run) attempt(ctx context.Context, attempt int, fn AttemptFunc) error {
 	return fn(ctx, attempt)
 }
 
-// run is the state of one Do.
+// run is the state of one Do. (Its fields are ordered to fit 384 bytes,
+// one allocation of that size class per call.)
 type run struct {
 	c          *Client
 	call       Call
@@ -314,6 +323,11 @@ type run struct {
 	fallbacks  int
 	noFallback bool // the call has no FallbackFunc, not even the client's
 
+	// For OpenTelemetry (otel.go): the last decision's failure type (the
+	// next retry's error.type) and the attempts sent.
+	failureType FailureType
+	sent        int
+
 	// The fleet gate's row of the current call (gate.go): gated is false
 	// for a call without a provider, or with the gate off.
 	target target
@@ -322,8 +336,8 @@ type run struct {
 	// The journal (see journal.go).
 	journal   bool
 	failed    bool // an attempt failed: the context exists, or will
-	contextID string
 	begun     bool
+	contextID string
 	pending   []*policydv1.RecordAttemptRequest
 }
 
@@ -488,7 +502,7 @@ func (r *run) admit(ctx context.Context) error {
 		v := c.gate.check(now, r.target, left, gc, c.cfg.rand, c.cfg.parkLimit)
 		if v.action == gatePark {
 			var err error
-			if v, err = r.park(ctx, v); err != nil {
+			if v, err = r.park(ctx, v, 0); err != nil {
 				return err
 			}
 		}
@@ -509,6 +523,7 @@ func (r *run) admit(ctx context.Context) error {
 			d.FallbackReason = cmp.Or(v.fallback.reason, d.StopText)
 			c.cfg.logger.DebugContext(ctx, "policyd: fleet gate falls back", "target", r.target.String(),
 				"stop_reason", v.stopReason.String(), "provider", d.FallbackProvider, "model", d.FallbackModel)
+			r.decided(ctx, 0, nil, d)
 			next, err := r.call.Fallback(ctx, r.call, Fallback{Kind: d.Fallback, Reason: d.FallbackReason,
 				Provider: d.FallbackProvider, Model: d.FallbackModel, Err: stop, Decision: d})
 			if err != nil {
@@ -518,7 +533,9 @@ func (r *run) admit(ctx context.Context) error {
 		default:
 			c.cfg.logger.DebugContext(ctx, "policyd: fleet gate stops", "target", r.target.String(),
 				"stop_reason", v.stopReason.String(), "reason", v.reason)
-			return r.gateError(v)
+			e := r.gateError(v)
+			r.decided(ctx, 0, nil, e.Decision)
+			return e
 		}
 	}
 	return nil
@@ -537,7 +554,7 @@ func (r *run) admitRetry(ctx context.Context, attempt int) error {
 	v := c.gate.checkRetry(now, r.target, left, c.cfg.parkLimit)
 	if v.action == gatePark {
 		var err error
-		if v, err = r.park(ctx, v); err != nil {
+		if v, err = r.park(ctx, v, attempt-1); err != nil {
 			r.finish(ctx, outcomeOf(ctx))
 			return &Error{Err: r.lastErr, Attempts: attempt - 1, ContextID: r.contextID, ctxErr: context.Cause(ctx)}
 		}
@@ -548,18 +565,24 @@ func (r *run) admitRetry(ctx context.Context, attempt int) error {
 	r.finish(ctx, policydv1.Outcome_OUTCOME_FAILED)
 	e := r.gateError(v)
 	e.Err, e.Attempts, e.gated = r.lastErr, attempt-1, false // a retry, not a first attempt
+	r.decided(ctx, attempt-1, r.lastErr, e.Decision)
 	return e
 }
 
-// park holds a first attempt the gate parked (docs/clients.md, "Parking"):
-// no attempt, no RPC, until a re-check at the target's next assignment,
-// every parkRecheck, or at the call's end admits or stops it. The decision
-// hook sees it park and leave. A cancelled ctx ends the wait.
-func (r *run) park(ctx context.Context, v gateVerdict) (gateVerdict, error) {
+// park holds an attempt the gate parked (docs/clients.md, "Parking"): no
+// attempt, no RPC, until a re-check at the target's next assignment, every
+// parkRecheck, or at the call's end admits or stops it. after is the failed
+// attempt the parked one follows (0: it is the first). The decision hook
+// sees it park; its release is a decision, and so is the stop or the
+// fallback the caller makes of a verdict that is not (gateError). A
+// cancelled ctx ends the wait.
+func (r *run) park(ctx context.Context, v gateVerdict, after int) (gateVerdict, error) {
 	c := r.c
 	p := v.parked
 	c.cfg.logger.DebugContext(ctx, "policyd: fleet gate parks", "target", r.target.String(), "reason", v.reason)
-	r.parkHook(v, true)
+	if fn := c.cfg.onDecision; fn != nil {
+		fn(after, nil, r.parkDecision(v, true)) // the hook's alone: parking decides nothing yet
+	}
 	for v.action == gatePark {
 		wake := c.gate.parkWake(r.target)
 		now := c.cfg.clock.Now()
@@ -580,46 +603,55 @@ func (r *run) park(ctx context.Context, v gateVerdict) (gateVerdict, error) {
 		v = c.gate.resume(c.cfg.clock.Now(), r.target, p, c.cfg.rand)
 	}
 	c.cfg.logger.DebugContext(ctx, "policyd: fleet gate unparks", "target", r.target.String(), "waited", v.waited)
-	r.parkHook(v, false)
+	v.leftPark = true
+	if v.action == gateAdmit || v.action == gateWait {
+		r.decided(ctx, after, nil, r.parkDecision(v, false))
+	}
 	return v, nil
 }
 
-// parkHook reports a parked call to the decision hook: as it parks, and
-// as it leaves (admitted: ActionRetry; else the stop's decision).
-func (r *run) parkHook(v gateVerdict, parks bool) {
-	fn := r.c.cfg.onDecision
-	if fn == nil {
-		return
+// parkDecision is what the decision hook sees of a parked call: as it
+// parks (parks), and as the fleet releases it (RETRY: the attempt goes).
+func (r *run) parkDecision(v gateVerdict, parks bool) Decision {
+	d := Decision{Action: ActionRetry, Delay: v.wait, StopReason: v.stopReason, StopText: v.reason, Strategy: gateStrategy,
+		Fleet: &FleetState{Breaker: enumName(policydv1.BreakerState_name, int32(v.breaker), "BREAKER_STATE_"), Changed: true,
+			Reason: v.assignmentReason, HoldRemaining: v.holdLeft, OpenRemaining: v.stopLeft},
+		Parked: true, Waited: v.waited}
+	d.Reason = v.reason
+	if !parks {
+		d.StopReason, d.StopText, d.Reason = StopReasonUnspecified, "", fmt.Sprintf("released by the fleet after %v", v.waited.Round(time.Millisecond))
 	}
-	var d Decision
-	switch {
-	case parks || v.action == gateAdmit || v.action == gateWait:
-		d = Decision{Action: ActionRetry, Delay: v.wait, StopReason: v.stopReason, StopText: v.reason, Strategy: "fleet-gate",
-			Fleet: &FleetState{Breaker: enumName(policydv1.BreakerState_name, int32(v.breaker), "BREAKER_STATE_"), Changed: true,
-				Reason: v.assignmentReason, HoldRemaining: v.holdLeft, OpenRemaining: v.stopLeft}}
-		d.Reason = v.reason
-		if !parks {
-			d.StopReason, d.StopText, d.Reason = StopReasonUnspecified, "", fmt.Sprintf("released by the fleet after %v", v.waited.Round(time.Millisecond))
-		}
-	default:
-		d = r.gateError(v).Decision
-	}
-	d.Parked, d.Waited = true, v.waited
-	fn(0, nil, d)
+	return d
 }
 
-// gateError is the error of a first attempt the gate did not admit.
+// gateError is the error of an attempt the gate did not admit; its
+// decision says how long the attempt was parked, when it was.
 func (r *run) gateError(v gateVerdict) *Error {
 	d := Decision{
-		Action: ActionStop, StopReason: v.stopReason, StopText: gateText(r.target, v), Strategy: "fleet-gate",
+		Action: ActionStop, StopReason: v.stopReason, StopText: gateText(r.target, v), Strategy: gateStrategy,
 		Fleet: &FleetState{
 			Breaker: enumName(policydv1.BreakerState_name, int32(v.breaker), "BREAKER_STATE_"),
 			Stopped: v.stopReason == StopFleetStop, Changed: true, Reason: v.assignmentReason,
 			HoldRemaining: v.holdLeft, OpenRemaining: v.stopLeft,
 		},
+		Parked: v.leftPark, Waited: v.waited,
 	}
 	return &Error{Decision: d, ContextID: r.contextID, gated: true}
 }
+
+// decided is where every decision of the call goes: the caller's hook
+// (WithOnDecision) and OpenTelemetry (otel.go). attempt is the failed
+// attempt it follows (0: the gate's, before the first), err that
+// attempt's error.
+func (r *run) decided(ctx context.Context, attempt int, err error, d Decision) {
+	if fn := r.c.cfg.onDecision; fn != nil {
+		fn(attempt, err, d)
+	}
+	r.c.otel.decided(ctx, r.call, attempt, d)
+}
+
+// ended is the call's end for OpenTelemetry: its retries.
+func (r *run) ended(ctx context.Context) { r.c.otel.ended(ctx, r.sent) }
 
 // giveUp ends a call whose context ended: the attempt is journaled (when the
 // call is) and the context finished, in the background.

@@ -41,6 +41,12 @@
 // or the key stopped. [WithFleetGate] turns it off; [Client.ObserveRateLimits]
 // hands over a success's rate-limit headers.
 //
+// Every decision (policyd's, the fail-open policy's, the fleet gate's) is
+// an OpenTelemetry event "policyd.decision" on the span in the call's
+// context, and the retries and waits go to the global meter provider; only
+// OpenTelemetry's API is used, so without an SDK nothing is recorded
+// (docs/clients.md, "Tracing and metrics").
+//
 // Against a daemon with --auth-tokens or TLS, [WithToken], [WithTLS] and
 // [WithClientCert] (or POLICYD_TOKEN, POLICYD_TLS_CA, POLICYD_TLS_CERT and
 // POLICYD_TLS_KEY) supply the credentials. A daemon that answers

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,22 +57,28 @@ func fleetDaemon(t *testing.T, mode string, policy ...string) string {
 	return d.addr
 }
 
-// provider is a fake LLM API: answer decides each request's response.
+// provider is a fake LLM API: answer decides each request's response,
+// from the time and the attempt number post sends (attemptHeader; 0
+// without it).
 type provider struct {
 	*httptest.Server
 	mu       sync.Mutex
 	attempts []time.Time
-	answer   func(now time.Time) (status int, headers map[string]string, body string)
+	answer   func(now time.Time, attempt int) (status int, headers map[string]string, body string)
 }
 
-func newProvider(t *testing.T, answer func(now time.Time) (int, map[string]string, string)) *provider {
+// attemptHeader carries an agent's attempt number to the fake provider.
+const attemptHeader = "X-Test-Attempt"
+
+func newProvider(t *testing.T, answer func(now time.Time, attempt int) (int, map[string]string, string)) *provider {
 	p := &provider{answer: answer}
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := time.Now()
 		p.mu.Lock()
 		p.attempts = append(p.attempts, now)
 		p.mu.Unlock()
-		status, headers, body := p.answer(now)
+		attempt, _ := strconv.Atoi(r.Header.Get(attemptHeader))
+		status, headers, body := p.answer(now, attempt)
 		for k, v := range headers {
 			w.Header().Set(k, v)
 		}
@@ -106,10 +113,11 @@ func (r *fleetRun) stopped(reason policyd.StopReason) int64 {
 	return v.(*atomic.Int64).Load()
 }
 
-// post is one attempt at the fake provider: a POST to url, its answer
-// checked (policyd.CheckResponse).
-func post(ctx context.Context, url string) error {
+// post is attempt number attempt at the fake provider: a POST to url, its
+// answer checked (policyd.CheckResponse).
+func post(ctx context.Context, url string, attempt int) error {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	req.Header.Set(attemptHeader, strconv.Itoa(attempt))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
@@ -133,7 +141,7 @@ func runAgents(ctx context.Context, t *testing.T, addr, url, keyID string, n int
 				err := c.Do(ctx, policyd.Call{Provider: "openai", Model: "gpt-4o", KeyID: keyID, Operation: "chat",
 					Method: "POST", Profile: "fleet_e2e", Timeout: 5 * time.Second},
 					func(ctx context.Context, attempt int) error {
-						if err := post(ctx, url); err != nil {
+						if err := post(ctx, url, attempt); err != nil {
 							return err
 						}
 						if attempt == 1 {
@@ -171,7 +179,7 @@ func TestFleetOutageAmplification(t *testing.T) {
 	amp := map[string]float64{}
 	for _, mode := range []string{"on", "off"} {
 		addr := fleetDaemon(t, mode)
-		p := newProvider(t, func(time.Time) (int, map[string]string, string) { return 503, nil, fleetOverloadedBody })
+		p := newProvider(t, func(time.Time, int) (int, map[string]string, string) { return 503, nil, fleetOverloadedBody })
 		run := &fleetRun{}
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 		runAgents(ctx, t, addr, p.URL, "k1", 60, 100*time.Millisecond, run)
@@ -199,7 +207,7 @@ func TestFleetHerdIsStaggered(t *testing.T) {
 	for _, mode := range []string{"on", "off"} {
 		addr := fleetDaemon(t, mode)
 		end := time.Now().Add(1500 * time.Millisecond) // the quota window resets here
-		p := newProvider(t, func(now time.Time) (int, map[string]string, string) {
+		p := newProvider(t, func(now time.Time, _ int) (int, map[string]string, string) {
 			if now.Before(end) {
 				secs := int(math.Ceil(end.Sub(now).Seconds()))
 				return 429, map[string]string{"retry-after": strconv.Itoa(secs)},
@@ -243,10 +251,10 @@ func TestFleetHerdIsStaggered(t *testing.T) {
 // same key; another key is untouched.
 func TestFleetStopsARevokedKey(t *testing.T) {
 	addr := fleetDaemon(t, "on")
-	unauthorized := newProvider(t, func(time.Time) (int, map[string]string, string) {
+	unauthorized := newProvider(t, func(time.Time, int) (int, map[string]string, string) {
 		return 401, nil, `{"error":{"message":"Incorrect API key provided: sk-abc***xyz.","type":"invalid_request_error","code":"invalid_api_key"}}`
 	})
-	timeout := newProvider(t, func(time.Time) (int, map[string]string, string) {
+	timeout := newProvider(t, func(time.Time, int) (int, map[string]string, string) {
 		return 408, nil, `{"error":{"message":"Request timed out.","type":"timeout"}}`
 	})
 	call := func(url, key string, opts ...policyd.Option) error {
@@ -281,7 +289,7 @@ func TestFleetStopsARevokedKey(t *testing.T) {
 // TestFleetNoRPCOnSuccess: calls that succeed never ask policyd.
 func TestFleetNoRPCOnSuccess(t *testing.T) {
 	addr := fleetDaemon(t, "on")
-	p := newProvider(t, func(time.Time) (int, map[string]string, string) { return 200, nil, `{"ok":true}` })
+	p := newProvider(t, func(time.Time, int) (int, map[string]string, string) { return 200, nil, `{"ok":true}` })
 	run := &fleetRun{}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	runAgents(ctx, t, addr, p.URL, "k1", 50, 20*time.Millisecond, run)
@@ -316,6 +324,7 @@ type callRecord struct {
 	start, end time.Time
 	attempts   int
 	err        error
+	decisions  []policyd.Decision // what the decision hook saw, in order
 }
 
 func (r callRecord) gated() bool { return errors.Is(r.err, policyd.ErrNotAdmitted) }
@@ -347,26 +356,32 @@ func (l *callLog) get() []callRecord {
 }
 
 // runGateAgents runs n agents against url until ctx ends, as runAgents
-// does, logging every call; each call has its own timeout.
+// does, logging every call and its decisions; each call has its own
+// timeout.
 func runGateAgents(ctx context.Context, t *testing.T, addr, url string, n int, think, timeout time.Duration, log *callLog,
 	opts ...policyd.Option) []*policyd.Client {
 	clients := make([]*policyd.Client, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		c := newClient(t, addr, append([]policyd.Option{policyd.WithClientID(fmt.Sprintf("gate-agent-%d", i))}, opts...)...)
+		// The hook runs on the calling goroutine, the agent's: its calls
+		// are one after the other.
+		var decided []policyd.Decision
+		hook := policyd.WithOnDecision(func(_ int, _ error, d policyd.Decision) { decided = append(decided, d) })
+		c := newClient(t, addr, append([]policyd.Option{policyd.WithClientID(fmt.Sprintf("gate-agent-%d", i)), hook}, opts...)...)
 		clients[i] = c
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
 				start, attempts := time.Now(), 0
+				decided = nil
 				err := c.Do(ctx, policyd.Call{Provider: "openai", Model: "gpt-4o", KeyID: "k1", Operation: "chat",
 					Method: "POST", Profile: "fleet_e2e", Timeout: timeout},
 					func(ctx context.Context, attempt int) error {
 						attempts++
-						return post(ctx, url)
+						return post(ctx, url, attempt)
 					})
-				log.add(callRecord{start: start, end: time.Now(), attempts: attempts, err: err})
+				log.add(callRecord{start: start, end: time.Now(), attempts: attempts, err: err, decisions: decided})
 				select {
 				case <-ctx.Done():
 				case <-time.After(think):
@@ -398,7 +413,7 @@ func TestFleetGateShedsOutage(t *testing.T) {
 		t.Skip("runs real agents for several seconds")
 	}
 	d := gateDaemon(t, gatePolicy)
-	p := newProvider(t, func(time.Time) (int, map[string]string, string) { return 503, nil, fleetOverloadedBody })
+	p := newProvider(t, func(time.Time, int) (int, map[string]string, string) { return 503, nil, fleetOverloadedBody })
 	var log callLog
 	const agents, runFor = 30, 10 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), runFor)
@@ -486,32 +501,150 @@ func TestFleetGateDaemonRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real agents for several seconds")
 	}
-	d := gateDaemon(t, gatePolicy)
+	daemonRestart(t, restartCase{
+		policy: gatePolicy, agents: 10, think: 50 * time.Millisecond, timeout: 2 * time.Second, down: 4 * time.Second,
+		answer: func(time.Time, int) (int, map[string]string, string) { return 503, nil, fleetOverloadedBody },
+		// The outage opens the breaker, and the gates stop first attempts.
+		ready: func(calls []callRecord) bool { return !firstCircuitStop(calls, time.Time{}).IsZero() },
+		// The new daemon's breaker opens on the agents' failures.
+		again: firstCircuitStop,
+	})
+}
+
+// TestFleetGateDaemonAwayLong: policyd is away for 40 s while the provider
+// fails every call's first attempt (503, overloaded) and answers its
+// retry. The fleet's breaker is open when policyd dies; once the gates'
+// assignments expire no gate refuses a first attempt, and every call
+// completes: its retry, decided by the fail-open policy, goes and
+// succeeds. Then policyd comes back on the same address and every stream
+// is back within 2 s, though the streams' own reconnect backoff has grown
+// to its 30 s cap by then.
+//
+// The agents call every 6 s: the process's own retry budget (10 tokens, a
+// failed attempt takes 1, a success gives 0.1, time 0.1 a second; the
+// fail-open policy's retries go while more than 5 are left) keeps up with
+// a call whose first attempt fails about every 9 s, after a burst of
+// about five; calling every 6 s for 40 s stays within it, so a refused
+// retry here is a fault (calling flat out, the budget would refuse
+// retries after a few calls by design: TestGateExpiryLimitsOnlyRetries).
+func TestFleetGateDaemonAwayLong(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real agents for about 45 s")
+	}
+	// Half the agents' attempts failing does not open the breaker (the
+	// new daemon's stays closed); other agents' failures open it just
+	// before policyd dies.
+	policy := strings.Replace(gatePolicy, "min_clients: 3,", "min_clients: 3, failure_rate: 0.9,", 1)
+	if policy == gatePolicy {
+		t.Fatal("gatePolicy's breaker has no min_clients to set failure_rate next to")
+	}
+	const agents = 12
+	run := daemonRestart(t, restartCase{
+		policy: policy, agents: agents, think: 6 * time.Second, timeout: 5 * time.Second, down: 40 * time.Second,
+		answer: func(_ time.Time, attempt int) (int, map[string]string, string) {
+			if attempt == 1 {
+				return 503, nil, fleetOverloadedBody
+			}
+			return 200, nil, `{"ok":true}`
+		},
+		// Every agent's first call is done: its gate has its assignment.
+		ready: func(calls []callRecord) bool { return len(calls) >= agents },
+		beforeKill: func(t *testing.T, addr string) {
+			fc := policydv1.NewFleetServiceClient(rawGRPC(t, addr))
+			sent := func() (int64, bool) {
+				bs, err := fc.ListBuckets(context.Background(), &policydv1.ListBucketsRequest{Provider: "openai", Model: "gpt-4o"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, b := range bs.GetBuckets() {
+					if b.GetScope() == "availability" {
+						return b.GetAssignmentsSent(), b.GetState().GetBreaker() == policydv1.BreakerState_BREAKER_STATE_OPEN
+					}
+				}
+				return 0, false
+			}
+			before, _ := sent()
+			failures(t, addr, 200, overloaded)
+			waitFor(t, 5*time.Second, "the OPEN breaker assigned to every agent", func() bool {
+				n, open := sent()
+				return open && n >= before+agents
+			})
+		},
+	})
+	var failed, unexpected, early int
+	for _, c := range run.down {
+		if !c.start.After(run.expired) {
+			early++ // the kept OPEN assignment may stop it
+			continue
+		}
+		if c.err != nil {
+			failed++
+			t.Errorf("a call while policyd was away failed after %d attempts: %v", c.attempts, c.err)
+			continue
+		}
+		if c.attempts != 2 || len(c.decisions) != 1 || !c.decisions[0].FailOpen || c.decisions[0].Action != policyd.ActionRetry {
+			unexpected++
+			t.Errorf("a call while policyd was away: %d attempts, decisions %+v; want its retry, decided by the fail-open policy",
+				c.attempts, c.decisions)
+		}
+	}
+	t.Logf("policyd away %v: %d calls, %d before the assignments expired, and after: %d failed, %d not one fail-open retry",
+		run.downFor.Round(time.Millisecond), len(run.down), early, failed, unexpected)
+}
+
+// restartCase is a run of agents while policyd dies and comes back on
+// the same address (daemonRestart).
+type restartCase struct {
+	// policy is the policy file (its fleet_e2e profile is the calls'),
+	// answer the provider's answer to each attempt.
+	policy string
+	answer func(now time.Time, attempt int) (int, map[string]string, string)
+	agents int
+	// think is each agent's pause between calls, timeout each call's
+	// budget, down how long policyd is away.
+	think, timeout, down time.Duration
+	// ready says when policyd may die, after beforeKill (nil: nothing);
+	// again (nil: not waited for), when the new daemon first assigned
+	// something since its restart.
+	ready      func(calls []callRecord) bool
+	beforeKill func(t *testing.T, addr string)
+	again      func(calls []callRecord, since time.Time) time.Time
+}
+
+// restartRun is what daemonRestart saw.
+type restartRun struct {
+	down    []callRecord // the calls that started after policyd died and ended before it was back
+	downFor time.Duration
+	expired time.Time // every assignment the gates kept has expired (ttl + grace, and a margin)
+}
+
+// daemonRestart runs rc's agents, kills policyd once rc.ready holds,
+// restarts it rc.down later on the same address, and checks what holds
+// whatever the provider does: no call blocks past its deadline, calls keep
+// flowing, no gate refuses a first attempt once the assignments expired
+// (ttl 1 s + grace 1 s), and every stream is back within 2 s of the
+// restart.
+func daemonRestart(t *testing.T, rc restartCase) restartRun {
+	t.Helper()
+	d := gateDaemon(t, rc.policy)
 	addr := d.addr
-	p := newProvider(t, func(time.Time) (int, map[string]string, string) { return 503, nil, fleetOverloadedBody })
+	p := newProvider(t, rc.answer)
 	var log callLog
-	const agents, timeout = 10, 2 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	clientsCh := make(chan []*policyd.Client, 1)
 	go func() {
-		clientsCh <- runGateAgents(ctx, t, addr, p.URL, agents, 50*time.Millisecond, timeout, &log,
+		clientsCh <- runGateAgents(ctx, t, addr, p.URL, rc.agents, rc.think, rc.timeout, &log,
 			policyd.WithGateGrace(time.Second), policyd.WithDaemonTimeout(500*time.Millisecond), policyd.WithParkLimit(0))
 	}()
 
-	// The outage opens the breaker, and the gates stop first attempts.
-	waitFor(t, 10*time.Second, "a gate stop before the restart", func() bool {
-		for _, c := range log.get() {
-			if c.gated() && c.stopReason() == policyd.StopCircuitOpen {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(t, 10*time.Second, "the run ready for policyd to die", func() bool { return rc.ready(log.get()) })
+	if rc.beforeKill != nil {
+		rc.beforeKill(t, addr)
+	}
 	killed := time.Now()
 	d.kill()
-	const down = 4 * time.Second
-	time.Sleep(down)
+	time.Sleep(rc.down)
 	d2, err := startDaemon(addr, "", "--fleet", "on", "--policy", d.policy)
 	if err != nil {
 		t.Fatal(err)
@@ -521,19 +654,13 @@ func TestFleetGateDaemonRestart(t *testing.T) {
 
 	// Back: every stream reconnects (the connection redials every second
 	// at most, and the stream waits for it), and the new daemon assigns
-	// again: its breaker opens on the agents' failures and the gates stop
-	// first attempts.
-	var reopened, allBack time.Time
+	// again.
+	var again, allBack time.Time
 	fc := policydv1.NewFleetServiceClient(rawGRPC(t, addr))
 	streaming := int32(0)
-	waitFor(t, 20*time.Second, "every stream back, and a CIRCUIT_OPEN gate stop after the restart", func() bool {
-		if reopened.IsZero() {
-			for _, c := range log.get() {
-				if c.start.After(restarted) && c.gated() && c.stopReason() == policyd.StopCircuitOpen {
-					reopened = c.start
-					break
-				}
-			}
+	waitFor(t, 20*time.Second, "every stream back after the restart", func() bool {
+		if again.IsZero() && rc.again != nil {
+			again = rc.again(log.get(), restarted)
 		}
 		bs, err := fc.ListBuckets(context.Background(), &policydv1.ListBucketsRequest{Provider: "openai", Model: "gpt-4o"})
 		if err == nil {
@@ -541,10 +668,10 @@ func TestFleetGateDaemonRestart(t *testing.T) {
 				streaming = max(streaming, b.GetStreamingClients())
 			}
 		}
-		if allBack.IsZero() && streaming >= agents {
+		if allBack.IsZero() && streaming >= int32(rc.agents) {
 			allBack = time.Now()
 		}
-		return !reopened.IsZero() && !allBack.IsZero()
+		return (rc.again == nil || !again.IsZero()) && !allBack.IsZero()
 	})
 	back := allBack.Sub(restarted)
 	cancel()
@@ -553,42 +680,60 @@ func TestFleetGateDaemonRestart(t *testing.T) {
 	}
 
 	calls, attempts := log.get(), p.times()
+	// The last assignment's ttl + grace, at the latest, and a margin.
+	run := restartRun{downFor: restarted.Sub(killed), expired: killed.Add(2*time.Second + 100*time.Millisecond)}
 	var longest time.Duration
-	var downCalls, budgetStops, refused, ownAdmitted int
-	expired := killed.Add(2 * time.Second) // the last assignment's ttl + grace, at the latest
+	var budgetStops, refused int
 	for _, c := range calls {
 		longest = max(longest, c.end.Sub(c.start))
 		if c.start.After(killed) && c.end.Before(restarted) {
-			downCalls++
+			run.down = append(run.down, c)
 			if c.stopReason() == policyd.StopRetryBudgetExhausted {
 				budgetStops++
 			}
-			if c.gated() && c.start.After(expired.Add(100*time.Millisecond)) {
+			if c.gated() && c.start.After(run.expired) {
 				refused++
 			}
 		}
 	}
-	ownAdmitted = countSince(attempts, expired.Add(100*time.Millisecond), restarted)
+	ownAdmitted := countSince(attempts, run.expired, restarted)
+	againText := "not awaited"
+	if !again.IsZero() {
+		againText = again.Sub(restarted).Round(time.Millisecond).String() + " later"
+	}
 	t.Logf("down %v: %d calls finished, %d first attempts refused by the gate after the assignments expired, %d retries refused by "+
-		"the own budget, %d attempts after the assignments expired; after the restart: assignments again %v later, all %d streams back %v later; "+
+		"the own budget, %d attempts after the assignments expired; after the restart: assignments again %s, all %d streams back %v later; "+
 		"longest call %v (timeout %v)",
-		down, downCalls, refused, budgetStops, ownAdmitted, reopened.Sub(restarted).Round(time.Millisecond), streaming, back.Round(time.Millisecond),
-		longest.Round(time.Millisecond), timeout)
+		run.downFor.Round(time.Millisecond), len(run.down), refused, budgetStops, ownAdmitted, againText, streaming, back.Round(time.Millisecond),
+		longest.Round(time.Millisecond), rc.timeout)
 	if refused > 0 {
 		t.Errorf("%d first attempts refused by the gate while policyd was away; want 0", refused)
 	}
 	if back > 2*time.Second {
 		t.Errorf("the streams were back %v after policyd; want within 2 s", back.Round(time.Millisecond))
 	}
-	if longest > timeout+300*time.Millisecond {
-		t.Errorf("a call took %v, past its %v deadline", longest, timeout)
+	if longest > rc.timeout+300*time.Millisecond {
+		t.Errorf("a call took %v, past its %v deadline", longest, rc.timeout)
 	}
-	if downCalls < agents*5 {
-		t.Errorf("only %d calls finished in the %v policyd was down; calls must keep flowing", downCalls, down)
+	if len(run.down) < rc.agents*5 {
+		t.Errorf("only %d calls finished in the %v policyd was down; calls must keep flowing", len(run.down), rc.down)
 	}
 	if ownAdmitted == 0 {
 		t.Errorf("while policyd was down: no attempt after the assignments expired")
 	}
+	return run
+}
+
+// firstCircuitStop is the start of the first call from since on that a
+// gate stopped for an open breaker (zero: none).
+func firstCircuitStop(calls []callRecord, since time.Time) time.Time {
+	var first time.Time
+	for _, c := range calls {
+		if c.start.After(since) && c.gated() && c.stopReason() == policyd.StopCircuitOpen && (first.IsZero() || c.start.Before(first)) {
+			first = c.start
+		}
+	}
+	return first
 }
 
 // TestFleetGateParksThroughOutage: the provider is down for about 10 s.
@@ -605,7 +750,7 @@ func TestFleetGateParksThroughOutage(t *testing.T) {
 	began := time.Now()
 	const healthy, outage = 2 * time.Second, 10 * time.Second
 	downAt, upAt := began.Add(healthy), began.Add(healthy+outage)
-	p := newProvider(t, func(now time.Time) (int, map[string]string, string) {
+	p := newProvider(t, func(now time.Time, _ int) (int, map[string]string, string) {
 		if !now.Before(downAt) && now.Before(upAt) {
 			return 503, nil, fleetOverloadedBody
 		}
@@ -637,7 +782,7 @@ func TestFleetGateParksThroughOutage(t *testing.T) {
 						Method: "POST", Profile: "fleet_e2e", Timeout: deadline},
 						func(ctx context.Context, attempt int) error {
 							attempts++
-							return post(ctx, p.URL)
+							return post(ctx, p.URL, attempt)
 						})
 					log.add(callRecord{start: start, end: time.Now(), attempts: attempts, err: err})
 				}()

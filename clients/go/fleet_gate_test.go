@@ -248,8 +248,10 @@ func TestGateBreakerOpenStops(t *testing.T) {
 	if pe.Decision.StopReason != policyd.StopCircuitOpen || pe.Attempts != 0 || op.runs.Load() != 0 {
 		t.Fatalf("stop reason %v, %d attempts, %d runs; want CIRCUIT_OPEN before any attempt", pe.Decision.StopReason, pe.Attempts, op.runs.Load())
 	}
-	if len(rpcs.get()) != 0 || len(decided.get()) != 0 {
-		t.Fatalf("RPCs %v, decisions %v: a gate stop asks nothing", rpcs.get(), decided.get())
+	// The stop asks policyd nothing, and is the gate's one decision.
+	if ds := decided.get(); len(rpcs.get()) != 0 || len(ds) != 1 || ds[0].Strategy != "fleet-gate" ||
+		ds[0].Action != policyd.ActionStop || ds[0].StopReason != policyd.StopCircuitOpen {
+		t.Fatalf("RPCs %v, decisions %+v: want none, and the gate's CIRCUIT_OPEN stop", rpcs.get(), ds)
 	}
 	msg := err.Error()
 	for _, want := range []string{"CIRCUIT_OPEN", "breaker open", "openai/gpt-4o@k1", "fleet gate"} {

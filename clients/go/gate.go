@@ -318,6 +318,8 @@ type gateVerdict struct {
 	// parked before this verdict (resume).
 	parked *parkedCall
 	waited time.Duration
+	// leftPark: the verdict ends a park (run.park).
+	leftPark bool
 	// assignmentReason is the assignment's reason (reason is the park
 	// text while parked).
 	assignmentReason string

@@ -159,11 +159,16 @@ func WithRand(r Rand) Option {
 func WithFailOpenPolicy(p FailOpenPolicy) Option { return func(c *config) { c.failOpen = p } }
 
 // DecisionFunc observes every decision: the failed attempt's number, its
-// error and what was decided (by policyd, or by the fail-open policy). It
-// runs on the calling goroutine before the wait and must not block.
+// error and what was decided — by policyd, by the fail-open policy, or by
+// the fleet gate (Strategy "fleet-gate": a stop, a fallback, a park as it
+// starts and as it ends; attempt 0 and no error before the first attempt).
+// It runs on the calling goroutine before the wait and must not block.
+// OpenTelemetry records the same decisions (docs/clients.md, "Tracing and
+// metrics"), a park's start excepted.
 type DecisionFunc func(attempt int, err error, d Decision)
 
-// WithOnDecision makes fn observe every decision, e.g. for metrics.
+// WithOnDecision makes fn observe every decision, e.g. for metrics of
+// your own.
 func WithOnDecision(fn DecisionFunc) Option { return func(c *config) { c.onDecision = fn } }
 
 // WithDialOptions adds gRPC dial options for Dial (default: plaintext, as
