@@ -47,3 +47,6 @@ def test_wheel_carries_py_typed_and_the_generated_stubs(tmp_path: Path) -> None:
     # Not a runtime dependency: the transport's extras, policyd-client[httpx] and [httpx2].
     assert httpx == ["Requires-Dist: httpx<1,>=0.28; extra == \"httpx\"",
                      "Requires-Dist: httpx2<3,>=2.16; python_version >= \"3.11\" and extra == \"httpx2\""]  # fmt: skip
+    # Nor is OpenTelemetry: its API is the otel extra (policyd-client[otel]).
+    otel = [line for line in header.splitlines() if line.startswith("Requires-Dist: opentelemetry")]
+    assert otel == ['Requires-Dist: opentelemetry-api<2,>=1.30; extra == "otel"']
