@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import grpc
 
-from . import _auth, _core, _fleet, _stream, _texts
+from . import _auth, _core, _fleet, _otel, _stream, _texts
 from ._core import Deadline, Safety, Spec, State
 from ._gate import GateAction, GateVerdict, Parked
 from ._gen.policyd.v1 import journal_pb2 as jpb
@@ -203,13 +203,24 @@ class ClientBase:
     ) -> float:
         """Log a retry and tell on_retry; return the delay to sleep (never past the deadline)."""
         delay = _core.bounded(decision.delay, self._remaining(st))
+        if _otel.ENABLED:
+            st.retrying = _otel.retry_decided(st.attempt, decision, delay, spec.provider, spec.model)
         _core.log_retry(self._log, spec, st.attempt, delay, failure, decision)
         if self.on_retry is not None:
             self.on_retry(RetryEvent(st.attempt, delay, exc, failure, decision, st.begun_context()))
         return delay
 
     @staticmethod
+    def _retry_sent(st: State) -> None:
+        """A retry decided with OpenTelemetry on goes out now (st.retrying): counted."""
+        assert st.retrying is not None
+        _otel.retry_sent(st.attempt, st.retrying)
+        st.retrying = None
+
+    @staticmethod
     def _fallback_hint(st: State, exc: Exception, decision: Decision) -> FallbackHint:
+        if _otel.ENABLED:
+            _otel.decided(st.attempt, decision)
         return FallbackHint(
             kind=decision.fallback, reason=decision.fallback_reason or decision.stop_text,
             error=exc, decision=decision, attempts=st.attempt, context_id=st.context_id,
@@ -219,6 +230,8 @@ class ClientBase:
     @staticmethod
     def _stopped(st: State, exc: Exception, decision: Decision) -> RetryStopped:
         """The error of a call that stops after attempt st.attempt (made after the context's finish)."""
+        if _otel.ENABLED:
+            _otel.decided(st.attempt, decision)
         return RetryStopped(exc, decision, attempts=st.attempt, context_id=st.begun_context())
 
     # ---- deciding after a failed attempt, around the RPCs
@@ -322,7 +335,7 @@ class Gated:
     """One call's side of the fleet gate: its target on the client's table, and the steps there
     that do not wait (the clients add the first call's wait, a hold's and a park's)."""
 
-    __slots__ = ("_call", "_client", "table", "target")
+    __slots__ = ("_after", "_call", "_client", "table", "target")
 
     def __init__(
         self, client: ClientBase, table: _fleet.FleetTable, target: _fleet.Target, call: _fleet.GateCall
@@ -331,18 +344,26 @@ class Gated:
         self.table = table
         self.target = target
         self._call = call  # its class and input tokens
+        self._after = 0  # OpenTelemetry on: the attempt the gate's current check follows (0: none yet)
 
     def first(self, st: State, can_fall_back: bool) -> GateVerdict:
         """Gate the call's first attempt (counted as admitted or shed, with its class and tokens)."""
         c = self._client
-        return self.table.check(
+        v = self.table.check(
             self.target, c._remaining(st), can_fall_back, c.fail_open.random(), c.park_limit, self._call
         )
+        if _otel.ENABLED:
+            _otel.gate_checked(0, self.target, v)
+        return v
 
     def retry(self, st: State) -> GateVerdict:
         """Gate a retry: an open breaker parks it until the fleet sees the provider back; a stopped
         key stops it."""
-        return self.table.check_retry(self.target, self._client._remaining(st), self._client.park_limit)
+        v = self.table.check_retry(self.target, self._client._remaining(st), self._client.park_limit)
+        if _otel.ENABLED:
+            self._after = st.attempt - 1
+            _otel.gate_checked(self._after, self.target, v)
+        return v
 
     def resume(self, p: Parked) -> GateVerdict:
         """Check a parked call again."""
@@ -350,6 +371,8 @@ class Gated:
 
     def parked(self, v: GateVerdict) -> None:
         """Report a parked call to on_retry (attempt 0): as it parks, and as it leaves."""
+        if _otel.ENABLED and v.action is not GateAction.PARK:
+            _otel.park_ended(self._after, self.target, v)
         on_retry = self._client.on_retry
         if on_retry is not None:
             t = self.target

@@ -13,7 +13,7 @@ import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import TYPE_CHECKING, Literal, Union
 
 import grpc
 
@@ -21,6 +21,9 @@ from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from .decision import Action, Decision
 from .failure import FailureMapper, clip_label, failure_from_exception
+
+if TYPE_CHECKING:
+    from ._otel import Retry
 
 if sys.version_info >= (3, 14):
     from uuid import uuid7 as _uuid7
@@ -244,6 +247,8 @@ class State:
     # Attempts policyd has not journaled (journaled=false, or decided while it
     # was unreachable), recorded when the call ends; recording is idempotent.
     pending: list[jpb.RecordAttemptRequest] = field(default_factory=list)
+    # With OpenTelemetry on: the retry being waited for, counted when it is sent (_otel.Retry).
+    retrying: Retry | None = None
 
     def remaining(self, now: float) -> float | None:
         return None if self.deadline is None else self.deadline - now

@@ -256,6 +256,8 @@ class Client(ClientBase):
                         self._finish(spec, st, jpb.OUTCOME_FAILED)
                         raise gate.retry_stopped(st, rv, last_exc) from last_exc
                     gate.retried()
+                if st.retrying is not None:  # OpenTelemetry on: the retry is counted as it goes
+                    self._retry_sent(st)
                 started = self._clock()
                 try:
                     result = fn()
