@@ -40,7 +40,7 @@ def example_env() -> dict[str, str]:
 
 
 def test_readme_has_the_examples() -> None:
-    assert len(blocks()) == 6
+    assert len(blocks()) == 7
 
 
 def test_readme_opens_with_the_transport(daemon: Daemon, server: FakeServer) -> None:
@@ -64,7 +64,13 @@ def test_readme_opens_with_the_transport(daemon: Daemon, server: FakeServer) -> 
 
 @pytest.mark.parametrize(
     "index, expect",
-    [(1, "hi from the fake model"), (2, "<h1>Example"), (3, "hello from the fake claude"), (5, "fake chat")],
+    [
+        (1, "hi from the fake model"),
+        (2, "<h1>Example"),
+        (3, "hello from the fake claude"),
+        (5, "fake chat"),
+        (6, '"policyd.decided_by": "policyd"'),  # the decision on the span the console exporter prints
+    ],
 )
 def test_readme_example_runs(index: int, expect: str, daemon: Daemon, server: FakeServer) -> None:
     server.script("/v1/chat/completions", Reply(429, headers={"retry-after": "1"}, body="{}"), Reply(200, body=CHAT))
