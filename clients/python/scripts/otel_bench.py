@@ -6,7 +6,9 @@ rounds alternating. ``--baseline DIR`` times the package in DIR (e.g. an older c
 
     .venv/bin/python scripts/otel_bench.py [--rounds 9] [--calls 100000] [--baseline DIR]
 
-Prints one line a tree and mode: the median of the rounds, and their spread (min to max).
+Prints one line a tree and mode: the median of the rounds, and their spread (min to max); with
+a baseline, then the median over the rounds of this tree's time over the baseline's, a mode at a
+time (a ratio of timings taken moments apart, steadier than either on a busy machine).
 """
 
 from __future__ import annotations
@@ -63,11 +65,15 @@ def main() -> None:
         trees["baseline"] = args.baseline.resolve()
     times: dict[tuple[str, str], list[float]] = {(t, m): [] for t in trees for m in MODES}
     for _ in range(args.rounds):
-        for tree, src in trees.items():
-            for mode in MODES:
+        for mode in MODES:  # a mode's trees one after the other: the ratio compares neighbours
+            for tree, src in trees.items():
                 times[tree, mode].append(time_once(src, mode, args.calls))
     for (tree, mode), ns in times.items():
         print(f"{tree:8} {mode:4}  {statistics.median(ns):7.0f} ns/call  ({min(ns):.0f}-{max(ns):.0f})")
+    if args.baseline is not None:
+        for mode in MODES:
+            ratios = [a / b for a, b in zip(times["this", mode], times["baseline", mode], strict=True)]
+            print(f"this/baseline {mode:4}  {statistics.median(ratios):.3f}  ({min(ratios):.3f}-{max(ratios):.3f})")
 
 
 if __name__ == "__main__":
