@@ -93,9 +93,9 @@ type Assignment struct {
 	// InFlightLease is the most requests the process may have in flight
 	// on the target (nil: no cap).
 	InFlightLease *uint32
-	ProbePermits       uint32
-	Reason             string
-	Fallback           *policydv1.Fallback
+	ProbePermits  uint32
+	Reason        string
+	Fallback      *policydv1.Fallback
 	// ParkHint is the daemon's estimate of how long until the gate admits
 	// again (0: unknown): a call whose deadline comes first does not park.
 	ParkHint time.Duration
