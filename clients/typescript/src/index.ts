@@ -39,6 +39,7 @@ export {
   type GateVerdict,
   PARK_LIMIT_MS,
   type Parked,
+  type PriorityClass,
 } from "./gate.js";
 export { checkResponse, HttpError, type HttpErrorInit } from "./http_error.js";
 export { type JournalOutcome, newContextId } from "./journal.js";
