@@ -14,7 +14,8 @@ import { Code, ConnectError, createClient as createConnectClient, type Transport
 import type { Random } from "./clock.js";
 import { type Decision, durationMs, durationOf, type FailureType, names } from "./decision.js";
 import { headersOf } from "./failure.js";
-import { Gate, type GateAssignment, type GateVerdict, type Parked, type Target } from "./gate.js";
+import { CallUsage } from "./bucket_usage.js";
+import { Gate, type GateAssignment, type GateVerdict, type Parked, type PriorityClass, type Target } from "./gate.js";
 import { FLEET_LIMITS } from "./limits.js";
 import {
   type Assignment,
@@ -90,6 +91,8 @@ interface Entry {
   succeeded: number;
   failed: number;
   retries: number;
+  /** Token estimates, the batch class's counts, calls in flight. */
+  usage: CallUsage;
   headers: Record<string, string> | undefined;
   /** The target must be (re)subscribed: a new stream, or a use after an abandon. */
   subscribe: boolean;
@@ -166,10 +169,16 @@ export class Coordinator {
 
   /**
    * check gates a first attempt to target: remainingMs is the time left
-   * before the caller's deadline (undefined: none). It counts the attempt
-   * as admitted or shed and opens the stream at the first use.
+   * before the caller's deadline (undefined: none); call, its priority
+   * class and input-token estimate. It counts the attempt as admitted or
+   * shed and opens the stream at the first use.
    */
-  check(target: Target, remainingMs: number | undefined, canFallBack: boolean): Gated {
+  check(
+    target: Target,
+    remainingMs: number | undefined,
+    canFallBack: boolean,
+    call: { cls?: PriorityClass | undefined; inputTokens?: number | undefined } = {},
+  ): Gated {
     const e = this.#entry(target);
     if (!e) {
       const verdict: GateVerdict = { action: "admit", waitMs: 0, probe: false, stopReason: "", reason: "" };
@@ -178,7 +187,8 @@ export class Coordinator {
     const now = this.#d.now();
     e.usedAt = now;
     const a = e.gate.assignment;
-    const verdict = e.gate.check(now, remainingMs, canFallBack, this.#d.random, this.#d.parkLimitMs);
+    const verdict = e.gate.check(now, remainingMs, canFallBack, this.#d.random, this.#d.parkLimitMs, call.cls);
+    e.usage.first(call.inputTokens);
     if (verdict.action === "admit" || verdict.action === "wait") e.admitted++;
     else if (verdict.action !== "park") e.shed++;
     this.#start();
@@ -276,10 +286,17 @@ export class Coordinator {
     this.#apply(res);
   }
 
-  /** A retry of a call to target is being sent. */
-  retry(target: Target): void {
+  /** A retry of a call to target, carrying inputTokens (an estimate), is being sent. */
+  retry(target: Target, inputTokens?: number): void {
     const e = this.#entry(target);
-    if (e) e.retries++;
+    if (!e) return;
+    e.retries++;
+    e.usage.retry(inputTokens);
+  }
+
+  /** A request to target was sent: it is in flight until the returned function is called. */
+  began(target: Target): () => void {
+    return this.#entry(target)?.usage.began() ?? (() => {});
   }
 
   /** An attempt (first or retry) to target ended: ok, or failed. */
@@ -354,6 +371,7 @@ export class Coordinator {
       succeeded: 0,
       failed: 0,
       retries: 0,
+      usage: new CallUsage(),
       headers: undefined,
       subscribe: true,
       reportedAt: now,
@@ -374,7 +392,7 @@ export class Coordinator {
   /** Drops rows unused for FORGET_AFTER_MS with nothing to report and no live assignment. */
   #forget(now: number): void {
     for (const [key, e] of this.#entries) {
-      if (now - e.usedAt < FORGET_AFTER_MS || pending(e)) continue;
+      if (now - e.usedAt < FORGET_AFTER_MS || pending(e) || e.usage.inFlight > 0) continue;
       if (e.gate.assignment && !e.gate.expired(now)) continue;
       this.#entries.delete(key);
     }
@@ -480,15 +498,18 @@ export class Coordinator {
       if (usage.length >= MAX_USAGES) break;
       if (!pending(e)) continue;
       const admitted = take(e, "admitted");
+      const shed = take(e, "shed", MAX_COUNT - Number(admitted));
+      const retries = take(e, "retries");
       const u = {
         target: { ...e.target },
         elapsed: durationOf(Math.min(MAX_ELAPSED_MS, Math.max(1, now - e.reportedAt))),
         admitted,
-        shed: take(e, "shed", MAX_COUNT - Number(admitted)),
+        shed,
         succeeded: take(e, "succeeded"),
         failed: take(e, "failed"),
-        retries: take(e, "retries"),
+        retries,
         rateLimitHeaders: e.headers ?? {},
+        ...e.usage.take(e.gate, Number(admitted), Number(shed), Number(retries)),
       };
       e.headers = undefined;
       e.subscribe = false;
@@ -574,7 +595,15 @@ function take(
 
 /** Whether e has counts or headers to send. */
 function hasCounts(e: Entry): boolean {
-  return e.headers !== undefined || e.admitted > 0 || e.shed > 0 || e.succeeded > 0 || e.failed > 0 || e.retries > 0;
+  return (
+    e.headers !== undefined ||
+    e.admitted > 0 ||
+    e.shed > 0 ||
+    e.succeeded > 0 ||
+    e.failed > 0 ||
+    e.retries > 0 ||
+    e.usage.pending(e.gate)
+  );
 }
 
 /** Whether e is due in the next report: counts, headers, or a subscription to make. */
@@ -621,6 +650,8 @@ function assignmentOf(a: Assignment): GateAssignment {
     probePermits: a.probePermits,
     reason: a.reason,
   };
+  const bf = a.batchAdmitFraction;
+  if (bf !== undefined && !Number.isNaN(bf)) g.batchAdmitFraction = Math.min(1, Math.max(0, bf));
   const fb = a.fallback;
   if (fb && (fb.kind !== 0 || fb.provider || fb.model)) {
     g.fallback = { kind: names.fallbackKind(fb.kind), provider: fb.provider, model: fb.model, reason: fb.reason };
@@ -634,6 +665,7 @@ function describe(a: GateAssignment): string {
   if (a.holdMs) parts.push(`hold ${a.holdMs}ms`);
   if (a.stopMs) parts.push(`stop ${a.stopMs}ms`);
   if (a.admitFraction < 1) parts.push(`admit ${a.admitFraction}`);
+  if (a.batchAdmitFraction !== undefined) parts.push(`admit batch ${a.batchAdmitFraction}`);
   if (a.probePermits) parts.push(`${a.probePermits} probe permits`);
   if (a.fallback) parts.push(`fallback ${a.fallback.kind || "?"} ${a.fallback.provider}/${a.fallback.model}`);
   if (a.reason) parts.push(a.reason);

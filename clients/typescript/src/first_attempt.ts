@@ -7,7 +7,7 @@ import type { Clock } from "./clock.js";
 import type { Coordinator, Gated } from "./coordinate.js";
 import type { Decision } from "./decision.js";
 import { emptyFailure } from "./failure.js";
-import type { GateVerdict, Target } from "./gate.js";
+import type { GateVerdict, PriorityClass, Target } from "./gate.js";
 import type { FallbackHint } from "./options.js";
 import { PolicydError } from "./policyd_error.js";
 import { waitFor } from "./stream.js";
@@ -64,6 +64,9 @@ function parkDecision(gated: Gated): Decision {
 /** @internal What gating a call's first attempt needs from the call. */
 export interface FirstAttempt<T> {
   target: Target;
+  /** The call's priority class and input-token estimate. */
+  cls: PriorityClass;
+  inputTokens: number | undefined;
   deadlineMs: number | undefined;
   clock: Clock;
   /** The call's signal (the caller's and the deadline's). */
@@ -90,7 +93,7 @@ export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): P
     if (f.callerSignal?.aborted) throw f.callerSignal.reason;
   }
   const remaining = f.deadlineMs === undefined ? undefined : Math.max(0, f.deadlineMs - f.clock.now());
-  let gated = c.check(f.target, remaining, f.fallback !== undefined);
+  let gated = c.check(f.target, remaining, f.fallback !== undefined, { cls: f.cls, inputTokens: f.inputTokens });
   if (gated.verdict.action === "park") gated = await park(c, f.target, gated, f.signal, f.callerSignal, f.onDecision);
   const verdict = gated.verdict;
   if (verdict.action === "admit") return undefined;

@@ -22,6 +22,7 @@ import {
   type ClientOptions,
   classifyOptionsOf,
   deadlineOf,
+  gateCallOf,
   type Settings,
   targetOf,
 } from "./options.js";
@@ -62,6 +63,7 @@ export async function run<T>(
   const clock = s.clock;
   const callerSignal = options.signal;
   callerSignal?.throwIfAborted();
+  const { cls, inputTokens } = gateCallOf(options);
   const start = clock.now();
   const deadlineMs = deadlineOf(options, start);
   const budget = new Budget(callerSignal, deadlineMs === undefined ? undefined : deadlineMs - clock.now());
@@ -88,6 +90,8 @@ export async function run<T>(
     if (coord) {
       const gated = await gateFirstAttempt(coord, {
         target,
+        cls,
+        inputTokens,
         deadlineMs,
         clock,
         signal,
@@ -114,7 +118,7 @@ export async function run<T>(
             contextId: journal.contextId,
           });
         }
-        coord.retry(target);
+        coord.retry(target, inputTokens);
       }
       const began = clock.now();
       let result: T;
