@@ -1,0 +1,76 @@
+// What a request through the fetch transport (fetch.ts) calls, when the
+// transport's options do not say (docs/clients.md, "The transport"): the
+// provider from the URL's host, else its path; the model from the JSON
+// body, else a Gemini-style path. clients/testdata/transport_hosts.json
+// holds the same host table and the cases every client passes.
+
+/** API hosts and their providers; "*." matches any subdomain. */
+export const PROVIDER_HOSTS: Readonly<Record<string, string>> = Object.freeze({
+  "api.openai.com": "openai",
+  "api.anthropic.com": "anthropic",
+  "generativelanguage.googleapis.com": "google",
+  "*.openai.azure.com": "azure",
+  "api.mistral.ai": "mistral",
+  "api.groq.com": "groq",
+  "api.deepseek.com": "deepseek",
+  "openrouter.ai": "openrouter",
+});
+
+/** A body larger than this is passed on without reading its model. */
+export const MAX_MODEL_BODY_BYTES = 8 << 20;
+
+const EXACT = new Map<string, string>();
+const SUFFIXES: [string, string][] = [];
+for (const [host, provider] of Object.entries(PROVIDER_HOSTS)) {
+  if (host.startsWith("*.")) SUFFIXES.push([host.slice(1), provider]);
+  else EXACT.set(host, provider);
+}
+
+/** providerOf is the provider url calls: by its host, else its path, else "unknown". */
+export function providerOf(url: URL): string {
+  const host = url.hostname.toLowerCase();
+  const exact = EXACT.get(host);
+  if (exact) return exact;
+  for (const [suffix, provider] of SUFFIXES) if (host.endsWith(suffix)) return provider;
+  const segments = url.pathname.split("/");
+  for (let i = 0; i < segments.length; i++) {
+    const s = segments[i];
+    const next = segments[i + 1];
+    if (s === "v1" && next === "messages") return "anthropic";
+    if ((s === "chat" && next === "completions") || s === "responses") return "openai";
+  }
+  return "unknown";
+}
+
+/**
+ * modelOf is the model a request names: the top-level string "model" of a
+ * JSON object body (body: its text, undefined when it is not text or too
+ * large), else a path segment "models/{model}:{method}"; "" when neither.
+ */
+export function modelOf(body: string | undefined, url: URL): string {
+  if (body !== undefined && body.length <= MAX_MODEL_BODY_BYTES && firstChar(body) === "{") {
+    try {
+      const parsed: unknown = JSON.parse(body);
+      const model = (parsed as Record<string, unknown> | null)?.["model"];
+      if (typeof model === "string") return model;
+    } catch {
+      // not JSON: no model from the body
+    }
+  }
+  const m = /\/models\/([^/:]+):/.exec(url.pathname);
+  if (!m) return "";
+  try {
+    return decodeURIComponent(m[1]!);
+  } catch {
+    return m[1]!; // not percent-encoded as it should be: as it stands
+  }
+}
+
+/** The first character of s that is not JSON white space. */
+function firstChar(s: string): string {
+  for (let i = 0; i < s.length; i++) {
+    const c = s[i]!;
+    if (c !== " " && c !== "\n" && c !== "\r" && c !== "\t") return c;
+  }
+  return "";
+}
