@@ -13,7 +13,7 @@ import { failureFromError } from "./failure.js";
 import { HttpError } from "./http_error.js";
 import { type Attempt, type CallOptions, gateCallOf, targetOf } from "./options.js";
 import { PolicydError } from "./policyd_error.js";
-import { MAX_MODEL_BODY_BYTES, modelOf, providerOf } from "./request_target.js";
+import { bodyModelOf, MAX_MODEL_BODY_BYTES, pathModelOf, providerOf } from "./request_target.js";
 import { run, type RunContext } from "./run.js";
 
 /**
@@ -52,8 +52,8 @@ type Headers_ = RequestInit["headers"];
 
 /** A request as the transport sends it, attempt after attempt. */
 interface Outgoing {
-  url: URL;
-  /** What each attempt passes to fetch, but its signal; the body is one that can be sent again when replayable. */
+  href: string;
+  /** What each attempt passes to fetch: the caller's init, or a copy without the input-token header. */
   init: RequestInit;
   /** The caller's signal. */
   signal: AbortSignal | undefined;
@@ -82,11 +82,13 @@ export function fetchThrough(ctx: RunContext, options: FetchOptions = {}): typeo
   const timed = fixed.timeoutMs !== undefined || fixed.attemptTimeoutMs !== undefined;
 
   return async function policydFetch(input: string | URL | Request, init?: RequestInit): Promise<Response> {
-    const out = await outgoing(input, init);
+    const out =
+      typeof input === "string" || input instanceof URL ? outgoing(input, init) : await outgoingRequest(input, init);
+    const endpoint = fixed.provider && fixed.model ? undefined : endpointOf(out.href);
     const call: CallOptions<Response> = {
       ...fixed,
-      provider: fixed.provider || providerOf(out.url),
-      model: fixed.model || modelOf(out.text, out.url),
+      provider: fixed.provider || endpoint!.provider,
+      model: fixed.model || bodyModelOf(out.text) || endpoint!.pathModel,
       operation: fixed.operation ?? "llm",
       method: out.method,
       inputTokens: out.tokens,
@@ -95,14 +97,16 @@ export function fetchThrough(ctx: RunContext, options: FetchOptions = {}): typeo
     if (!out.replayable) call.safety = "IRREVERSIBLE" satisfies Safety;
     if (out.signal) call.signal = out.signal;
     const target = targetOf(call);
-    const href = out.url.href;
+    const href = out.href;
 
     let failed: { thrown: Response; response: Response } | undefined;
     const drop = () => {
       failed?.response.body?.cancel().catch(noop);
       failed = undefined;
     };
-    const signalOf = (a: Attempt): AbortSignal | undefined => (timed ? joined(a.signal, out.signal) : out.signal);
+    // The caller's signal as given, unless the call's own bounds must end the attempt too.
+    const initOf = (a: Attempt): RequestInit =>
+      timed ? { ...out.init, signal: joined(a.signal, out.signal) } : out.init;
     // A stream cut after its first byte: reported as a failure decided here, never retried.
     const cut = (err: unknown) => {
       if (out.signal?.aborted || !coordinator) return; // the caller ended it: not the provider's failure
@@ -124,12 +128,12 @@ export function fetchThrough(ctx: RunContext, options: FetchOptions = {}): typeo
       const ended = coordinator ? coordinator.began(target) : noop;
       let res: Response;
       try {
-        res = await send(href, { ...out.init, signal: signalOf(a) });
+        res = await send(href, initOf(a));
       } catch (err) {
         ended();
         throw err;
       }
-      coordinator?.observeRateLimits(target, res.headers);
+      if (coordinator && hasRateLimits(res.headers)) coordinator.observeRateLimits(target, res.headers);
       if (res.status < 400) {
         if (res.body && isEventStream(res)) return watched(res, ended, cut);
         ended();
@@ -157,36 +161,51 @@ export function fetchThrough(ctx: RunContext, options: FetchOptions = {}): typeo
   };
 }
 
-/**
- * outgoing reads what the transport needs of a request: its URL, method
- * and body (a Request's body is buffered, so that it can be sent again),
- * and the input-token header, which it takes out of the headers.
- */
-async function outgoing(input: string | URL | Request, init: RequestInit | undefined): Promise<Outgoing> {
-  let url: string;
-  let req: RequestInit;
-  if (typeof input === "string" || input instanceof URL) {
-    url = String(input);
-    req = init ? { ...init } : {};
-  } else {
-    const r = init ? new Request(input, init) : input;
-    url = r.url;
-    req = {
-      method: r.method,
-      headers: r.headers,
-      body: r.body ? new Uint8Array(await r.arrayBuffer()) : null,
-      redirect: r.redirect,
-      signal: r.signal,
-      keepalive: r.keepalive,
-      integrity: r.integrity,
-      referrer: r.referrer,
-      referrerPolicy: r.referrerPolicy,
-    };
+/** What the transport reads of a URL: parsed once per endpoint (its query and fragment aside). */
+const endpoints = new Map<string, { provider: string; pathModel: string }>();
+const MAX_ENDPOINTS = 256;
+
+function endpointOf(href: string): { provider: string; pathModel: string } {
+  const cut = href.search(/[?#]/);
+  const key = cut < 0 ? href : href.slice(0, cut);
+  let e = endpoints.get(key);
+  if (!e) {
+    const url = new URL(key);
+    e = { provider: providerOf(url), pathModel: pathModelOf(url.pathname) };
+    if (endpoints.size >= MAX_ENDPOINTS) endpoints.clear();
+    endpoints.set(key, e);
   }
-  const signal = req.signal ?? undefined;
-  delete req.signal;
+  return e;
+}
+
+/**
+ * outgoingRequest is outgoing of a Request: its parts, its body buffered
+ * so that it can be sent again.
+ */
+async function outgoingRequest(input: Request, init: RequestInit | undefined): Promise<Outgoing> {
+  const r = init ? new Request(input, init) : input;
+  return outgoing(r.url, {
+    method: r.method,
+    headers: r.headers,
+    body: r.body ? new Uint8Array(await r.arrayBuffer()) : null,
+    redirect: r.redirect,
+    signal: r.signal,
+    keepalive: r.keepalive,
+    integrity: r.integrity,
+    referrer: r.referrer,
+    referrerPolicy: r.referrerPolicy,
+  });
+}
+
+/**
+ * outgoing reads what the transport needs of a request: its URL, method,
+ * signal and body, and the input-token header, which it takes out of a
+ * copy of the headers (the caller's init is sent as it is otherwise).
+ */
+function outgoing(input: string | URL, init: RequestInit | undefined): Outgoing {
+  let req = init ?? {};
   const { headers, value } = takeHeader(req.headers, INPUT_TOKENS_HEADER);
-  if (value !== undefined) req.headers = headers;
+  if (value !== undefined) req = { ...req, headers };
   const body = bodyOf(req.body, headers);
   let tokens = body.bytes === undefined ? undefined : Math.ceil(body.bytes / BYTES_PER_TOKEN);
   if (value !== undefined) {
@@ -199,9 +218,9 @@ async function outgoing(input: string | URL | Request, init: RequestInit | undef
     tokens = n;
   }
   return {
-    url: new URL(url),
+    href: typeof input === "string" ? input : input.href,
     init: req,
-    signal,
+    signal: req.signal ?? undefined,
     method: (req.method ?? "GET").toUpperCase(),
     replayable: body.replayable,
     text: body.text,
@@ -295,6 +314,27 @@ function joined(...signals: (AbortSignal | undefined)[]): AbortSignal {
     s.addEventListener("abort", () => ac.abort(s.reason), { once: true });
   }
   return ac.signal;
+}
+
+/**
+ * The limit headers the providers send on every response (OpenAI's, and
+ * those who copy it, and Anthropic's): a response without any of them has
+ * none to hand over, and is not scanned.
+ */
+const LIMIT_HEADERS = [
+  "x-ratelimit-limit-requests",
+  "x-ratelimit-limit-tokens",
+  "x-ratelimit-remaining-requests",
+  "x-ratelimit-remaining-tokens",
+  "anthropic-ratelimit-requests-limit",
+  "anthropic-ratelimit-tokens-limit",
+  "anthropic-ratelimit-input-tokens-limit",
+  "anthropic-ratelimit-output-tokens-limit",
+];
+
+function hasRateLimits(headers: Headers): boolean {
+  for (const name of LIMIT_HEADERS) if (headers.has(name)) return true;
+  return false;
 }
 
 function isEventStream(res: Response): boolean {

@@ -48,16 +48,32 @@ export function providerOf(url: URL): string {
  * large), else a path segment "models/{model}:{method}"; "" when neither.
  */
 export function modelOf(body: string | undefined, url: URL): string {
-  if (body !== undefined && body.length <= MAX_MODEL_BODY_BYTES && firstChar(body) === "{") {
-    try {
-      const parsed: unknown = JSON.parse(body);
-      const model = (parsed as Record<string, unknown> | null)?.["model"];
-      if (typeof model === "string") return model;
-    } catch {
-      // not JSON: no model from the body
-    }
+  return bodyModelOf(body) || pathModelOf(url.pathname);
+}
+
+const MODEL_FIRST = '{"model":"';
+
+/** bodyModelOf is the top-level string "model" of a JSON object body; "" when there is none. */
+export function bodyModelOf(body: string | undefined): string {
+  if (body === undefined || body.length > MAX_MODEL_BODY_BYTES || !body.includes('"model"')) return "";
+  if (body.startsWith(MODEL_FIRST)) {
+    // JSON.stringify({ model, ... }), as the SDKs send it: no need to parse the rest.
+    const end = body.indexOf('"', MODEL_FIRST.length);
+    const model = body.slice(MODEL_FIRST.length, end);
+    if (end > 0 && !model.includes("\\")) return model;
   }
-  const m = /\/models\/([^/:]+):/.exec(url.pathname);
+  if (firstChar(body) !== "{") return "";
+  try {
+    const model = (JSON.parse(body) as Record<string, unknown> | null)?.["model"];
+    return typeof model === "string" ? model : "";
+  } catch {
+    return ""; // not JSON: no model from the body
+  }
+}
+
+/** pathModelOf is the model of a Gemini-style path, ".../models/{model}:{method}"; "" when it is not one. */
+export function pathModelOf(pathname: string): string {
+  const m = /\/models\/([^/:]+):/.exec(pathname);
   if (!m) return "";
   try {
     return decodeURIComponent(m[1]!);
