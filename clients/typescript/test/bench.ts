@@ -1,12 +1,13 @@
 // The fetch transport's cost (scripts/bench.sh): requests a second through
 // client.fetch and through the bare global fetch, against the fake provider
 // without limits (bin/policyd-fakeprovider) and a policyd with fleet memory
-// on, in alternating rounds of one run, so that both see the same machine.
+// on, in alternating rounds of one run, so that both see the same machine;
+// each request with an abort signal of its own, as the SDKs send them.
 // It prints one line: transport/bare=R (the median ratio of the rounds'
 // pairs) and the two rates over the whole run.
 //
 // Env: POLICYD_BIN and FAKEPROVIDER_BIN (the built binaries), BENCH_ROUNDS
-// (rounds of each, default 5), BENCH_SECONDS (a round's length, default 2),
+// (pairs of rounds, default 40), BENCH_SECONDS (a round's length, default 0.5),
 // BENCH_CONCURRENCY (requests in flight, default 8).
 
 import { type ChildProcess, spawn } from "node:child_process";
