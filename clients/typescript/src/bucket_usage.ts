@@ -5,13 +5,14 @@
 // (coordinate.ts) keeps one per target and adds its fields to each report.
 
 import type { Gate } from "./gate.js";
+import { FLEET_LIMITS } from "./limits.js";
 
 /**
- * The most input tokens a report may carry for each call it counts
- * (fleet.proto: first attempts admitted and shed, retries); a larger
- * estimate is cut to it.
+ * The most input tokens a report may carry for each call it counts (first
+ * attempts admitted and shed, retries; clients/testdata/limits.json); a
+ * larger estimate is cut to it.
  */
-export const MAX_TOKENS_PER_CALL = 2_000_000;
+const MAX_TOKENS_PER_CALL = FLEET_LIMITS.protocol.inputTokensPerCallMax;
 
 /** @internal The fields CallUsage adds to a report. */
 export interface UsageFields {

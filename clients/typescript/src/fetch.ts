@@ -13,7 +13,7 @@ import { failureFromError } from "./failure.js";
 import { HttpError } from "./http_error.js";
 import { type Attempt, type CallOptions, gateCallOf, targetOf } from "./options.js";
 import { PolicydError } from "./policyd_error.js";
-import { bodyModelOf, MAX_MODEL_BODY_BYTES, pathModelOf, providerOf } from "./request_target.js";
+import { bodyModelOf, MAX_MODEL_BODY_BYTES, operationOf, pathModelOf, providerOf } from "./request_target.js";
 import { run, type RunContext } from "./run.js";
 
 /**
@@ -84,12 +84,12 @@ export function fetchThrough(ctx: RunContext, options: FetchOptions = {}): typeo
   return async function policydFetch(input: string | URL | Request, init?: RequestInit): Promise<Response> {
     const out =
       typeof input === "string" || input instanceof URL ? outgoing(input, init) : await outgoingRequest(input, init);
-    const endpoint = fixed.provider && fixed.model ? undefined : endpointOf(out.href);
+    const endpoint = fixed.provider && fixed.model && fixed.operation ? undefined : endpointOf(out.href);
     const call: CallOptions<Response> = {
       ...fixed,
       provider: fixed.provider || endpoint!.provider,
       model: fixed.model || bodyModelOf(out.text) || endpoint!.pathModel,
-      operation: fixed.operation ?? "llm",
+      operation: fixed.operation || endpoint!.operation,
       method: out.method,
       inputTokens: out.tokens,
     };
@@ -162,16 +162,23 @@ export function fetchThrough(ctx: RunContext, options: FetchOptions = {}): typeo
 }
 
 /** What the transport reads of a URL: parsed once per endpoint (its query and fragment aside). */
-const endpoints = new Map<string, { provider: string; pathModel: string }>();
+const endpoints = new Map<string, Endpoint>();
 const MAX_ENDPOINTS = 256;
 
-function endpointOf(href: string): { provider: string; pathModel: string } {
+interface Endpoint {
+  provider: string;
+  /** A Gemini-style path's model. */
+  pathModel: string;
+  operation: string;
+}
+
+function endpointOf(href: string): Endpoint {
   const cut = href.search(/[?#]/);
   const key = cut < 0 ? href : href.slice(0, cut);
   let e = endpoints.get(key);
   if (!e) {
     const url = new URL(key);
-    e = { provider: providerOf(url), pathModel: pathModelOf(url.pathname) };
+    e = { provider: providerOf(url), pathModel: pathModelOf(url.pathname), operation: operationOf(url.pathname) };
     if (endpoints.size >= MAX_ENDPOINTS) endpoints.clear();
     endpoints.set(key, e);
   }

@@ -58,7 +58,7 @@ export { retryAfterMs } from "./retry_after.js";
 /** @internal The table and stream of the fleet gate, for the shared vectors' replay. */
 export { Coordinator } from "./coordinate.js";
 /** @internal The fetch transport's host table (clients/testdata/transport_hosts.json). */
-export { modelOf, PROVIDER_HOSTS, providerOf } from "./request_target.js";
+export { modelOf, operationOf, PROVIDER_HOSTS, providerOf } from "./request_target.js";
 /** @internal The fleet protocol's limits (clients/testdata/limits.json). */
 export { FLEET_LIMITS } from "./limits.js";
 /** @internal What the caller sees of the fleet gate, for the shared vectors' replay. */

@@ -28,7 +28,7 @@ for (const [host, provider] of Object.entries(PROVIDER_HOSTS)) {
 
 /** providerOf is the provider url calls: by its host, else its path, else "unknown". */
 export function providerOf(url: URL): string {
-  const host = url.hostname.toLowerCase();
+  const host = url.hostname.toLowerCase().replace(/\.$/, "");
   const exact = EXACT.get(host);
   if (exact) return exact;
   for (const [suffix, provider] of SUFFIXES) if (host.endsWith(suffix)) return provider;
@@ -73,13 +73,45 @@ export function bodyModelOf(body: string | undefined): string {
 
 /** pathModelOf is the model of a Gemini-style path, ".../models/{model}:{method}"; "" when it is not one. */
 export function pathModelOf(pathname: string): string {
-  const m = /\/models\/([^/:]+):/.exec(pathname);
+  const m = /(?:^|\/)models\/([^/:]+):[^/]+$/.exec(pathname);
   if (!m) return "";
   try {
     return decodeURIComponent(m[1]!);
   } catch {
     return m[1]!; // not percent-encoded as it should be: as it stands
   }
+}
+
+// The operations a model API's path names (the path's end, the longest first):
+// policyd treats model operations as safe to repeat whatever the method.
+const OPERATIONS: readonly [string, string][] = [
+  ["/chat/completions", "chat"],
+  ["/messages/count_tokens", "messages.count_tokens"],
+  ["/completions", "completion"],
+  ["/responses", "responses"],
+  ["/embeddings", "embeddings"],
+  ["/messages", "messages"],
+];
+const GEMINI_OPERATIONS: Readonly<Record<string, string>> = {
+  generateContent: "generate_content",
+  streamGenerateContent: "generate_content",
+  countTokens: "model.count_tokens",
+  embedContent: "embed_content",
+  batchEmbedContents: "embed_content",
+};
+
+/**
+ * operationOf is the operation a model API's path names ("chat",
+ * "messages", "generate_content", ...); "" for any other path, whose method
+ * then decides whether it may be repeated.
+ */
+export function operationOf(pathname: string): string {
+  const path = pathname.replace(/\/+$/, "");
+  const last = path.slice(path.lastIndexOf("/") + 1);
+  const colon = last.lastIndexOf(":");
+  if (colon >= 0) return GEMINI_OPERATIONS[last.slice(colon + 1)] ?? ""; // models/{model}:generateContent
+  for (const [suffix, operation] of OPERATIONS) if (path.endsWith(suffix)) return operation;
+  return "";
 }
 
 /** The first character of s that is not JSON white space. */

@@ -104,6 +104,16 @@ describe("client.fetch", { concurrency: true }, () => {
     assert.equal(decisions[0]?.stopReason, "IRREVERSIBLE_OPERATION");
   });
 
+  test("a POST to a path that names no model operation is not repeated: its failure comes back at once", async (t) => {
+    const srv = await flaky({ status: 503, body: bodies.serverError }, { status: 200 });
+    const { client, decisions } = await policyd(t);
+    const res = await client.fetch()(`${srv.url}/v1/files`, post("{}"));
+    assert.equal(res.status, 503);
+    assert.equal(await res.text(), bodies.serverError);
+    assert.equal(decisions[0]?.stopReason, "IRREVERSIBLE_OPERATION");
+    assert.equal(srv.hits, 1);
+  });
+
   test(`${INPUT_TOKENS_HEADER} is read, never sent; a bad one is an error naming it, and nothing is sent`, async (t) => {
     const srv = await flaky({ status: 200, body: bodies.chatOk });
     const { client } = await policyd(t);

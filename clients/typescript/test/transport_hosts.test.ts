@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { modelOf, PROVIDER_HOSTS, providerOf } from "@policyd/client";
+import { modelOf, operationOf, PROVIDER_HOSTS, providerOf } from "@policyd/client";
 
 const TESTDATA = fileURLToPath(new URL("../../../testdata/", import.meta.url));
 
@@ -26,10 +26,35 @@ describe("vectors: transport_hosts.json", () => {
     });
   }
 
+  test("a host with its trailing dot is the host", () => {
+    assert.equal(providerOf(new URL("https://api.anthropic.com./v1/messages")), "anthropic");
+  });
+
   test("a body larger than 8 MiB names no model", () => {
     const url = new URL("https://api.openai.com/v1/chat/completions");
     const big = `{"model":"gpt-4o","pad":"${"x".repeat(8 << 20)}"}`;
     assert.equal(modelOf(big, url), "");
     assert.equal(modelOf(`{"model":"gpt-4o","pad":"x"}`, url), "gpt-4o");
   });
+});
+
+describe("the operation a path names", () => {
+  const cases: [string, string][] = [
+    ["/v1/chat/completions", "chat"],
+    ["/openai/deployments/gpt4o/chat/completions", "chat"],
+    ["/v1/completions", "completion"],
+    ["/v1/responses", "responses"],
+    ["/v1/embeddings/", "embeddings"],
+    ["/v1/messages", "messages"],
+    ["/v1/messages/count_tokens", "messages.count_tokens"],
+    ["/v1beta/models/gemini-1.5-pro:generateContent", "generate_content"],
+    ["/v1beta/models/gemini-1.5-pro:streamGenerateContent", "generate_content"],
+    ["/v1beta/models/gemini-1.5-pro:countTokens", "model.count_tokens"],
+    ["/v1beta/models/text-embedding-004:embedContent", "embed_content"],
+    ["/v1beta/models/gemini-1.5-pro:unknownMethod", ""],
+    ["/v1/files", ""],
+    ["/", ""],
+  ];
+  for (const [path, want] of cases)
+    test(`${path} → ${JSON.stringify(want)}`, () => assert.equal(operationOf(path), want));
 });
