@@ -125,21 +125,13 @@ export function fetchThrough(ctx: RunContext, options: FetchOptions = {}): typeo
       if (a.attempt > 1 && !out.replayable) {
         throw new TypeError("policyd: the request's body is a stream, sent once: it cannot be sent again");
       }
-      const ended = coordinator ? coordinator.began(target) : noop;
-      let res: Response;
-      try {
-        res = await send(href, initOf(a));
-      } catch (err) {
-        ended();
-        throw err;
-      }
+      // In flight while it runs (the loop counts it); a stream until its body ends.
+      const res = await send(href, initOf(a));
       if (coordinator && hasRateLimits(res.headers)) coordinator.observeRateLimits(target, res.headers);
       if (res.status < 400) {
-        if (res.body && isEventStream(res)) return watched(res, ended, cut);
-        ended();
+        if (res.body && isEventStream(res)) return watched(res, coordinator ? coordinator.began(target) : noop, cut);
         return res;
       }
-      ended();
       // The loop reads a copy (HttpError.fromResponse: the first 64 KiB);
       // the response keeps its whole body for the SDK, should policyd stop.
       failed = { thrown: res.clone(), response: res };

@@ -123,14 +123,17 @@ export async function run<T>(
       const began = clock.now();
       let result: T;
       const attemptSignal = new AttemptSignal(signal, options.attemptTimeoutMs);
+      const settled = coord?.began(target); // the attempt is in flight while it runs
       try {
         const a: Attempt = { attempt, signal: attemptSignal.signal };
         if (attempt > 1) a.lastError = lastError;
         if (lastDecision) a.lastDecision = lastDecision;
         result = await fn(a);
+        settled?.();
         attemptSignal.dispose();
         coord?.outcome(target, true);
       } catch (thrown) {
+        settled?.();
         attemptSignal.dispose();
         let err = thrown;
         if (typeof Response !== "undefined" && err instanceof Response) {

@@ -211,6 +211,24 @@ describe("client.fetch: what the fleet stream reports", { concurrency: true }, (
     assert.deepEqual([sum("admitted"), sum("batchAdmitted"), sum("batchShed")], [2n, 1n, 0n]);
   });
 
+  test("in flight: a call's attempt while it runs", async (t) => {
+    const tap = reportTap();
+    const { client } = await policyd(t, { address: await fleetAddr(), interceptors: [tap.interceptor] });
+    const inFlight = () => tap.usages.filter((u) => u.target?.model === "gpt-4o-call").map((u) => u.inFlight);
+    let release = () => {};
+    const running = new Promise<void>((r) => (release = r));
+    const call = client.call(() => running, { provider: "openai", model: "gpt-4o-call" });
+    const end = performance.now() + 10_000;
+    while (!inFlight().includes(1n)) {
+      if (performance.now() > end) assert.fail(`no report of the attempt in flight: ${inFlight()}`);
+      await sleep(50);
+    }
+    release();
+    await call;
+    await client.close();
+    assert.equal(inFlight().at(-1), 0n);
+  });
+
   test("in flight: a request until its response, a stream until its body ends", async (t) => {
     const events = "data: {}\n\ndata: [DONE]\n\n";
     const srv = await flaky(
