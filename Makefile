@@ -159,6 +159,7 @@ lint: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/golangci-lint-$(GOLANGCI_LINT_VERSI
 	golangci-lint run $(GO_DIRS)
 	go mod tidy -diff
 	cd clients/go && go vet ./... && golangci-lint run -c ../../.golangci.yml ./... && go mod tidy -diff
+	cd clients/go/sdktest && go vet ./... && golangci-lint run -c ../../../.golangci.yml ./... && go mod tidy -diff
 
 .PHONY: generate
 generate: $(STAMPS)/buf-$(BUF_VERSION) $(STAMPS)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(STAMPS)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) ## Generate code from proto/: gen/ and each client's stubs.
@@ -192,10 +193,11 @@ database_or_throwaway_pg = url="$${DATABASE_URL:-}"; \
 	fi
 
 .PHONY: bench
-bench: build ## policyd against a bare gRPC echo, journaled against plain, in one run (BENCH_SECONDS per scenario, default 12); writes docs/benchmarks.md.
+bench: build ## policyd against a bare gRPC echo, journaled against plain, in one run (BENCH_SECONDS per scenario, default 12), and each client's transport against its bare one; writes docs/benchmarks.md.
 	go build -o bin/policyd-bench ./cmd/policyd-bench
 	@$(call database_or_throwaway_pg,$(BENCH_PG_DIR),$(BENCH_PG_PORT)); \
 	./bin/policyd-bench --policyd bin/policyd --database-url "$$url" --doc docs/benchmarks.md
+	scripts/bench-transports.sh docs/benchmarks.md
 
 .PHONY: soak
 soak: build ## Mixed RPCs from SOAK_CONCURRENCY (50) clients for SOAK_SECONDS (60) against policyd and PostgreSQL; fails on any error or RSS growth.

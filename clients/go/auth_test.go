@@ -39,11 +39,7 @@ func authDaemon(t *testing.T, extra ...string) *daemon {
 	return d
 }
 
-func (d *daemon) logText() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.logs.String()
-}
+func (d *daemon) logText() string { return d.Logs() }
 
 // tokensFile writes a tokens file naming tenant acme with testToken.
 func tokensFile(t *testing.T) string {

@@ -42,7 +42,7 @@ func TestDoGatesByClass(t *testing.T) {
 		t.Fatalf("batch: %v, want FLEET_SHED at the batch share", err)
 	}
 	e := c.gate.entries[tg]
-	if e.u.admitted != 1 || e.u.shed != 1 || e.u.batchAdmitted != 0 || e.u.batchShed != 1 || e.u.firstInputTokens != 24 {
+	if e.u.admitted != 1 || e.u.shed != 1 || e.u.batchFirst != 1 || e.u.firstInputTokens != 24 {
 		t.Fatalf("counts %+v, want 1 admitted, 1 shed (batch), 24 input tokens", e.u)
 	}
 

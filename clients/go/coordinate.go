@@ -266,15 +266,19 @@ func (r report) proto(now time.Time) *policydv1.BucketUsage {
 	admitted := clampCount(u.admitted)
 	shed := min(clampCount(u.shed), maxUsageCount-admitted)
 	retries := clampCount(u.retries)
+	parkedNew := clampCount(u.parkedNew)
 	return &policydv1.BucketUsage{
 		Target: r.t.proto(), Elapsed: durationProto(min(max(now.Sub(r.from), time.Millisecond), maxReportElapsed)),
 		Admitted: admitted, Shed: shed, Succeeded: clampCount(u.succeeded),
 		Failed: clampCount(u.failed), Retries: retries,
 		RateLimitHeaders: u.rateLimits,
 		// Batch calls are among the first attempts; tokens at most
-		// maxCallInputTokens for each call counted.
-		BatchAdmitted: min(u.batchAdmitted, admitted), BatchShed: min(u.batchShed, shed),
-		FirstAttemptInputTokens: min(u.firstInputTokens, maxCallInputTokens*(admitted+shed+clampCount(u.parkedNew))),
+		// maxCallInputTokens for each call the report counts (a parked
+		// call's tokens, counted at its first check, within the bound of
+		// the calls admitted and shed with it).
+		Parked: r.parked, ParkedNew: parkedNew, Released: min(clampCount(u.released), admitted),
+		BatchFirstAttempts:      min(u.batchFirst, admitted+shed+parkedNew),
+		FirstAttemptInputTokens: min(u.firstInputTokens, maxCallInputTokens*(admitted+shed+parkedNew)),
 		RetryInputTokens:        min(u.retryInputTokens, maxCallInputTokens*retries),
 		InFlight:                r.inFlight,
 	}
@@ -359,8 +363,14 @@ func (co *coordinator) broken(err error) (final bool) {
 // without a provider, or a client with the fleet gate off, sends nothing.
 // It makes no RPC.
 func (c *Client) ObserveRateLimits(call Call, h http.Header) {
-	t, ok := targetOf(call)
-	if !ok || c.gate == nil {
+	if t, ok := targetOf(call); ok {
+		c.observeRateLimits(t, h)
+	}
+}
+
+// observeRateLimits is ObserveRateLimits for target t.
+func (c *Client) observeRateLimits(t target, h http.Header) {
+	if c.gate == nil {
 		return
 	}
 	kept := rateLimitHeaders(h)

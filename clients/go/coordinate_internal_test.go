@@ -144,8 +144,8 @@ func TestReportsCarryClassesTokensAndInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := usageOf(t, s.sent[0], "a")
-	if u.GetAdmitted() != 2 || u.GetShed() != 1 || u.GetBatchAdmitted() != 1 || u.GetBatchShed() != 1 {
-		t.Errorf("usage %v: want 2 admitted (1 batch) and 1 shed (batch)", u)
+	if u.GetAdmitted() != 2 || u.GetShed() != 1 || u.GetBatchFirstAttempts() != 2 {
+		t.Errorf("usage %v: want 2 admitted and 1 shed, 2 of them batch", u)
 	}
 	if u.GetFirstAttemptInputTokens() != 100+30+2_000_000 || u.GetRetryInputTokens() != 40 || u.GetInFlight() != 1 {
 		t.Errorf("usage %v: want 2,000,130 first-attempt tokens, 40 retry tokens, 1 in flight", u)
@@ -156,8 +156,20 @@ func TestReportsCarryClassesTokensAndInFlight(t *testing.T) {
 	if err := co.sendReports(s, reportActive); err != nil || len(s.sent) != 2 {
 		t.Fatalf("the gauge's change sent %d messages (%v), want 1", len(s.sent)-1, err)
 	}
-	if u := usageOf(t, s.sent[1], "a"); u.GetInFlight() != 0 || u.GetFirstAttemptInputTokens() != 0 || u.GetBatchAdmitted() != 0 {
+	if u := usageOf(t, s.sent[1], "a"); u.GetInFlight() != 0 || u.GetFirstAttemptInputTokens() != 0 || u.GetBatchFirstAttempts() != 0 {
 		t.Errorf("second report %v: want nothing in flight and no new counts", u)
+	}
+	// A parked call is reported as parked (a gauge) and parked at its
+	// first check, with its tokens.
+	g.assign(clock.now, a, &assignment{ttl: time.Minute, admitFraction: 0})
+	if v := g.check(clock.now, a, -1, gateCall{inputTokens: 700}, constRand(0.5), 0); v.action != gatePark {
+		t.Fatalf("verdict %v, want the call parked", v.action)
+	}
+	if err := co.sendReports(s, reportActive); err != nil || len(s.sent) != 3 {
+		t.Fatalf("sent %d messages (%v), want 3", len(s.sent), err)
+	}
+	if u := usageOf(t, s.sent[2], "a"); u.GetFirstAttemptInputTokens() != 700 || u.GetParked() != 1 || u.GetParkedNew() != 1 {
+		t.Errorf("third report %v: want the parked call (1 parked, 1 parked new) and its 700 tokens", u)
 	}
 }
 

@@ -1,10 +1,8 @@
 package policyd
 
 import (
-	"encoding/json"
 	"maps"
 	"net/http"
-	"os"
 	"testing"
 
 	policydv1 "github.com/policyd/policyd/clients/go/internal/gen/policyd/v1"
@@ -14,50 +12,28 @@ import (
 // steps on one client's table, and the reports the stream sends; the
 // Python and TypeScript clients replay the same file.
 func TestCoordinateVectors(t *testing.T) {
-	b, err := os.ReadFile("../testdata/coordinate.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		Target struct {
-			Provider string `json:"provider"`
-			Model    string `json:"model"`
-			KeyID    string `json:"key_id"`
-		} `json:"target"`
-		Cases []struct {
-			ID    string `json:"id"`
-			Steps []struct {
-				AtMs          int64                   `json:"at_ms"`
-				FirstAttempt  *struct{ Draw float64 } `json:"first_attempt"`
-				Outcome       string                  `json:"outcome"`
-				FailedLocally bool                    `json:"failed_locally"`
-				Retry         bool                    `json:"retry"`
-				Observe       map[string]string       `json:"observe"`
-				Assign        *struct {
-					TTLMs         int64   `json:"ttl_ms"`
-					Breaker       string  `json:"breaker"`
-					HoldMs        int64   `json:"hold_ms"`
-					StopMs        int64   `json:"stop_ms"`
-					AdmitFraction float64 `json:"admit_fraction"`
-					ProbePermits  uint32  `json:"probe_permits"`
-					Reason        string  `json:"reason"`
-				} `json:"assign"`
-				Report *[]struct {
-					ElapsedMs        int64             `json:"elapsed_ms"`
-					Admitted         uint64            `json:"admitted"`
-					Shed             uint64            `json:"shed"`
-					Succeeded        uint64            `json:"succeeded"`
-					Failed           uint64            `json:"failed"`
-					Retries          uint64            `json:"retries"`
-					RateLimitHeaders map[string]string `json:"rate_limit_headers"`
-				} `json:"report"`
-			} `json:"steps"`
-		} `json:"cases"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatal(err)
-	}
-	tg := target{provider: v.Target.Provider, model: v.Target.Model, keyID: v.Target.KeyID}
+	v := readVectors[struct {
+		ID    string `json:"id"`
+		Steps []struct {
+			AtMs          int64                   `json:"at_ms"`
+			FirstAttempt  *struct{ Draw float64 } `json:"first_attempt"`
+			Outcome       string                  `json:"outcome"`
+			FailedLocally bool                    `json:"failed_locally"`
+			Retry         bool                    `json:"retry"`
+			Observe       map[string]string       `json:"observe"`
+			Assign        *vectorAssignment       `json:"assign"`
+			Report        *[]struct {
+				ElapsedMs        int64             `json:"elapsed_ms"`
+				Admitted         uint64            `json:"admitted"`
+				Shed             uint64            `json:"shed"`
+				Succeeded        uint64            `json:"succeeded"`
+				Failed           uint64            `json:"failed"`
+				Retries          uint64            `json:"retries"`
+				RateLimitHeaders map[string]string `json:"rate_limit_headers"`
+			} `json:"report"`
+		} `json:"steps"`
+	}](t, "coordinate.json")
+	tg := v.Target.target()
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
 			co, clock := testCoordinator(t)
@@ -84,9 +60,7 @@ func TestCoordinateVectors(t *testing.T) {
 						g.observeRateLimits(now, tg, kept)
 					}
 				case s.Assign != nil:
-					a := s.Assign
-					g.assign(now, tg, &assignment{ttl: ms(a.TTLMs), breaker: policydv1.BreakerState(policydv1.BreakerState_value["BREAKER_STATE_"+a.Breaker]),
-						hold: ms(a.HoldMs), stop: ms(a.StopMs), admitFraction: a.AdmitFraction, probePermits: a.ProbePermits, reason: a.Reason})
+					g.assign(now, tg, s.Assign.assignment(t))
 				case s.Report != nil:
 					var st fakeStream
 					if err := co.sendReports(&st, reportActive); err != nil {

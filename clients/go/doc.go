@@ -19,6 +19,12 @@
 //			return policyd.CheckResponse(resp) // a non-2xx becomes an *HTTPError
 //		})
 //
+// For an SDK that takes an *http.Client (openai-go, anthropic-sdk-go),
+// [Client.HTTPClient] runs every request it makes the same way, with no
+// change at the call sites (turn the SDK's own retries off):
+//
+//	openai.NewClient(option.WithHTTPClient(client.HTTPClient(policyd.TransportOptions{Provider: "openai"})), option.WithMaxRetries(0))
+//
 // The success path makes no RPC at all (except finishing a journaled context
 // that saw failures). The client fails open: when policyd is unreachable or
 // slower than the daemon timeout (WithDaemonTimeout), it decides with a small

@@ -41,3 +41,29 @@ func GateOff(c *Client) bool {
 	defer c.gate.mu.Unlock()
 	return c.gate.off
 }
+
+// GateCounts is what the gate counted for a target since its last report,
+// for the tests in package policyd_test.
+type GateCounts struct {
+	Admitted, Succeeded, Failed, Retries uint64
+	FirstInputTokens, RetryInputTokens   uint64
+	InFlight                             uint64
+	RateLimits                           map[string]string
+}
+
+// GateUsage is the gate's counts for call's target (ok false: no row).
+func GateUsage(c *Client, call Call) (GateCounts, bool) {
+	t, gated := targetOf(call)
+	if !gated || c.gate == nil {
+		return GateCounts{}, false
+	}
+	c.gate.mu.Lock()
+	defer c.gate.mu.Unlock()
+	e, found := c.gate.entries[t]
+	if !found {
+		return GateCounts{}, false
+	}
+	u := e.u
+	return GateCounts{Admitted: u.admitted, Succeeded: u.succeeded, Failed: u.failed, Retries: u.retries,
+		FirstInputTokens: u.firstInputTokens, RetryInputTokens: u.retryInputTokens, InFlight: e.inFlight, RateLimits: u.rateLimits}, true
+}

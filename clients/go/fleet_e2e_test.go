@@ -106,6 +106,18 @@ func (r *fleetRun) stopped(reason policyd.StopReason) int64 {
 	return v.(*atomic.Int64).Load()
 }
 
+// post is one attempt at the fake provider: a POST to url, its answer
+// checked (policyd.CheckResponse).
+func post(ctx context.Context, url string) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return policyd.CheckResponse(resp)
+}
+
 // runAgents runs n agents against url until the context ends: each calls,
 // thinks for think, and calls again.
 func runAgents(ctx context.Context, t *testing.T, addr, url, keyID string, n int, think time.Duration, run *fleetRun) {
@@ -121,13 +133,7 @@ func runAgents(ctx context.Context, t *testing.T, addr, url, keyID string, n int
 				err := c.Do(ctx, policyd.Call{Provider: "openai", Model: "gpt-4o", KeyID: keyID, Operation: "chat",
 					Method: "POST", Profile: "fleet_e2e", Timeout: 5 * time.Second},
 					func(ctx context.Context, attempt int) error {
-						req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
-						resp, err := http.DefaultClient.Do(req)
-						if err != nil {
-							return err
-						}
-						defer resp.Body.Close()
-						if err := policyd.CheckResponse(resp); err != nil {
+						if err := post(ctx, url); err != nil {
 							return err
 						}
 						if attempt == 1 {
@@ -358,13 +364,7 @@ func runGateAgents(ctx context.Context, t *testing.T, addr, url string, n int, t
 					Method: "POST", Profile: "fleet_e2e", Timeout: timeout},
 					func(ctx context.Context, attempt int) error {
 						attempts++
-						req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
-						resp, err := http.DefaultClient.Do(req)
-						if err != nil {
-							return err
-						}
-						defer resp.Body.Close()
-						return policyd.CheckResponse(resp)
+						return post(ctx, url)
 					})
 				log.add(callRecord{start: start, end: time.Now(), attempts: attempts, err: err})
 				select {
@@ -637,13 +637,7 @@ func TestFleetGateParksThroughOutage(t *testing.T) {
 						Method: "POST", Profile: "fleet_e2e", Timeout: deadline},
 						func(ctx context.Context, attempt int) error {
 							attempts++
-							req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, nil)
-							resp, err := http.DefaultClient.Do(req)
-							if err != nil {
-								return err
-							}
-							defer resp.Body.Close()
-							return policyd.CheckResponse(resp)
+							return post(ctx, p.URL)
 						})
 					log.add(callRecord{start: start, end: time.Now(), attempts: attempts, err: err})
 				}()

@@ -62,10 +62,7 @@ func rawGRPC(t *testing.T, addr string) *grpc.ClientConn {
 }
 
 // kill ends the daemon at once, as a crash would.
-func (d *daemon) kill() {
-	_ = d.cmd.Process.Kill()
-	<-d.done
-}
+func (d *daemon) kill() { d.Kill() }
 
 // waitFor polls cond every 20 ms until it holds, or fails the test after
 // timeout.

@@ -80,9 +80,13 @@ type assignment struct {
 	// otherwise batch calls draw against admitFraction too.
 	batchAdmitFraction float64
 	hasBatchFraction   bool
-	probePermits       uint32
-	reason             string
-	fallback           *gateFallback
+	// inFlightLease is the most requests the process may have in flight
+	// on the target, when leased; first attempts past it park.
+	inFlightLease uint32
+	leased        bool
+	probePermits  uint32
+	reason        string
+	fallback      *gateFallback
 	// parkHint is the daemon's estimate of how long until the gate admits
 	// again (0: unknown): a call whose deadline comes first does not park.
 	parkHint time.Duration
@@ -111,6 +115,9 @@ func assignmentFromProto(pa *policydv1.Assignment) *assignment {
 	if pa.BatchAdmitFraction != nil {
 		a.batchAdmitFraction, a.hasBatchFraction = clampFraction(pa.GetBatchAdmitFraction()), true
 	}
+	if pa.InFlightLease != nil {
+		a.inFlightLease, a.leased = pa.GetInFlightLease(), true
+	}
 	if fb := pa.GetFallback(); fb != nil && (fb.GetKind() != policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED || fb.GetProvider() != "" || fb.GetModel() != "") {
 		a.fallback = &gateFallback{kind: FallbackKind(fb.GetKind()), provider: fb.GetProvider(), model: fb.GetModel(), reason: fb.GetReason()}
 	}
@@ -137,9 +144,9 @@ type usage struct {
 	// parkedNew the first attempts parked at their first check; released
 	// the parked calls admitted (also in admitted).
 	parkChecks, parkedNew, released uint64
-	// batchAdmitted and batchShed are the batch class's share of admitted
-	// and shed.
-	batchAdmitted, batchShed uint64
+	// batchFirst counts the batch class's first attempts at their first
+	// check (admitted, shed or parked).
+	batchFirst uint64
 	// The input tokens the calls carried (the caller's count, else the
 	// transport's estimate): of first attempts at their first check, and
 	// of retries sent.
@@ -156,8 +163,7 @@ func (u *usage) add(o usage) {
 	u.parkChecks += o.parkChecks
 	u.parkedNew += o.parkedNew
 	u.released += o.released
-	u.batchAdmitted += o.batchAdmitted
-	u.batchShed += o.batchShed
+	u.batchFirst += o.batchFirst
 	u.firstInputTokens += o.firstInputTokens
 	u.retryInputTokens += o.retryInputTokens
 	if u.rateLimits == nil {
@@ -176,6 +182,7 @@ type gateEntry struct {
 
 	u          usage
 	inFlight   uint64    // attempts and response bodies in flight now (a gauge)
+	parked     uint64    // calls parked now (a gauge)
 	pending    bool      // report it at the next tick
 	urgent     bool      // report it now: its first report, or a probe's success
 	subscribed bool      // reported on the current stream, or assigned: report again after a reconnect
@@ -190,6 +197,14 @@ type gateEntry struct {
 	// answered is closed when it arrives, or when the stream goes down.
 	answered    chan struct{}
 	answerUntil time.Time // on the system clock
+}
+
+// unpark counts a parked call leaving the park.
+func (e *gateEntry) unpark() {
+	if e.parked > 0 {
+		e.parked--
+	}
+	e.pending = !e.rejected
 }
 
 // wakeParked wakes the calls parked on e.
@@ -292,8 +307,11 @@ type gateVerdict struct {
 	// What the assignment said when the attempt was not admitted:
 	// admitFraction is the share the call drew against, the batch class's
 	// when batchShare.
-	admitFraction      float64
-	batchShare         bool
+	admitFraction float64
+	batchShare    bool
+	// atLease: the process had inFlight requests in flight, its lease.
+	atLease            bool
+	inFlight           uint64
 	holdLeft, stopLeft time.Duration
 	// parked is the call to resume (gatePark); waited how long the call was
 	// parked before this verdict (resume).
@@ -390,22 +408,19 @@ func (g *gate) check(now time.Time, t target, deadline time.Duration, call gateC
 	}
 	v := g.decide(now, t, e, deadline, draw, false, call.batch)
 	e.u.firstInputTokens += min(call.inputTokens, maxCallInputTokens)
+	if call.batch {
+		e.u.batchFirst++
+	}
 	e.pending = !e.rejected
 	if v.action == gatePark {
-		limit := parkLimit
-		if limit == 0 {
-			limit = DefaultParkLimit
-		}
-		until := now.Add(limit)
-		if deadline >= 0 {
-			until = now.Add(deadline)
-		}
-		if call.canFallBack && e.a.fallback != nil || limit < 0 || !until.After(now.Add(e.hintLeft(now))) {
+		until, off := parkUntil(now, deadline, parkLimit)
+		if call.canFallBack && e.a.fallback != nil || off || !until.After(now.Add(e.hintLeft(now))) {
 			// Somewhere else to go, parking off, or no wait can fit: the
 			// answer is now, as the cause says.
 			v = v.refusal()
 		} else {
 			v.parked = &parkedCall{at: now, until: until, call: call, drawAt: now.Add(parkRecheck)}
+			e.parked++
 			e.u.parkChecks++
 			e.u.parkedNew++
 			return v
@@ -432,24 +447,32 @@ func (g *gate) checkRetry(now time.Time, t target, deadline, parkLimit time.Dura
 		if v.stopReason == StopFleetShed {
 			return gateVerdict{}
 		}
-		limit := parkLimit
-		if limit == 0 {
-			limit = DefaultParkLimit
-		}
-		until := now.Add(limit)
-		if deadline >= 0 {
-			until = now.Add(deadline)
-		}
-		if limit < 0 || !until.After(now.Add(e.hintLeft(now))) {
+		until, off := parkUntil(now, deadline, parkLimit)
+		if off || !until.After(now.Add(e.hintLeft(now))) {
 			return v.refusal()
 		}
 		v.parked = &parkedCall{at: now, until: until, retry: true, drawAt: now.Add(parkRecheck)}
+		e.parked++
 		e.u.parkChecks++
 		return v
 	case gateWait:
 		return gateVerdict{}
 	}
 	return v
+}
+
+// parkUntil is when a call parked at now must have its answer: its
+// deadline (deadline ≥ 0: the time left), else parkLimit after now (0:
+// DefaultParkLimit). off: parkLimit is negative, parking is off.
+func parkUntil(now time.Time, deadline, parkLimit time.Duration) (until time.Time, off bool) {
+	if parkLimit == 0 {
+		parkLimit = DefaultParkLimit
+	}
+	until = now.Add(parkLimit)
+	if deadline >= 0 {
+		until = now.Add(deadline)
+	}
+	return until, parkLimit < 0
 }
 
 // constDraw always draws the same number.
@@ -507,6 +530,7 @@ func (g *gate) resume(now time.Time, t target, p *parkedCall, draw Rand) gateVer
 // countParked counts a parked call's verdict: a first attempt's as count
 // does; a retry's not at all (it goes after its wait, or stops).
 func (e *gateEntry) countParked(v gateVerdict, p *parkedCall) gateVerdict {
+	e.unpark()
 	if p.retry {
 		if v.action == gateWait {
 			v.action, v.wait = gateAdmit, 0
@@ -521,8 +545,10 @@ func (g *gate) cancelPark(now time.Time, t target, p *parkedCall) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e := g.entry(now, t); e != nil {
-		e.countShed(p.call)
-		e.pending = !e.rejected
+		e.unpark()
+		if !p.retry {
+			e.countShed(p.call)
+		}
 	}
 }
 
@@ -536,19 +562,13 @@ func (e *gateEntry) count(v gateVerdict, call gateCall) gateVerdict {
 		}
 	} else {
 		e.u.admitted++
-		if call.batch {
-			e.u.batchAdmitted++
-		}
 	}
 	return v
 }
 
 // countShed counts a first attempt not admitted. The caller holds g.mu.
-func (e *gateEntry) countShed(call gateCall) {
+func (e *gateEntry) countShed(gateCall) {
 	e.u.shed++
-	if call.batch {
-		e.u.batchShed++
-	}
 }
 
 // hintLeft is what is left of the assignment's park hint.
@@ -610,6 +630,10 @@ func (g *gate) decide(now time.Time, t target, e *gateEntry, deadline time.Durat
 	case share(a, batch) < 1 && draw.Float64() >= share(a, batch):
 		v := park(StopFleetShed, "paced")
 		v.admitFraction, v.batchShare = share(a, batch), batch && a.hasBatchFraction
+		return v
+	case a.leased && e.inFlight >= uint64(a.inFlightLease):
+		v := park(StopFleetShed, "at its lease of requests in flight")
+		v.atLease, v.inFlight = true, e.inFlight
 		return v
 	case a.hold > age:
 		left := a.hold - age
@@ -727,6 +751,9 @@ func (g *gate) flight(now time.Time, t target, up bool) {
 		e.inFlight++
 	case e.inFlight > 0:
 		e.inFlight--
+		if e.a != nil && e.a.leased {
+			e.wakeParked() // a call parked at the lease may go now
+		}
 	}
 	e.pending = !e.rejected
 }
@@ -767,6 +794,7 @@ type report struct {
 	t        target
 	u        usage
 	inFlight uint64
+	parked   uint64
 	from     time.Time // the entry's usedAt when taken
 }
 
@@ -794,7 +822,7 @@ func (g *gate) takeReports(kind reportKind) []report {
 		case !e.pending && !(kind == reportResubscribe && e.subscribed):
 			continue
 		}
-		out = append(out, report{t: t, u: e.u, inFlight: e.inFlight, from: e.usedAt})
+		out = append(out, report{t: t, u: e.u, inFlight: e.inFlight, parked: e.parked, from: e.usedAt})
 		e.u, e.pending, e.urgent, e.subscribed = usage{}, false, false, true
 	}
 	return out
@@ -871,6 +899,10 @@ func gateText(t target, v gateVerdict) string {
 			s = fmt.Sprintf("the fleet's circuit breaker for %s is open", t)
 		}
 	case StopFleetShed:
+		if v.atLease {
+			s = fmt.Sprintf("this process has %d requests in flight to %s, its lease of the fleet's cap", v.inFlight, t)
+			break
+		}
 		class := ""
 		if v.batchShare {
 			class = "batch "

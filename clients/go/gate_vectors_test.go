@@ -1,8 +1,6 @@
 package policyd
 
 import (
-	"encoding/json"
-	"os"
 	"testing"
 	"time"
 
@@ -30,25 +28,62 @@ func (f *gateVectorFallback) fallback(t *testing.T) *gateFallback {
 	return &gateFallback{kind: FallbackKind(k), provider: f.Provider, model: f.Model, reason: f.Reason}
 }
 
+// vectorTarget is a fleet vector file's target.
+type vectorTarget struct {
+	Provider string `json:"provider"`
+	Model    string `json:"model"`
+	KeyID    string `json:"key_id"`
+}
+
+func (v vectorTarget) target() target {
+	return target{provider: v.Provider, model: v.Model, keyID: v.KeyID}
+}
+
+// vectorAssignment is an assignment in the fleet vectors (gate.json,
+// coordinate.json): durations in ms from its receipt.
+type vectorAssignment struct {
+	TTLMs         int64   `json:"ttl_ms"`
+	Breaker       string  `json:"breaker"`
+	HoldMs        int64   `json:"hold_ms"`
+	StopMs        int64   `json:"stop_ms"`
+	AdmitFraction float64 `json:"admit_fraction"`
+	// BatchAdmitFraction is the batch class's share (nil: the assignment gives none).
+	BatchAdmitFraction *float64            `json:"batch_admit_fraction"`
+	ProbePermits       uint32              `json:"probe_permits"`
+	Reason             string              `json:"reason"`
+	Fallback           *gateVectorFallback `json:"fallback"`
+	ParkHintMs         int64               `json:"park_hint_ms"`
+	// InFlightLease is the process's lease of requests in flight (nil: no cap).
+	InFlightLease *uint32 `json:"in_flight_lease"`
+}
+
+// assignment is a as the gate keeps it.
+func (a *vectorAssignment) assignment(t *testing.T) *assignment {
+	t.Helper()
+	br, ok := policydv1.BreakerState_value["BREAKER_STATE_"+a.Breaker]
+	if !ok {
+		t.Fatalf("breaker %q", a.Breaker)
+	}
+	as := &assignment{ttl: ms(a.TTLMs), breaker: policydv1.BreakerState(br), hold: ms(a.HoldMs), stop: ms(a.StopMs),
+		admitFraction: a.AdmitFraction, probePermits: a.ProbePermits, reason: a.Reason,
+		fallback: a.Fallback.fallback(t), parkHint: ms(a.ParkHintMs)}
+	if a.BatchAdmitFraction != nil {
+		as.batchAdmitFraction, as.hasBatchFraction = *a.BatchAdmitFraction, true
+	}
+	if a.InFlightLease != nil {
+		as.inFlightLease, as.leased = *a.InFlightLease, true
+	}
+	return as
+}
+
 type gateVectorCase struct {
 	ID    string `json:"id"`
 	Steps []struct {
-		AtMs   int64 `json:"at_ms"`
-		Assign *struct {
-			TTLMs              int64               `json:"ttl_ms"`
-			Breaker            string              `json:"breaker"`
-			HoldMs             int64               `json:"hold_ms"`
-			StopMs             int64               `json:"stop_ms"`
-			AdmitFraction      float64             `json:"admit_fraction"`
-			BatchAdmitFraction *float64            `json:"batch_admit_fraction"`
-			ProbePermits       uint32              `json:"probe_permits"`
-			Reason             string              `json:"reason"`
-			Fallback           *gateVectorFallback `json:"fallback"`
-			ParkHintMs         int64               `json:"park_hint_ms"`
-		} `json:"assign"`
-		Abandon bool      `json:"abandon"`
-		Retry   *struct{} `json:"retry"`
-		Outcome string    `json:"outcome"`
+		AtMs    int64             `json:"at_ms"`
+		Assign  *vectorAssignment `json:"assign"`
+		Abandon bool              `json:"abandon"`
+		Retry   *struct{}         `json:"retry"`
+		Outcome string            `json:"outcome"`
 		Gate    *struct {
 			DeadlineMs  *int64  `json:"deadline_ms"`
 			CanFallBack bool    `json:"can_fall_back"`
@@ -56,10 +91,12 @@ type gateVectorCase struct {
 			MaxParkMs   *int64  `json:"max_park_ms"`
 			Call        string  `json:"call"`
 			Class       Class   `json:"class"`
+			InFlight    uint64  `json:"in_flight"`
 		} `json:"gate"`
 		Resume *struct {
-			Call string  `json:"call"`
-			Draw float64 `json:"draw"`
+			Call     string  `json:"call"`
+			Draw     float64 `json:"draw"`
+			InFlight uint64  `json:"in_flight"`
 		} `json:"resume"`
 		Want struct {
 			Action     string              `json:"action"`
@@ -81,19 +118,9 @@ type gateVectorCase struct {
 	} `json:"steps"`
 	Counts *struct {
 		Admitted, Shed, Parked uint64
-		BatchAdmitted          uint64 `json:"batch_admitted"`
-		BatchShed              uint64 `json:"batch_shed"`
+		BatchFirst             uint64 `json:"batch_first_attempts"`
 	} `json:"counts"`
 	Requires string `json:"requires"`
-}
-
-// gateVectorTarget is the file's target, which the texts name.
-type gateVectorTarget struct {
-	Target struct {
-		Provider string `json:"provider"`
-		Model    string `json:"model"`
-		KeyID    string `json:"key_id"`
-	} `json:"target"`
 }
 
 var gateActionNames = map[gateAction]string{gateAdmit: "admit", gateWait: "wait", gateFallBack: "fall_back", gateStop: "stop", gatePark: "park"}
@@ -101,18 +128,10 @@ var gateActionNames = map[gateAction]string{gateAdmit: "admit", gateWait: "wait"
 func TestGateVectors(t *testing.T) {
 	v := readVectors[gateVectorCase](t, "gate.json")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var vt gateVectorTarget
-	b, err := os.ReadFile("../testdata/gate.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &vt); err != nil {
-		t.Fatal(err)
-	}
-	tg := target{provider: vt.Target.Provider, model: vt.Target.Model, keyID: vt.Target.KeyID}
+	tg := v.Target.target() // the texts name it
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Requires != "" && c.Requires != "park" && c.Requires != "classes" {
+			if c.Requires != "" && c.Requires != "park" && c.Requires != "classes" && c.Requires != "lease" {
 				t.Skipf("requires %s", c.Requires)
 			}
 			g := newGate(DefaultGateGrace)
@@ -121,18 +140,7 @@ func TestGateVectors(t *testing.T) {
 				now := t0.Add(ms(s.AtMs))
 				switch {
 				case s.Assign != nil:
-					a := s.Assign
-					br, ok := policydv1.BreakerState_value["BREAKER_STATE_"+a.Breaker]
-					if !ok {
-						t.Fatalf("step %d: breaker %q", i, a.Breaker)
-					}
-					as := &assignment{ttl: ms(a.TTLMs), breaker: policydv1.BreakerState(br), hold: ms(a.HoldMs),
-						stop: ms(a.StopMs), admitFraction: a.AdmitFraction, probePermits: a.ProbePermits, reason: a.Reason,
-						fallback: a.Fallback.fallback(t), parkHint: ms(a.ParkHintMs)}
-					if a.BatchAdmitFraction != nil {
-						as.batchAdmitFraction, as.hasBatchFraction = *a.BatchAdmitFraction, true
-					}
-					g.assign(now, tg, as)
+					g.assign(now, tg, s.Assign.assignment(t))
 				case s.Abandon:
 					g.assign(now, tg, nil)
 				case s.Outcome != "":
@@ -162,6 +170,7 @@ func TestGateVectors(t *testing.T) {
 							t.Fatalf("step %d: %v", i, err)
 						}
 						gc := gateCall{canFallBack: s.Gate.CanFallBack, batch: s.Gate.Class == ClassBatch}
+						g.setInFlight(now, tg, s.Gate.InFlight)
 						got = g.check(now, tg, deadline, gc, constRand(s.Gate.Draw), limit)
 						if got.parked != nil {
 							parked[s.Gate.Call] = got.parked
@@ -171,6 +180,7 @@ func TestGateVectors(t *testing.T) {
 						if p == nil {
 							t.Fatalf("step %d: no parked call %q", i, s.Resume.Call)
 						}
+						g.setInFlight(now, tg, s.Resume.InFlight)
 						got = g.resume(now, tg, p, constRand(s.Resume.Draw))
 					}
 					w := s.Want
@@ -211,7 +221,7 @@ func TestGateVectors(t *testing.T) {
 			if c.Counts != nil {
 				e := g.entries[tg]
 				if e == nil || e.u.admitted != c.Counts.Admitted || e.u.shed != c.Counts.Shed || e.u.parkChecks != c.Counts.Parked ||
-					e.u.batchAdmitted != c.Counts.BatchAdmitted || e.u.batchShed != c.Counts.BatchShed {
+					e.u.batchFirst != c.Counts.BatchFirst {
 					t.Fatalf("counts %+v, want %+v", e.u, *c.Counts)
 				}
 			}
@@ -225,3 +235,12 @@ type constRand float64
 func (r constRand) Float64() float64 { return float64(r) }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// setInFlight sets t's requests in flight, as the vectors' steps say.
+func (g *gate) setInFlight(now time.Time, t target, n uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.entry(now, t); e != nil {
+		e.inFlight = n
+	}
+}

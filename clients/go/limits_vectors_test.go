@@ -44,6 +44,7 @@ func TestFleetLimitsVectors(t *testing.T) {
 		{"target_field_bytes_max", maxFieldBytes, num("target_field_bytes_max")},
 		{"key_id_bytes_max", maxLabelBytes, num("key_id_bytes_max")},
 		{"client_id_bytes_max", maxLabelBytes, num("client_id_bytes_max")},
+		{"input_tokens_per_call_max", maxCallInputTokens, num("input_tokens_per_call_max")},
 		{"elapsed_min_ms", 1, v.Client["elapsed_min_ms"]},
 		{"report_interval_ms", ms(reportEvery), v.Client["report_interval_ms"]},
 		{"report_jitter", reportJitter, v.Client["report_jitter"]},

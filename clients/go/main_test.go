@@ -1,10 +1,8 @@
 package policyd_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,12 +10,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +21,7 @@ import (
 
 	policyd "github.com/policyd/policyd/clients/go"
 	policydv1 "github.com/policyd/policyd/clients/go/internal/gen/policyd/v1"
+	"github.com/policyd/policyd/clients/go/internal/proctest"
 )
 
 // The tests run against real policyd processes: one without a journal, and
@@ -59,41 +55,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// repoRoot is the policyd repository this module sits in (clients/go).
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := dir; d != filepath.Dir(d); d = filepath.Dir(d) {
-		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
-		if err == nil && bytes.HasPrefix(b, []byte("module github.com/policyd/policyd\n")) {
-			return d, nil
-		}
-	}
-	return "", fmt.Errorf("no policyd repository above %s: set POLICYD_BIN", dir)
-}
-
 // policydBin returns POLICYD_BIN, or a binary built from the repository.
 func policydBin(t testing.TB) string {
 	t.Helper()
-	binOnce.Do(func() {
-		if p := os.Getenv("POLICYD_BIN"); p != "" {
-			binPath = p
-			return
-		}
-		root, err := repoRoot()
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(tmpDir, "policyd")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/policyd")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build ./cmd/policyd: %v\n%s", err, out)
-		}
-	})
+	binOnce.Do(func() { binPath, binErr = proctest.Binary("POLICYD_BIN", "./cmd/policyd", tmpDir) })
 	if binErr != nil {
 		t.Fatal(binErr)
 	}
@@ -102,23 +67,12 @@ func policydBin(t testing.TB) string {
 
 // daemon is a running policyd process.
 type daemon struct {
+	*proctest.Daemon
 	addr   string
 	policy string // the --policy file a test wrote, if any
-	cmd    *exec.Cmd
-	done   chan struct{}
-	mu     sync.Mutex
-	logs   bytes.Buffer
 }
 
-func (d *daemon) stop() {
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(15 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.done
-	}
-}
+func (d *daemon) stop() { d.Stop() }
 
 // startDaemon starts `policyd serve` on listen (host:port; port 0 picks a
 // free one) and waits for its "serving" record. databaseURL empty: the
@@ -127,54 +81,15 @@ func startDaemon(listen, databaseURL string, extra ...string) (*daemon, error) {
 	// Fleet memory off unless a test asks for it (a later --fleet wins):
 	// these tests check the client, and one test's failures must not open a
 	// breaker or spend a retry budget for the next.
-	args := []string{"serve", "--listen", listen, "--log-format", "json", "--fleet", "off"}
+	args := []string{"--fleet", "off"}
 	if databaseURL != "" {
 		args = append(args, "--database-url", databaseURL)
 	}
-	args = append(args, extra...)
-	cmd := exec.Command(binPath, args...)
-	// The daemon reads POLICYD_* and DATABASE_URL: give it none of ours.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "POLICYD_") && !strings.HasPrefix(kv, "DATABASE_URL=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	stderr, err := cmd.StderrPipe()
+	d, err := proctest.StartDaemon(binPath, listen, append(args, extra...)...)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	d := &daemon{cmd: cmd, done: make(chan struct{})}
-	serving := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			d.mu.Lock()
-			d.logs.Write(sc.Bytes())
-			d.logs.WriteByte('\n')
-			d.mu.Unlock()
-			var rec struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "serving" {
-				serving <- rec.Addr
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-		_ = cmd.Wait()
-		close(d.done)
-	}()
-	select {
-	case d.addr = <-serving:
-		return d, nil
-	case <-d.done:
-	case <-time.After(60 * time.Second):
-		d.stop()
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return nil, fmt.Errorf("policyd did not start serving:\n%s", d.logs.String())
+	return &daemon{Daemon: d, addr: d.Addr}, nil
 }
 
 // daemonAddr returns the address of the shared daemon without a journal.

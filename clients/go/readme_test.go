@@ -13,16 +13,24 @@ import (
 )
 
 // goBlocks returns README.md's ```go blocks, each with the file its
-// "<!-- file: PATH -->" marker names (empty for a snippet).
-func goBlocks(t *testing.T) (blocks []struct{ file, code string }) {
+// "<!-- file: PATH -->" marker names (empty for a snippet) or, for a
+// snippet of another module's (the SDKs'), the test file its
+// "<!-- in: PATH -->" marker names.
+func goBlocks(t *testing.T) (blocks []struct{ file, in, code string }) {
 	t.Helper()
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile("(?s)(?:<!-- file: (\\S+) -->\n)?```go\n(.*?)```\n")
+	re := regexp.MustCompile("(?s)(?:<!-- (file|in): (\\S+) -->\n)?```go\n(.*?)```\n")
 	for _, m := range re.FindAllStringSubmatch(string(readme), -1) {
-		blocks = append(blocks, struct{ file, code string }{m[1], m[2]})
+		b := struct{ file, in, code string }{code: m[3]}
+		if m[1] == "file" {
+			b.file = m[2]
+		} else {
+			b.in = m[2]
+		}
+		blocks = append(blocks, b)
 	}
 	if len(blocks) == 0 {
 		t.Fatal("README.md has no go blocks")
@@ -31,8 +39,10 @@ func goBlocks(t *testing.T) (blocks []struct{ file, code string }) {
 }
 
 // Every Go block of the README is checked: a program is byte for byte the
-// file its marker names (which TestREADMEExamplesRun builds and runs), and
-// a snippet sits verbatim in an Example function (which the compiler checks).
+// file its marker names (which TestREADMEExamplesRun builds and runs), a
+// snippet sits verbatim in an Example function (which the compiler checks),
+// and a snippet with an SDK sits verbatim in the sdktest module's test its
+// marker names (which runs it).
 func TestREADMEBlocksAreChecked(t *testing.T) {
 	t.Parallel()
 	examples, err := os.ReadFile("example_test.go")
@@ -55,6 +65,12 @@ func TestREADMEBlocksAreChecked(t *testing.T) {
 				indented.WriteString("\t")
 			}
 			indented.WriteString(line)
+		}
+		if b.in != "" {
+			if test, err := os.ReadFile(b.in); err != nil || !strings.Contains(string(test), indented.String()) {
+				t.Errorf("README snippet is not in %s (%v):\n%s", b.in, err, b.code)
+			}
+			continue
 		}
 		if !strings.Contains(string(examples), indented.String()) {
 			t.Errorf("README snippet is in no Example function of example_test.go:\n%s", b.code)

@@ -21,9 +21,12 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// vectorFile is a vector file: its cases, and what some files give all
+// their cases (the time of the decision vectors, the target of the fleet's).
 type vectorFile[C any] struct {
-	Now   time.Time `json:"now"`
-	Cases []C       `json:"cases"`
+	Now    time.Time    `json:"now"`
+	Target vectorTarget `json:"target"`
+	Cases  []C          `json:"cases"`
 }
 
 func readVectors[C any](t *testing.T, name string) vectorFile[C] {

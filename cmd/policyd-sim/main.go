@@ -208,6 +208,7 @@ var titles = map[string]string{
 	fleetsim.Partial: "Partial: gpt-4o down from 60 s to 180 s, gpt-4o-mini fine",
 	fleetsim.Restart: "Outage with policyd killed from 90 s to 120 s",
 	fleetsim.Tokens:  "Token quota: 10.8 M input tokens/min on the key, prompts of 1 k–100 k tokens, from 60 s to 180 s",
+	fleetsim.Classes: "Shared quota with priority classes: interactive and batch agents, 600 requests/min from 60 s to 180 s",
 }
 
 // drawChart draws two panels, one above the other, with the incident's
@@ -265,7 +266,7 @@ func panel(sc fleetsim.Scenario, results []*fleetsim.Result, ylabel string, seri
 	if err != nil {
 		return nil, err
 	}
-	shade.Color, shade.LineStyle.Width = incidentShade, 0
+	shade.Color, shade.Width = incidentShade, 0
 	p.Add(shade)
 	p.Legend.Add("incident", shade)
 	line := func(ys []int) (*plotter.Line, error) {

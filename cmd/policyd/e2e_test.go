@@ -142,6 +142,23 @@ func startDaemon(t *testing.T, ctx context.Context, args ...string) *daemon {
 	return d
 }
 
+// terminate sends d SIGTERM and fails the test unless it exits 0 within
+// the given time (a graceful stop).
+func (d *daemon) terminate(t *testing.T, within time.Duration) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.exited:
+		if d.waitErr != nil {
+			t.Fatalf("policyd after SIGTERM: %v\n%s", d.waitErr, d.logs.String())
+		}
+	case <-time.After(within):
+		t.Fatalf("policyd still running %v after SIGTERM\n%s", within, d.logs.String())
+	}
+}
+
 // dial returns a PolicyService client of d, closed when the test ends.
 func (d *daemon) dial(t *testing.T) policydv1.PolicyServiceClient {
 	t.Helper()
@@ -164,7 +181,6 @@ func TestServeE2E(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	d := startDaemon(t, ctx)
-	cmd, logs, exited := d.cmd, d.logs, d.exited
 	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -227,17 +243,7 @@ func TestServeE2E(t *testing.T) {
 		}
 	})
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-		if d.waitErr != nil {
-			t.Fatalf("policyd after SIGTERM: %v\n%s", d.waitErr, logs.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("policyd still running 10s after SIGTERM\n%s", logs.String())
-	}
+	d.terminate(t, 10*time.Second)
 }
 
 func TestClassifyCommandE2E(t *testing.T) {

@@ -259,18 +259,8 @@ func TestSIGTERMUnderLoadDrainsE2E(t *testing.T) {
 	defer cancel()
 	url, d, load := loadedDaemon(t, ctx)
 	signaled := time.Now()
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("policyd still running 10s after SIGTERM\n%s", d.logs.String())
-	}
+	d.terminate(t, 10*time.Second)
 	exitedAfter := time.Since(signaled)
-	if d.waitErr != nil {
-		t.Fatalf("policyd after SIGTERM: %v (want exit status 0)\n%s", d.waitErr, d.logs.String())
-	}
 	calls := load.wait()
 	checkCodes(t, calls, codes.Unavailable)
 

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -87,17 +86,7 @@ func TestServeMetricsE2E(t *testing.T) {
 		}
 	}
 
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.exited:
-		if d.waitErr != nil {
-			t.Fatalf("policyd after SIGTERM: %v\n%s", d.waitErr, d.logs.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("policyd still running 15s after SIGTERM\n%s", d.logs.String())
-	}
+	d.terminate(t, 15*time.Second)
 	if !d.hasRecord(map[string]string{"msg": "stopped"}) {
 		t.Errorf("no \"stopped\" record after SIGTERM:\n%s", d.logs.String())
 	}

@@ -5,7 +5,6 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -84,17 +83,7 @@ func TestServeExportsOTLPE2E(t *testing.T) {
 	if _, err := d.dial(t).NextDelay(ctx, &policydv1.NextDelayRequest{Attempt: 1, Failure: &policydv1.Failure{HttpStatus: 503}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.exited:
-		if d.waitErr != nil {
-			t.Fatalf("policyd after SIGTERM: %v\n%s", d.waitErr, d.logs.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("policyd still running 20s after SIGTERM\n%s", d.logs.String())
-	}
+	d.terminate(t, 20*time.Second)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	found := false

@@ -432,8 +432,7 @@ func (b *Bucket) pace(now time.Time, c *Config) (float64, int) {
 		return 1, requestLimit
 	}
 	secs, o, cut := c.Breaker.Window.Seconds(), b.others(now), b.cutNow(now, c)
-	calls := float64(int64(b.firstAttempts.sum(now))+o.firstAttempts) / secs
-	parked := float64(b.fleetParked(now)) / ParkRecheck.Seconds()
+	calls, parked := b.demand(now, c)
 	f, which := 1.0, requestLimit
 	if rpm > 0 {
 		f = paceShare(c, rpm, calls+parked, float64(int64(b.retries.sum(now))+o.retries)/secs, cut, secs)
@@ -447,6 +446,15 @@ func (b *Bucket) pace(now time.Time, c *Config) (float64, int) {
 		}
 	}
 	return f, which
+}
+
+// demand is the first attempts a second the gates draw for: the calls
+// arriving (over the breaker's window, every replica's), and the parked
+// calls drawing again every ParkRecheck.
+func (b *Bucket) demand(now time.Time, c *Config) (calls, parked float64) {
+	secs := c.Breaker.Window.Seconds()
+	calls = float64(int64(b.firstAttempts.sum(now))+b.others(now).firstAttempts) / secs
+	return calls, float64(b.fleetParked(now)) / ParkRecheck.Seconds()
 }
 
 // paceShare is the share of a demand (units a second) that keeps the fleet

@@ -25,22 +25,26 @@ func (b *Bucket) addBatch(now time.Time, c *BreakerConfig, n int64) {
 	b.batchFirst.add(now, int(n))
 }
 
-// splitByClass divides a common admit fraction f between the classes by
-// the demand the streams reported: interactive first, batch the rest (at
-// least BatchFloor of f). ok is false when nothing is to split: no pace,
-// no batch demand, or nothing but batch.
+// splitByClass divides a common admit fraction f between the classes:
+// the room f leaves of the draws the gates make (demand: new calls and
+// parked calls drawing again) goes to the interactive calls arriving
+// first, and batch (its new calls, and the parked calls, which are batch
+// while interactive calls are all admitted) takes the rest, at least
+// BatchFloor of f. ok is false when nothing is to split: no pace, no batch
+// demand, or nothing but batch.
 func (b *Bucket) splitByClass(now time.Time, c *Config, f float64) (interactive, batch float64, ok bool) {
 	if f >= 1 || b.batchFirst.secs == nil || b.firstAttempts.secs == nil {
 		return f, f, false
 	}
-	demand := float64(b.firstAttempts.sum(now))
-	bd := min(float64(b.batchFirst.sum(now)), demand)
-	id := demand - bd
-	if bd <= 0 || id <= 0 {
+	calls, parked := b.demand(now, c)
+	share := float64(b.batchFirst.sum(now)) / max(float64(b.firstAttempts.sum(now)), 1)
+	id := calls * (1 - min(share, 1)) // interactive calls arriving a second
+	rest := calls + parked - id       // batch's draws
+	if share <= 0 || id <= 0 || rest <= 0 {
 		return f, f, false
 	}
-	room := f * demand
-	batch = min(1, max((room-id)/bd, BatchFloor*f))
-	interactive = min(1, (room-batch*bd)/id)
+	room := f * (calls + parked)
+	batch = min(1, max((room-id)/rest, BatchFloor*f))
+	interactive = min(1, (room-batch*rest)/id)
 	return interactive, batch, true
 }

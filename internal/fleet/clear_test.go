@@ -50,13 +50,7 @@ func TestClearBreakerClosesIt(t *testing.T) {
 	t.Parallel()
 	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
 	rs := replicas(t, fleettest.NewMemorySpace(), 2, clk)
-	for i := range 3 {
-		rs[0].f.Report(fleet.Usage{Target: target, ClientID: string(rune('a' + i)), Failed: 10})
-	}
-	stepAll(t, rs)
-	if breakerOf(rs[1].f) != fleet.Open {
-		t.Fatal("the breaker did not open on both replicas")
-	}
+	openByStreams(t, rs)
 	if _, ok := rs[0].f.Clear("team", "availability:openai/gpt-4o", fleet.Clearing{Breaker: true}, fleet.Origin{}, ""); !ok {
 		t.Fatal("no bucket")
 	}

@@ -23,6 +23,22 @@ func runFor(t *testing.T, rs []*replica, clk *clock, d time.Duration) {
 	}
 }
 
+// openByStreams opens the target's breaker with three streams' failures
+// reported to rs[0], steps the replicas, and fails unless every one has it
+// open.
+func openByStreams(t *testing.T, rs []*replica) {
+	t.Helper()
+	for i := range 3 {
+		rs[0].f.Report(fleet.Usage{Target: target, ClientID: string(rune('a' + i)), Failed: 10})
+	}
+	stepAll(t, rs)
+	for _, r := range rs {
+		if got := breakerOf(r.f); got != fleet.Open {
+			t.Fatalf("replica %s: breaker %v, want open", r.f.Replica(), got)
+		}
+	}
+}
+
 func TestReplicasForgetABucketNobodyReportsOn(t *testing.T) {
 	t.Parallel()
 	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
@@ -46,14 +62,8 @@ func TestReplicasCloseAHalfOpenBreakerWhenTheStreamsAreGone(t *testing.T) {
 	t.Parallel()
 	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
 	rs := replicas(t, fleettest.NewMemorySpace(), 2, clk)
-	// A stream reports on the bucket, then its failures open the breaker.
-	for i := range 3 {
-		rs[0].f.Report(fleet.Usage{Target: target, ClientID: string(rune('a' + i)), Failed: 10})
-	}
-	stepAll(t, rs)
-	if got := breakerOf(rs[0].f); got != fleet.Open {
-		t.Fatalf("breaker %v, want open", got)
-	}
+	// Streams report on the bucket, then their failures open the breaker.
+	openByStreams(t, rs)
 	// The streams leave. A lone replica closes a half-open breaker CloseAfter
 	// after the last counted failure once no stream reports; two replicas
 	// must not keep it half-open by echoing each other's "streamed".

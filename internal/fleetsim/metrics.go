@@ -49,6 +49,32 @@ type recorder struct {
 	parkedNow int
 	parkedSec int // the last second parkedMax was filled to
 	latencies []time.Duration
+	// by class (interactive, batch): finished calls and latencies
+	classes [2]classCounts
+}
+
+// classCounts are one priority class's calls.
+type classCounts struct {
+	ok, failed int
+	latencies  []time.Duration
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// p95 is the 95th percentile of ls in seconds (NaN: none).
+func p95(ls []time.Duration) float64 {
+	n := len(ls)
+	if n == 0 {
+		return math.NaN()
+	}
+	ls = slices.Clone(ls)
+	slices.Sort(ls)
+	return ls[min(n-1, int(math.Ceil(0.95*float64(n)))-1)].Seconds()
 }
 
 func newRecorder(sc Scenario) *recorder {
@@ -100,14 +126,18 @@ func (r *recorder) park(now time.Duration, n int) {
 	r.parkedMax[s] = max(r.parkedMax[s], r.parkedNow)
 }
 
-func (r *recorder) callDone(now time.Duration, model string, ok bool, attempts int, decisions int64, latency time.Duration) {
+func (r *recorder) callDone(now time.Duration, model string, batch bool, ok bool, attempts int, decisions int64, latency time.Duration) {
 	r.decisions += decisions
+	cl := &r.classes[b2i(batch)]
 	if !ok {
 		r.failed++
+		cl.failed++
 		return
 	}
 	r.ok++
+	cl.ok++
 	r.latencies = append(r.latencies, latency)
+	cl.latencies = append(cl.latencies, latency)
 	if s := sec(now); s < len(r.good) {
 		r.good[s]++
 	}
@@ -178,6 +208,11 @@ type Result struct {
 	// Tokens scenario: the input tokens of successful attempts a second
 	// over the run, in thousands (calls of every size count by their size).
 	TokenGoodput float64
+	// Classes scenario: p95 latency (s) and loss by class (interactive,
+	// batch), and the interactive calls' p95 on the unloaded key (the same
+	// run without the quota).
+	ClassP95, ClassLoss [2]float64
+	ClassP95Ref         float64
 	// Partial scenario: the unaffected model's successful calls during the
 	// incident ÷ the same agents' in the same run without the incident.
 	Unaffected float64
@@ -218,6 +253,7 @@ func (r *recorder) result(rn *run) *Result {
 	res := &Result{Scenario: sc.Name, Policy: rn.cfg.Policy.Name(), Agents: rn.cfg.Agents, Life: rn.cfg.Life, Seed: rn.cfg.Seed,
 		Replicas:  rn.cfg.Replicas,
 		Throttled: math.NaN(), QuotaUsed: math.NaN(), Unaffected: math.NaN(), TokenGoodput: math.NaN(),
+		ClassP95: [2]float64{math.NaN(), math.NaN()}, ClassLoss: [2]float64{math.NaN(), math.NaN()}, ClassP95Ref: math.NaN(),
 		Calls: r.ok + r.failed, FirstOK: r.firstOK, Attempts: r.attemptsTotal,
 		Decisions: r.decisions, SuccessPathDecisions: r.successPathDecisions,
 		PerSecond: r.attempts[:sec(sc.Duration)], GoodPerSecond: r.good[:sec(sc.Duration)], Parked: r.parkedMax[:sec(sc.Duration)],
@@ -273,14 +309,15 @@ func (r *recorder) result(rn *run) *Result {
 	}
 	res.Goodput = float64(good) / sc.Duration.Seconds()
 	res.Loss = float64(r.failed) / float64(max(r.ok+r.failed, 1))
-	res.P95 = math.NaN()
-	if n := len(r.latencies); n > 0 {
-		ls := slices.Clone(r.latencies)
-		slices.Sort(ls)
-		res.P95 = ls[min(n-1, int(math.Ceil(0.95*float64(n)))-1)].Seconds()
+	res.P95 = p95(r.latencies)
+	if sc.Name == Classes {
+		for i, cl := range r.classes {
+			res.ClassP95[i] = p95(cl.latencies)
+			res.ClassLoss[i] = float64(cl.failed) / float64(max(cl.ok+cl.failed, 1))
+		}
 	}
 	switch sc.Name {
-	case Quota:
+	case Quota, Classes:
 		res.Throttled = float64(sum(r.throttled, sc.Start, sc.End)) / float64(max(inWindow, 1))
 		allowed := float64(QuotaPerMinute)/60*window + QuotaBurst
 		res.QuotaUsed = float64(sum(r.okAttempts, sc.Start, sc.End)) / allowed
@@ -329,7 +366,11 @@ func (r *Result) Fields() []Field {
 		{"loss", num(r.Loss, 3)},
 		{"p95_s", num(r.P95, 1)},
 	}
-	if r.Scenario == Quota || r.Scenario == Tokens {
+	if r.Scenario == Classes {
+		fs = append(fs, Field{"p95_interactive_s", num(r.ClassP95[0], 1)}, Field{"p95_interactive_unloaded_s", num(r.ClassP95Ref, 1)},
+			Field{"p95_batch_s", num(r.ClassP95[1], 1)}, Field{"loss_interactive", num(r.ClassLoss[0], 3)}, Field{"loss_batch", num(r.ClassLoss[1], 3)})
+	}
+	if r.Scenario == Quota || r.Scenario == Tokens || r.Scenario == Classes {
 		fs = append(fs, Field{"throttled", num(r.Throttled, 3)}, Field{"quota_used", num(r.QuotaUsed, 2)})
 	}
 	if r.Scenario == Tokens {

@@ -47,9 +47,9 @@ type Advancer interface {
 // fleet gate"): sent, sent after a wait, parked in the process until an
 // assignment admits them, or given up.
 type Gater interface {
-	// Admit gates an attempt of prompt input tokens (retry: not the call's
-	// first) with left before the call's deadline.
-	Admit(now time.Time, model string, prompt int64, left time.Duration, retry bool, r *rand.Rand) GateAnswer
+	// Admit gates an attempt of call (retry: not the call's first) with
+	// left before the call's deadline.
+	Admit(now time.Time, call Call, left time.Duration, retry bool, r *rand.Rand) GateAnswer
 	// Resume checks the process's parked call again.
 	Resume(now time.Time, left time.Duration, r *rand.Rand) GateAnswer
 	// Generation changes whenever an assignment reaches the process: its
@@ -81,6 +81,15 @@ type Process interface {
 	// Decisions is how many daemon RPCs (NextDelay decisions) the process
 	// made; 0 for the anchors, which decide in process.
 	Decisions() int64
+}
+
+// Call is what a gate knows of a logical call.
+type Call struct {
+	Model string
+	// Prompt is the call's input tokens.
+	Prompt int64
+	// Batch: the call is of the batch priority class.
+	Batch bool
 }
 
 // Attempt is one finished attempt.

@@ -34,6 +34,10 @@ const (
 	// Tokens is the quota on input tokens: prompts of PromptMin to
 	// PromptMax tokens against a limit of TokensPerMinute.
 	Tokens = "tokens"
+	// Classes is the quota with the agents' calls in two priority
+	// classes: the interactive agents' calls interactive, the batch
+	// agents' batch (DeadlineOf).
+	Classes = "classes"
 )
 
 // RestartDown is how long into the outage the restart scenario kills
@@ -41,7 +45,7 @@ const (
 const RestartDown = 30 * time.Second
 
 // ScenarioNames are the scenarios in the order the reports list them.
-var ScenarioNames = []string{Outage, Quota, Herd, Partial, Restart, Tokens}
+var ScenarioNames = []string{Outage, Quota, Herd, Partial, Restart, Tokens, Classes}
 
 // Every logical call has a deadline, by its agent's kind: half the agents
 // are interactive (a person waits for a chat answer or a coding CLI's
@@ -136,18 +140,24 @@ func (s Scenario) reference() Scenario {
 func NewScenario(name string, t Timing) (Scenario, error) {
 	s := Scenario{Name: name, Start: t.Start, End: t.End, Duration: t.Duration}
 	switch name {
-	case Outage, Quota, Partial, Tokens:
+	case Outage, Quota, Partial, Tokens, Classes:
 	case Restart:
 		s.DownFrom, s.DownTo = s.Start+RestartDown, s.Start+2*RestartDown
 	case Herd:
 		s.End = s.Start + HerdFor
 	default:
-		return s, fmt.Errorf("unknown scenario %q (want outage, quota, herd, partial, restart or tokens)", name)
+		return s, fmt.Errorf("unknown scenario %q (want outage, quota, herd, partial, restart, tokens or classes)", name)
 	}
 	if !(0 < s.Start && s.Start < s.End && s.End < s.Duration && s.DownTo < s.End) {
 		return s, fmt.Errorf("scenario %s: the incident %v–%v does not fit in %v", name, s.Start, s.End, s.Duration)
 	}
 	return s, nil
+}
+
+// batch says whether agent i's calls are of the batch class: the batch
+// agents' in the classes scenario; every call is interactive elsewhere.
+func (s Scenario) batch(i int) bool {
+	return s.Name == Classes && DeadlineOf(i) == BatchDeadline
 }
 
 // modelOf is agent i's model: everyone calls Model, except in the partial
@@ -242,7 +252,7 @@ func (p *provider) attempt(now time.Duration, model string, prompt int64, r *ran
 		secs := strconv.Itoa(int(wait / time.Second))
 		return Outcome{Latency: failureLatency(r), Throttled: true, Hint: wait,
 			Failure: failure(model, 429, fmt.Sprintf(rateLimitBody, secs+"s"), map[string]string{"retry-after": secs})}
-	case Quota:
+	case Quota, Classes:
 		rate := float64(QuotaPerMinute) / 60
 		if p.at < p.sc.Start {
 			p.at = p.sc.Start

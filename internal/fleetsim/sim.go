@@ -106,6 +106,7 @@ type agent struct {
 	think, lat, jit    *rand.Rand
 	prompts            *rand.Rand
 	prompt             int64 // the logical call's input tokens
+	batch              bool  // its calls are of the batch class
 	proc               Process
 	procN, callsInProc int
 	callStart          time.Duration // the logical call's start
@@ -165,7 +166,7 @@ func Run(cfg Config) (*Result, error) {
 	for i := range cfg.Agents {
 		a := &agent{idx: i, model: cfg.Scenario.modelOf(i), deadline: DeadlineOf(i),
 			think: stream(cfg.Seed, i, streamThink), lat: stream(cfg.Seed, i, streamLatency), jit: stream(cfg.Seed, i, streamJitter),
-			prompts: promptStream(cfg.Seed, i)}
+			prompts: promptStream(cfg.Seed, i), batch: cfg.Scenario.batch(i)}
 		r.agents = append(r.agents, a)
 		r.newProcess(a)
 		r.schedule(r.thinkTime(a), a, evCall)
@@ -215,6 +216,9 @@ func Run(cfg Config) (*Result, error) {
 			return nil, err
 		}
 		res.HerdRef = rr.Herd
+		if sc.Name == Classes {
+			res.ClassP95Ref = rr.ClassP95[0]
+		}
 		if sc.Name == Partial {
 			res.Unaffected = float64(sum(res.otherGood, sc.Start, sc.End)) / float64(max(sum(rr.otherGood, sc.Start, sc.End), 1))
 		}
@@ -267,7 +271,7 @@ func (r *run) send(a *agent) {
 		return
 	}
 	if g, ok := a.proc.(Gater); ok {
-		ans := g.Admit(r.clock(), a.model, a.prompt, a.callStart+a.deadline-r.now, a.attempts > 0, a.jit)
+		ans := g.Admit(r.clock(), Call{Model: a.model, Prompt: a.prompt, Batch: a.batch}, a.callStart+a.deadline-r.now, a.attempts > 0, a.jit)
 		if r.gated(a, g, ans) {
 			return
 		}
@@ -373,7 +377,7 @@ func (r *run) attempt(a *agent) {
 
 // done ends the logical call and starts the agent's think time.
 func (r *run) done(a *agent, ok bool) {
-	r.rec.callDone(r.now, a.model, ok, a.attempts, a.proc.Decisions()-a.decisionsAtCall, r.now-a.callStart)
+	r.rec.callDone(r.now, a.model, a.batch, ok, a.attempts, a.proc.Decisions()-a.decisionsAtCall, r.now-a.callStart)
 	r.schedule(r.thinkTime(a), a, evCall)
 }
 

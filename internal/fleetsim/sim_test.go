@@ -260,6 +260,37 @@ func TestTokenGoals(t *testing.T) {
 	}
 }
 
+// Priority classes (the classes scenario: the quota, with the interactive
+// agents' calls interactive and the batch agents' batch): the interactive
+// calls' p95 latency within 20 % of the unloaded key's while batch absorbs
+// the wait, no interactive call lost that a baseline (none of which paces)
+// completes, and the calls completed at least 0.98 of the best baseline's.
+func TestClassesGoals(t *testing.T) {
+	var bestInteractiveLoss, bestGood = math.Inf(1), 0.0
+	for _, pol := range baselines {
+		r := simulate(t, Classes, pol, 0, 1)
+		bestInteractiveLoss, bestGood = min(bestInteractiveLoss, r.ClassLoss[0]), max(bestGood, r.Goodput)
+	}
+	for _, life := range []int{0, 3} {
+		t.Run("life="+LifeName(life), func(t *testing.T) {
+			if raceEnabled && life != 0 {
+				t.Skip("life 3: checked without -race (make sim-goals)")
+			}
+			r := simulate(t, Classes, PolicyFleetStream, life, 1)
+			if r.ClassP95[0] > 1.2*r.ClassP95Ref || r.ClassP95[1] <= r.ClassP95[0] {
+				t.Errorf("p95: interactive %.1f s (unloaded %.1f s), batch %.1f s; want interactive ≤ 1.2 × unloaded, batch waiting longer",
+					r.ClassP95[0], r.ClassP95Ref, r.ClassP95[1])
+			}
+			if r.ClassLoss[0] > bestInteractiveLoss {
+				t.Errorf("interactive loss %.3f, the best baseline's %.3f", r.ClassLoss[0], bestInteractiveLoss)
+			}
+			if r.Goodput < 0.98*bestGood {
+				t.Errorf("goodput %.2f, the best baseline's %.2f; want ≥ 0.98 ×", r.Goodput, bestGood)
+			}
+		})
+	}
+}
+
 // The agents' goals hold at 2,000 agents on one key: loss and goodput
 // against the best baseline, the outage's amplification after detection
 // (0.05 here: with ten times the calls starting, the detection's last

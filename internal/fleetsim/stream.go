@@ -169,6 +169,8 @@ type streamProcess struct {
 	firstTokens, retryTokens                   int64 // input tokens: first attempts at their first check, retries
 	headers                                    map[string]string
 	prompt                                     int64 // the current call's input tokens
+	class                                      refgate.Class
+	batchFirst                                 int64 // batch first attempts at their first check
 	reportAt                                   time.Time
 
 	connected, subscribed bool
@@ -231,9 +233,10 @@ func (p *streamProcess) report(now time.Time) {
 		Succeeded: p.succeeded, Failed: p.failed, Retries: p.retries, Parked: p.parkedCount(),
 		ParkedNew: p.parkedNew, Released: p.released,
 		RequestsPerMinute: fleet.RequestsPerMinute(Provider, p.headers), RemainingShare: fleet.RemainingShare(Provider, p.headers),
-		InputTokensPerMinute: fleet.InputTokensPerMinute(Provider, p.headers), FirstAttemptTokens: p.firstTokens, RetryTokens: p.retryTokens})
+		InputTokensPerMinute: fleet.InputTokensPerMinute(Provider, p.headers), FirstAttemptTokens: p.firstTokens, RetryTokens: p.retryTokens,
+		BatchFirst: p.batchFirst})
 	p.admitted, p.shed, p.succeeded, p.failed, p.retries, p.headers = 0, 0, 0, 0, 0, nil
-	p.firstTokens, p.retryTokens = 0, 0
+	p.firstTokens, p.retryTokens, p.batchFirst = 0, 0, 0
 	p.parkedNew, p.released = 0, 0
 	p.parkedShown = p.parkedCount()
 	p.reportAt = time.Time{}
@@ -252,16 +255,24 @@ func (p *streamProcess) deliver(now time.Time, force bool) {
 	p.sin.msgs++
 	p.sent, p.sentAt = a, now
 	p.gen++
-	p.gate.Assign(now, &refgate.Assignment{TTL: a.TTL, Breaker: a.Breaker, Hold: a.Hold, Stop: a.Stop,
-		AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason, ParkHint: a.ParkHint})
+	ra := &refgate.Assignment{TTL: a.TTL, Breaker: a.Breaker, Hold: a.Hold, Stop: a.Stop,
+		AdmitFraction: a.AdmitFraction, ProbePermits: a.ProbePermits, Reason: a.Reason, ParkHint: a.ParkHint}
+	if a.Classes {
+		ra.BatchAdmitFraction = &a.BatchAdmitFraction
+	}
+	p.gate.Assign(now, ra)
 }
 
 var _ Gater = (*streamProcess)(nil)
 
 // Admit implements Gater.
-func (p *streamProcess) Admit(now time.Time, model string, prompt int64, left time.Duration, retry bool, r *rand.Rand) GateAnswer {
+func (p *streamProcess) Admit(now time.Time, call Call, left time.Duration, retry bool, r *rand.Rand) GateAnswer {
+	model := call.Model
 	p.modelName = model
-	p.prompt = prompt
+	p.prompt, p.class = call.Prompt, refgate.Interactive
+	if call.Batch {
+		p.class = refgate.Batch
+	}
 	p.gate.Target = Provider + "/" + model
 	if p.sin.up() && p.connected && !p.subscribed {
 		// The first call on a target waits for its first assignment (a
@@ -280,7 +291,7 @@ func (p *streamProcess) Admit(now time.Time, model string, prompt int64, left ti
 	if retry {
 		v = p.gate.CheckRetry(now, left)
 	} else {
-		v = p.gate.Check(now, left, false, r.Float64())
+		v = p.gate.CheckClass(now, left, p.class, false, r.Float64())
 	}
 	return p.answer(v, retry, false)
 }
@@ -303,7 +314,7 @@ func (p *streamProcess) answer(v refgate.Verdict, retry, resumed bool) GateAnswe
 			if resumed {
 				p.released++
 			} else {
-				p.firstTokens += p.prompt
+				p.firstCheck()
 			}
 		}
 		return GateAnswer{Send: true, Wait: v.Wait}
@@ -311,7 +322,7 @@ func (p *streamProcess) answer(v refgate.Verdict, retry, resumed bool) GateAnswe
 		p.parked, p.parkedRetry = v.Parked, retry
 		if !retry && !resumed {
 			p.parkedNew++
-			p.firstTokens += p.prompt
+			p.firstCheck()
 		}
 		return GateAnswer{Park: true}
 	}
@@ -322,9 +333,18 @@ func (p *streamProcess) answer(v refgate.Verdict, retry, resumed bool) GateAnswe
 	}
 	if !retry {
 		p.shed++
-		p.firstTokens += p.prompt
+		p.firstCheck()
 	}
 	return GateAnswer{}
+}
+
+// firstCheck counts a first attempt at its first check by the gate: its
+// input tokens, and its class.
+func (p *streamProcess) firstCheck() {
+	p.firstTokens += p.prompt
+	if p.class == refgate.Batch {
+		p.batchFirst++
+	}
 }
 
 // Generation implements Gater.

@@ -299,10 +299,7 @@ func TestBadPolicyFileNamesLineAndField(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := Parse([]byte(tc.doc), "p.yaml", Caps{})
-			if err == nil {
-				t.Fatalf("accepted:\n%s", tc.doc)
-			}
+			err := refused(t, tc.doc, tc.want)
 			// One error type for the file's own sections (the rules' come
 			// from the classifier, with the same file:line prefix).
 			if pe, ok := errors.AsType[*ParseError](err); !ok && tc.name != "bad rule" {
@@ -310,13 +307,24 @@ func TestBadPolicyFileNamesLineAndField(t *testing.T) {
 			} else if ok && pe.File != "p.yaml" {
 				t.Errorf("ParseError.File = %q", pe.File)
 			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
 		})
 	}
+}
+
+// refused parses doc as p.yaml and fails t unless Parse refuses it with an
+// error that mentions every string of want; it returns the error.
+func refused(t *testing.T, doc string, want []string) error {
+	t.Helper()
+	_, err := Parse([]byte(doc), "p.yaml", Caps{})
+	if err == nil {
+		t.Fatalf("accepted:\n%s", doc)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+	return err
 }
 
 func TestProfileBudgetAndEmptyFile(t *testing.T) {

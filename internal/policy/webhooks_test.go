@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -60,17 +59,9 @@ func TestBadWebhooksNameLineAndField(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := Parse([]byte(tc.doc), "p.yaml", Caps{})
-			if err == nil {
-				t.Fatalf("accepted:\n%s", tc.doc)
-			}
+			err := refused(t, tc.doc, tc.want)
 			if _, ok := errors.AsType[*ParseError](err); !ok {
 				t.Errorf("%T is not a *ParseError: %v", err, err)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
 			}
 		})
 	}

@@ -36,11 +36,16 @@ type Gate struct {
 
 	// Admitted and Shed count first attempts; OwnAdmitted those admitted
 	// past an expired assignment (policyd unreachable); Parked the checks
-	// that parked a call (a parked call's re-checks included);
-	// BatchAdmitted and BatchShed the batch class's share of Admitted and
-	// Shed.
+	// that parked a call (a parked call's re-checks included); BatchFirst
+	// the batch class's first attempts at their first check (admitted,
+	// shed or parked).
 	Admitted, Shed, OwnAdmitted, Parked int64
-	BatchAdmitted, BatchShed            int64
+	BatchFirst                          int64
+
+	// InFlight is the process's requests in flight on the target now: the
+	// caller keeps it, and a first attempt waits while it is at the
+	// assignment's lease.
+	InFlight int
 }
 
 // Class is a call's priority class: when the fleet paces a target, batch
@@ -85,6 +90,9 @@ type Assignment struct {
 	// BatchAdmitFraction is the share of batch first attempts to admit
 	// (nil: AdmitFraction for both classes).
 	BatchAdmitFraction *float64
+	// InFlightLease is the most requests the process may have in flight
+	// on the target (nil: no cap).
+	InFlightLease *uint32
 	ProbePermits       uint32
 	Reason             string
 	Fallback           *policydv1.Fallback
@@ -120,8 +128,9 @@ type Verdict struct {
 	// the call was parked before this verdict (Resume).
 	Parked *Parked
 	Waited time.Duration
-	// BatchShare: a pace shed the call at the batch class's share.
-	BatchShare bool
+	// BatchShare: a pace shed the call at the batch class's share;
+	// AtLease: the process was at its lease of requests in flight.
+	BatchShare, AtLease bool
 }
 
 // Parked is a call the gate holds.
@@ -192,6 +201,9 @@ func (g *Gate) Check(now time.Time, deadline time.Duration, canFallBack bool, dr
 
 // CheckClass gates a first attempt of class, as Check does.
 func (g *Gate) CheckClass(now time.Time, deadline time.Duration, class Class, canFallBack bool, draw float64) Verdict {
+	if class == Batch {
+		g.BatchFirst++
+	}
 	v := g.check(now, deadline, draw, false, class)
 	if v.Action == Park {
 		limit := g.ParkLimit
@@ -281,17 +293,11 @@ func (g *Gate) Resume(now time.Time, p *Parked, draw float64) Verdict {
 func (g *Gate) count(v Verdict, canFallBack bool, class Class) Verdict {
 	if v.Action == Stop {
 		g.Shed++
-		if class == Batch {
-			g.BatchShed++
-		}
 		if canFallBack && g.a != nil && g.a.Fallback != nil {
 			v.Action, v.Fallback = FallBack, g.a.Fallback
 		}
 	} else {
 		g.Admitted++
-		if class == Batch {
-			g.BatchAdmitted++
-		}
 	}
 	return v
 }
@@ -359,6 +365,10 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resume
 		v := g.parked(now, policydv1.StopReason_STOP_REASON_FLEET_SHED, "paced")
 		v.BatchShare = class == Batch && a.BatchAdmitFraction != nil
 		return v
+	case a.InFlightLease != nil && g.InFlight >= int(*a.InFlightLease):
+		v := g.parked(now, policydv1.StopReason_STOP_REASON_FLEET_SHED, "at its lease of requests in flight")
+		v.AtLease = true
+		return v
 	case a.Hold > age:
 		left := a.Hold - age
 		if deadline >= 0 && left > deadline {
@@ -371,9 +381,6 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resume
 
 // Cancel takes a parked call the caller cancelled out of the park: it
 // counts as shed.
-func (g *Gate) Cancel(p *Parked) {
+func (g *Gate) Cancel(*Parked) {
 	g.Shed++
-	if p.class == Batch {
-		g.BatchShed++
-	}
 }

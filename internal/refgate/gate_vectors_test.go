@@ -29,6 +29,7 @@ type gateVectors struct {
 				Reason             string          `json:"reason"`
 				Fallback           *vectorFallback `json:"fallback"`
 				ParkHintMs         int64           `json:"park_hint_ms"`
+				InFlightLease      *uint32         `json:"in_flight_lease"`
 			} `json:"assign"`
 			Abandon bool      `json:"abandon"`
 			Retry   *struct{} `json:"retry"`
@@ -40,10 +41,12 @@ type gateVectors struct {
 				MaxParkMs   *int64  `json:"max_park_ms"`
 				Call        string  `json:"call"`
 				Class       string  `json:"class"`
+				InFlight    int     `json:"in_flight"`
 			} `json:"gate"`
 			Resume *struct {
-				Call string  `json:"call"`
-				Draw float64 `json:"draw"`
+				Call     string  `json:"call"`
+				Draw     float64 `json:"draw"`
+				InFlight int     `json:"in_flight"`
 			} `json:"resume"`
 			Want struct {
 				Action     string          `json:"action"`
@@ -66,8 +69,7 @@ type gateVectors struct {
 		Requires string `json:"requires"`
 		Counts   *struct {
 			Admitted, Shed, Parked int64
-			BatchAdmitted          int64 `json:"batch_admitted"`
-			BatchShed              int64 `json:"batch_shed"`
+			BatchFirst             int64 `json:"batch_first_attempts"`
 		} `json:"counts"`
 	} `json:"cases"`
 	Target struct {
@@ -112,7 +114,7 @@ func TestGateVectors(t *testing.T) {
 	breakerNames := map[fleet.BreakerState]string{fleet.Closed: "CLOSED", fleet.Open: "OPEN", fleet.HalfOpen: "HALF_OPEN"}
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Requires != "" && c.Requires != "park" && c.Requires != "classes" {
+			if c.Requires != "" && c.Requires != "park" && c.Requires != "classes" && c.Requires != "lease" {
 				t.Skipf("requires %s", c.Requires)
 			}
 			g := New()
@@ -129,7 +131,7 @@ func TestGateVectors(t *testing.T) {
 					}
 					g.Assign(now, &Assignment{TTL: ms(a.TTLMs), Breaker: br, Hold: ms(a.HoldMs), Stop: ms(a.StopMs),
 						AdmitFraction: a.AdmitFraction, BatchAdmitFraction: a.BatchAdmitFraction, ProbePermits: a.ProbePermits,
-						Reason: a.Reason, Fallback: a.Fallback.proto(t), ParkHint: ms(a.ParkHintMs)})
+						Reason: a.Reason, Fallback: a.Fallback.proto(t), ParkHint: ms(a.ParkHintMs), InFlightLease: a.InFlightLease})
 				case s.Abandon:
 					g.Assign(now, nil)
 				case s.Outcome != "":
@@ -160,6 +162,7 @@ func TestGateVectors(t *testing.T) {
 						if !ok {
 							t.Fatalf("step %d: class %q", i, s.Gate.Class)
 						}
+						g.InFlight = s.Gate.InFlight
 						got = g.CheckClass(now, deadline, class, s.Gate.CanFallBack, s.Gate.Draw)
 						if got.Parked != nil {
 							parked[s.Gate.Call] = got.Parked
@@ -169,6 +172,7 @@ func TestGateVectors(t *testing.T) {
 						if p == nil {
 							t.Fatalf("step %d: no parked call %q", i, s.Resume.Call)
 						}
+						g.InFlight = s.Resume.InFlight
 						got = g.Resume(now, p, s.Resume.Draw)
 					}
 					w := s.Want
@@ -202,10 +206,9 @@ func TestGateVectors(t *testing.T) {
 					t.Fatalf("step %d does nothing", i)
 				}
 			}
-			if w := c.Counts; w != nil && (g.Admitted != w.Admitted || g.Shed != w.Shed || g.Parked != w.Parked ||
-				g.BatchAdmitted != w.BatchAdmitted || g.BatchShed != w.BatchShed) {
-				t.Fatalf("counts admitted %d shed %d parked %d batch admitted %d batch shed %d, want %+v",
-					g.Admitted, g.Shed, g.Parked, g.BatchAdmitted, g.BatchShed, *w)
+			if w := c.Counts; w != nil && (g.Admitted != w.Admitted || g.Shed != w.Shed || g.Parked != w.Parked || g.BatchFirst != w.BatchFirst) {
+				t.Fatalf("counts admitted %d shed %d parked %d batch first attempts %d, want %+v",
+					g.Admitted, g.Shed, g.Parked, g.BatchFirst, *w)
 			}
 		})
 	}

@@ -43,6 +43,10 @@ func (g *Gate) Text(now time.Time, target string, v Verdict) string {
 			s = fmt.Sprintf("the fleet's circuit breaker for %s is open", target)
 		}
 	case policydv1.StopReason_STOP_REASON_FLEET_SHED:
+		if v.AtLease {
+			s = fmt.Sprintf("this process has %d requests in flight to %s, its lease of the fleet's cap", g.InFlight, target)
+			break
+		}
 		share, class := a.AdmitFraction, ""
 		if v.BatchShare {
 			share, class = *a.BatchAdmitFraction, "batch "

@@ -173,7 +173,7 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 			InputTokensPerMinute: fleet.InputTokensPerMinute(t.Provider, u.GetRateLimitHeaders()),
 			RemainingShare:       fleet.RemainingShare(t.Provider, u.GetRateLimitHeaders()),
 			FirstAttemptTokens:   int64(u.GetFirstAttemptInputTokens()), RetryTokens: int64(u.GetRetryInputTokens()),
-			BatchFirst: int64(u.GetBatchAdmitted() + u.GetBatchShed()), InFlight: int64(min(u.GetInFlight(), maxParked)),
+			BatchFirst: int64(u.GetBatchFirstAttempts()), InFlight: int64(min(u.GetInFlight(), maxParked)),
 			Left: fleet.Left(t.Provider, u.GetRateLimitHeaders(), now)})
 	}
 	if len(m.GetUsage()) == 0 {

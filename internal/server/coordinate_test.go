@@ -239,7 +239,7 @@ func TestCoordinateRejectsBadReports(t *testing.T) {
 		{"admitted beyond the interval", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(2 * time.Second), Admitted: 2001}}}}, "usage[0].admitted"},
 		{"tokens beyond their calls", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Admitted: 2, FirstAttemptInputTokens: 4_000_001}}}}, "usage[0].first_attempt_input_tokens"},
 		{"retry tokens without retries", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Admitted: 2, RetryInputTokens: 1}}}}, "usage[0].retry_input_tokens"},
-		{"more batch than admitted", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Admitted: 2, BatchAdmitted: 3}}}}, "usage[0].batch_admitted"},
+		{"more batch than first attempts", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Admitted: 2, BatchFirstAttempts: 3}}}}, "usage[0].batch_first_attempts"},
 		// The second report of a target on a stream claims ten minutes the
 		// server did not see pass.
 		{"an interval the server did not see", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Succeeded: 1}}},
@@ -347,7 +347,7 @@ func TestCoordinateTokensAndClasses(t *testing.T) {
 		// 10 calls a second of 200 input tokens each, half of them batch:
 		// 2,000 tokens a second against a limit of 1,000.
 		s.report(&policydv1.BucketUsage{Elapsed: durationpb.New(10 * time.Second), Admitted: 100,
-			BatchAdmitted: 50, FirstAttemptInputTokens: 20000, Succeeded: 100, RateLimitHeaders: headers})
+			BatchFirstAttempts: 50, FirstAttemptInputTokens: 20000, Succeeded: 100, RateLimitHeaders: headers})
 		streams = append(streams, s)
 	}
 	streams[1].report(&policydv1.BucketUsage{Admitted: 1, FirstAttemptInputTokens: 200})

@@ -3,17 +3,13 @@ package telemetry
 import (
 	"context"
 	"log/slog"
-	"net"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
-	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/policy"
 	"github.com/policyd/policyd/internal/server"
+	"github.com/policyd/policyd/internal/server/servertest"
 )
 
 // discard is a span exporter that drops what it is given, so that the
@@ -24,7 +20,8 @@ func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { ret
 func (discard) Shutdown(context.Context) error                             { return nil }
 
 // BenchmarkNextDelay is one unjournaled NextDelay through the whole
-// server over an in-memory connection: "off" as the daemon runs without
+// server over an in-memory connection (servertest.BenchNextDelay, the call
+// internal/metrics' benchmark measures): "off" as the daemon runs without
 // OTEL_EXPORTER_OTLP_* (nothing installed), "sampled" with every call
 // traced and its span batched for export, "unsampled" with the
 // instrumentation installed but the sampler saying no (the cost of
@@ -43,29 +40,7 @@ func BenchmarkNextDelay(b *testing.B) {
 			}
 			ps := server.NewPolicyServer(policy.Builtin())
 			gs, _ := server.NewGRPCServer(ps, server.NewJournalServer(nil, ps), server.NewFleetServer(nil, ps), slog.New(slog.DiscardHandler), opts...)
-			lis := bufconn.Listen(1 << 20)
-			go gs.Serve(lis) //nolint:errcheck // Serve returns nil after Stop.
-			defer gs.Stop()
-			conn, err := grpc.NewClient("passthrough:///bufnet",
-				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-				grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer conn.Close()
-			client := policydv1.NewPolicyServiceClient(conn)
-			req := &policydv1.NextDelayRequest{Attempt: 1, Failure: &policydv1.Failure{HttpStatus: 429, Headers: map[string]string{"retry-after": "2"}}}
-			ctx := context.Background()
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if _, err := client.NextDelay(ctx, req); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			servertest.BenchNextDelay(b, gs)
 		})
 	}
 }

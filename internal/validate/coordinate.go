@@ -128,11 +128,8 @@ func usage(u *policydv1.BucketUsage, interval time.Duration) error {
 			return Fieldf(c.name, "%d tokens for %d %s: at most %d a call", c.n, c.calls, c.what, MaxInputTokensPerCall)
 		}
 	}
-	if u.GetBatchAdmitted() > u.GetAdmitted() {
-		return Fieldf("batch_admitted", "%d, more than admitted (%d)", u.GetBatchAdmitted(), u.GetAdmitted())
-	}
-	if u.GetBatchShed() > u.GetShed() {
-		return Fieldf("batch_shed", "%d, more than shed (%d)", u.GetBatchShed(), u.GetShed())
+	if n, most := u.GetBatchFirstAttempts(), u.GetAdmitted()+u.GetShed()+u.GetParkedNew(); n > most {
+		return Fieldf("batch_first_attempts", "%d, more than admitted, shed and parked_new together (%d)", n, most)
 	}
 	h := u.GetRateLimitHeaders()
 	if len(h) > MaxRateLimitHeaders {

@@ -2,8 +2,9 @@
 // around a call that may fail. It wires the parts together and keeps the
 // public methods thin: options.ts reads the options and holds the public
 // option types, transport.ts opens the connection and bounds every RPC,
-// coordinate.ts runs the fleet gate, and run.ts is the loop of one call
-// (run the call; on failure ask policyd, then wait, stop or fall back).
+// coordinate.ts runs the fleet gate (its table and stream), and run.ts is
+// the loop of one call (run the call; on failure ask policyd, then wait,
+// stop or fall back).
 
 import { create } from "@bufbuild/protobuf";
 import { Coordinator } from "./coordinate.js";

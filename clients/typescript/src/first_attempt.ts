@@ -1,12 +1,14 @@
 // A call's passage through the fleet gate (docs/clients.md, "The fleet
 // gate", "Parking"): its first attempt checked, waited out, parked, sent
-// elsewhere or stopped, and a retry's check — on the coordinator's table
-// (coordinate.ts), with the texts of texts.ts. No RPC.
+// elsewhere or stopped, and a retry's check — through the coordinator
+// (coordinate.ts) on its table (fleet.ts), with the texts of texts.ts. No
+// RPC.
 
 import type { Clock } from "./clock.js";
-import type { Coordinator, Gated } from "./coordinate.js";
+import type { Coordinator } from "./coordinate.js";
 import type { Decision } from "./decision.js";
 import { emptyFailure } from "./failure.js";
+import type { Gated } from "./fleet.js";
 import type { GateVerdict, PriorityClass, Target } from "./gate.js";
 import type { FallbackHint } from "./options.js";
 import { PolicydError } from "./policyd_error.js";

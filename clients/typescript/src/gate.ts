@@ -1,7 +1,7 @@
 // Gate: one target's entry in the fleet gate (docs/clients.md, "The fleet
 // gate"; clients/testdata/gate.json pins it; internal/refgate/gate.go is the
 // reference). Pure: time comes in as milliseconds of a monotonic clock, the
-// uniform draw as an argument. The client keeps one per target (coordinate.ts).
+// uniform draw as an argument. The client keeps one per target (fleet.ts).
 
 import type { BreakerState, FallbackKind, StopReason } from "./decision.js";
 
@@ -125,9 +125,10 @@ export class Gate {
   /** First attempts admitted (admit and wait) and shed (stop and fall back) so far. */
   admitted = 0;
   shed = 0;
-  /** Of those, the batch class's. */
-  batchAdmitted = 0;
-  batchShed = 0;
+  /** The batch class's first attempts at their first check (admitted, shed or parked). */
+  batchFirst = 0;
+  /** The process's requests in flight to the target now (a gauge its table keeps). */
+  inFlight = 0;
   /** First attempts admitted past an expired assignment (policyd unreachable). */
   ownAdmitted = 0;
   /** Checks that parked a call (re-checks included); first attempts parked; parked calls admitted. */
@@ -203,6 +204,7 @@ export class Gate {
     cls: PriorityClass = "interactive",
   ): GateVerdict {
     const batch = cls === "batch";
+    if (batch) this.batchFirst++;
     const v = this.#check(nowMs, deadlineMs, draw, false, batch);
     if (v.action === "park") {
       const a = this.#a!;
@@ -210,14 +212,14 @@ export class Gate {
       const until = nowMs + (deadlineMs ?? limit);
       if ((canFallBack && a.fallback) || limit <= 0 || until <= nowMs + this.#hintLeft(nowMs)) {
         // Somewhere else to go, parking off, or no wait can fit: the answer is now.
-        return this.#count({ ...v, action: "stop", reason: a.reason }, canFallBack, batch);
+        return this.#count({ ...v, action: "stop", reason: a.reason }, canFallBack);
       }
       this.parks++;
       this.parkedNew++;
       const parked = { at: nowMs, until, canFallBack, drawAt: nowMs + PARK_RECHECK_MS, retry: false, batch };
       return { ...v, parked };
     }
-    return this.#count(v, canFallBack, batch);
+    return this.#count(v, canFallBack);
   }
 
   /**
@@ -267,25 +269,21 @@ export class Gate {
 
   /** cancelled counts a parked first attempt its caller cancelled. */
   cancelled(p: Parked): void {
-    if (p.retry) return;
-    this.shed++;
-    if (p.batch) this.batchShed++;
+    if (!p.retry) this.shed++;
   }
 
   #countParked(v: GateVerdict, p: Parked): GateVerdict {
     if (p.retry) return v.action === "wait" ? { ...v, action: "admit", waitMs: 0 } : v;
-    return this.#count(v, p.canFallBack, p.batch);
+    return this.#count(v, p.canFallBack);
   }
 
-  #count(v: GateVerdict, canFallBack: boolean, batch: boolean): GateVerdict {
+  #count(v: GateVerdict, canFallBack: boolean): GateVerdict {
     if (v.action === "stop") {
       this.shed++;
-      if (batch) this.batchShed++;
       const fb = this.#a?.fallback;
       if (canFallBack && fb) return { ...v, action: "fall_back", fallback: fb };
     } else {
       this.admitted++;
-      if (batch) this.batchAdmitted++;
     }
     return v;
   }

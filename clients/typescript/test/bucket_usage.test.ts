@@ -1,6 +1,7 @@
-// What a report says of a target's calls beyond the gate's counts
-// (src/bucket_usage.ts): input-token estimates, bounded by the calls the
-// same report counts; the batch class's share; calls in flight.
+// What a report says of a target's calls beyond the gate's admitted and
+// shed (BucketUsage; the table of src/fleet.ts): input-token estimates,
+// bounded by the calls the same report counts; the batch class's first
+// attempts; calls in flight.
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
@@ -44,9 +45,8 @@ async function table(parkLimitMs = 0) {
   const report = () => {
     const u = co.takeReport()[0];
     if (!u) return undefined;
-    const { admitted, shed, retries, firstAttemptInputTokens, retryInputTokens, batchAdmitted, batchShed, inFlight } =
-      u;
-    return { admitted, shed, retries, firstAttemptInputTokens, retryInputTokens, batchAdmitted, batchShed, inFlight };
+    const { admitted, shed, retries, firstAttemptInputTokens, retryInputTokens, batchFirstAttempts, inFlight } = u;
+    return { admitted, shed, retries, firstAttemptInputTokens, retryInputTokens, batchFirstAttempts, inFlight };
   };
   return { co, clock, assign, report };
 }
@@ -57,8 +57,7 @@ const zero = {
   retries: 0n,
   firstAttemptInputTokens: 0n,
   retryInputTokens: 0n,
-  batchAdmitted: 0n,
-  batchShed: 0n,
+  batchFirstAttempts: 0n,
   inFlight: 0n,
 };
 
@@ -92,7 +91,7 @@ describe("bucket usage in the fleet reports", () => {
     assert.deepEqual(report(), { ...zero, admitted: 1n, firstAttemptInputTokens: 40n });
   });
 
-  test("the batch class's first attempts: admitted and shed at its own share", async () => {
+  test("the batch class's first attempts: drawn at its own share, counted at their first check", async () => {
     const { co, assign, report } = await table();
     co.check(target, undefined, false); // subscribes
     report();
@@ -102,7 +101,7 @@ describe("bucket usage in the fleet reports", () => {
     assert.equal(co.check(target, undefined, false).verdict.action, "admit"); // draw 0.5 < 0.8
     assign(0.8);
     assert.equal(co.check(target, undefined, false, batch).verdict.action, "admit", "no batch share: admitFraction");
-    assert.deepEqual(report(), { ...zero, admitted: 2n, shed: 1n, batchAdmitted: 1n, batchShed: 1n });
+    assert.deepEqual(report(), { ...zero, admitted: 2n, shed: 1n, batchFirstAttempts: 2n });
   });
 
   test("calls in flight: a gauge, reported when it changes", async () => {

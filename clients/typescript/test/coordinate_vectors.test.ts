@@ -3,15 +3,12 @@
 // Python clients replay the same file.
 
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
 import { createRouterTransport } from "@connectrpc/connect";
 import { Coordinator } from "@policyd/client";
 import { BreakerState, CoordinateResponseSchema } from "@policyd/client/proto";
-
-const TESTDATA = fileURLToPath(new URL("../../../testdata/", import.meta.url));
+import { readTestdata, targetOf, type VectorAssignment, type VectorTarget } from "./testdata.js";
 
 interface Usage {
   elapsed_ms: number;
@@ -30,23 +27,12 @@ interface Step {
   failed_locally?: boolean;
   retry?: boolean;
   observe?: Record<string, string>;
-  assign?: {
-    ttl_ms: number;
-    breaker: string;
-    hold_ms: number;
-    stop_ms: number;
-    admit_fraction: number;
-    probe_permits: number;
-    reason: string;
-  };
+  assign?: VectorAssignment;
   report?: Usage[];
 }
 
-const vectors = JSON.parse(readFileSync(`${TESTDATA}coordinate.json`, "utf8")) as {
-  target: { provider: string; model: string; key_id: string };
-  cases: { id: string; steps: Step[] }[];
-};
-const target = { provider: vectors.target.provider, model: vectors.target.model, keyId: vectors.target.key_id };
+const vectors = readTestdata<{ target: VectorTarget; cases: { id: string; steps: Step[] }[] }>("coordinate.json");
+const target = targetOf(vectors.target);
 const duration = (ms: number) => ({ seconds: BigInt(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1_000_000 });
 
 describe("vectors: coordinate.json", () => {

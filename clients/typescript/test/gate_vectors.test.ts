@@ -3,9 +3,7 @@
 // each case is one target's gate over a monotonic ms clock.
 
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import {
   type BreakerState,
   budgetText,
@@ -15,32 +13,12 @@ import {
   gateDecision,
   type Parked,
   type PriorityClass,
-  type Target,
 } from "@policyd/client";
-
-const TESTDATA = fileURLToPath(new URL("../../../testdata/", import.meta.url));
-
-interface VectorFallback {
-  kind: string;
-  provider: string;
-  model: string;
-  reason: string;
-}
+import { readTestdata, targetOf, type VectorAssignment, type VectorFallback, type VectorTarget } from "./testdata.js";
 
 interface Step {
   at_ms: number;
-  assign?: {
-    ttl_ms: number;
-    breaker: string;
-    hold_ms: number;
-    stop_ms: number;
-    admit_fraction: number;
-    batch_admit_fraction?: number | null;
-    probe_permits: number;
-    reason: string;
-    fallback: VectorFallback | null;
-    park_hint_ms?: number;
-  };
+  assign?: VectorAssignment;
   abandon?: boolean;
   outcome?: "success" | "failure";
   retry?: Record<string, never>;
@@ -76,18 +54,11 @@ interface Case {
   id: string;
   requires?: string;
   steps: Step[];
-  counts?: { admitted: number; shed: number; parked?: number; batch_admitted?: number; batch_shed?: number };
+  counts?: { admitted: number; shed: number; parked?: number; batch_first_attempts?: number };
 }
 
-const vectors = JSON.parse(readFileSync(`${TESTDATA}gate.json`, "utf8")) as {
-  cases: Case[];
-  target: { provider: string; model: string; key_id: string };
-};
-const TARGET: Target = {
-  provider: vectors.target.provider,
-  model: vectors.target.model,
-  keyId: vectors.target.key_id,
-};
+const vectors = readTestdata<{ cases: Case[]; target: VectorTarget }>("gate.json");
+const TARGET = targetOf(vectors.target);
 /** The requirements (a case's "requires") this gate meets. */
 const MEETS = new Set(["park", "classes"]);
 const BREAKERS = new Set<BreakerState>(["CLOSED", "OPEN", "HALF_OPEN"]);
@@ -177,10 +148,7 @@ describe("vectors: gate.json", () => {
       });
       if (c.counts) {
         const got: Record<string, number> = { admitted: g.admitted, shed: g.shed, parked: g.parks };
-        if (c.counts.batch_admitted !== undefined || c.counts.batch_shed !== undefined) {
-          got["batch_admitted"] = g.batchAdmitted;
-          got["batch_shed"] = g.batchShed;
-        }
+        if (c.counts.batch_first_attempts !== undefined) got["batch_first_attempts"] = g.batchFirst;
         assert.deepEqual(got, { parked: 0, ...c.counts });
       }
     });

@@ -2,12 +2,9 @@
 // daemon's validation and the Go and Python clients check too.
 
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { test } from "node:test";
-import { fileURLToPath } from "node:url";
 import { FLEET_LIMITS } from "@policyd/client";
-
-const TESTDATA = fileURLToPath(new URL("../../../testdata/", import.meta.url));
+import { readTestdata } from "./testdata.js";
 
 function camel(o: Record<string, unknown>): Record<string, unknown> {
   return Object.fromEntries(
@@ -16,10 +13,7 @@ function camel(o: Record<string, unknown>): Record<string, unknown> {
 }
 
 test("vectors: limits.json", () => {
-  const v = JSON.parse(readFileSync(`${TESTDATA}limits.json`, "utf8")) as {
-    protocol: Record<string, unknown>;
-    client: Record<string, unknown>;
-  };
+  const v = readTestdata<{ protocol: Record<string, unknown>; client: Record<string, unknown> }>("limits.json");
   const protocol = camel(v.protocol);
   delete protocol.clientIdBytesMax; // the daemon's; the client sends its own id within it
   assert.deepEqual(

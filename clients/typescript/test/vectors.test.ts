@@ -2,9 +2,7 @@
 // Python suites read the same files.
 
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
   deriveSafety,
@@ -17,15 +15,13 @@ import {
   retryAfterMs,
   type Safety,
 } from "@policyd/client";
-
-// This file runs from build/test/; the vectors sit in clients/testdata.
-const TESTDATA = fileURLToPath(new URL("../../../testdata/", import.meta.url));
+import { readTestdata } from "./testdata.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the vectors are untyped JSON, checked field by field.
 type Json = any;
 
 function load(name: string): { now?: string; cases: Json[] } {
-  const v = JSON.parse(readFileSync(TESTDATA + name, "utf8"));
+  const v = readTestdata<{ now?: string; cases: Json[] }>(name);
   assert.ok(v.cases.length > 0, name);
   return v;
 }

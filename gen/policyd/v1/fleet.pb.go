@@ -197,10 +197,10 @@ type BucketUsage struct {
 	// read it; each at most 2,000,000 for each of admitted and retries.
 	InputTokensUsed  uint64 `protobuf:"varint,14,opt,name=input_tokens_used,json=inputTokensUsed,proto3" json:"input_tokens_used,omitempty"`
 	OutputTokensUsed uint64 `protobuf:"varint,15,opt,name=output_tokens_used,json=outputTokensUsed,proto3" json:"output_tokens_used,omitempty"`
-	// The first attempts above that were of the batch class (the rest are
-	// interactive): counted in admitted, shed and parked_new as well.
-	BatchAdmitted uint64 `protobuf:"varint,16,opt,name=batch_admitted,json=batchAdmitted,proto3" json:"batch_admitted,omitempty"`
-	BatchShed     uint64 `protobuf:"varint,17,opt,name=batch_shed,json=batchShed,proto3" json:"batch_shed,omitempty"`
+	// First attempts of the batch class at their first check by the gate
+	// (admitted, shed or parked; the rest are interactive): at most admitted,
+	// shed and parked_new together.
+	BatchFirstAttempts uint64 `protobuf:"varint,16,opt,name=batch_first_attempts,json=batchFirstAttempts,proto3" json:"batch_first_attempts,omitempty"`
 	// Calls the client has in flight on the bucket now (a gauge).
 	InFlight      uint64 `protobuf:"varint,18,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -342,16 +342,9 @@ func (x *BucketUsage) GetOutputTokensUsed() uint64 {
 	return 0
 }
 
-func (x *BucketUsage) GetBatchAdmitted() uint64 {
+func (x *BucketUsage) GetBatchFirstAttempts() uint64 {
 	if x != nil {
-		return x.BatchAdmitted
-	}
-	return 0
-}
-
-func (x *BucketUsage) GetBatchShed() uint64 {
-	if x != nil {
-		return x.BatchShed
+		return x.BatchFirstAttempts
 	}
 	return 0
 }
@@ -2100,7 +2093,7 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\fBucketTarget\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x15\n" +
-	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\x91\x06\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\x8f\x06\n" +
 	"\vBucketUsage\x120\n" +
 	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x123\n" +
 	"\aelapsed\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12\x1a\n" +
@@ -2118,14 +2111,13 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x1afirst_attempt_input_tokens\x18\f \x01(\x04R\x17firstAttemptInputTokens\x12,\n" +
 	"\x12retry_input_tokens\x18\r \x01(\x04R\x10retryInputTokens\x12*\n" +
 	"\x11input_tokens_used\x18\x0e \x01(\x04R\x0finputTokensUsed\x12,\n" +
-	"\x12output_tokens_used\x18\x0f \x01(\x04R\x10outputTokensUsed\x12%\n" +
-	"\x0ebatch_admitted\x18\x10 \x01(\x04R\rbatchAdmitted\x12\x1d\n" +
-	"\n" +
-	"batch_shed\x18\x11 \x01(\x04R\tbatchShed\x12\x1b\n" +
+	"\x12output_tokens_used\x18\x0f \x01(\x04R\x10outputTokensUsed\x120\n" +
+	"\x14batch_first_attempts\x18\x10 \x01(\x04R\x12batchFirstAttempts\x12\x1b\n" +
 	"\tin_flight\x18\x12 \x01(\x04R\binFlight\x1aC\n" +
 	"\x15RateLimitHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x11\x10\x12R\n" +
+	"batch_shed\"N\n" +
 	"\x12CoordinateResponse\x128\n" +
 	"\vassignments\x18\x01 \x03(\v2\x16.policyd.v1.AssignmentR\vassignments\"\xf6\x04\n" +
 	"\n" +

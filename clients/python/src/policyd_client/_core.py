@@ -252,6 +252,10 @@ class State:
         """Whether a journaled context still needs finishing."""
         return self.journal and self.failed and not self.finished
 
+    def begun_context(self) -> str | None:
+        """The context id errors and hooks name: None until the context was begun."""
+        return self.context_id if self.begun else None
+
     def journal_id(self) -> str:
         """The context id NextDelay records under ("" unless begun)."""
         return (self.context_id or "") if self.journal and self.begun else ""

@@ -1,18 +1,22 @@
 """The Coordinate stream's I/O (docs/clients.md, "The fleet gate"): the
-reconnect backoff, the report timing, the log lines, and ``SyncStream``, the
-stream of a sync :class:`~policyd_client.Client` on a background thread (the
-asyncio client's task is in ``aio.py``). Both reconnect with the same
-``Backoff`` and log through the same ``StreamLog``.
+reconnect backoff, the report timing, the log lines, and the stream itself:
+``SyncStream``, a sync :class:`~policyd_client.Client`'s on a background
+thread, and ``AsyncStream``, an :class:`~policyd_client.AsyncClient`'s task
+on its event loop. Both take their reports from the table (``_fleet``) and
+hand it the assignments in the same steps (``Stream``); they differ only in
+how they wait.
 """
 
+import asyncio
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
+import grpc.aio
 
 from ._core import rpc_code, rpc_text
 from ._fleet import (
@@ -23,11 +27,12 @@ from ._fleet import (
     REPORT_JITTER,
     FleetTable,
     Target,
+    Waiter,
 )
 from ._gen.policyd.v1 import fleet_pb2 as fpb
-from ._stubs import fleet_stub
+from ._stubs import async_fleet_stub, fleet_stub
 
-__all__ = ["Backoff", "StreamLog", "SyncStream"]
+__all__ = ["AsyncStream", "Backoff", "Stream", "StreamLog", "StreamSettings", "SyncStream"]
 
 
 class Backoff:
@@ -114,33 +119,118 @@ class StreamLog:
         )
 
 
-class SyncStream:
+@dataclass(frozen=True)
+class StreamSettings:
+    """What a client's stream sends and how it paces and logs itself."""
+
+    client_id: str
+    profile: str
+    metadata: tuple[tuple[str, str], ...] | None  # the bearer token (the channel adds it to unary calls only)
+    random: Callable[[], float]  # the reconnect backoff's and the report interval's jitter
+    log: StreamLog
+
+
+class _Event(Protocol):
+    """What the streams' kick and wake are (a threading.Event or an asyncio.Event)."""
+
+    def set(self) -> None: ...
+    def clear(self) -> None: ...
+
+
+class Stream:
+    """What the sync and asyncio streams share: the table they report from and apply to, the
+    first message, the log, and the steps that do not wait."""
+
+    _kick: _Event  # send a report now
+    _wake: _Event  # stop waiting out the reconnect backoff: policyd answers again
+
+    def __init__(self, table: FleetTable, settings: StreamSettings) -> None:
+        self._table = table
+        self._hello = hello(settings.client_id, settings.profile)
+        self._metadata = settings.metadata
+        self._random = settings.random
+        self._log = settings.log
+        self._reachable = True  # not known to be down: a first call may wait for its assignment
+        self._heard = False  # the daemon answered on the current stream
+
+    def flush(self) -> None:
+        """Send the pending report now rather than at the next tick."""
+        self._kick.set()
+
+    def daemon_answered(self) -> None:
+        """A unary call got through: a broken stream reconnects now, not after its backoff."""
+        if not self._reachable:
+            self._wake.set()
+
+    def _open(self) -> bool:
+        """Whether the stream is up or being opened: a first call may wait for its assignment."""
+        return self._reachable
+
+    def _subscribe(self, target: Target, remaining: float | None, answered: Waiter) -> float:
+        """A target's first call: subscribe it at once, and return how long the call waits for
+        answered (set at its first assignment); 0 when it does not wait."""
+        if self._table.known(target):
+            return 0.0  # not its first call: the common case, without a lock
+        wait = first_call_wait(remaining)
+        if wait <= 0 or not self._open() or not self._table.subscribe(target, answered):
+            return 0.0
+        self.flush()
+        return wait
+
+    def _opening(self) -> None:
+        """A new stream: it knows no target yet, and has not answered."""
+        self._table.resubscribe()
+        self._heard = False
+
+    def _received(self, resp: fpb.CoordinateResponse, backoff: Backoff) -> None:
+        """Apply the assignments of one message; the stream's first answer says policyd is back."""
+        if not self._heard:
+            self._heard = True
+            self._reachable = True
+            backoff.reset()
+            self._log.up()
+        self._table.apply(resp)
+
+    def _reports(self) -> list[fpb.CoordinateRequest]:
+        """The next reports, taken out of the table."""
+        self._kick.clear()
+        try:
+            return self._table.reports()
+        except Exception as e:  # never expected; the stream must not die of it
+            self._log.logger.debug("policyd fleet stream: building a report failed: %s", e)
+            return []
+
+    def _broken(self) -> None:
+        """A stream ended: first calls stop waiting for it."""
+        self._reachable = False
+        self._table.release()
+
+    def _given_up(self, err: BaseException | None) -> bool:
+        """Whether the daemon has no fleet stream (--fleet off): then the gate admits every call
+        and the stream is not reopened. Otherwise the break is logged, to try again."""
+        if is_off(rpc_code(err) if err is not None else None):
+            self._table.disable()
+            self._log.off(err)
+            return True
+        self._log.broke(err)
+        return False
+
+
+class SyncStream(Stream):
     """The Coordinate stream of a sync client, on a daemon thread started by the first gated call."""
 
-    def __init__(
-        self,
-        table: FleetTable,
-        channel: grpc.Channel,
-        *,
-        client_id: str,
-        profile: str,
-        metadata: tuple[tuple[str, str], ...] | None,
-        random: Callable[[], float],
-        log: StreamLog,
-    ) -> None:
-        self._table = table
+    _kick: threading.Event
+    _wake: threading.Event
+
+    def __init__(self, table: FleetTable, channel: grpc.Channel, settings: StreamSettings) -> None:
+        super().__init__(table, settings)
         self._stub = fleet_stub(channel)
-        self._hello = hello(client_id, profile)
-        self._metadata = metadata
-        self._random = random
-        self._log = log
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._kick = threading.Event()  # send a report now
-        self._wake = threading.Event()  # stop waiting out the reconnect backoff: policyd answers again
+        self._kick = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._call: Any = None
-        self._reachable = True  # not known to be down: a first call may wait for its assignment
 
     def start(self) -> None:
         """Open the stream unless it is open, closed, or the daemon has no fleet memory."""
@@ -162,25 +252,14 @@ class SyncStream:
         """Open, or opening (not closed, not broken since it last answered)."""
         return self._reachable and not self._closed.is_set() and not self._table.disabled
 
-    def flush(self) -> None:
-        """Send the pending report now rather than at the next tick."""
-        self._kick.set()
-
-    def daemon_answered(self) -> None:
-        """A unary call got through: a broken stream reconnects now, not after its backoff."""
-        if not self._reachable:
-            self._wake.set()
+    def _open(self) -> bool:
+        return self.reachable
 
     def first_call(self, target: Target, remaining: float | None) -> None:
         """A target's first call: subscribe it at once and wait (briefly) for its assignment."""
-        if self._table.known(target):
-            return  # not its first call: the common case, without a lock
-        wait = first_call_wait(remaining)
-        if wait <= 0 or not self.reachable:
-            return
         answered = threading.Event()
-        if self._table.subscribe(target, answered):
-            self.flush()
+        wait = self._subscribe(target, remaining, answered)
+        if wait > 0:
             answered.wait(wait)
 
     def close(self, timeout: float = 5.0) -> None:
@@ -199,7 +278,7 @@ class SyncStream:
         backoff = Backoff(self._random)
         while not self._closed.is_set():
             done = threading.Event()
-            self._table.resubscribe()
+            self._opening()
             err: BaseException | None = None
             try:
                 call = self._stub.Coordinate(self._requests(done), metadata=self._metadata)
@@ -207,14 +286,8 @@ class SyncStream:
                     self._call = call
                     if self._closed.is_set():
                         call.cancel()
-                answered = False
                 for resp in call:
-                    if not answered:
-                        answered = True
-                        self._reachable = True
-                        backoff.reset()
-                        self._log.up()
-                    self._table.apply(resp)
+                    self._received(resp, backoff)
             except grpc.RpcError as e:
                 err = e
             except Exception as e:  # a broken channel, a bad message: never the caller's problem
@@ -224,15 +297,9 @@ class SyncStream:
                 self._kick.set()
                 with self._lock:
                     self._call = None
-            self._reachable = False
-            self._table.release()
-            if self._closed.is_set():
+            self._broken()
+            if self._closed.is_set() or self._given_up(err):
                 return
-            if is_off(rpc_code(err) if err is not None else None):
-                self._table.disable()
-                self._log.off(err)
-                return
-            self._log.broke(err)
             self._wake.clear()
             if self._wake.wait(backoff.next()):
                 backoff.reset()  # policyd answered a call: it is back
@@ -242,11 +309,84 @@ class SyncStream:
     def _requests(self, done: threading.Event) -> Iterator[fpb.CoordinateRequest]:
         yield self._hello
         while not done.is_set() and not self._closed.is_set():
-            self._kick.clear()
-            try:
-                msgs = self._table.reports()
-            except Exception as e:  # never expected; the stream must not die of it
-                self._log.logger.debug("policyd fleet stream: building a report failed: %s", e)
-                msgs = []
-            yield from msgs
+            yield from self._reports()
             self._kick.wait(report_interval(self._random))
+
+
+class AsyncStream(Stream):
+    """The Coordinate stream of an AsyncClient: one task on the loop that started it."""
+
+    _kick: asyncio.Event
+    _wake: asyncio.Event
+
+    def __init__(self, table: FleetTable, channel: grpc.aio.Channel, settings: StreamSettings) -> None:
+        super().__init__(table, settings)
+        self._stub = async_fleet_stub(channel)
+        self._loop = asyncio.get_running_loop()
+        self._kick = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._task = self._loop.create_task(self._run(), name="policyd-fleet-stream")
+
+    def _open(self) -> bool:
+        return self._reachable and not self._task.done()
+
+    async def first_call(self, target: Target, remaining: float | None) -> None:
+        """A target's first call: subscribe it at once and wait (briefly) for its assignment."""
+        answered = asyncio.Event()
+        wait = self._subscribe(target, remaining, answered)
+        if wait > 0:
+            try:
+                await asyncio.wait_for(answered.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+
+    def alive(self) -> bool:
+        """Running, or ended for good (the daemon has no fleet memory); not when its loop is gone."""
+        return not self._loop.is_closed() and (not self._task.done() or self._table.disabled)
+
+    async def close(self) -> None:
+        if self._task.done() or self._loop.is_closed():
+            return
+        if asyncio.get_running_loop() is not self._loop:  # closed from another loop: cancel only
+            self._loop.call_soon_threadsafe(self._task.cancel)
+            return
+        self._task.cancel()
+        await asyncio.wait([self._task])  # raises only when close() itself is cancelled
+
+    async def _run(self) -> None:
+        backoff = Backoff(self._random)
+        while True:
+            self._opening()
+            err: BaseException | None = None
+            call: Any = None
+            try:
+                call = self._stub.Coordinate(self._requests(), metadata=self._metadata)
+                async for resp in call:
+                    self._received(resp, backoff)
+            except grpc.RpcError as e:
+                err = e
+            except asyncio.CancelledError:
+                if call is not None:
+                    call.cancel()
+                raise
+            except Exception as e:  # a broken channel, a bad message: never the caller's problem
+                err = e
+            self._broken()
+            if self._given_up(err):
+                return
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), backoff.next())
+                backoff.reset()  # policyd answered a call: it is back
+            except asyncio.TimeoutError:
+                pass
+
+    async def _requests(self) -> AsyncIterator[fpb.CoordinateRequest]:
+        yield self._hello
+        while True:
+            for m in self._reports():
+                yield m
+            try:
+                await asyncio.wait_for(self._kick.wait(), report_interval(self._random))
+            except asyncio.TimeoutError:
+                pass

@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import grpc
 import grpc.aio
 
 from . import _auth, _core, _fleet, _stream, _texts
-from ._base import ClientBase
-from ._core import Deadline, Safety, Spec, State, rpc_code
+from ._base import ClientBase, Gated
+from ._core import Deadline, Safety, Spec, State
 from ._gate import GRACE, GateAction, GateVerdict
-from ._gen.policyd.v1 import fleet_pb2 as fpb
 from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
-from ._stubs import AsyncJournalStub, AsyncPolicyStub, async_fleet_stub, async_journal_stub, async_policy_stub
-from .decision import SOURCE_FAIL_OPEN, Action, Decision, FallbackHint, RetryEvent
-from .errors import PolicydConfigError, RetryStopped
+from ._stubs import AsyncJournalStub, AsyncPolicyStub, async_journal_stub, async_policy_stub
+from .decision import Action, Decision, FallbackHint, RetryEvent
+from .errors import PolicydConfigError
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
 
@@ -110,8 +108,7 @@ class AsyncClient(ClientBase):
         self._finishing: set[asyncio.Future[None]] = set()  # background finishing, cancelled by close()
         self._policy: AsyncPolicyStub | None = None
         self._journal: AsyncJournalStub | None = None
-        self._stream: _AsyncStream | None = None
-        self._stream_log = _stream.StreamLog(self.addr, self._log)
+        self._stream: _stream.AsyncStream | None = None
 
     def _chan(self) -> grpc.aio.Channel:
         if self._channel is None:
@@ -181,102 +178,56 @@ class AsyncClient(ClientBase):
         ``fallback``; cancel the awaiting task instead of passing an event.
         """
         gc = _fleet.gate_call(priority, input_tokens)
-        spec = Spec(
-            provider=provider,
-            model=model,
-            key_id=key_id,
-            operation=operation,
-            method=method.upper(),
-            profile=self.profile if profile is None else profile,
-            journal=self.journal if journal is None else journal,
-            agent=self.agent,
-            labels={**self.labels, **(labels or {})},
-            context_id=context_id,
-            safety=safety,
-            retry_fetch_errors=retry_fetch_errors,
-            continue_on_failed_api_call=continue_on_failed_api_call,
-            mapper=self.failure_mapper,
-            client_id=self.client_id,
-        )
-        st = _core.new_state(deadline, spec.journal, spec.context_id, self._clock(), time.time())
-        target = self._target(spec.provider, spec.model, spec.key_id)
-        fleet = self._fleet
-        if target is not None and fleet is not None:
-            stream = self._start_stream(fleet)
+        spec = self._spec(
+            provider, model, key_id, operation, method, profile, journal, context_id, labels, safety,
+            retry_fetch_errors, continue_on_failed_api_call,
+        )  # fmt: skip
+        st, gate = self._start(spec, deadline, gc)
+        if gate is not None:
+            stream = self._start_stream(gate.table)
             if stream is not None:
-                await stream.first_call(target, self._remaining(st))  # at most 100 ms, once per target
-            v = fleet.check(
-                target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit, gc
-            )
-            fn = fleet.in_flight_async(target, fn)  # each attempt counted in flight while it runs
+                await stream.first_call(gate.target, self._remaining(st))  # at most 100 ms, once per target
+            v = gate.first(st, fallback is not None)
+            fn = gate.table.in_flight_async(gate.target, fn)  # each attempt counted in flight while it runs
             if v.action is GateAction.PARK:
-                v = await self._park(fleet, target, v)
+                v = await self._park(gate, v)
             if v.action is GateAction.WAIT:
                 await self._sleep(v.wait)
             elif v.action is GateAction.FALL_BACK and fallback is not None:
-                return await fallback(_texts.gate_fallback(target, v))
+                return await fallback(_texts.gate_fallback(gate.target, v))
             elif v.action is not GateAction.ADMIT:
-                stopped = _texts.gate_stopped(target, v)
+                stopped = _texts.gate_stopped(gate.target, v)
                 raise stopped from stopped.error
         try:
             last_exc: Exception | None = None
             while True:
                 st.attempt += 1
-                if st.attempt > 1 and target is not None and fleet is not None:
-                    # A retry passes the gate too: an open breaker parks it until the fleet sees the
-                    # provider back; a stopped key stops it.
-                    rv = fleet.check_retry(target, self._remaining(st), self.park_limit)
+                if st.attempt > 1 and gate is not None:
+                    rv = gate.retry(st)
                     if rv.action is GateAction.PARK:
-                        rv = await self._park(fleet, target, rv)
-                    if rv.action in (GateAction.STOP, GateAction.FALL_BACK) and last_exc is not None:
+                        rv = await self._park(gate, rv)
+                    if last_exc is not None and gate.retry_refused(rv):
                         await self._finish(spec, st, jpb.OUTCOME_FAILED)
-                        d = _texts.gate_decision(target, dataclasses.replace(rv, action=GateAction.STOP))
-                        ctx = st.context_id if st.begun else None
-                        raise RetryStopped(last_exc, d, attempts=st.attempt - 1, context_id=ctx) from last_exc
-                    fleet.retried(target, gc.input_tokens)
+                        raise gate.retry_stopped(st, rv, last_exc) from last_exc
+                    gate.retried()
                 started = self._clock()
                 try:
                     result = await fn()
                 except Exception as exc:
                     last_exc = exc
-                    failure = spec.failure(exc)
-                    if target is not None and fleet is not None:
-                        fleet.record(target, False)
+                    failure = self._failed(spec, gate, exc)
                     try:
                         decision = await self._decide(spec, st, failure, self._clock() - started)
                     except PolicydConfigError as auth_err:
                         auth_err.error = exc
                         raise auth_err from exc
-                    if (
-                        decision.source == SOURCE_FAIL_OPEN
-                        and decision.failure_type in _fleet.BREAKER_COUNTED
-                        and target is not None
-                        and fleet is not None
-                    ):
-                        fleet.failed_locally(target)
-                    if (
-                        decision.source == SOURCE_FAIL_OPEN
-                        and decision.action is Action.RETRY
-                        and target is not None
-                        and fleet is not None
-                        and not fleet.allow_retry(target)
-                    ):
-                        # policyd away: the process's own budget limits retries, never first attempts.
-                        decision = _texts.budget_stop(target, decision)
+                    if gate is not None:
+                        decision = gate.decided(decision)
                     if decision.action is Action.RETRY:
-                        delay = _core.bounded(decision.delay, self._remaining(st))
-                        _core.log_retry(self._log, spec, st.attempt, delay, failure, decision)
-                        if self.on_retry is not None:
-                            ctx = st.context_id if st.begun else None
-                            self.on_retry(RetryEvent(st.attempt, delay, exc, failure, decision, ctx))
-                        await self._sleep(delay)
+                        await self._sleep(self._before_sleep(spec, st, exc, failure, decision))
                         continue
                     if decision.action is Action.FALL_BACK and fallback is not None:
-                        hint = FallbackHint(
-                            kind=decision.fallback, reason=decision.fallback_reason or decision.stop_text,
-                            error=exc, decision=decision, attempts=st.attempt, context_id=st.context_id,
-                            provider=decision.fallback_provider, model=decision.fallback_model,
-                        )  # fmt: skip
+                        hint = self._fallback_hint(st, exc, decision)
                         try:
                             result = await fallback(hint)
                         except Exception:
@@ -285,10 +236,8 @@ class AsyncClient(ClientBase):
                         await self._finish(spec, st, jpb.OUTCOME_RESOLVED)
                         return result
                     await self._finish(spec, st, jpb.OUTCOME_FAILED)
-                    ctx = st.context_id if st.begun else None
-                    raise RetryStopped(exc, decision, attempts=st.attempt, context_id=ctx) from exc
-                if target is not None and fleet is not None and fleet.record(target, True) and self._stream:
-                    self._stream.flush()  # a probe's answer: the fleet waits for it
+                    raise self._stopped(st, exc, decision) from exc
+                self._succeeded(gate)
                 await self._finish(spec, st, jpb.OUTCOME_RESOLVED)
                 return result
         except BaseException:
@@ -347,68 +296,40 @@ class AsyncClient(ClientBase):
 
     # ---- the steps
 
-    def _start_stream(self, fleet: _fleet.FleetTable) -> _AsyncStream | None:
+    def _start_stream(self, fleet: _fleet.FleetTable) -> _stream.AsyncStream | None:
         """Start the Coordinate stream on the running loop, once (again after a loop it ran on ended)."""
         if self._stream is not None and self._stream.alive():
             return self._stream
         if fleet.disabled:
             return None
-        self._stream = _AsyncStream(
-            fleet,
-            self._chan(),
-            client_id=self.client_id,
-            profile=self.profile,
-            metadata=_fleet.stream_metadata(self._security.token),
-            random=self.fail_open.random,
-            log=self._stream_log,
-        )
+        self._stream = _stream.AsyncStream(fleet, self._chan(), self._stream_settings())
         return self._stream
 
     async def _decide(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
-        st.failed = True
-        if st.attempt >= _core.MAX_ATTEMPTS:
-            return _core.attempts_decision()
+        decision = self._no_rpc_decision(st)
+        if decision is not None:
+            return decision
         if st.journal and not st.begun:
-            timeout = _core.rpc_timeout(self.timeout, self._remaining(st))
+            timeout = self._rpc_timeout(st)
             if timeout is None:
                 return _core.deadline_decision()
             if await self._begin(spec, st, timeout):
                 return self._fail_open(spec, st, failure, duration)  # the daemon is down: do not wait twice
-        timeout = _core.rpc_timeout(self.timeout, self._remaining(st))
+        timeout = self._rpc_timeout(st)
         if timeout is None:
             return _core.deadline_decision()
         try:
-            resp = await self.policy.NextDelay(
-                _core.next_delay_request(spec, st, failure, self._clock()), timeout=timeout
-            )
+            resp = await self.policy.NextDelay(self._next_delay_request(spec, st, failure), timeout=timeout)
         except grpc.aio.AioRpcError as err:
-            auth_err = self._auth_error("NextDelay", err)
-            if auth_err is not None:
-                raise auth_err from None  # a configuration error: failing open would hide it
-            self._warn.daemon_failed(err)
-            return self._fail_open(spec, st, failure, duration)
-        self._warn.daemon_ok()
-        if self._stream is not None:
-            self._stream.daemon_answered()
-        decision = Decision.from_proto(resp.decision)
-        if st.journal and not decision.journaled:
-            st.pending.append(_core.record_request(spec, st, failure, decision, duration))
-        return decision
+            return self._next_delay_failed(spec, st, failure, duration, err)
+        return self._next_delay_answered(spec, st, failure, duration, resp)
 
     async def _begin(self, spec: Spec, st: State, timeout: float) -> bool:
         """Begin the call's RetryContext; return True when the daemon is unreachable."""
         try:
             await self.journal_service.BeginContext(_core.begin_request(spec, st), timeout=timeout)
         except grpc.aio.AioRpcError as err:
-            if _core.is_outage(err):
-                self._warn.daemon_failed(err)
-                return True  # stays journaled: begun at the next failure or at the end
-            st.journal = False
-            auth_err = self._auth_error("BeginContext", err)
-            if auth_err is not None:
-                raise auth_err from None
-            self._warn.journal_failed("BeginContext", err)
-            return False
+            return self._begin_failed(st, err)
         st.begun = True
         return False
 
@@ -420,9 +341,8 @@ class AsyncClient(ClientBase):
         at most one timeout and a run that ended while policyd was away is not
         left in progress.
         """
-        if not st.open():
+        if not self._unfinished(st):
             return
-        st.finished = True
         if timeout is None:
             timeout = _core.finish_timeout(self.timeout, self._remaining(st))
         if await self._flush(spec, st, outcome, timeout):
@@ -438,11 +358,9 @@ class AsyncClient(ClientBase):
                 if await self._flush(spec, st, outcome, self.timeout):
                     return
             except Exception as err:  # e.g. the channel closed meanwhile: never an unretrieved task error
-                self._log.debug("policyd journal: finishing %s: %s", st.context_id, err)
+                self._finish_broke(st, err)
                 return
-        self._log.warning(
-            "policyd journal: gave up finishing context %s; policyd will mark it abandoned", st.context_id
-        )
+        self._finish_given_up(st)
 
     async def _flush(self, spec: Spec, st: State, outcome: jpb.Outcome, timeout: float) -> bool:
         """Begin, record, finish; False when the daemon did not answer (every step is idempotent)."""
@@ -452,42 +370,36 @@ class AsyncClient(ClientBase):
                     return False
                 if not st.begun:
                     return True  # refused: the journal is off, or the context was
-        except PolicydConfigError as e:  # the call itself is over: say it, do not replace its outcome
-            self._log.warning("policyd journal: %s", e)
-            return True
+        except PolicydConfigError as e:
+            return self._begin_refused(e)
         try:
             while st.pending:
                 await self.journal_service.RecordAttempt(st.pending[0], timeout=timeout)
                 st.pending.pop(0)
-            await self.journal_service.FinishContext(
-                jpb.FinishContextRequest(context_id=st.context_id or "", outcome=outcome), timeout=timeout
-            )
+            await self.journal_service.FinishContext(self._finish_request(st, outcome), timeout=timeout)
         except grpc.aio.AioRpcError as err:
-            if _core.is_outage(err):
-                self._log.debug("policyd journal: finishing %s: %s; trying again", st.context_id, _core.rpc_text(err))
-                return False
-            self._warn.journal_failed("finishing the context", err)
+            return self._finish_failed(st, err)
         return True
 
-    async def _park(self, fleet: _fleet.FleetTable, target: _fleet.Target, v: GateVerdict) -> GateVerdict:
+    async def _park(self, gate: Gated, v: GateVerdict) -> GateVerdict:
         """Hold a parked first attempt (docs/clients.md, "Parking"): no attempt, no RPC, until a
         re-check at the target's next assignment, every second, or at the call's end admits or
         stops it; cancelling the task ends the wait. on_retry sees it park and leave."""
         p = v.parked
         assert p is not None
-        self._park_hook(target, v)
+        gate.parked(v)
         while v.action is GateAction.PARK:
             woken = asyncio.Event()
-            fleet.park_wait(target, woken)
+            gate.table.park_wait(gate.target, woken)
             try:
                 await asyncio.wait_for(woken.wait(), max(0.001, min(p.draw_at, p.until) - self._clock()))
             except asyncio.TimeoutError:
                 pass
             except asyncio.CancelledError:
-                fleet.park_cancelled(target, p)
+                gate.table.park_cancelled(gate.target, p)
                 raise
-            v = fleet.resume(target, p, self.fail_open.random())
-        self._park_hook(target, v)
+            v = gate.resume(p)
+        gate.parked(v)
         return v
 
     async def _abandon(self, spec: Spec, st: State) -> None:
@@ -499,119 +411,3 @@ class AsyncClient(ClientBase):
             pass  # cancelled again: the shielded finish goes on by itself
         except Exception as err:  # never hide the original exception
             self._log.debug("policyd journal: abandoning %s failed: %s", st.context_id, err)
-
-
-class _AsyncStream:
-    """The Coordinate stream of an AsyncClient: one task on the loop that started it."""
-
-    def __init__(
-        self,
-        table: _fleet.FleetTable,
-        channel: grpc.aio.Channel,
-        *,
-        client_id: str,
-        profile: str,
-        metadata: tuple[tuple[str, str], ...] | None,
-        random: Callable[[], float],
-        log: _stream.StreamLog,
-    ) -> None:
-        self._table = table
-        self._stub = async_fleet_stub(channel)
-        self._hello = _stream.hello(client_id, profile)
-        self._metadata = metadata
-        self._random = random
-        self._log = log
-        self._loop = asyncio.get_running_loop()
-        self._kick = asyncio.Event()  # send a report now
-        self._wake = asyncio.Event()  # stop waiting out the reconnect backoff: policyd answers again
-        self._reachable = True  # not known to be down: a first call may wait for its assignment
-        self._task = self._loop.create_task(self._run(), name="policyd-fleet-stream")
-
-    def flush(self) -> None:
-        """Send the pending report now rather than at the next tick."""
-        self._kick.set()
-
-    async def first_call(self, target: _fleet.Target, remaining: float | None) -> None:
-        """A target's first call: subscribe it at once and wait (briefly) for its assignment."""
-        wait = _stream.first_call_wait(remaining)
-        if wait <= 0 or not self._reachable or self._task.done():
-            return
-        answered = asyncio.Event()
-        if self._table.subscribe(target, answered):
-            self.flush()
-            try:
-                await asyncio.wait_for(answered.wait(), wait)
-            except asyncio.TimeoutError:
-                pass
-
-    def alive(self) -> bool:
-        """Running, or ended for good (the daemon has no fleet memory); not when its loop is gone."""
-        return not self._loop.is_closed() and (not self._task.done() or self._table.disabled)
-
-    async def close(self) -> None:
-        if self._task.done() or self._loop.is_closed():
-            return
-        if asyncio.get_running_loop() is not self._loop:  # closed from another loop: cancel only
-            self._loop.call_soon_threadsafe(self._task.cancel)
-            return
-        self._task.cancel()
-        await asyncio.wait([self._task])  # raises only when close() itself is cancelled
-
-    def daemon_answered(self) -> None:
-        """A unary call got through: a broken stream reconnects now, not after its backoff."""
-        if not self._reachable:
-            self._wake.set()
-
-    async def _run(self) -> None:
-        backoff = _stream.Backoff(self._random)
-        while True:
-            self._table.resubscribe()
-            err: BaseException | None = None
-            call: Any = None
-            try:
-                call = self._stub.Coordinate(self._requests(), metadata=self._metadata)
-                answered = False
-                async for resp in call:
-                    if not answered:
-                        answered = True
-                        self._reachable = True
-                        backoff.reset()
-                        self._log.up()
-                    self._table.apply(resp)
-            except grpc.RpcError as e:
-                err = e
-            except asyncio.CancelledError:
-                if call is not None:
-                    call.cancel()
-                raise
-            except Exception as e:  # a broken channel, a bad message: never the caller's problem
-                err = e
-            self._reachable = False
-            self._table.release()
-            if _stream.is_off(rpc_code(err) if err is not None else None):
-                self._table.disable()
-                self._log.off(err)
-                return
-            self._log.broke(err)
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), backoff.next())
-                backoff.reset()  # policyd answered a call: it is back
-            except asyncio.TimeoutError:
-                pass
-
-    async def _requests(self) -> AsyncIterator[fpb.CoordinateRequest]:
-        yield self._hello
-        while True:
-            self._kick.clear()
-            try:
-                msgs = self._table.reports()
-            except Exception as e:  # never expected; the stream must not die of it
-                self._log.logger.debug("policyd fleet stream: building a report failed: %s", e)
-                msgs = []
-            for m in msgs:
-                yield m
-            try:
-                await asyncio.wait_for(self._kick.wait(), _stream.report_interval(self._random))
-            except asyncio.TimeoutError:
-                pass

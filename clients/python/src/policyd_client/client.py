@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import threading
@@ -14,14 +13,14 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 import grpc
 
 from . import _auth, _core, _fleet, _stream, _texts
-from ._base import ClientBase
+from ._base import ClientBase, Gated
 from ._core import Deadline, Safety, Spec, State
 from ._gate import GRACE, GateAction, GateVerdict
 from ._gen.policyd.v1 import journal_pb2 as jpb
 from ._gen.policyd.v1 import policy_pb2 as pb
 from ._stubs import JournalStub, PolicyStub, journal_stub, policy_stub
-from .decision import SOURCE_FAIL_OPEN, Action, Decision, FallbackHint, RetryEvent
-from .errors import PolicydConfigError, RetryCancelled, RetryStopped
+from .decision import Action, Decision, FallbackHint, RetryEvent
+from .errors import PolicydConfigError, RetryCancelled
 from .fail_open import FailOpenPolicy
 from .failure import FailureMapper
 
@@ -149,15 +148,7 @@ class Client(ClientBase):
         self.journal_service: JournalStub = journal_stub(self._channel)
         self._stream: _stream.SyncStream | None = None
         if self._fleet is not None:
-            self._stream = _stream.SyncStream(
-                self._fleet,
-                self._channel,
-                client_id=self.client_id,
-                profile=self.profile,
-                metadata=_fleet.stream_metadata(self._security.token),
-                random=self.fail_open.random,
-                log=_stream.StreamLog(self.addr, self._log),
-            )
+            self._stream = _stream.SyncStream(self._fleet, self._channel, self._stream_settings())
             # A client dropped without close(), or alive at exit, still ends its stream.
             self._close_stream = weakref.finalize(self, self._stream.close)
 
@@ -236,88 +227,61 @@ class Client(ClientBase):
             provider, model, key_id, operation, method, profile, journal, context_id, labels, safety,
             retry_fetch_errors, continue_on_failed_api_call,
         )  # fmt: skip
-        st = _core.new_state(deadline, spec.journal, spec.context_id, self._clock(), time.time())
-        target = self._target(spec.provider, spec.model, spec.key_id)
-        fleet = self._fleet
-        if target is not None and fleet is not None:
+        st, gate = self._start(spec, deadline, gc)
+        if gate is not None:
             if self._stream is not None:
                 self._stream.start()
-                self._stream.first_call(target, self._remaining(st))  # at most 100 ms, once per target
-            v = fleet.check(
-                target, self._remaining(st), fallback is not None, self.fail_open.random(), self.park_limit, gc
-            )
-            fn = fleet.in_flight(target, fn)  # each attempt counted in flight while it runs
+                self._stream.first_call(gate.target, self._remaining(st))  # at most 100 ms, once per target
+            v = gate.first(st, fallback is not None)
+            fn = gate.table.in_flight(gate.target, fn)  # each attempt counted in flight while it runs
             if v.action is GateAction.PARK:
-                v = self._park(fleet, target, v, cancel)
+                v = self._park(gate, v, cancel)
             if v.action is GateAction.WAIT:
                 if self._wait(v.wait, cancel):
-                    raise _texts.gate_cancelled(target)
+                    raise _texts.gate_cancelled(gate.target)
             elif v.action is GateAction.FALL_BACK and fallback is not None:
-                return fallback(_texts.gate_fallback(target, v))
+                return fallback(_texts.gate_fallback(gate.target, v))
             elif v.action is not GateAction.ADMIT:
-                stopped = _texts.gate_stopped(target, v)
+                stopped = _texts.gate_stopped(gate.target, v)
                 raise stopped from stopped.error
         try:
             last_exc: Exception | None = None
             while True:
                 st.attempt += 1
-                if st.attempt > 1 and target is not None and fleet is not None:
-                    # A retry passes the gate too: an open breaker parks it until the fleet sees the
-                    # provider back; a stopped key stops it.
-                    rv = fleet.check_retry(target, self._remaining(st), self.park_limit)
+                if st.attempt > 1 and gate is not None:
+                    rv = gate.retry(st)
                     if rv.action is GateAction.PARK:
-                        rv = self._park(fleet, target, rv, cancel)
-                    if rv.action in (GateAction.STOP, GateAction.FALL_BACK) and last_exc is not None:
+                        rv = self._park(gate, rv, cancel)
+                    if last_exc is not None and gate.retry_refused(rv):
                         self._finish(spec, st, jpb.OUTCOME_FAILED)
-                        d = _texts.gate_decision(target, dataclasses.replace(rv, action=GateAction.STOP))
-                        ctx = st.context_id if st.begun else None
-                        raise RetryStopped(last_exc, d, attempts=st.attempt - 1, context_id=ctx) from last_exc
-                    fleet.retried(target, gc.input_tokens)
+                        raise gate.retry_stopped(st, rv, last_exc) from last_exc
+                    gate.retried()
                 started = self._clock()
                 try:
                     result = fn()
                 except Exception as exc:
                     last_exc = exc
-                    failure = spec.failure(exc)
-                    if target is not None and fleet is not None:
-                        fleet.record(target, False)
+                    failure = self._failed(spec, gate, exc)
                     try:
                         decision = self._decide(spec, st, failure, self._clock() - started)
                     except PolicydConfigError as auth_err:
                         auth_err.error = exc
                         raise auth_err from exc
-                    if (
-                        decision.source == SOURCE_FAIL_OPEN
-                        and decision.failure_type in _fleet.BREAKER_COUNTED
-                        and target is not None
-                        and fleet is not None
-                    ):
-                        fleet.failed_locally(target)
-                    if (
-                        decision.source == SOURCE_FAIL_OPEN
-                        and decision.action is Action.RETRY
-                        and target is not None
-                        and fleet is not None
-                        and not fleet.allow_retry(target)
-                    ):
-                        # policyd away: the process's own budget limits retries, never first attempts.
-                        decision = _texts.budget_stop(target, decision)
+                    if gate is not None:
+                        decision = gate.decided(decision)
                     if decision.action is Action.RETRY:
-                        delay = _core.bounded(decision.delay, self._remaining(st))
-                        self._before_sleep(spec, st, exc, failure, decision, delay)
-                        if self._wait(delay, cancel):
+                        if self._wait(self._before_sleep(spec, st, exc, failure, decision), cancel):
                             self._finish(spec, st, jpb.OUTCOME_ABANDONED)
-                            ctx = st.context_id if st.begun else None
                             raise RetryCancelled(
-                                exc, decision, attempts=st.attempt, context_id=ctx, reason="cancelled by the caller"
+                                exc,
+                                decision,
+                                attempts=st.attempt,
+                                context_id=st.begun_context(),
+                                reason="cancelled by the caller",
                             ) from exc
                         continue
                     if decision.action is Action.FALL_BACK and fallback is not None:
-                        hint = FallbackHint(
-                            kind=decision.fallback, reason=decision.fallback_reason or decision.stop_text,
-                            error=exc, decision=decision, attempts=st.attempt, context_id=st.context_id,
-                            provider=decision.fallback_provider, model=decision.fallback_model,
-                        )  # fmt: skip
+                        hint = self._fallback_hint(st, exc, decision)
                         try:
                             result = fallback(hint)
                         except Exception:
@@ -326,10 +290,8 @@ class Client(ClientBase):
                         self._finish(spec, st, jpb.OUTCOME_RESOLVED)
                         return result
                     self._finish(spec, st, jpb.OUTCOME_FAILED)
-                    ctx = st.context_id if st.begun else None
-                    raise RetryStopped(exc, decision, attempts=st.attempt, context_id=ctx) from exc
-                if target is not None and fleet is not None and fleet.record(target, True) and self._stream:
-                    self._stream.flush()  # a probe's answer: the fleet waits for it
+                    raise self._stopped(st, exc, decision) from exc
+                self._succeeded(gate)
                 self._finish(spec, st, jpb.OUTCOME_RESOLVED)
                 return result
         except BaseException:
@@ -389,48 +351,30 @@ class Client(ClientBase):
     # ---- the steps
 
     def _decide(self, spec: Spec, st: State, failure: pb.Failure, duration: float) -> Decision:
-        st.failed = True
-        if st.attempt >= _core.MAX_ATTEMPTS:
-            return _core.attempts_decision()
+        decision = self._no_rpc_decision(st)
+        if decision is not None:
+            return decision
         if st.journal and not st.begun:
-            timeout = _core.rpc_timeout(self.timeout, self._remaining(st))
+            timeout = self._rpc_timeout(st)
             if timeout is None:
                 return _core.deadline_decision()
             if self._begin(spec, st, timeout):
                 return self._fail_open(spec, st, failure, duration)  # the daemon is down: do not wait twice
-        timeout = _core.rpc_timeout(self.timeout, self._remaining(st))
+        timeout = self._rpc_timeout(st)
         if timeout is None:
             return _core.deadline_decision()
         try:
-            resp = self.policy.NextDelay(_core.next_delay_request(spec, st, failure, self._clock()), timeout=timeout)
+            resp = self.policy.NextDelay(self._next_delay_request(spec, st, failure), timeout=timeout)
         except grpc.RpcError as err:
-            auth_err = self._auth_error("NextDelay", err)
-            if auth_err is not None:
-                raise auth_err from None  # a configuration error: failing open would hide it
-            self._warn.daemon_failed(err)
-            return self._fail_open(spec, st, failure, duration)
-        self._warn.daemon_ok()
-        if self._stream is not None:
-            self._stream.daemon_answered()
-        decision = Decision.from_proto(resp.decision)
-        if st.journal and not decision.journaled:
-            st.pending.append(_core.record_request(spec, st, failure, decision, duration))
-        return decision
+            return self._next_delay_failed(spec, st, failure, duration, err)
+        return self._next_delay_answered(spec, st, failure, duration, resp)
 
     def _begin(self, spec: Spec, st: State, timeout: float) -> bool:
         """Begin the call's RetryContext; return True when the daemon is unreachable."""
         try:
             self.journal_service.BeginContext(_core.begin_request(spec, st), timeout=timeout)
         except grpc.RpcError as err:
-            if _core.is_outage(err):
-                self._warn.daemon_failed(err)
-                return True  # stays journaled: begun at the next failure or at the end
-            st.journal = False
-            auth_err = self._auth_error("BeginContext", err)
-            if auth_err is not None:
-                raise auth_err from None
-            self._warn.journal_failed("BeginContext", err)
-            return False
+            return self._begin_failed(st, err)
         st.begun = True
         return False
 
@@ -442,9 +386,8 @@ class Client(ClientBase):
         timeout and a run that ended while policyd was away is not left in
         progress.
         """
-        if not st.open():
+        if not self._unfinished(st):
             return
-        st.finished = True
         if self._flush(spec, st, outcome, _core.finish_timeout(self.timeout, self._remaining(st))):
             return
         threading.Thread(target=self._retry_flush, args=(spec, st, outcome), name="policyd-finish", daemon=True).start()
@@ -457,11 +400,9 @@ class Client(ClientBase):
                 if self._flush(spec, st, outcome, self.timeout):
                     return
             except Exception as err:  # e.g. the channel closed meanwhile: never a traceback from this thread
-                self._log.debug("policyd journal: finishing %s: %s", st.context_id, err)
+                self._finish_broke(st, err)
                 return
-        self._log.warning(
-            "policyd journal: gave up finishing context %s; policyd will mark it abandoned", st.context_id
-        )
+        self._finish_given_up(st)
 
     def _flush(self, spec: Spec, st: State, outcome: jpb.Outcome, timeout: float) -> bool:
         """Begin, record, finish; False when the daemon did not answer (every step is idempotent)."""
@@ -471,52 +412,37 @@ class Client(ClientBase):
                     return False
                 if not st.begun:
                     return True  # refused: the journal is off, or the context was
-        except PolicydConfigError as e:  # the call itself is over: say it, do not replace its outcome
-            self._log.warning("policyd journal: %s", e)
-            return True
+        except PolicydConfigError as e:
+            return self._begin_refused(e)
         try:
             while st.pending:
                 self.journal_service.RecordAttempt(st.pending[0], timeout=timeout)
                 st.pending.pop(0)
-            self.journal_service.FinishContext(
-                jpb.FinishContextRequest(context_id=st.context_id or "", outcome=outcome), timeout=timeout
-            )
+            self.journal_service.FinishContext(self._finish_request(st, outcome), timeout=timeout)
         except grpc.RpcError as err:
-            if _core.is_outage(err):
-                self._log.debug("policyd journal: finishing %s: %s; trying again", st.context_id, _core.rpc_text(err))
-                return False
-            self._warn.journal_failed("finishing the context", err)
+            return self._finish_failed(st, err)
         return True
 
-    def _before_sleep(
-        self, spec: Spec, st: State, exc: BaseException, failure: pb.Failure, decision: Decision, delay: float
-    ) -> None:
-        _core.log_retry(self._log, spec, st.attempt, delay, failure, decision)
-        if self.on_retry is not None:
-            self.on_retry(RetryEvent(st.attempt, delay, exc, failure, decision, st.context_id if st.begun else None))
-
-    def _park(
-        self, fleet: _fleet.FleetTable, target: _fleet.Target, v: GateVerdict, cancel: threading.Event | None
-    ) -> GateVerdict:
+    def _park(self, gate: Gated, v: GateVerdict, cancel: threading.Event | None) -> GateVerdict:
         """Hold a parked first attempt (docs/clients.md, "Parking"): no attempt, no RPC, until a
         re-check at the target's next assignment, every second, or at the call's end admits or
         stops it; ``cancel`` ends the wait (RetryCancelled). on_retry sees it park and leave."""
         p = v.parked
         assert p is not None
-        self._park_hook(target, v)
+        gate.parked(v)
         while v.action is GateAction.PARK:
             woken = threading.Event()
-            fleet.park_wait(target, woken)
+            gate.table.park_wait(gate.target, woken)
             end = time.monotonic() + max(0.0, min(p.draw_at, p.until) - self._clock())
             while not woken.is_set() and (left := end - time.monotonic()) > 0:
                 if cancel is not None and cancel.is_set():
                     break
                 woken.wait(min(left, 0.05) if cancel is not None else left)
             if cancel is not None and cancel.is_set():
-                fleet.park_cancelled(target, p)
-                raise _texts.gate_cancelled(target)
-            v = fleet.resume(target, p, self.fail_open.random())
-        self._park_hook(target, v)
+                gate.table.park_cancelled(gate.target, p)
+                raise _texts.gate_cancelled(gate.target)
+            v = gate.resume(p)
+        gate.parked(v)
         return v
 
     def _wait(self, delay: float, cancel: threading.Event | None) -> bool:

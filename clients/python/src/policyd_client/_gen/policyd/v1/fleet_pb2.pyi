@@ -32,7 +32,7 @@ class BucketTarget(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ...) -> None: ...
 
 class BucketUsage(_message.Message):
-    __slots__ = ("target", "elapsed", "admitted", "shed", "succeeded", "failed", "retries", "rate_limit_headers", "parked", "parked_new", "released", "first_attempt_input_tokens", "retry_input_tokens", "input_tokens_used", "output_tokens_used", "batch_admitted", "batch_shed", "in_flight")
+    __slots__ = ("target", "elapsed", "admitted", "shed", "succeeded", "failed", "retries", "rate_limit_headers", "parked", "parked_new", "released", "first_attempt_input_tokens", "retry_input_tokens", "input_tokens_used", "output_tokens_used", "batch_first_attempts", "in_flight")
     class RateLimitHeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -55,8 +55,7 @@ class BucketUsage(_message.Message):
     RETRY_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     INPUT_TOKENS_USED_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_USED_FIELD_NUMBER: _ClassVar[int]
-    BATCH_ADMITTED_FIELD_NUMBER: _ClassVar[int]
-    BATCH_SHED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIRST_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     target: BucketTarget
     elapsed: _duration_pb2.Duration
@@ -73,10 +72,9 @@ class BucketUsage(_message.Message):
     retry_input_tokens: int
     input_tokens_used: int
     output_tokens_used: int
-    batch_admitted: int
-    batch_shed: int
+    batch_first_attempts: int
     in_flight: int
-    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admitted: _Optional[int] = ..., shed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., rate_limit_headers: _Optional[_Mapping[str, str]] = ..., parked: _Optional[int] = ..., parked_new: _Optional[int] = ..., released: _Optional[int] = ..., first_attempt_input_tokens: _Optional[int] = ..., retry_input_tokens: _Optional[int] = ..., input_tokens_used: _Optional[int] = ..., output_tokens_used: _Optional[int] = ..., batch_admitted: _Optional[int] = ..., batch_shed: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admitted: _Optional[int] = ..., shed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., rate_limit_headers: _Optional[_Mapping[str, str]] = ..., parked: _Optional[int] = ..., parked_new: _Optional[int] = ..., released: _Optional[int] = ..., first_attempt_input_tokens: _Optional[int] = ..., retry_input_tokens: _Optional[int] = ..., input_tokens_used: _Optional[int] = ..., output_tokens_used: _Optional[int] = ..., batch_first_attempts: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
 
 class CoordinateResponse(_message.Message):
     __slots__ = ("assignments",)

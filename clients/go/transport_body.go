@@ -1,0 +1,144 @@
+package policyd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+)
+
+// requestBody is a request's body as the transport keeps it, to read its
+// model and size and to send it again.
+type requestBody struct {
+	none    bool   // no body at all
+	buf     []byte // the whole body, or (too large) its first maxInspectedBody+1 bytes
+	whole   bool
+	rest    io.ReadCloser // not whole: the body past buf, for the first attempt
+	taken   bool          // rest was handed to an attempt, or closed
+	getBody func() (io.ReadCloser, error)
+}
+
+// readRequestBody reads req's body, whole up to maxInspectedBody.
+func readRequestBody(req *http.Request) (*requestBody, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return &requestBody{none: true}, nil
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(req.ContentLength, 0), maxInspectedBody)+bytes.MinRead))
+	_, err := io.Copy(buf, io.LimitReader(req.Body, maxInspectedBody+1))
+	if err != nil {
+		req.Body.Close()
+		return nil, fmt.Errorf("policyd: reading the request body: %w", err)
+	}
+	if buf.Len() <= maxInspectedBody {
+		req.Body.Close()
+		return &requestBody{buf: buf.Bytes(), whole: true}, nil
+	}
+	return &requestBody{buf: buf.Bytes(), rest: req.Body, getBody: req.GetBody}, nil
+}
+
+// forAttempt is the body (and GetBody) of attempt number attempt.
+func (b *requestBody) forAttempt(req *http.Request, attempt int) (io.ReadCloser, func() (io.ReadCloser, error), error) {
+	switch {
+	case b.none:
+		return req.Body, nil, nil
+	case b.whole:
+		get := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b.buf)), nil }
+		rc, _ := get()
+		return rc, get, nil
+	case attempt == 1 && !b.taken:
+		b.taken = true
+		return restoredBody{Reader: io.MultiReader(bytes.NewReader(b.buf), b.rest), Closer: b.rest}, b.getBody, nil
+	case b.getBody == nil:
+		return nil, nil, errors.New("policyd: the request body cannot be sent again (larger than 8 MiB, without GetBody)")
+	}
+	rc, err := b.getBody()
+	return rc, b.getBody, err
+}
+
+// replayable says whether the body can be sent again.
+func (b *requestBody) replayable() bool { return b.none || b.whole || b.getBody != nil }
+
+// inspected is the whole body, nil when it was too large to read.
+func (b *requestBody) inspected() []byte {
+	if !b.whole {
+		return nil
+	}
+	return b.buf
+}
+
+// size is the body's length in bytes: what was read, else the request's
+// Content-Length, else (unknown) at least what was read.
+func (b *requestBody) size(req *http.Request) int64 {
+	if !b.whole && req.ContentLength > int64(len(b.buf)) {
+		return req.ContentLength
+	}
+	return int64(len(b.buf))
+}
+
+// release closes the rest of a body no attempt took.
+func (b *requestBody) release() {
+	if b.rest != nil && !b.taken {
+		b.taken = true
+		b.rest.Close()
+	}
+}
+
+// track counts a success's body in flight on t until it is read to its
+// end or closed. A body that breaks off before its end (a stream cut after
+// its first byte) is not retried: the caller sees the error, and the fleet
+// gate counts a failed attempt. A 101's body (the upgraded connection) and
+// an empty one pass as they are.
+func (c *Client) track(ctx context.Context, t target, resp *http.Response) {
+	if c.gate == nil || resp.Body == nil || resp.Body == http.NoBody {
+		return
+	}
+	if _, upgraded := resp.Body.(io.Writer); upgraded {
+		return
+	}
+	c.gate.flight(c.cfg.clock.Now(), t, true)
+	resp.Body = &trackedBody{ReadCloser: resp.Body, c: c, ctx: ctx, t: t}
+}
+
+// trackedBody is a success's body counted in flight.
+type trackedBody struct {
+	io.ReadCloser
+	c    *Client
+	ctx  context.Context
+	t    target
+	done atomic.Bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.end(err)
+	}
+	return n, err
+}
+
+func (b *trackedBody) Close() error {
+	b.end(nil)
+	return b.ReadCloser.Close()
+}
+
+// end counts the body out of flight, once; err is the read error that
+// ended it (nil: closed, io.EOF: read to its end).
+func (b *trackedBody) end(err error) {
+	if !b.done.CompareAndSwap(false, true) {
+		return
+	}
+	c := b.c
+	now := c.cfg.clock.Now()
+	c.gate.flight(now, b.t, false)
+	if err == nil || err == io.EOF || b.ctx.Err() != nil {
+		return // read to its end, or closed or cancelled by the caller
+	}
+	c.gate.record(now, b.t, false)
+	if breakerCounts(failOpenClassify(FailureFromError(err)).FailureType) {
+		c.gate.countFailedLocally(now, b.t)
+	}
+	c.cfg.logger.Debug("policyd: a response broke off after its first byte; not retried", "target", b.t.String(), "error", err)
+}
