@@ -142,7 +142,11 @@ export class Coordinator {
     this.#table.retry(target, inputTokens);
   }
 
-  /** A request to target was sent: it is in flight until the returned function is called. */
+  /**
+   * A request to target was sent: it is in flight until the returned
+   * function is called (an admitted first attempt is, from its admission:
+   * Gated.ended).
+   */
   began(target: Target): () => void {
     return this.#table.began(target);
   }

@@ -80,13 +80,19 @@ export interface FirstAttempt<T> {
 }
 
 /**
- * gateFirstAttempt runs the gate before a call's first attempt: it returns
- * undefined to send it (after waiting out a hold), { value } when the call
- * fell back (the fallback function's result), and throws a PolicydError
- * (attempts 0) when the gate stopped it, or signal.reason when the caller
- * aborted during the wait. It makes no RPC.
+ * What the gate made of a first attempt: send it (ended ends its count in
+ * flight, which began at its admission: call it when the request ends), or
+ * the call fell back (value, the fallback function's result).
  */
-export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): Promise<{ value: T } | undefined> {
+export type FirstGated<T> = { send: true; ended: () => void } | { send: false; value: T };
+
+/**
+ * gateFirstAttempt runs the gate before a call's first attempt: it returns
+ * send (after waiting out a hold) or the fallback's value, and throws a
+ * PolicydError (attempts 0) when the gate stopped it, or signal.reason when
+ * the caller aborted during the wait. It makes no RPC.
+ */
+export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): Promise<FirstGated<T>> {
   const first = c.firstAnswer(f.target);
   if (first) {
     // The target's first call: its first assignment is on the way (100 ms at most, never past the deadline).
@@ -98,7 +104,8 @@ export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): P
   let gated = c.check(f.target, remaining, f.fallback !== undefined, { cls: f.cls, inputTokens: f.inputTokens });
   if (gated.verdict.action === "park") gated = await park(c, f.target, gated, f.signal, f.callerSignal, f.onDecision);
   const verdict = gated.verdict;
-  if (verdict.action === "admit") return undefined;
+  const ended = gated.ended ?? (() => {});
+  if (verdict.action === "admit") return { send: true, ended };
   const failure = emptyFailure();
   failure.provider = f.target.provider;
   failure.model = f.target.model;
@@ -107,8 +114,9 @@ export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): P
   if (verdict.action === "wait") {
     try {
       await f.clock.sleep(verdict.waitMs, f.signal);
-      return undefined;
+      return { send: true, ended };
     } catch {
+      ended();
       if (f.callerSignal?.aborted) throw f.callerSignal.reason;
       const late: GateVerdict = { ...verdict, action: "stop", stopReason: "DEADLINE" };
       throw new PolicydError({ cause: undefined, attempts: 0, decision: gated.decision(late), failure });
@@ -119,7 +127,7 @@ export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): P
   if (verdict.action === "fall_back" && f.fallback) {
     const { kind, reason, provider, model } = d.fallback;
     const hint = { kind, reason, provider, model, error: undefined, attempt: 0, decision: d, signal: f.signal };
-    return { value: await f.fallback(hint) };
+    return { send: false, value: await f.fallback(hint) };
   }
   throw new PolicydError({ cause: undefined, attempts: 0, decision: d, failure });
 }

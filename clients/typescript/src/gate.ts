@@ -47,6 +47,12 @@ export interface GateAssignment {
   admitFraction: number;
   /** The share of batch-class first attempts to admit, in [0, 1]; undefined: admitFraction for both classes. */
   batchAdmitFraction?: number | undefined;
+  /**
+   * The most requests this process may have in flight on the target, its
+   * lease of the fleet's cap; undefined: no cap. A first attempt at it parks
+   * until a request ends.
+   */
+  inFlightLease?: number | undefined;
   /** Half-open: first attempts this process may send as the fleet's probes. */
   probePermits: number;
   /** Why, for a human. */
@@ -100,6 +106,9 @@ export interface GateVerdict {
   waitedMs?: number | undefined;
   /** The batch class's own share (batchAdmitFraction) decided the draw, not admitFraction. */
   batchShare?: boolean | undefined;
+  /** FLEET_SHED: the process was at its lease, with inFlight requests in flight. */
+  atLease?: boolean | undefined;
+  inFlight?: number | undefined;
 }
 
 const ADMIT: Readonly<GateVerdict> = Object.freeze({
@@ -133,6 +142,8 @@ export class Gate {
   ownAdmitted = 0;
   /** Checks that parked a call (re-checks included); first attempts parked; parked calls admitted. */
   parks = 0;
+  /** The calls (first attempts and retries) parked now: a gauge. */
+  parked = 0;
   parkedNew = 0;
   released = 0;
   /** The target as the park text names it ("openai/gpt-4o"). */
@@ -216,6 +227,7 @@ export class Gate {
       }
       this.parks++;
       this.parkedNew++;
+      this.parked++;
       const parked = { at: nowMs, until, canFallBack, drawAt: nowMs + PARK_RECHECK_MS, retry: false, batch };
       return { ...v, parked };
     }
@@ -235,6 +247,7 @@ export class Gate {
     const until = nowMs + (deadlineMs ?? limit);
     if (limit <= 0 || until <= nowMs + this.#hintLeft(nowMs)) return { ...v, action: "stop", reason: this.#a!.reason };
     this.parks++;
+    this.parked++;
     const parked = { at: nowMs, until, canFallBack: false, drawAt: nowMs + PARK_RECHECK_MS, retry: true, batch: false };
     return { ...v, parked };
   }
@@ -267,12 +280,19 @@ export class Gate {
     return v;
   }
 
-  /** cancelled counts a parked first attempt its caller cancelled. */
+  /** cancelled counts a parked call its caller cancelled: out of the park, and a first attempt as shed. */
   cancelled(p: Parked): void {
+    this.#unpark();
     if (!p.retry) this.shed++;
   }
 
+  #unpark(): void {
+    if (this.parked > 0) this.parked--;
+  }
+
+  /** Counts a parked call leaving the park: a first attempt's verdict as check counts it, a retry's not at all. */
   #countParked(v: GateVerdict, p: Parked): GateVerdict {
+    this.#unpark();
     if (p.retry) return v.action === "wait" ? { ...v, action: "admit", waitMs: 0 } : v;
     return this.#count(v, p.canFallBack);
   }
@@ -341,6 +361,10 @@ export class Gate {
       return this.#park(nowMs, "CIRCUIT_OPEN", "breaker probing");
     }
     if (share < 1 && drawn() >= share) return { ...this.#park(nowMs, "FLEET_SHED", "paced"), batchShare };
+    if (a.inFlightLease !== undefined && this.inFlight >= a.inFlightLease) {
+      const v = this.#park(nowMs, "FLEET_SHED", "at its lease of requests in flight");
+      return { ...v, atLease: true, inFlight: this.inFlight };
+    }
     if (a.holdMs > age) {
       const left = a.holdMs - age;
       if (deadlineMs !== undefined && left > deadlineMs) return stop("DEADLINE");

@@ -86,6 +86,8 @@ export async function run<T>(
   let lastDecision: Decision | undefined;
   const coord = options.provider ? ctx.coordinator : undefined;
   const target = targetOf(options);
+  // The first attempt is in flight from its admission by the gate (the lease counts it at once).
+  let firstEnded: (() => void) | undefined;
   try {
     if (coord) {
       const gated = await gateFirstAttempt(coord, {
@@ -100,7 +102,8 @@ export async function run<T>(
         operation: options.operation ?? "",
         onDecision: ctx.onDecision,
       });
-      if (gated) return gated.value;
+      if (!gated.send) return gated.value;
+      firstEnded = gated.ended;
     }
     for (let attempt = 1; ; attempt++) {
       if (attempt > 1 && coord) {
@@ -123,7 +126,8 @@ export async function run<T>(
       const began = clock.now();
       let result: T;
       const attemptSignal = new AttemptSignal(signal, options.attemptTimeoutMs);
-      const settled = coord?.began(target); // the attempt is in flight while it runs
+      const settled = firstEnded ?? coord?.began(target); // the attempt is in flight while it runs
+      firstEnded = undefined;
       try {
         const a: Attempt = { attempt, signal: attemptSignal.signal };
         if (attempt > 1) a.lastError = lastError;

@@ -29,8 +29,9 @@ interface Step {
     max_park_ms?: number;
     call?: string;
     class?: PriorityClass;
+    in_flight?: number;
   };
-  resume?: { call: string; draw: number };
+  resume?: { call: string; draw: number; in_flight?: number };
   want?: {
     action: string;
     wait_ms?: number;
@@ -60,7 +61,7 @@ interface Case {
 const vectors = readTestdata<{ cases: Case[]; target: VectorTarget }>("gate.json");
 const TARGET = targetOf(vectors.target);
 /** The requirements (a case's "requires") this gate meets. */
-const MEETS = new Set(["park", "classes"]);
+const MEETS = new Set(["park", "classes", "lease"]);
 const BREAKERS = new Set<BreakerState>(["CLOSED", "OPEN", "HALF_OPEN"]);
 const KINDS = new Set(["LARGER_CONTEXT_MODEL", "OTHER_PROVIDER", "OTHER_MODEL"]);
 
@@ -90,6 +91,7 @@ describe("vectors: gate.json", () => {
             stopMs: a.stop_ms,
             admitFraction: a.admit_fraction,
             batchAdmitFraction: a.batch_admit_fraction ?? undefined,
+            inFlightLease: a.in_flight_lease ?? undefined,
             probePermits: a.probe_permits,
             reason: a.reason,
             fallback: fallbackOf(a.fallback),
@@ -108,11 +110,13 @@ describe("vectors: gate.json", () => {
           let got;
           if (s.gate) {
             const { deadline_ms, can_fall_back, draw, max_park_ms } = s.gate;
+            g.inFlight = s.gate.in_flight ?? 0;
             got = g.check(now, deadline_ms, can_fall_back, draw, max_park_ms, s.gate.class);
             if (got.parked) parked.set(s.gate.call ?? "", got.parked);
           } else {
             const p = parked.get(s.resume!.call);
             assert.ok(p, `step ${i}: no parked call ${s.resume!.call}`);
+            g.inFlight = s.resume!.in_flight ?? 0;
             got = g.resume(now, p, s.resume!.draw);
           }
           const w = s.want!;

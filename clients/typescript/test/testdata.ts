@@ -40,6 +40,7 @@ export interface VectorAssignment {
   stop_ms: number;
   admit_fraction: number;
   batch_admit_fraction?: number | null;
+  in_flight_lease?: number | null;
   probe_permits: number;
   reason: string;
   fallback?: VectorFallback | null;
