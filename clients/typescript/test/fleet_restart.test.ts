@@ -113,6 +113,8 @@ test("policyd away for 40 s never refuses a first attempt once the assignments e
   });
 
   const log: CallRecord[] = [];
+  /** When the process's own budget refused a retry (policyd away). */
+  const budgetStops: number[] = [];
   let stopping = false;
   const agent = async (i: number) => {
     const client = createClient({
@@ -121,6 +123,9 @@ test("policyd away for 40 s never refuses a first attempt once the assignments e
       parkLimitMs: 0,
       daemonTimeoutMs: 500,
       logger: memoryLogger(), // the fail-open warning, once a client
+      onDecision: ({ decision }) => {
+        if (decision.stopReason === "RETRY_BUDGET_EXHAUSTED") budgetStops.push(performance.now());
+      },
     });
     clients.push(client);
     const send = client.fetch({ provider: "openai", keyId: "k1", profile: "fleet_e2e", timeoutMs: TIMEOUT_MS });
@@ -185,12 +190,13 @@ test("policyd away for 40 s never refuses a first attempt once the assignments e
     away.filter((c) => c.start <= expired),
     "refused",
   );
-  const budgetStops = away.filter((c) => c.outcome === "failed" || c.stopReason === "RETRY_BUDGET_EXHAUSTED").length;
+  const budgetStopsAway = budgetStops.filter((at) => at > killed && at < restarted).length;
   const firstAttemptsSent = provider.firstAttempts.filter((at) => at > expired && at < restarted).length;
   const longest = Math.max(...log.map((c) => c.end - c.start));
   t.diagnostic(
-    `policyd away ${DOWN_MS / 1000} s: ${away.length} calls finished (${count(away, "ok")} ok, ${budgetStops} stopped ` +
-      `after a failed first attempt, the own budget refusing the retry); ${refusedBefore} first attempts refused by ` +
+    `policyd away ${DOWN_MS / 1000} s: ${away.length} calls finished (${count(away, "ok")} ok, ${count(away, "failed")} ` +
+      `with the provider's 503 after policyd's or the own budget's stop, ${budgetStopsAway} retries refused by the own ` +
+      `budget); ${refusedBefore} first attempts refused by ` +
       `the gate before the assignments expired, ${count(afterExpiry, "refused")} after; ${firstAttemptsSent} first ` +
       `attempts sent after they expired (${count(afterExpiry, "ok")} calls ok); after the restart all ${streaming} ` +
       `streams back in ${(back / 1000).toFixed(2)} s; longest call ${Math.round(longest)} ms (timeout ${TIMEOUT_MS} ms); ` +
