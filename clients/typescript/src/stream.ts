@@ -185,9 +185,12 @@ export class FleetStream {
       }
       this.#flushWanted = false;
       if (signal.aborted) return;
+      // The last report is one taken after close: a close that comes while
+      // an earlier report waits to be sent gets one more.
+      const last = this.#closed;
       const usage = this.#table.report();
       if (usage.length > 0) yield { usage };
-      if (this.#closed) return; // half-close: the daemon ends the stream
+      if (last) return; // half-close: the daemon ends the stream
     }
   }
 
