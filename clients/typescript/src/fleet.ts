@@ -575,6 +575,7 @@ function assignmentOf(a: Assignment): GateAssignment {
     admitFraction: Number.isNaN(f) ? 1 : Math.min(1, Math.max(0, f)),
     probePermits: a.probePermits,
     reason: a.reason,
+    parkHintMs: Math.max(0, durationMs(a.parkHint)),
   };
   const bf = a.batchAdmitFraction;
   if (bf !== undefined && !Number.isNaN(bf)) g.batchAdmitFraction = Math.min(1, Math.max(0, bf));
@@ -595,6 +596,7 @@ function describe(a: GateAssignment): string {
   if (a.batchAdmitFraction !== undefined) parts.push(`admit batch ${a.batchAdmitFraction}`);
   if (a.inFlightLease !== undefined) parts.push(`lease ${a.inFlightLease} in flight`);
   if (a.probePermits) parts.push(`${a.probePermits} probe permits`);
+  if (a.parkHintMs) parts.push(`park hint ${a.parkHintMs}ms`);
   if (a.fallback) parts.push(`fallback ${a.fallback.kind || "?"} ${a.fallback.provider}/${a.fallback.model}`);
   if (a.reason) parts.push(a.reason);
   return parts.join(", ");

@@ -180,6 +180,38 @@ describe("bucket usage in the fleet reports", () => {
   });
 });
 
+describe("the assignment's park hint", () => {
+  /** An open breaker, with the daemon's estimate of the wait when hintSeconds is given. */
+  const open = (hintSeconds?: bigint) =>
+    create(CoordinateResponseSchema, {
+      assignments: [
+        {
+          target,
+          ttl: { seconds: 60n },
+          breaker: BreakerState.OPEN,
+          admitFraction: 1,
+          reason: "breaker open",
+          ...(hintSeconds !== undefined ? { parkHint: { seconds: hintSeconds } } : {}),
+        },
+      ],
+    });
+
+  test("a call whose deadline comes before the hint's wait stops at once; without the hint it parks", async () => {
+    const { co, check, report } = await table(120_000);
+    check(); // subscribes
+    report();
+    co.applyResponse(open());
+    assert.equal(co.check(target, 3000, false).verdict.action, "park", "no hint: the wait may fit");
+    co.applyResponse(open(5n));
+    const gated = co.check(target, 3000, false);
+    assert.equal(gated.verdict.action, "stop", "3 s left, ~5 s to wait");
+    assert.equal(gated.verdict.stopReason, "CIRCUIT_OPEN");
+    const parked = co.check(target, 8000, false);
+    assert.equal(parked.verdict.action, "park");
+    assert.equal(parked.verdict.reason, "waiting for the fleet: breaker open on openai/gpt-4o, ~5 s");
+  });
+});
+
 describe("leases of requests in flight", () => {
   const LEASE_PARK = "waiting for the fleet: at its lease of requests in flight on openai/gpt-4o";
 
