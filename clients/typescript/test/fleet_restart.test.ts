@@ -1,13 +1,15 @@
-// policyd away never refuses a first attempt, at full length: several
-// agents call a real HTTP provider in a loop through the real client's
-// fetch transport, fleet memory on, while the provider fails each call's
-// first attempt (503) and lets its retry through; the breaker opens and the
-// gates stop first attempts; policyd is killed for 40 s and restarted on
-// the same address. Once the assignments the gates hold expire (their ttl
-// and the client's grace), every first attempt goes; calls keep finishing
-// (the process's own budget limits the retries, never the first attempts);
-// and every stream is back within 2 s of policyd. The Go client's
-// TestFleetGateDaemonRestart has the same shape.
+// policyd away never refuses a first attempt, at full length: agents call
+// a real HTTP provider in a loop through the real client's fetch
+// transport, fleet memory on, while the provider fails each call's first
+// attempt (503) and lets its retry through. The agents' failures open the
+// fleet's breaker and the gates stop first attempts; policyd is killed for
+// 40 s and restarted on the same address. Once the assignments the gates
+// hold expire (their ttl and the client's grace), every first attempt goes;
+// calls keep finishing: a paced agent's each completes by the fail-open
+// policy's retry, while busy agents spend their process's own budget and
+// their calls end with the provider's 503 (the budget limits retries,
+// never first attempts); and every stream is back within 2 s of policyd.
+// The Go client's TestFleetGateDaemonAwayLong has the same shape.
 
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -17,19 +19,23 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { createClient as createConnectClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { createClient, type PolicydClient, PolicydError } from "@policyd/client";
+import { createClient, type Decision, type PolicydClient, PolicydError } from "@policyd/client";
 import { FleetService } from "@policyd/client/proto";
 import { bodies, type Daemon, memoryLogger, startDaemon } from "./harness.js";
 
-const AGENTS = 6;
-const THINK_MS = 50;
-const TIMEOUT_MS = 2000;
+/** The agents: busy ones call every 50 ms, paced ones every 6 s (their own budget refills between). */
+const KINDS = {
+  busy: { agents: 6, thinkMs: 50, timeoutMs: 2000 },
+  paced: { agents: 6, thinkMs: 6000, timeoutMs: 5000 },
+} as const;
+type Kind = keyof typeof KINDS;
+const AGENTS = KINDS.busy.agents + KINDS.paced.agents;
 const DOWN_MS = 40_000;
-// The assignments' life (the policy's stream.ttl) and the gates' grace (the
-// client's default): the last assignment a gate holds expires this long
-// after policyd goes, at the latest.
-const TTL_MS = 15_000;
-const GRACE_MS = 10_000;
+// The assignments' life (the policy's stream.ttl) and the gates' grace
+// (fleetGraceMs), short so that most of the 40 s come after the last
+// assignment a gate holds has expired.
+const TTL_MS = 1000;
+const GRACE_MS = 1000;
 
 const POLICY = `
 profiles:
@@ -46,28 +52,38 @@ fleet:
 type Outcome = "ok" | "failed" | "refused" | "stopped";
 
 interface CallRecord {
+  kind: Kind;
+  id: string;
   start: number;
   end: number;
   outcome: Outcome;
   stopReason: string;
+  /** What onDecision saw of the call. */
+  decisions: Decision[];
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Resolves after ms, or at once when signal aborts. */
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
+  });
+}
 
 /**
  * A provider that fails each call's first attempt (a call is its
  * x-call-id) with a 503 and answers its retries; it records when each
- * first attempt came.
+ * first attempt came, and each call's attempts.
  */
 async function firstAttemptsFail() {
-  const seen = new Set<string>();
+  const attempts = new Map<string, number>();
   const firstAttempts: number[] = [];
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     req.resume();
     req.on("end", () => {
       const id = String(req.headers["x-call-id"] ?? "");
-      const first = !seen.has(id);
-      seen.add(id);
+      const first = !attempts.has(id);
+      attempts.set(id, (attempts.get(id) ?? 0) + 1);
       if (first) firstAttempts.push(performance.now());
       res.writeHead(first ? 503 : 200, { "content-type": "application/json" });
       res.end(first ? bodies.overloaded : bodies.chatOk);
@@ -79,6 +95,8 @@ async function firstAttemptsFail() {
   return {
     url: `http://127.0.0.1:${a.port}`,
     firstAttempts,
+    /** The attempts the provider saw of call id. */
+    attempts: (id: string) => attempts.get(id) ?? 0,
     close: async () => {
       server.closeAllConnections();
       await new Promise((r) => server.close(r));
@@ -115,29 +133,35 @@ test("policyd away for 40 s never refuses a first attempt once the assignments e
   const log: CallRecord[] = [];
   /** When the process's own budget refused a retry (policyd away). */
   const budgetStops: number[] = [];
-  let stopping = false;
-  const agent = async (i: number) => {
+  const stopping = new AbortController();
+  const agent = async (kind: Kind, i: number) => {
+    const { thinkMs, timeoutMs } = KINDS[kind];
+    let decisions: Decision[] = [];
     const client = createClient({
       address: addr,
-      clientId: `restart-agent-${i}`,
+      clientId: `restart-${kind}-${i}`,
       parkLimitMs: 0,
       daemonTimeoutMs: 500,
+      fleetGraceMs: GRACE_MS,
       logger: memoryLogger(), // the fail-open warning, once a client
       onDecision: ({ decision }) => {
+        decisions.push(decision);
         if (decision.stopReason === "RETRY_BUDGET_EXHAUSTED") budgetStops.push(performance.now());
       },
     });
     clients.push(client);
-    const send = client.fetch({ provider: "openai", keyId: "k1", profile: "fleet_e2e", timeoutMs: TIMEOUT_MS });
+    const send = client.fetch({ provider: "openai", keyId: "k1", profile: "fleet_e2e", timeoutMs });
     const body = JSON.stringify({ model: "gpt-4o", messages: [{ role: "user", content: "hello" }] });
-    for (let n = 0; !stopping; n++) {
+    for (let n = 0; !stopping.signal.aborted; n++) {
+      const id = `${kind}-${i}-${n}`;
+      decisions = [];
       const start = performance.now();
       let outcome: Outcome;
       let stopReason = "";
       try {
         const res = await send(`${provider.url}/v1/chat/completions`, {
           method: "POST",
-          headers: { "content-type": "application/json", "x-call-id": `${i}-${n}` },
+          headers: { "content-type": "application/json", "x-call-id": id },
           body,
         });
         await res.text();
@@ -148,11 +172,15 @@ test("policyd away for 40 s never refuses a first attempt once the assignments e
         outcome = err.attempts === 0 ? "refused" : "stopped";
         stopReason = err.decision.stopReason;
       }
-      log.push({ start, end: performance.now(), outcome, stopReason });
-      await sleep(THINK_MS);
+      log.push({ kind, id, start, end: performance.now(), outcome, stopReason, decisions });
+      await sleep(thinkMs, stopping.signal);
     }
   };
-  const agents = Promise.all(Array.from({ length: AGENTS }, (_, i) => agent(i)));
+  const agents = Promise.all(
+    (Object.keys(KINDS) as Kind[]).flatMap((kind) =>
+      Array.from({ length: KINDS[kind].agents }, (_, i) => agent(kind, i)),
+    ),
+  );
 
   // The provider's failures open the fleet's breaker: the gates stop first attempts.
   const opened = performance.now();
@@ -178,41 +206,58 @@ test("policyd away for 40 s never refuses a first attempt once the assignments e
   }
   // Calls go on after the return too.
   const returned = log.length;
-  while (log.length < returned + AGENTS && performance.now() - restarted < 20_000) await sleep(50);
-  stopping = true;
+  while (log.length < returned + KINDS.busy.agents && performance.now() - restarted < 20_000) await sleep(50);
+  stopping.abort();
   await agents;
 
   const expired = killed + TTL_MS + GRACE_MS + 100;
   const away = log.filter((c) => c.start > killed && c.end < restarted);
   const afterExpiry = away.filter((c) => c.start > expired);
   const count = (calls: CallRecord[], o: Outcome) => calls.filter((c) => c.outcome === o).length;
+  const of = (calls: CallRecord[], kind: Kind) => calls.filter((c) => c.kind === kind);
   const refusedBefore = count(
     away.filter((c) => c.start <= expired),
     "refused",
   );
   const budgetStopsAway = budgetStops.filter((at) => at > killed && at < restarted).length;
   const firstAttemptsSent = provider.firstAttempts.filter((at) => at > expired && at < restarted).length;
-  const longest = Math.max(...log.map((c) => c.end - c.start));
+  // A paced call after the expiry: its first attempt, the fail-open policy's RETRY, its retry's success.
+  const paced = of(afterExpiry, "paced");
+  const notByOneRetry = paced.filter(
+    (c) =>
+      c.outcome !== "ok" ||
+      provider.attempts(c.id) !== 2 ||
+      c.decisions.length !== 1 ||
+      !c.decisions[0]!.failOpen ||
+      c.decisions[0]!.action !== "RETRY",
+  );
+  const longest = Math.max(...log.map((c) => c.end - c.start - KINDS[c.kind].timeoutMs));
   t.diagnostic(
-    `policyd away ${DOWN_MS / 1000} s: ${away.length} calls finished (${count(away, "ok")} ok, ${count(away, "failed")} ` +
-      `with the provider's 503 after policyd's or the own budget's stop, ${budgetStopsAway} retries refused by the own ` +
-      `budget); ${refusedBefore} first attempts refused by ` +
-      `the gate before the assignments expired, ${count(afterExpiry, "refused")} after; ${firstAttemptsSent} first ` +
-      `attempts sent after they expired (${count(afterExpiry, "ok")} calls ok); after the restart all ${streaming} ` +
-      `streams back in ${(back / 1000).toFixed(2)} s; longest call ${Math.round(longest)} ms (timeout ${TIMEOUT_MS} ms); ` +
-      `${log.length} calls in all`,
+    `policyd away ${DOWN_MS / 1000} s: ${away.length} calls finished; ${refusedBefore} first attempts refused by ` +
+      `the gate before the assignments expired, ${count(afterExpiry, "refused")} after; after the expiry ` +
+      `${firstAttemptsSent} first attempts reached the provider; paced agents: ${paced.length} calls, ` +
+      `${paced.length - notByOneRetry.length} completed by one fail-open retry; busy agents: ` +
+      `${of(afterExpiry, "busy").length} calls, ${count(of(afterExpiry, "busy"), "ok")} ok, ${budgetStopsAway} ` +
+      `retries refused by the own budget; after the restart ${streaming} of ${AGENTS} streams back in ` +
+      `${(back / 1000).toFixed(2)} s; ${log.length} calls in all; the longest call ${Math.round(longest)} ms ` +
+      `from its deadline`,
   );
   assert.equal(count(afterExpiry, "refused"), 0, "first attempts refused by the gate after the assignments expired");
-  assert.ok(
-    afterExpiry.length >= AGENTS * 5,
-    `only ${afterExpiry.length} calls finished after the assignments expired`,
-  );
   assert.ok(firstAttemptsSent > 0, "no first attempt reached the provider after the assignments expired");
-  assert.ok(count(afterExpiry, "ok") > 0, "no call completed while policyd was away");
+  assert.ok(paced.length >= KINDS.paced.agents * 4, `only ${paced.length} paced calls while policyd was away`);
+  assert.deepEqual(
+    notByOneRetry.map((c) => ({ outcome: c.outcome, attempts: provider.attempts(c.id), decisions: c.decisions })),
+    [],
+    "paced calls that did not complete by one fail-open retry",
+  );
+  assert.ok(
+    of(afterExpiry, "busy").length >= KINDS.busy.agents * 5,
+    `only ${of(afterExpiry, "busy").length} busy calls finished`,
+  );
   assert.ok(
     back <= 2000,
     `the streams were back ${(back / 1000).toFixed(2)} s after policyd (${streaming} of ${AGENTS})`,
   );
-  assert.ok(longest <= TIMEOUT_MS + 300, `a call took ${Math.round(longest)} ms, past its ${TIMEOUT_MS} ms deadline`);
+  assert.ok(longest <= 300, `a call took ${Math.round(longest)} ms past its deadline`);
   assert.ok(log.length > returned, "no call finished after policyd returned");
 });
