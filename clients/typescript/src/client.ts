@@ -10,6 +10,7 @@ import { create } from "@bufbuild/protobuf";
 import { Coordinator } from "./coordinate.js";
 import { type Classification, classificationFromProto } from "./decision.js";
 import { clipLabel, emptyFailure, type Failure, failureFromError, failureToProto } from "./failure.js";
+import { fetchThrough, type FetchOptions } from "./fetch.js";
 import { type ClassifyOptions, ClassifyOptionsSchema } from "./gen/policyd/v1/policy_pb.js";
 import { type Attempt, type CallOptions, type ClientOptions, type Settings, settingsOf } from "./options.js";
 import { run, type RunContext } from "./run.js";
@@ -86,6 +87,21 @@ export class PolicydClient {
    */
   async call<T>(fn: (attempt: Attempt) => T | Promise<T>, options: CallOptions<T> = {}): Promise<T> {
     return run(this.#run, fn, options);
+  }
+
+  /**
+   * fetch returns a function with fetch's signature that sends every
+   * request as call runs an operation (docs/clients.md, "The transport"):
+   * `new OpenAI({ fetch: client.fetch({ provider: "openai" }), maxRetries: 0 })`.
+   * A success passes through untouched, streams included, with no RPC; a
+   * failure status or a connection error is decided as call decides it;
+   * when policyd stops, the last response is returned as it came, so that
+   * the SDK raises its own error. The fleet gate's stop (nothing was sent)
+   * rejects with a PolicydError, as call does. It throws a TypeError for
+   * a class that is neither "interactive" nor "batch".
+   */
+  fetch(options: FetchOptions = {}): typeof globalThis.fetch {
+    return fetchThrough(this.#run, options);
   }
 
   /**

@@ -8,7 +8,7 @@
 import type { Transport } from "@connectrpc/connect";
 import type { Random } from "./clock.js";
 import type { FailureType } from "./decision.js";
-import { type FirstAnswer, FleetTable, type Gated, type Usage } from "./fleet.js";
+import { type FirstAnswer, FleetTable, type GateCall, type Gated, type Usage } from "./fleet.js";
 import type { GateVerdict, Parked, Target } from "./gate.js";
 import type { CoordinateResponse } from "./gen/policyd/v1/fleet_pb.js";
 import { FleetStream, waitFor } from "./stream.js";
@@ -66,12 +66,13 @@ export class Coordinator {
   }
 
   /**
-   * check gates a first attempt to target: remainingMs is the time left
-   * before the caller's deadline (undefined: none). It counts the attempt
-   * as admitted or shed and opens the stream at the first use.
+   * check gates a first attempt of call (its priority class and
+   * input-token estimate) to target: remainingMs is the time left before
+   * the caller's deadline (undefined: none). It counts the attempt as
+   * admitted or shed and opens the stream at the first use.
    */
-  check(target: Target, remainingMs: number | undefined, canFallBack: boolean): Gated {
-    const gated = this.#table.check(target, remainingMs, canFallBack);
+  check(target: Target, remainingMs: number | undefined, canFallBack: boolean, call: GateCall = {}): Gated {
+    const gated = this.#table.check(target, remainingMs, canFallBack, call);
     if (!gated) return notGated(target);
     this.#stream.start();
     return gated;
@@ -136,9 +137,18 @@ export class Coordinator {
     this.#table.apply(res);
   }
 
-  /** A retry of a call to target is being sent. */
-  retry(target: Target): void {
-    this.#table.retry(target);
+  /** A retry of a call to target, carrying inputTokens (an estimate), is being sent. */
+  retry(target: Target, inputTokens?: number): void {
+    this.#table.retry(target, inputTokens);
+  }
+
+  /**
+   * A request to target was sent: it is in flight until the returned
+   * function is called (an admitted first attempt is, from its admission:
+   * Gated.ended).
+   */
+  began(target: Target): () => void {
+    return this.#table.began(target);
   }
 
   /** An attempt (first or retry) to target ended: ok, or failed. */

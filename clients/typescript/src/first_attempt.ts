@@ -9,7 +9,7 @@ import type { Coordinator } from "./coordinate.js";
 import type { Decision } from "./decision.js";
 import { emptyFailure } from "./failure.js";
 import type { Gated } from "./fleet.js";
-import type { GateVerdict, Target } from "./gate.js";
+import type { GateVerdict, PriorityClass, Target } from "./gate.js";
 import type { FallbackHint } from "./options.js";
 import { PolicydError } from "./policyd_error.js";
 import { waitFor } from "./stream.js";
@@ -66,6 +66,9 @@ function parkDecision(gated: Gated): Decision {
 /** @internal What gating a call's first attempt needs from the call. */
 export interface FirstAttempt<T> {
   target: Target;
+  /** The call's priority class and input-token estimate. */
+  cls: PriorityClass;
+  inputTokens: number | undefined;
   deadlineMs: number | undefined;
   clock: Clock;
   /** The call's signal (the caller's and the deadline's). */
@@ -77,13 +80,19 @@ export interface FirstAttempt<T> {
 }
 
 /**
- * gateFirstAttempt runs the gate before a call's first attempt: it returns
- * undefined to send it (after waiting out a hold), { value } when the call
- * fell back (the fallback function's result), and throws a PolicydError
- * (attempts 0) when the gate stopped it, or signal.reason when the caller
- * aborted during the wait. It makes no RPC.
+ * What the gate made of a first attempt: send it (ended ends its count in
+ * flight, which began at its admission: call it when the request ends), or
+ * the call fell back (value, the fallback function's result).
  */
-export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): Promise<{ value: T } | undefined> {
+export type FirstGated<T> = { send: true; ended: () => void } | { send: false; value: T };
+
+/**
+ * gateFirstAttempt runs the gate before a call's first attempt: it returns
+ * send (after waiting out a hold) or the fallback's value, and throws a
+ * PolicydError (attempts 0) when the gate stopped it, or signal.reason when
+ * the caller aborted during the wait. It makes no RPC.
+ */
+export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): Promise<FirstGated<T>> {
   const first = c.firstAnswer(f.target);
   if (first) {
     // The target's first call: its first assignment is on the way (100 ms at most, never past the deadline).
@@ -92,10 +101,11 @@ export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): P
     if (f.callerSignal?.aborted) throw f.callerSignal.reason;
   }
   const remaining = f.deadlineMs === undefined ? undefined : Math.max(0, f.deadlineMs - f.clock.now());
-  let gated = c.check(f.target, remaining, f.fallback !== undefined);
+  let gated = c.check(f.target, remaining, f.fallback !== undefined, { cls: f.cls, inputTokens: f.inputTokens });
   if (gated.verdict.action === "park") gated = await park(c, f.target, gated, f.signal, f.callerSignal, f.onDecision);
   const verdict = gated.verdict;
-  if (verdict.action === "admit") return undefined;
+  const ended = gated.ended ?? (() => {});
+  if (verdict.action === "admit") return { send: true, ended };
   const failure = emptyFailure();
   failure.provider = f.target.provider;
   failure.model = f.target.model;
@@ -104,8 +114,9 @@ export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): P
   if (verdict.action === "wait") {
     try {
       await f.clock.sleep(verdict.waitMs, f.signal);
-      return undefined;
+      return { send: true, ended };
     } catch {
+      ended();
       if (f.callerSignal?.aborted) throw f.callerSignal.reason;
       const late: GateVerdict = { ...verdict, action: "stop", stopReason: "DEADLINE" };
       throw new PolicydError({ cause: undefined, attempts: 0, decision: gated.decision(late), failure });
@@ -116,7 +127,7 @@ export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): P
   if (verdict.action === "fall_back" && f.fallback) {
     const { kind, reason, provider, model } = d.fallback;
     const hint = { kind, reason, provider, model, error: undefined, attempt: 0, decision: d, signal: f.signal };
-    return { value: await f.fallback(hint) };
+    return { send: false, value: await f.fallback(hint) };
   }
   throw new PolicydError({ cause: undefined, attempts: 0, decision: d, failure });
 }

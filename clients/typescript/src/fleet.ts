@@ -11,7 +11,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Random } from "./clock.js";
 import { type Decision, durationMs, durationOf, type FailureType, names } from "./decision.js";
 import { headersOf } from "./failure.js";
-import { Gate, type GateAssignment, type GateVerdict, type Parked, type Target } from "./gate.js";
+import { Gate, type GateAssignment, type GateVerdict, type Parked, type PriorityClass, type Target } from "./gate.js";
 import type { Assignment, BucketUsageSchema, CoordinateResponse } from "./gen/policyd/v1/fleet_pb.js";
 import { FLEET_LIMITS } from "./limits.js";
 import { gateDecision, targetName } from "./texts.js";
@@ -40,6 +40,13 @@ export interface TableDeps {
 export interface Gated {
   verdict: GateVerdict;
   decision(v: GateVerdict): Decision;
+  /**
+   * An admitted first attempt (admit, wait) is in flight from its admission
+   * on, so that the checks that follow at once (the calls a request's end
+   * or an assignment woke together) count it against the lease before its
+   * request starts: ended ends it (once), when its request ends.
+   */
+  ended?: (() => void) | undefined;
 }
 
 /** A first call's wait for its target's first assignment: until answered resolves, waitMs at most. */
@@ -50,6 +57,12 @@ export interface FirstAnswer {
 
 /** The usage of one target in a report. */
 export type Usage = MessageInitShape<typeof BucketUsageSchema>;
+
+/** What the gate knows of a first attempt's call: its priority class and input-token estimate. */
+export interface GateCall {
+  cls?: PriorityClass | undefined;
+  inputTokens?: number | undefined;
+}
 
 // The limits of clients/testdata/limits.json (limits.ts).
 const { protocol: P, client: C } = FLEET_LIMITS;
@@ -67,6 +80,8 @@ const MAX_RATE_LIMIT_VALUE_BYTES = P.rateLimitValueBytesMax;
 // A target field longer than the daemon accepts is not gated.
 const MAX_FIELD_BYTES = P.targetFieldBytesMax;
 const MAX_KEY_ID_BYTES = P.keyIdBytesMax;
+// A report's input tokens for each call it counts; a larger estimate is cut to it.
+const MAX_TOKENS_PER_CALL = P.inputTokensPerCallMax;
 
 /** One target's row: its gate and what has not been reported yet. */
 interface Entry {
@@ -77,6 +92,17 @@ interface Entry {
   succeeded: number;
   failed: number;
   retries: number;
+  /** First attempts parked at their first check; parked first attempts admitted (also in admitted). */
+  parkedNew: number;
+  released: number;
+  /** The batch class's first attempts at their first check (admitted, shed or parked). */
+  batchFirst: number;
+  /** Input-token estimates: of first attempts at their first check, of retries sent. */
+  firstTokens: number;
+  retryTokens: number;
+  /** The gate's gauges, the calls in flight and parked, as the last report said. */
+  inFlightSent: number;
+  parkedSent: number;
   headers: Record<string, string> | undefined;
   /** The target must be (re)subscribed: a new stream, or a use after an abandon. */
   subscribe: boolean;
@@ -139,20 +165,30 @@ export class FleetTable {
   }
 
   /**
-   * check gates a first attempt to target: remainingMs is the time left
-   * before the caller's deadline (undefined: none). It counts the attempt
-   * as admitted or shed. undefined: the target is not gated.
+   * check gates a first attempt of call to target: remainingMs is the time
+   * left before the caller's deadline (undefined: none). It counts the
+   * attempt as admitted or shed, and its class and tokens at this, its first
+   * check. undefined: the target is not gated.
    */
-  check(target: Target, remainingMs: number | undefined, canFallBack: boolean): Gated | undefined {
+  check(target: Target, remainingMs: number | undefined, canFallBack: boolean, call: GateCall = {}): Gated | undefined {
     const e = this.#entry(target);
     if (!e) return undefined;
     const now = this.#d.now();
     e.usedAt = now;
     const a = e.gate.assignment;
-    const verdict = e.gate.check(now, remainingMs, canFallBack, this.#d.random, this.#d.parkLimitMs);
-    if (verdict.action === "admit" || verdict.action === "wait") e.admitted++;
-    else if (verdict.action !== "park") e.shed++;
-    return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt) };
+    const verdict = e.gate.check(now, remainingMs, canFallBack, this.#d.random, this.#d.parkLimitMs, call.cls);
+    e.firstTokens += tokensOf(call.inputTokens);
+    if (call.cls === "batch") e.batchFirst++;
+    let ended: (() => void) | undefined;
+    if (verdict.action === "admit" || verdict.action === "wait") {
+      e.admitted++;
+      ended = this.#began(e);
+    } else if (verdict.action === "park") {
+      e.parkedNew++;
+    } else {
+      e.shed++;
+    }
+    return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt), ended };
   }
 
   /**
@@ -165,11 +201,17 @@ export class FleetTable {
     if (!e) return undefined;
     const a = e.gate.assignment;
     const verdict = e.gate.resume(now, p, this.#d.random());
+    let ended: (() => void) | undefined;
     if (!p.retry && verdict.action !== "park") {
-      if (verdict.action === "admit" || verdict.action === "wait") e.admitted++;
-      else e.shed++;
+      if (verdict.action === "admit" || verdict.action === "wait") {
+        e.admitted++;
+        e.released++;
+        ended = this.#began(e);
+      } else {
+        e.shed++;
+      }
     }
-    return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt) };
+    return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt), ended };
   }
 
   /** checkRetry gates a retry to target (Gate.checkRetry); remainingMs as check's. */
@@ -218,10 +260,39 @@ export class FleetTable {
     if (!p.retry) e.shed++;
   }
 
-  /** A retry of a call to target is being sent. */
-  retry(target: Target): void {
+  /** A retry of a call to target, carrying inputTokens (an estimate), is being sent. */
+  retry(target: Target, inputTokens?: number): void {
     const e = this.#entry(target);
-    if (e) e.retries++;
+    if (!e) return;
+    e.retries++;
+    e.retryTokens += tokensOf(inputTokens);
+  }
+
+  /**
+   * A request to target was sent: it is in flight (the reports' gauge, and
+   * what the assignment's lease caps) until the returned function is
+   * called. (An admitted first attempt is counted from its admission:
+   * Gated.ended.)
+   */
+  began(target: Target): () => void {
+    const e = this.#entry(target);
+    return e ? this.#began(e) : () => {};
+  }
+
+  /**
+   * Counts a request to e in flight until the returned function is called;
+   * a second call does nothing. Its end wakes the calls parked at the lease
+   * to check again.
+   */
+  #began(e: Entry): () => void {
+    e.gate.inFlight++;
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      e.gate.inFlight--;
+      if (e.gate.assignment?.inFlightLease !== undefined) wakeParked(e);
+    };
   }
 
   /**
@@ -285,16 +356,32 @@ export class FleetTable {
       if (usage.length >= MAX_USAGES) break;
       if (!pending(e)) continue;
       const admitted = take(e, "admitted");
+      const shed = take(e, "shed", MAX_COUNT - Number(admitted));
+      const retries = take(e, "retries");
+      const parkedNew = take(e, "parkedNew");
+      // The class and the tokens are bounded by the first attempts (admitted,
+      // shed, parked) and the retries the same report counts, released by
+      // admitted (the rest waits for the next).
+      const firstCalls = Number(admitted + shed + parkedNew);
       const u = {
         target: { ...e.target },
         elapsed: durationOf(Math.min(MAX_ELAPSED_MS, Math.max(1, now - e.reportedAt))),
         admitted,
-        shed: take(e, "shed", MAX_COUNT - Number(admitted)),
+        shed,
         succeeded: take(e, "succeeded"),
         failed: take(e, "failed"),
-        retries: take(e, "retries"),
+        retries,
         rateLimitHeaders: e.headers ?? {},
+        parked: BigInt(e.gate.parked),
+        parkedNew,
+        released: take(e, "released", Number(admitted)),
+        batchFirstAttempts: take(e, "batchFirst", firstCalls),
+        firstAttemptInputTokens: take(e, "firstTokens", firstCalls * MAX_TOKENS_PER_CALL),
+        retryInputTokens: take(e, "retryTokens", Number(retries) * MAX_TOKENS_PER_CALL),
+        inFlight: BigInt(e.gate.inFlight),
       };
+      e.inFlightSent = e.gate.inFlight;
+      e.parkedSent = e.gate.parked;
       e.headers = undefined;
       e.subscribe = false;
       e.reportedAt = now;
@@ -314,7 +401,7 @@ export class FleetTable {
       if (!e) continue; // forgotten here: the daemon abandons it in time
       if (a.abandon) {
         wakeParked(e);
-        if (hasCounts(e)) {
+        if (hasCounts(e) || busy(e)) {
           // Used since the daemon gave up on it: the next report subscribes it again.
           e.gate.assign(now, undefined);
           e.subscribe = true;
@@ -350,6 +437,13 @@ export class FleetTable {
       succeeded: 0,
       failed: 0,
       retries: 0,
+      parkedNew: 0,
+      released: 0,
+      batchFirst: 0,
+      firstTokens: 0,
+      retryTokens: 0,
+      inFlightSent: 0,
+      parkedSent: 0,
       headers: undefined,
       subscribe: true,
       reportedAt: now,
@@ -370,7 +464,7 @@ export class FleetTable {
   /** Drops rows unused for FORGET_AFTER_MS with nothing to report and no live assignment. */
   #forget(now: number): void {
     for (const [key, e] of this.#entries) {
-      if (now - e.usedAt < FORGET_AFTER_MS || pending(e)) continue;
+      if (now - e.usedAt < FORGET_AFTER_MS || pending(e) || busy(e)) continue;
       if (e.gate.assignment && !e.gate.expired(now)) continue;
       this.#entries.delete(key);
     }
@@ -388,20 +482,54 @@ function wakeParked(e: Entry): void {
   e.parkWake = undefined;
 }
 
+/** The counts a report takes out of a row. */
+type Counted =
+  | "admitted"
+  | "shed"
+  | "succeeded"
+  | "failed"
+  | "retries"
+  | "parkedNew"
+  | "released"
+  | "batchFirst"
+  | "firstTokens"
+  | "retryTokens";
+
 /** Takes a count out of e for a report: at most cap (MAX_COUNT), the rest stays. */
-function take(
-  e: Entry,
-  field: "admitted" | "shed" | "succeeded" | "failed" | "retries",
-  cap: number = MAX_COUNT,
-): bigint {
+function take(e: Entry, field: Counted, cap: number = MAX_COUNT): bigint {
   const n = Math.min(e[field], cap);
   e[field] -= n;
   return BigInt(n);
 }
 
-/** Whether e has counts or headers to send. */
+/** Whether e has counts, headers or a changed gauge to send. */
 function hasCounts(e: Entry): boolean {
-  return e.headers !== undefined || e.admitted > 0 || e.shed > 0 || e.succeeded > 0 || e.failed > 0 || e.retries > 0;
+  return (
+    e.headers !== undefined ||
+    e.admitted > 0 ||
+    e.shed > 0 ||
+    e.succeeded > 0 ||
+    e.failed > 0 ||
+    e.retries > 0 ||
+    e.parkedNew > 0 ||
+    e.released > 0 ||
+    e.batchFirst > 0 ||
+    e.firstTokens > 0 ||
+    e.retryTokens > 0 ||
+    e.gate.inFlight !== e.inFlightSent ||
+    e.gate.parked !== e.parkedSent
+  );
+}
+
+/** Whether e has calls in flight or parked: its row must stay. */
+function busy(e: Entry): boolean {
+  return e.gate.inFlight > 0 || e.gate.parked > 0;
+}
+
+/** A call's token estimate as a report counts it: a whole number in [0, MAX_TOKENS_PER_CALL]. */
+function tokensOf(n: number | undefined): number {
+  if (n === undefined || !Number.isFinite(n) || n <= 0) return 0;
+  return Math.min(MAX_TOKENS_PER_CALL, Math.ceil(n));
 }
 
 /** Whether e is due in the next report: counts, headers, or a subscription to make. */
@@ -447,7 +575,11 @@ function assignmentOf(a: Assignment): GateAssignment {
     admitFraction: Number.isNaN(f) ? 1 : Math.min(1, Math.max(0, f)),
     probePermits: a.probePermits,
     reason: a.reason,
+    parkHintMs: Math.max(0, durationMs(a.parkHint)),
   };
+  const bf = a.batchAdmitFraction;
+  if (bf !== undefined && !Number.isNaN(bf)) g.batchAdmitFraction = Math.min(1, Math.max(0, bf));
+  if (a.inFlightLease !== undefined) g.inFlightLease = a.inFlightLease;
   const fb = a.fallback;
   if (fb && (fb.kind !== 0 || fb.provider || fb.model)) {
     g.fallback = { kind: names.fallbackKind(fb.kind), provider: fb.provider, model: fb.model, reason: fb.reason };
@@ -461,7 +593,10 @@ function describe(a: GateAssignment): string {
   if (a.holdMs) parts.push(`hold ${a.holdMs}ms`);
   if (a.stopMs) parts.push(`stop ${a.stopMs}ms`);
   if (a.admitFraction < 1) parts.push(`admit ${a.admitFraction}`);
+  if (a.batchAdmitFraction !== undefined) parts.push(`admit batch ${a.batchAdmitFraction}`);
+  if (a.inFlightLease !== undefined) parts.push(`lease ${a.inFlightLease} in flight`);
   if (a.probePermits) parts.push(`${a.probePermits} probe permits`);
+  if (a.parkHintMs) parts.push(`park hint ${a.parkHintMs}ms`);
   if (a.fallback) parts.push(`fallback ${a.fallback.kind || "?"} ${a.fallback.provider}/${a.fallback.model}`);
   if (a.reason) parts.push(a.reason);
   return parts.join(", ");

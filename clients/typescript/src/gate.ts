@@ -15,6 +15,13 @@ const OWN_THRESHOLD = OWN_MAX_TOKENS / 2;
 const OWN_SUCCESS_GAIN = 0.1;
 const OWN_REFILL_PER_S = 0.1;
 
+/**
+ * A first attempt's priority class: "interactive" (the default) or "batch".
+ * When the fleet paces a target, batch yields first: it draws against the
+ * assignment's batchAdmitFraction, interactive calls against admitFraction.
+ */
+export type PriorityClass = "interactive" | "batch";
+
 /** What a call names: the gate's key. */
 export interface Target {
   provider: string;
@@ -38,6 +45,14 @@ export interface GateAssignment {
   stopMs: number;
   /** The share of first attempts to admit, in [0, 1]. */
   admitFraction: number;
+  /** The share of batch-class first attempts to admit, in [0, 1]; undefined: admitFraction for both classes. */
+  batchAdmitFraction?: number | undefined;
+  /**
+   * The most requests this process may have in flight on the target, its
+   * lease of the fleet's cap; undefined: no cap. A first attempt at it parks
+   * until a request ends.
+   */
+  inFlightLease?: number | undefined;
   /** Half-open: first attempts this process may send as the fleet's probes. */
   probePermits: number;
   /** Why, for a human. */
@@ -68,6 +83,8 @@ export interface Parked {
   drawAt: number;
   /** A retry, not a first attempt: not counted as one. */
   retry: boolean;
+  /** A batch-class first attempt: it re-draws against the batch share. */
+  batch: boolean;
 }
 
 /** The gate's answer for one first attempt. */
@@ -87,6 +104,11 @@ export interface GateVerdict {
   parked?: Parked | undefined;
   /** How long the call was parked before this verdict (resume), in ms. */
   waitedMs?: number | undefined;
+  /** The batch class's own share (batchAdmitFraction) decided the draw, not admitFraction. */
+  batchShare?: boolean | undefined;
+  /** FLEET_SHED: the process was at its lease, with inFlight requests in flight. */
+  atLease?: boolean | undefined;
+  inFlight?: number | undefined;
 }
 
 const ADMIT: Readonly<GateVerdict> = Object.freeze({
@@ -112,10 +134,16 @@ export class Gate {
   /** First attempts admitted (admit and wait) and shed (stop and fall back) so far. */
   admitted = 0;
   shed = 0;
+  /** The batch class's first attempts at their first check (admitted, shed or parked). */
+  batchFirst = 0;
+  /** The process's requests in flight to the target now (a gauge its table keeps). */
+  inFlight = 0;
   /** First attempts admitted past an expired assignment (policyd unreachable). */
   ownAdmitted = 0;
   /** Checks that parked a call (re-checks included); first attempts parked; parked calls admitted. */
   parks = 0;
+  /** The calls (first attempts and retries) parked now: a gauge. */
+  parked = 0;
   parkedNew = 0;
   released = 0;
   /** The target as the park text names it ("openai/gpt-4o"). */
@@ -175,7 +203,8 @@ export class Gate {
    * the caller's deadline (undefined: none); draw is uniform in [0, 1) (a
    * function is called only when the assignment admits a share);
    * parkLimitMs bounds parking for a call without a deadline (undefined:
-   * PARK_LIMIT_MS; 0: parking off).
+   * PARK_LIMIT_MS; 0: parking off); cls is the call's priority class
+   * (default interactive).
    */
   check(
     nowMs: number,
@@ -183,8 +212,11 @@ export class Gate {
     canFallBack: boolean,
     draw: number | (() => number),
     parkLimitMs?: number,
+    cls: PriorityClass = "interactive",
   ): GateVerdict {
-    const v = this.#check(nowMs, deadlineMs, draw, false);
+    const batch = cls === "batch";
+    if (batch) this.batchFirst++;
+    const v = this.#check(nowMs, deadlineMs, draw, false, batch);
     if (v.action === "park") {
       const a = this.#a!;
       const limit = parkLimitMs ?? PARK_LIMIT_MS;
@@ -195,7 +227,9 @@ export class Gate {
       }
       this.parks++;
       this.parkedNew++;
-      return { ...v, parked: { at: nowMs, until, canFallBack, drawAt: nowMs + PARK_RECHECK_MS, retry: false } };
+      this.parked++;
+      const parked = { at: nowMs, until, canFallBack, drawAt: nowMs + PARK_RECHECK_MS, retry: false, batch };
+      return { ...v, parked };
     }
     return this.#count(v, canFallBack);
   }
@@ -206,14 +240,16 @@ export class Gate {
    * permit) parks it; otherwise it goes. Not counted as a first attempt.
    */
   checkRetry(nowMs: number, deadlineMs: number | undefined, parkLimitMs?: number): GateVerdict {
-    const v = this.#check(nowMs, deadlineMs, 0, true);
+    const v = this.#check(nowMs, deadlineMs, 0, true, false);
     if (v.action === "wait" || (v.action === "park" && v.stopReason === "FLEET_SHED")) return { ...ADMIT };
     if (v.action !== "park") return v;
     const limit = parkLimitMs ?? PARK_LIMIT_MS;
     const until = nowMs + (deadlineMs ?? limit);
     if (limit <= 0 || until <= nowMs + this.#hintLeft(nowMs)) return { ...v, action: "stop", reason: this.#a!.reason };
     this.parks++;
-    return { ...v, parked: { at: nowMs, until, canFallBack: false, drawAt: nowMs + PARK_RECHECK_MS, retry: true } };
+    this.parked++;
+    const parked = { at: nowMs, until, canFallBack: false, drawAt: nowMs + PARK_RECHECK_MS, retry: true, batch: false };
+    return { ...v, parked };
   }
 
   /**
@@ -225,7 +261,7 @@ export class Gate {
     if (nowMs < p.drawAt)
       draw = 1; // a pace's draw is not due: only a full share admits
     else p.drawAt = nowMs + PARK_RECHECK_MS;
-    let v: GateVerdict = { ...this.#check(nowMs, undefined, draw, true), waitedMs: nowMs - p.at };
+    let v: GateVerdict = { ...this.#check(nowMs, undefined, draw, true, p.batch), waitedMs: nowMs - p.at };
     const left = p.until - nowMs;
     const reason = this.#a?.reason ?? "";
     if (v.action === "park") {
@@ -244,12 +280,19 @@ export class Gate {
     return v;
   }
 
-  /** cancelled counts a parked first attempt its caller cancelled. */
+  /** cancelled counts a parked call its caller cancelled: out of the park, and a first attempt as shed. */
   cancelled(p: Parked): void {
+    this.#unpark();
     if (!p.retry) this.shed++;
   }
 
+  #unpark(): void {
+    if (this.parked > 0) this.parked--;
+  }
+
+  /** Counts a parked call leaving the park: a first attempt's verdict as check counts it, a retry's not at all. */
   #countParked(v: GateVerdict, p: Parked): GateVerdict {
+    this.#unpark();
     if (p.retry) return v.action === "wait" ? { ...v, action: "admit", waitMs: 0 } : v;
     return this.#count(v, p.canFallBack);
   }
@@ -277,7 +320,13 @@ export class Gate {
     return { action: "park", waitMs: 0, probe: false, stopReason, reason };
   }
 
-  #check(nowMs: number, deadlineMs: number | undefined, draw: number | (() => number), resumed: boolean): GateVerdict {
+  #check(
+    nowMs: number,
+    deadlineMs: number | undefined,
+    draw: number | (() => number),
+    resumed: boolean,
+    batch: boolean,
+  ): GateVerdict {
     this.#refill(nowMs);
     const a = this.#a;
     if (!a) return { ...ADMIT };
@@ -296,6 +345,9 @@ export class Gate {
       return { ...ADMIT };
     }
     const drawn = () => (typeof draw === "function" ? draw() : draw);
+    // A batch call draws against the batch class's share when the assignment gives one.
+    const batchShare = batch && a.batchAdmitFraction !== undefined;
+    const share = batchShare ? a.batchAdmitFraction! : a.admitFraction;
     if (a.stopMs > age) return stop("FLEET_STOP");
     if (a.breaker === "OPEN") return this.#park(nowMs, "CIRCUIT_OPEN", "breaker open");
     if (a.breaker === "HALF_OPEN") {
@@ -305,10 +357,14 @@ export class Gate {
         this.#permits--;
         return { ...ADMIT, probe: true };
       }
-      if (!resumed && drawn() < a.admitFraction) return { ...ADMIT, probe: true };
+      if (!resumed && drawn() < share) return { ...ADMIT, probe: true };
       return this.#park(nowMs, "CIRCUIT_OPEN", "breaker probing");
     }
-    if (a.admitFraction < 1 && drawn() >= a.admitFraction) return this.#park(nowMs, "FLEET_SHED", "paced");
+    if (share < 1 && drawn() >= share) return { ...this.#park(nowMs, "FLEET_SHED", "paced"), batchShare };
+    if (a.inFlightLease !== undefined && this.inFlight >= a.inFlightLease) {
+      const v = this.#park(nowMs, "FLEET_SHED", "at its lease of requests in flight");
+      return { ...v, atLease: true, inFlight: this.inFlight };
+    }
     if (a.holdMs > age) {
       const left = a.holdMs - age;
       if (deadlineMs !== undefined && left > deadlineMs) return stop("DEADLINE");

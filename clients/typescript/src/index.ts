@@ -39,7 +39,9 @@ export {
   type GateVerdict,
   PARK_LIMIT_MS,
   type Parked,
+  type PriorityClass,
 } from "./gate.js";
+export { type FetchOptions, INPUT_TOKENS_HEADER } from "./fetch.js";
 export { checkResponse, HttpError, type HttpErrorInit } from "./http_error.js";
 export { type JournalOutcome, newContextId } from "./journal.js";
 export {
@@ -55,6 +57,8 @@ export { PolicydError, type PolicydErrorInit } from "./policyd_error.js";
 export { retryAfterMs } from "./retry_after.js";
 /** @internal The table and stream of the fleet gate, for the shared vectors' replay. */
 export { Coordinator } from "./coordinate.js";
+/** @internal The fetch transport's host table (clients/testdata/transport_hosts.json). */
+export { modelOf, operationOf, PROVIDER_HOSTS, providerOf } from "./request_target.js";
 /** @internal The fleet protocol's limits (clients/testdata/limits.json). */
 export { FLEET_LIMITS } from "./limits.js";
 /** @internal What the caller sees of the fleet gate, for the shared vectors' replay. */

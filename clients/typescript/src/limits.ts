@@ -22,6 +22,8 @@ export const FLEET_LIMITS = Object.freeze({
     /** A target's provider and model, and its key id (validate.MaxFieldBytes, MaxLabelBytes). */
     targetFieldBytesMax: 8 << 10,
     keyIdBytesMax: 128,
+    /** A report's input tokens for each call it counts (first attempts, retries): a larger estimate is cut to it. */
+    inputTokensPerCallMax: 2_000_000,
   }),
   client: Object.freeze({
     elapsedMinMs: 1,

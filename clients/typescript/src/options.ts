@@ -14,7 +14,7 @@ import { type Clock, type Random, systemClock } from "./clock.js";
 import type { Decision, Safety } from "./decision.js";
 import { type FailOpenOptions, FailOpenPolicy } from "./fail_open.js";
 import { clipLabel } from "./failure.js";
-import { GATE_GRACE_MS, type Target } from "./gate.js";
+import { GATE_GRACE_MS, type PriorityClass, type Target } from "./gate.js";
 import { type ClassifyOptions, ClassifyOptionsSchema } from "./gen/policyd/v1/policy_pb.js";
 
 /** The daemon address used when none is given and POLICYD_ADDR is unset: `make run`'s listen address. */
@@ -127,6 +127,17 @@ export interface CallOptions<T> {
   agent?: string;
   /** Free-form journal labels, e.g. { run: "nightly" }. */
   labels?: Record<string, string>;
+  /**
+   * The call's priority class: "interactive" (default) or "batch". When the
+   * fleet paces the target, batch first attempts yield first (they are
+   * admitted at the assignment's batch share).
+   */
+  class?: PriorityClass;
+  /**
+   * The call's input tokens (an estimate, or the exact count), reported to
+   * the fleet with its first attempt and each retry, for pacing by tokens.
+   */
+  inputTokens?: number;
   /**
    * Called when policyd answers FALL_BACK (e.g. a larger-context model, or
    * another provider), or when the fleet gate does not send the first
@@ -305,6 +316,24 @@ export function targetOf(o: CallOptions<unknown>): Target {
     model: o.model ?? "",
     keyId: clipLabel(o.keyId ?? ""),
   };
+}
+
+/**
+ * @internal gateCallOf is what the fleet gate needs of a call beyond its
+ * target: its priority class and input tokens. It throws a TypeError naming
+ * the option for a class other than "interactive" or "batch", and for
+ * inputTokens that is not a number of at least 0.
+ */
+export function gateCallOf(o: CallOptions<unknown>): { cls: PriorityClass; inputTokens: number | undefined } {
+  const cls = o.class ?? "interactive";
+  if (cls !== "interactive" && cls !== "batch") {
+    throw new TypeError(`policyd: class: ${JSON.stringify(cls)} is not "interactive" or "batch"`);
+  }
+  const n = o.inputTokens;
+  if (n !== undefined && (typeof n !== "number" || !Number.isFinite(n) || n < 0)) {
+    throw new TypeError(`policyd: inputTokens: ${String(n)} is not a number of tokens (0 or more)`);
+  }
+  return { cls, inputTokens: n };
 }
 
 /** @internal classifyOptionsOf is what a call asks of the classifier; undefined: policyd's defaults. */

@@ -22,6 +22,7 @@ import {
   type ClientOptions,
   classifyOptionsOf,
   deadlineOf,
+  gateCallOf,
   type Settings,
   targetOf,
 } from "./options.js";
@@ -62,6 +63,7 @@ export async function run<T>(
   const clock = s.clock;
   const callerSignal = options.signal;
   callerSignal?.throwIfAborted();
+  const { cls, inputTokens } = gateCallOf(options);
   const start = clock.now();
   const deadlineMs = deadlineOf(options, start);
   const budget = new Budget(callerSignal, deadlineMs === undefined ? undefined : deadlineMs - clock.now());
@@ -84,10 +86,14 @@ export async function run<T>(
   let lastDecision: Decision | undefined;
   const coord = options.provider ? ctx.coordinator : undefined;
   const target = targetOf(options);
+  // The first attempt is in flight from its admission by the gate (the lease counts it at once).
+  let firstEnded: (() => void) | undefined;
   try {
     if (coord) {
       const gated = await gateFirstAttempt(coord, {
         target,
+        cls,
+        inputTokens,
         deadlineMs,
         clock,
         signal,
@@ -96,7 +102,8 @@ export async function run<T>(
         operation: options.operation ?? "",
         onDecision: ctx.onDecision,
       });
-      if (gated) return gated.value;
+      if (!gated.send) return gated.value;
+      firstEnded = gated.ended;
     }
     for (let attempt = 1; ; attempt++) {
       if (attempt > 1 && coord) {
@@ -114,19 +121,23 @@ export async function run<T>(
             contextId: journal.contextId,
           });
         }
-        coord.retry(target);
+        coord.retry(target, inputTokens);
       }
       const began = clock.now();
       let result: T;
       const attemptSignal = new AttemptSignal(signal, options.attemptTimeoutMs);
+      const settled = firstEnded ?? coord?.began(target); // the attempt is in flight while it runs
+      firstEnded = undefined;
       try {
         const a: Attempt = { attempt, signal: attemptSignal.signal };
         if (attempt > 1) a.lastError = lastError;
         if (lastDecision) a.lastDecision = lastDecision;
         result = await fn(a);
+        settled?.();
         attemptSignal.dispose();
         coord?.outcome(target, true);
       } catch (thrown) {
+        settled?.();
         attemptSignal.dispose();
         let err = thrown;
         if (typeof Response !== "undefined" && err instanceof Response) {

@@ -33,7 +33,8 @@ export class AttemptSignal {
   }
 
   dispose(): void {
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    if (!this.#controller) return; // nothing was added to the parent
+    clearTimeout(this.#timer);
     this.#parent.removeEventListener("abort", this.#onAbort);
   }
 }
@@ -41,24 +42,34 @@ export class AttemptSignal {
 /**
  * @internal Budget is the call's signal: it aborts when the caller's signal
  * aborts (with its reason) or when the deadline passes (with a TimeoutError).
+ * Without a deadline it is the caller's signal itself: an AbortController
+ * costs more than many a call's whole overhead.
  */
 export class Budget {
-  readonly #controller = new AbortController();
+  readonly #controller: AbortController | undefined;
+  readonly #signal: AbortSignal;
   readonly #timer: ReturnType<typeof setTimeout> | undefined;
   readonly #caller: AbortSignal | undefined;
-  readonly #onAbort = () => this.#controller.abort(this.#caller?.reason);
+  readonly #onAbort = () => this.#controller?.abort(this.#caller?.reason);
   #expired = false;
 
   constructor(caller: AbortSignal | undefined, remainingMs: number | undefined) {
     this.#caller = caller;
+    if (caller && remainingMs === undefined) {
+      this.#signal = caller;
+      return;
+    }
+    const controller = new AbortController();
+    this.#controller = controller;
+    this.#signal = controller.signal;
     if (caller) {
-      if (caller.aborted) this.#controller.abort(caller.reason);
+      if (caller.aborted) controller.abort(caller.reason);
       else caller.addEventListener("abort", this.#onAbort, { once: true });
     }
     if (remainingMs !== undefined) {
       const fire = () => {
         this.#expired = true;
-        this.#controller.abort(new DOMException("the call's deadline passed", "TimeoutError"));
+        controller.abort(new DOMException("the call's deadline passed", "TimeoutError"));
       };
       if (remainingMs <= 0) fire();
       else this.#timer = setTimeout(fire, remainingMs);
@@ -66,7 +77,7 @@ export class Budget {
   }
 
   get signal(): AbortSignal {
-    return this.#controller.signal;
+    return this.#signal;
   }
 
   /** Whether the deadline (not the caller) ended the call. */
@@ -76,6 +87,6 @@ export class Budget {
 
   dispose(): void {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
-    this.#caller?.removeEventListener("abort", this.#onAbort);
+    if (this.#controller) this.#caller?.removeEventListener("abort", this.#onAbort);
   }
 }

@@ -46,6 +46,12 @@ const REPORT_EVERY_MS = C.reportIntervalMs;
 const REPORT_JITTER = C.reportJitter;
 const BACKOFF_FIRST_MS = C.reconnectInitialMs;
 const BACKOFF_MAX_MS = C.reconnectMaxMs;
+// While policyd is unreachable the stream is tried again about every second
+// (± 20 %), as the Go client's connection redials (0.5 s growing to 1 s), so
+// that it is back within about a second of policyd's return; a daemon that
+// answered and refused is retried with the backoff above.
+const REDIAL_MS = 1000;
+const REDIAL_JITTER = 0.2;
 
 /** @internal The Coordinate stream of one client, over its table. */
 export class FleetStream {
@@ -125,22 +131,29 @@ export class FleetStream {
     let breaks = 0;
     for (;;) {
       let heard: boolean;
+      let unreachable = false;
       try {
         heard = await this.#session();
         if (!this.#closed) this.#d.debug("policyd: the daemon ended the fleet stream; reopening it");
       } catch (err) {
         heard = this.#heard;
-        if (!this.#closed) this.#failed(ConnectError.from(err));
+        const ce = ConnectError.from(err);
+        unreachable = !heard && ce.code === Code.Unavailable;
+        if (!this.#closed) this.#failed(ce);
       }
       this.#down = true;
       this.#table.answerAll(); // first calls waiting for this stream go on without it
       if (this.#closed || this.#table.off) break;
       breaks = heard ? 1 : breaks + 1;
       const cap = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** Math.min(breaks - 1, 10));
+      // Timing jitter comes from Math.random, not the client's random source, which the gate's draws use.
+      const wait =
+        unreachable && breaks > 1
+          ? REDIAL_MS * (1 - REDIAL_JITTER + 2 * REDIAL_JITTER * Math.random())
+          : Math.random() * cap;
       const reconnect = new AbortController();
       this.#reconnect = reconnect;
-      // Timing jitter comes from Math.random, not the client's random source, which the gate's draws use.
-      await pause(Math.random() * cap, this.#closing.signal, reconnect.signal);
+      await pause(wait, this.#closing.signal, reconnect.signal);
       this.#reconnect = undefined;
       if (reconnect.signal.aborted) breaks = 0; // policyd answered a call: it is back, the backoff starts over
       if (this.#closed) break;
@@ -185,9 +198,12 @@ export class FleetStream {
       }
       this.#flushWanted = false;
       if (signal.aborted) return;
+      // The last report is one taken after close: a close that comes while
+      // an earlier report waits to be sent gets one more.
+      const last = this.#closed;
       const usage = this.#table.report();
       if (usage.length > 0) yield { usage };
-      if (this.#closed) return; // half-close: the daemon ends the stream
+      if (last) return; // half-close: the daemon ends the stream
     }
   }
 

@@ -86,8 +86,13 @@ function gateText(v: GateVerdict, t: Target, a: GateAssignment | undefined, ageM
       return a?.breaker === "HALF_OPEN"
         ? `the fleet's circuit breaker for ${name} is half-open and this process has no probe permit left`
         : `the fleet's circuit breaker for ${name} is open`;
-    case "FLEET_SHED":
-      return `the fleet admits ${Math.floor((a?.admitFraction ?? 0) * 100 + 0.5)}% of first attempts to ${name}, not this one`;
+    case "FLEET_SHED": {
+      if (v.atLease)
+        return `this process has ${v.inFlight ?? 0} requests in flight to ${name}, its lease of the fleet's cap`;
+      const share = (v.batchShare ? a?.batchAdmitFraction : a?.admitFraction) ?? 0;
+      const which = v.batchShare ? "batch first attempts" : "first attempts";
+      return `the fleet admits ${Math.floor(share * 100 + 0.5)}% of ${which} to ${name}, not this one`;
+    }
     case "DEADLINE":
       return `the fleet holds first attempts to ${name} for another ${seconds((a?.holdMs ?? 0) - ageMs)}, past the deadline`;
     default:

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { Code, ConnectError, createRouterTransport, type HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError, createRouterTransport, type HandlerContext, type Transport } from "@connectrpc/connect";
 import { type CallOptions, createClient, type Decision, type Logger, PolicydError } from "@policyd/client";
 import {
   type AssignmentSchema,
@@ -444,6 +444,45 @@ describe("the Coordinate stream (in memory)", { concurrency: true }, () => {
     assert.equal(await client.call(ok, target), "ok");
     await new Promise((r) => setTimeout(r, 50));
     assert.equal(fleet.streams.length, 1);
+  });
+
+  test("a close while a report is being sent still sends a last report, taken after the close", async (tc) => {
+    const fleet = new FakeFleet();
+    // The client's sends of stream messages wait while held (a slow connection): the report
+    // the transport took is still being sent when the client closes.
+    let held: Promise<void> = Promise.resolve();
+    const transport: Transport = {
+      unary: (...args) => fleet.transport.unary(...args),
+      stream: (method, signal, timeoutMs, header, input, values) => {
+        async function* slowed() {
+          for await (const m of input) {
+            yield m;
+            await held;
+          }
+        }
+        return fleet.transport.stream(method, signal, timeoutMs, header, slowed(), values);
+      },
+    };
+    const client = createClient({ parkLimitMs: 0, transport, clientId: "agent-7", clock: new FakeClock() });
+    tc.after(() => client.close());
+    await client.call(ok, target);
+    await fleet.until(() => fleet.requests.length > 0);
+    let release = () => {};
+    const running = new Promise<string>((r) => (release = () => r("ok")));
+    const call = client.call(() => running, target);
+    const mine = () => fleet.requests.flatMap((r) => r.usage.filter((u) => u.target?.keyId === t.keyId));
+    let unhold = () => {};
+    held = new Promise<void>((r) => (unhold = r));
+    await fleet.until(() => mine().some((u) => u.inFlight === 1n)); // and its send is held
+    release();
+    await call;
+    const closing = client.close();
+    await new Promise((r) => setTimeout(r, 50));
+    unhold();
+    await closing;
+    await fleet.until(() => fleet.halfClosed === 1);
+    assert.equal(mine().at(-1)?.inFlight, 0n, "the last report says nothing is in flight");
+    assert.equal(total(fleet.requests, "succeeded"), 2);
   });
 
   test("calls without a provider are not gated, and fleetGate: false gates nothing", async (tc) => {

@@ -40,11 +40,12 @@ function policy(name: string, yaml: string): string {
   return path;
 }
 
-// Three failures from one client open a breaker; gate-fb falls back to gate-fb-mini.
+// Three failures from one client open a breaker; gate-fb falls back to gate-fb-mini; gate-lease
+// allows one request in flight.
 const BREAKER = "  breaker: {min_volume: 3, min_clients: 1}\n";
 const gatePolicy = policy(
   "gate.yaml",
-  `fleet:\n${BREAKER}fallbacks:\n  openai/gate-fb: [openai/gate-fb-mini]\n  openai/gpt-4o: [openai/gpt-4o-mini]\n`,
+  `fleet:\n${BREAKER}  max_in_flight: {openai/gate-lease: 1}\nfallbacks:\n  openai/gate-fb: [openai/gate-fb-mini]\n  openai/gpt-4o: [openai/gpt-4o-mini]\n`,
 );
 
 /** The shared fleet daemon of these tests; each test uses its own models, so their buckets do not meet. */
@@ -200,6 +201,47 @@ describe("fleet gate against policyd", { concurrency: true }, () => {
     assert.match(err.message, /CIRCUIT_OPEN/);
     assert.match(err.message, /breaker open/, "the assignment's reason");
     assert.deepEqual(rpcs.calls, [], "no NextDelay");
+  });
+
+  test("a lease of one request in flight: concurrent calls go one at a time, each woken by the last one's end", async (t) => {
+    const addr = await gateAddr();
+    const logger = watchLogger();
+    const parks: string[] = [];
+    const client = createClient({
+      address: addr,
+      logger,
+      onDecision: ({ decision }) => {
+        if (decision.parked && decision.stopReason) parks.push(decision.stopText); // a call parking
+      },
+    });
+    t.after(() => client.close());
+    const target = { provider: "openai", model: "gate-lease" } satisfies CallOptions<unknown>;
+    let running = 0;
+    let most = 0;
+    const ends: number[] = [];
+    const starts: number[] = [];
+    const op = async () => {
+      starts.push(performance.now());
+      most = Math.max(most, ++running);
+      await sleep(100);
+      running--;
+      ends.push(performance.now());
+      return "ok";
+    };
+    assert.equal(await client.call(op, target), "ok"); // subscribes the target
+    await logger.waitFor(/fleet assignment for openai\/gate-lease: .*lease 1 in flight/);
+    starts.length = 0;
+    ends.length = 0;
+
+    const results = await Promise.all(Array.from({ length: 4 }, () => client.call(op, target)));
+    assert.deepEqual(results, ["ok", "ok", "ok", "ok"]);
+    assert.equal(most, 1, "never more than the lease in flight");
+    assert.equal(parks.length, 3, "three calls parked");
+    for (const text of parks)
+      assert.equal(text, "waiting for the fleet: at its lease of requests in flight on openai/gate-lease");
+    // Each parked call went at the end of the one before, not at its next re-check (1 s).
+    for (let i = 1; i < 4; i++)
+      assert.ok(starts[i]! - ends[i - 1]! < 300, `call ${i} started ${starts[i]! - ends[i - 1]!}ms late`);
   });
 
   test("a target's first call waits for its first assignment, so it is gated too", async (t) => {

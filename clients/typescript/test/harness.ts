@@ -4,7 +4,13 @@
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import {
+  createServer,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from "node:http";
 import { createServer as createTcpServer, type Socket, type Server as TcpServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -14,7 +20,7 @@ import { fileURLToPath } from "node:url";
 import { createClient as createConnectClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { Clock, Decision, Logger } from "@policyd/client";
-import { JournalService, PolicyService } from "@policyd/client/proto";
+import { type BucketUsage, type CoordinateRequest, JournalService, PolicyService } from "@policyd/client/proto";
 
 /** The package folder (clients/typescript); this file runs from build/test. */
 export const packageDir = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -265,6 +271,8 @@ export interface Flaky {
   requests: string[];
   /** Each request's body, in order (filled as the bodies arrive). */
   bodies: string[];
+  /** Each request's headers, in order. */
+  headers: IncomingHttpHeaders[];
   close(): Promise<void>;
 }
 
@@ -277,10 +285,11 @@ after(async () => {
 });
 
 export async function flaky(...steps: Step[]): Promise<Flaky> {
-  const state: Flaky = { url: "", hits: 0, requests: [], bodies: [], close: async () => {} };
+  const state: Flaky = { url: "", hits: 0, requests: [], bodies: [], headers: [], close: async () => {} };
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     state.hits++;
     state.requests.push(`${req.method} ${req.url}`);
+    state.headers.push(req.headers);
     const s = steps[Math.min(state.hits, steps.length) - 1] ?? {};
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
@@ -396,3 +405,98 @@ export const bodies = {
 };
 
 export const AUTH_RECOVERY = "Fix the API credentials (key, token or endpoint), then run again.";
+
+/** What the fake provider counted (GET /fake/stats). */
+export interface FakeStats {
+  requests: number;
+  ok: number;
+  rate_limited: number;
+  failed: number;
+  streams: number;
+  input_tokens: number;
+  output_tokens: number;
+}
+
+/** A failure the fake provider gives its next requests (POST /fake/fail). */
+export interface FakeFailure {
+  status?: number;
+  count?: number;
+  retry_after?: string;
+  body?: string;
+  cut_stream?: boolean;
+}
+
+/** A running bin/policyd-fakeprovider: a local OpenAI and Anthropic stand-in. */
+export interface FakeProvider {
+  /** http://127.0.0.1:PORT */
+  url: string;
+  stats(): Promise<FakeStats>;
+  fail(f: FakeFailure): Promise<void>;
+}
+
+let fakeBin: string | undefined;
+/** FAKEPROVIDER_BIN, or a binary built from the repository root. */
+function fakeProviderBin(): string {
+  if (fakeBin) return fakeBin;
+  fakeBin = process.env["FAKEPROVIDER_BIN"];
+  if (!fakeBin) {
+    fakeBin = join(tmpDir(), "policyd-fakeprovider");
+    execFileSync("go", ["build", "-o", fakeBin, "./cmd/policyd-fakeprovider"], {
+      cwd: repoRoot(),
+      stdio: ["ignore", "ignore", "inherit"],
+    });
+  }
+  return fakeBin;
+}
+
+const fakes: ChildProcess[] = [];
+after(() => {
+  for (const f of fakes) f.kill("SIGKILL");
+});
+
+/**
+ * fakeProvider starts a fake provider of its own (flags: -rpm, -tpm,
+ * -chunk-delay, ...), stopped when the tests end; it reads the address
+ * from the first line it prints.
+ */
+export async function fakeProvider(...flags: string[]): Promise<FakeProvider> {
+  const child = spawn(fakeProviderBin(), flags, { stdio: ["ignore", "pipe", "inherit"] });
+  fakes.push(child);
+  const url = await new Promise<string>((res, rej) => {
+    const timer = setTimeout(() => rej(new Error("the fake provider did not start")), 30_000);
+    child.once("exit", (code) => rej(new Error(`the fake provider exited (${code})`)));
+    createInterface({ input: child.stdout! }).once("line", (line) => {
+      clearTimeout(timer);
+      const m = /^listening on (http:\/\/\S+)$/.exec(line);
+      if (m) res(m[1]!);
+      else rej(new Error(`the fake provider said ${JSON.stringify(line)}`));
+    });
+  });
+  return {
+    url,
+    stats: async () => (await (await fetch(`${url}/fake/stats`)).json()) as FakeStats,
+    fail: async (f) => {
+      const res = await fetch(`${url}/fake/fail`, { method: "POST", body: JSON.stringify(f) });
+      if (res.status !== 204) throw new Error(`fake/fail: ${res.status} ${await res.text()}`);
+    },
+  };
+}
+
+/** The fleet reports a client sends up its Coordinate stream, read as they go (an interceptor). */
+export function reportTap(): { usages: BucketUsage[]; interceptor: Interceptor } {
+  const usages: BucketUsage[] = [];
+  return {
+    usages,
+    interceptor: (next) => async (req) => {
+      if (!req.stream || req.method.name !== "Coordinate") return next(req);
+      const source = req.message as AsyncIterable<CoordinateRequest>;
+      async function* tapped() {
+        for await (const m of source) {
+          usages.push(...m.usage);
+          yield m;
+        }
+      }
+      return next({ ...req, message: tapped() } as typeof req);
+    },
+  };
+}

@@ -11,6 +11,7 @@ import {
   bodies,
   daemonAddr,
   daemonWith,
+  fakeProvider,
   flaky,
   haveOpenssl,
   makeCerts,
@@ -60,7 +61,7 @@ describe("README examples", { concurrency: true }, () => {
     });
   });
 
-  test("there are five, each tested below", () => assert.equal(blocks.length, 5));
+  test("there are six, each tested below", () => assert.equal(blocks.length, 6));
 
   test("they type-check as strict TypeScript", async () => {
     writeFileSync(
@@ -78,12 +79,29 @@ describe("README examples", { concurrency: true }, () => {
     assert.equal(r.stdout, "");
   });
 
+  test("the one-line transport: both SDKs answer, a 529 retried by policyd", async () => {
+    const fake = await fakeProvider();
+    await fake.fail({ status: 529 });
+    const r = await runExample(0, {
+      POLICYD_ADDR: await daemonAddr(),
+      OPENAI_BASE_URL: `${fake.url}/v1`,
+      OPENAI_API_KEY: "sk-test",
+      ANTHROPIC_BASE_URL: fake.url,
+      ANTHROPIC_API_KEY: "sk-ant-test",
+    });
+    assert.equal(r.code, 0, r.stderr);
+    const reply = "ok! ".repeat(20);
+    assert.equal(r.stdout, `${reply}\n${reply}\n`);
+    const stats = await fake.stats();
+    assert.deepEqual([stats.requests, stats.failed, stats.ok], [3, 1, 2]);
+  });
+
   test("wrap an LLM call: a 429 is retried, the answer printed", async () => {
     const srv = await flaky(
       { status: 429, headers: { "retry-after-ms": "100" }, body: bodies.rateLimit },
       { status: 200, body: bodies.chatOk },
     );
-    const r = await runExample(0, {
+    const r = await runExample(1, {
       POLICYD_ADDR: await daemonAddr(),
       OPENAI_BASE_URL: `${srv.url}/v1`,
       OPENAI_API_KEY: "sk-test",
@@ -95,7 +113,7 @@ describe("README examples", { concurrency: true }, () => {
 
   test("wrap a web fetch: a dropped connection is retried, the page printed", async () => {
     const srv = await flaky({ drop: true }, { status: 200, body: "<html>hello</html>" });
-    const r = await runExample(1, { POLICYD_ADDR: await daemonAddr() }, [srv.url]);
+    const r = await runExample(2, { POLICYD_ADDR: await daemonAddr() }, [srv.url]);
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout, "<html>hello</html>\n");
     assert.equal(srv.hits, 2);
@@ -103,7 +121,7 @@ describe("README examples", { concurrency: true }, () => {
 
   test("when it gives up: the recovery action, exit code 1", async () => {
     const srv = await flaky({ status: 401, body: bodies.badKey });
-    const r = await runExample(2, { POLICYD_ADDR: await daemonAddr() }, [srv.url]);
+    const r = await runExample(3, { POLICYD_ADDR: await daemonAddr() }, [srv.url]);
     assert.equal(r.code, 1, r.stderr);
     assert.match(r.stderr, /\[AUTH_INVALID, rule web\.auth_required\]/);
     assert.match(r.stderr, /^Authentication required; this page is not fetchable anonymously\.$/m);
@@ -127,13 +145,13 @@ describe("README examples", { concurrency: true }, () => {
       ]);
       const env = { POLICYD_ADDR: d.addr, POLICYD_TLS_CA: c.ca };
       let srv = await flaky({ status: 503 }, { status: 200, body: "<html>secure</html>" });
-      let r = await runExample(4, { ...env, POLICYD_TOKEN: TOKEN }, [srv.url]);
+      let r = await runExample(5, { ...env, POLICYD_TOKEN: TOKEN }, [srv.url]);
       assert.equal(r.code, 0, r.stderr);
       assert.equal(r.stdout, "<html>secure</html>\n");
       assert.equal(srv.hits, 2);
 
       srv = await flaky({ status: 503 }, { status: 200 });
-      r = await runExample(4, env, [srv.url]);
+      r = await runExample(5, env, [srv.url]);
       assert.equal(r.code, 1, r.stderr);
       assert.match(r.stderr, /UNAUTHENTICATED: missing bearer token.*; set POLICYD_TOKEN/);
       assert.equal(srv.hits, 1);
@@ -158,7 +176,7 @@ describe("README examples: the fleet gate", () => {
       await rawClients(d.addr).policy.nextDelay({ failure, attempt: 1, clientId: "another-agent" });
     }
     const srv = await flaky({ status: 200, headers: { "x-ratelimit-limit-requests": "500" }, body: bodies.chatOk });
-    const r = await runExample(3, {
+    const r = await runExample(4, {
       POLICYD_ADDR: d.addr,
       OPENAI_BASE_URL: `${srv.url}/v1`,
       OPENAI_API_KEY: "sk-test",

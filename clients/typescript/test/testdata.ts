@@ -39,6 +39,8 @@ export interface VectorAssignment {
   hold_ms: number;
   stop_ms: number;
   admit_fraction: number;
+  batch_admit_fraction?: number | null;
+  in_flight_lease?: number | null;
   probe_permits: number;
   reason: string;
   fallback?: VectorFallback | null;

@@ -1,0 +1,296 @@
+// The fleet table (src/fleet.ts) through its coordinator, without a
+// stream: what a report says of a target's calls beyond admitted and shed
+// (BucketUsage: input-token estimates, bounded by the calls the same report
+// counts; the batch class's first attempts; the parking counts; calls in
+// flight), and the lease of requests in flight an assignment may carry.
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { create } from "@bufbuild/protobuf";
+import { createRouterTransport } from "@connectrpc/connect";
+import { Coordinator } from "@policyd/client";
+import { BreakerState, CoordinateResponseSchema } from "@policyd/client/proto";
+
+const target = { provider: "openai", model: "gpt-4o", keyId: "" };
+
+/** A coordinator without a stream, on a clock the test moves; parking off unless parkLimitMs is given. */
+async function table(parkLimitMs = 0) {
+  const clock = { now: 0, draw: 0.5 };
+  const co = new Coordinator({
+    transport: createRouterTransport(() => {}),
+    clientId: "usage",
+    profile: "",
+    now: () => clock.now,
+    random: () => clock.draw,
+    graceMs: 10_000,
+    parkLimitMs,
+    closeTimeoutMs: 0,
+    debug: () => {},
+    warnOnce: () => {},
+  });
+  await co.close(); // no stream: the test takes the reports
+  const assign = (admitFraction: number, batchAdmitFraction?: number, inFlightLease?: number) =>
+    co.applyResponse(
+      create(CoordinateResponseSchema, {
+        assignments: [
+          {
+            target,
+            ttl: { seconds: 60n },
+            breaker: BreakerState.CLOSED,
+            admitFraction,
+            reason: "a lease of 1 of the 4 requests in flight the target allows",
+            ...(batchAdmitFraction !== undefined ? { batchAdmitFraction } : {}),
+            ...(inFlightLease !== undefined ? { inFlightLease } : {}),
+          },
+        ],
+      }),
+    );
+  const report = () => {
+    const u = co.takeReport()[0];
+    if (!u) return undefined;
+    const { admitted, shed, retries, parked, parkedNew, released } = u;
+    const { firstAttemptInputTokens, retryInputTokens, batchFirstAttempts, inFlight } = u;
+    return {
+      admitted,
+      shed,
+      retries,
+      parked,
+      parkedNew,
+      released,
+      firstAttemptInputTokens,
+      retryInputTokens,
+      batchFirstAttempts,
+      inFlight,
+    };
+  };
+  /** A first attempt's check; an admitted one's request ends at once. */
+  const check = (call: { cls?: "batch"; inputTokens?: number } = {}) => {
+    const gated = co.check(target, undefined, false, call);
+    gated.ended?.();
+    return gated;
+  };
+  return { co, clock, assign, report, check };
+}
+
+const zero = {
+  admitted: 0n,
+  shed: 0n,
+  retries: 0n,
+  parked: 0n,
+  parkedNew: 0n,
+  released: 0n,
+  firstAttemptInputTokens: 0n,
+  retryInputTokens: 0n,
+  batchFirstAttempts: 0n,
+  inFlight: 0n,
+};
+
+describe("bucket usage in the fleet reports", () => {
+  test("tokens of first attempts and retries; an estimate is cut to 2,000,000 a call", async () => {
+    const { co, report, check } = await table();
+    check({ inputTokens: 1200.2 });
+    check({ inputTokens: 5_000_000 });
+    co.retry(target, 300);
+    assert.deepEqual(report(), {
+      ...zero,
+      admitted: 2n,
+      retries: 1n,
+      firstAttemptInputTokens: 1201n + 2_000_000n,
+      retryInputTokens: 300n,
+    });
+    assert.equal(report(), undefined, "nothing left to report");
+  });
+
+  test("a parked first attempt: counted at its first check (parked_new, its class and tokens), released once", async () => {
+    const { co, clock, assign, report, check } = await table(120_000);
+    check(); // subscribes
+    report();
+    assign(0.5, 0.5);
+    const gated = check({ cls: "batch", inputTokens: 40 });
+    assert.equal(gated.verdict.action, "park");
+    const parkedNow = { ...zero, parked: 1n, parkedNew: 1n, batchFirstAttempts: 1n, firstAttemptInputTokens: 40n };
+    assert.deepEqual(report(), parkedNow);
+    assert.equal(report(), undefined, "still parked: nothing changed");
+    clock.now = 1000;
+    clock.draw = 0.1;
+    const resumed = co.resume(target, gated.verdict.parked!);
+    assert.equal(resumed.verdict.action, "admit");
+    resumed.ended?.();
+    assert.deepEqual(report(), { ...zero, admitted: 1n, released: 1n }, "not counted again as batch, nor its tokens");
+  });
+
+  test("a parked call its caller cancelled: shed, out of the gauge, not counted again", async () => {
+    const { co, assign, report, check } = await table(120_000);
+    check(); // subscribes
+    report();
+    assign(0.5, 0.5);
+    const gated = check({ cls: "batch" });
+    assert.equal(gated.verdict.action, "park");
+    assert.deepEqual(report(), { ...zero, parked: 1n, parkedNew: 1n, batchFirstAttempts: 1n });
+    co.parkCancelled(target, gated.verdict.parked!);
+    assert.deepEqual(report(), { ...zero, shed: 1n });
+  });
+
+  test("a retry parked by an open breaker is in the gauge, not a first attempt", async () => {
+    const { co, clock, report, check } = await table(120_000);
+    check(); // subscribes
+    report();
+    co.applyResponse(
+      create(CoordinateResponseSchema, {
+        assignments: [{ target, ttl: { seconds: 60n }, breaker: BreakerState.OPEN, admitFraction: 1 }],
+      }),
+    );
+    const gated = co.checkRetry(target, undefined);
+    assert.equal(gated.verdict.action, "park");
+    assert.deepEqual(report(), { ...zero, parked: 1n });
+    clock.now = 1000;
+    co.applyResponse(
+      create(CoordinateResponseSchema, {
+        assignments: [{ target, ttl: { seconds: 60n }, breaker: BreakerState.CLOSED, admitFraction: 1 }],
+      }),
+    );
+    assert.equal(co.resume(target, gated.verdict.parked!).verdict.action, "admit");
+    assert.deepEqual(report(), zero, "released, but not as a first attempt");
+  });
+
+  test("the batch class's first attempts: drawn at its own share, counted at their first check", async () => {
+    const { assign, report, check } = await table();
+    check(); // subscribes
+    report();
+    assign(0.8, 0.2);
+    const batch = { cls: "batch" as const };
+    assert.equal(check(batch).verdict.action, "stop"); // draw 0.5 ≥ 0.2
+    assert.equal(check().verdict.action, "admit"); // draw 0.5 < 0.8
+    assign(0.8);
+    assert.equal(check(batch).verdict.action, "admit", "no batch share: admitFraction");
+    assert.deepEqual(report(), { ...zero, admitted: 2n, shed: 1n, batchFirstAttempts: 2n });
+  });
+
+  test("calls in flight: a gauge, reported when it changes", async () => {
+    const { co, report } = await table();
+    const first = co.began(target);
+    const second = co.began(target);
+    assert.deepEqual(report(), { ...zero, inFlight: 2n });
+    assert.equal(report(), undefined, "unchanged: nothing to report");
+    first();
+    first(); // ends once
+    assert.deepEqual(report(), { ...zero, inFlight: 1n });
+    second();
+    assert.deepEqual(report(), zero);
+  });
+});
+
+describe("the assignment's park hint", () => {
+  /** An open breaker, with the daemon's estimate of the wait when hintSeconds is given. */
+  const open = (hintSeconds?: bigint) =>
+    create(CoordinateResponseSchema, {
+      assignments: [
+        {
+          target,
+          ttl: { seconds: 60n },
+          breaker: BreakerState.OPEN,
+          admitFraction: 1,
+          reason: "breaker open",
+          ...(hintSeconds !== undefined ? { parkHint: { seconds: hintSeconds } } : {}),
+        },
+      ],
+    });
+
+  test("a call whose deadline comes before the hint's wait stops at once; without the hint it parks", async () => {
+    const { co, check, report } = await table(120_000);
+    check(); // subscribes
+    report();
+    co.applyResponse(open());
+    assert.equal(co.check(target, 3000, false).verdict.action, "park", "no hint: the wait may fit");
+    co.applyResponse(open(5n));
+    const gated = co.check(target, 3000, false);
+    assert.equal(gated.verdict.action, "stop", "3 s left, ~5 s to wait");
+    assert.equal(gated.verdict.stopReason, "CIRCUIT_OPEN");
+    const parked = co.check(target, 8000, false);
+    assert.equal(parked.verdict.action, "park");
+    assert.equal(parked.verdict.reason, "waiting for the fleet: breaker open on openai/gpt-4o, ~5 s");
+  });
+});
+
+describe("leases of requests in flight", () => {
+  const LEASE_PARK = "waiting for the fleet: at its lease of requests in flight on openai/gpt-4o";
+
+  test("a first attempt at the lease parks; a request's end wakes it, and it goes", async () => {
+    const { co, clock, assign, report, check } = await table(120_000);
+    check(); // subscribes
+    report();
+    assign(1, undefined, 1);
+    const ended = co.began(target);
+    const gated = check();
+    assert.equal(gated.verdict.action, "park");
+    assert.equal(gated.verdict.stopReason, "FLEET_SHED");
+    assert.equal(gated.verdict.reason, LEASE_PARK);
+    const p = gated.verdict.parked!;
+    // Still at the lease: the re-check parks it again.
+    clock.now = 1000;
+    assert.equal(co.resume(target, p).verdict.action, "park");
+    // The wait ends at the request's end, well before the next re-check (1 s).
+    const ac = new AbortController();
+    const started = performance.now();
+    const woken = co.parkWait(target, p, ac.signal);
+    setTimeout(ended, 20);
+    await woken;
+    assert.ok(performance.now() - started < 500, "woken by the request's end, not the re-check timer");
+    clock.now = 1100;
+    const resumed = co.resume(target, p);
+    assert.equal(resumed.verdict.action, "admit");
+    assert.equal(resumed.verdict.waitedMs, 1100);
+    const released = { ...zero, admitted: 1n, parkedNew: 1n, released: 1n };
+    assert.deepEqual(report(), { ...released, inFlight: 1n }, "in flight from its admission");
+    resumed.ended!();
+    assert.deepEqual(report(), zero, "its request ended");
+  });
+
+  test("calls woken together by one request's end: the first admitted holds the slot, the others park again", async () => {
+    const { co, clock, assign, check } = await table(120_000);
+    check(); // subscribes
+    assign(1, undefined, 1);
+    const first = co.check(target, undefined, false);
+    assert.equal(first.verdict.action, "admit");
+    const parked = [check(), check(), check()].map((g) => g.verdict.parked!);
+    assert.ok(
+      parked.every((p) => p !== undefined),
+      "at the lease: parked",
+    );
+    clock.now = 500;
+    first.ended!();
+    const actions = parked.map((p) => co.resume(target, p).verdict.action);
+    assert.deepEqual(actions, ["admit", "park", "park"]);
+  });
+
+  test("at the lease without parking: a stop that names the requests in flight and the lease", async () => {
+    const { co, assign, report, check } = await table(0);
+    check(); // subscribes
+    report();
+    assign(1, undefined, 2);
+    co.began(target);
+    co.began(target);
+    const gated = check();
+    assert.equal(gated.verdict.action, "stop");
+    assert.equal(gated.verdict.stopReason, "FLEET_SHED");
+    assert.equal(
+      gated.decision(gated.verdict).stopText,
+      "this process has 2 requests in flight to openai/gpt-4o, its lease of the fleet's cap: " +
+        "a lease of 1 of the 4 requests in flight the target allows",
+    );
+    assert.deepEqual(report(), { ...zero, shed: 1n, inFlight: 2n });
+  });
+
+  test("no lease, no cap; a lease of 0 parks every first attempt", async () => {
+    const { co, assign, report, check } = await table(120_000);
+    check(); // subscribes
+    report();
+    assign(1);
+    for (let i = 0; i < 50; i++) co.began(target);
+    assert.equal(check().verdict.action, "admit", "no lease: 50 in flight go on");
+    const idle = await table(120_000);
+    idle.check(); // subscribes
+    idle.assign(1, undefined, 0);
+    assert.equal(idle.check().verdict.action, "park", "none in flight, a lease of 0");
+  });
+});
