@@ -147,6 +147,24 @@ describe("OpenTelemetry against policyd", () => {
     await client.close();
   });
 
+  test("a request through client.fetch is recorded as a call is", async () => {
+    const srv = await flaky({ status: 503, body: overloaded }, { status: 200, body: "ok" });
+    const client = createClient({ address: await daemonAddr(), clock: new FakeClock(), fleetGate: false });
+    const f = client.fetch({ provider: "openai", model: "otel-fetch" });
+    const { out, span } = await inSpan("agent-step-fetch", async () =>
+      (await f(`${srv.url}/v1/chat/completions`)).text(),
+    );
+    assert.equal(out, "ok");
+    assert.equal(srv.hits, 2);
+    assert.deepEqual(
+      decisionsOf(span).map((e) => [e["policyd.action"], e["policyd.decided_by"], e["error.type"]]),
+      [["RETRY", "policyd", "OVERLOADED"]],
+    );
+    assert.equal(span.attributes["http.request.resend_count"], 1);
+    assert.equal((await points("policyd.client.retries", "otel-fetch"))[0]?.value, 1);
+    await client.close();
+  });
+
   test("a success at once: no event, no resend_count, nothing counted", async () => {
     const client = createClient({ address: await daemonAddr(), fleetGate: false });
     const { out, span } = await inSpan("agent-step-ok", () =>
