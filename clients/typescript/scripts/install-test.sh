@@ -5,7 +5,8 @@
 # script there makes one call that fails once while policyd is unreachable:
 # the client decides with its fail-open policy and the call succeeds, so the
 # install is proven without a daemon. The installed package must be a copy,
-# not a link into this clone.
+# not a link into this clone, and @opentelemetry/api (an optional peer
+# dependency) must not come with it: the script runs without it.
 #
 # Env: INSTALL_TEST_KEEP=1 keeps the temporary project (its path is printed);
 # INSTALL_TEST_NO_BUILD=1 packs dist/ as it is (scripts/test.sh has just
@@ -43,6 +44,10 @@ npm pkg set type=module >/dev/null
 npm install --no-audit --no-fund --loglevel=error "$tmp/$tarball"
 if [[ -L node_modules/@policyd/client ]]; then
   say "node_modules/@policyd/client is a link, not an installed copy"
+  exit 1
+fi
+if [[ -e node_modules/@opentelemetry/api ]]; then
+  say "npm installed @opentelemetry/api, an optional peer dependency: the client must run without it"
   exit 1
 fi
 cat >agent.js <<'JS'

@@ -13,6 +13,7 @@ import type { Coordinator } from "./coordinate.js";
 import { gateFirstAttempt, park } from "./first_attempt.js";
 import { type Decision, decisionFromProto, durationOf, explain, values } from "./decision.js";
 import { type Failure, failureFromError, failureToProto } from "./failure.js";
+import { callTelemetry } from "./otel.js";
 import type { ClassifyOptions, Decision as PbDecision } from "./gen/policyd/v1/policy_pb.js";
 import { HttpError } from "./http_error.js";
 import { Journal } from "./journal.js";
@@ -88,6 +89,9 @@ export async function run<T>(
   const target = targetOf(options);
   // The first attempt is in flight from its admission by the gate (the lease counts it at once).
   let firstEnded: (() => void) | undefined;
+  // OpenTelemetry, when the application has it (otel.ts): every decision goes through its hook.
+  const telemetry = callTelemetry(options.provider, options.model);
+  const onDecision = telemetry ? telemetry.hook(ctx.onDecision) : ctx.onDecision;
   try {
     if (coord) {
       const gated = await gateFirstAttempt(coord, {
@@ -100,7 +104,7 @@ export async function run<T>(
         callerSignal,
         fallback: options.fallback,
         operation: options.operation ?? "",
-        onDecision: ctx.onDecision,
+        onDecision,
       });
       if (!gated.send) return gated.value;
       firstEnded = gated.ended;
@@ -110,19 +114,22 @@ export async function run<T>(
         // A retry passes the gate too: an open breaker parks it until the fleet sees the provider back.
         const remaining = deadlineMs === undefined ? undefined : Math.max(0, deadlineMs - clock.now());
         let g = coord.checkRetry(target, remaining);
-        if (g.verdict.action === "park") g = await park(coord, target, g, signal, callerSignal, ctx.onDecision);
+        if (g.verdict.action === "park") g = await park(coord, target, g, signal, callerSignal, onDecision);
         if (g.verdict.action === "stop" || g.verdict.action === "fall_back") {
           void journal.finish("FAILED", signal);
+          const stop = g.decision({ ...g.verdict, action: "stop" });
+          telemetry?.decision(stop, "gate");
           throw new PolicydError({
             cause: lastError,
             attempts: attempt - 1,
-            decision: g.decision({ ...g.verdict, action: "stop" }),
+            decision: stop,
             failure: lastFailure ?? failureOf(lastError, options),
             contextId: journal.contextId,
           });
         }
         coord.retry(target, inputTokens);
       }
+      telemetry?.attempt(attempt);
       const began = clock.now();
       let result: T;
       const attemptSignal = new AttemptSignal(signal, options.attemptTimeoutMs);
@@ -196,7 +203,7 @@ export async function run<T>(
         s.logger.debug?.(
           `policyd: attempt ${attempt} failed: ${decision.action}${decision.action === "RETRY" ? ` after ${decision.delayMs}ms` : ""}: ${explain(decision)}`,
         );
-        ctx.onDecision?.({ attempt, error: err, decision });
+        onDecision?.({ attempt, error: err, decision });
 
         if (decision.action === "RETRY") {
           try {
@@ -224,6 +231,7 @@ export async function run<T>(
       return result;
     }
   } finally {
+    telemetry?.end();
     budget.dispose();
   }
 }

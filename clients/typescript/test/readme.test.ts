@@ -61,7 +61,7 @@ describe("README examples", { concurrency: true }, () => {
     });
   });
 
-  test("there are six, each tested below", () => assert.equal(blocks.length, 6));
+  test("there are seven, each tested below", () => assert.equal(blocks.length, 7));
 
   test("they type-check as strict TypeScript", async () => {
     writeFileSync(
@@ -126,6 +126,18 @@ describe("README examples", { concurrency: true }, () => {
     assert.match(r.stderr, /\[AUTH_INVALID, rule web\.auth_required\]/);
     assert.match(r.stderr, /^Authentication required; this page is not fetchable anonymously\.$/m);
     assert.equal(srv.hits, 1);
+  });
+
+  test("tracing: the span printed carries the decision, by policyd, and the retry", async () => {
+    const srv = await flaky({ status: 503 }, { status: 200, body: "<html>traced</html>" });
+    const r = await runExample(6, { POLICYD_ADDR: await daemonAddr() }, [srv.url]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(srv.hits, 2);
+    assert.match(r.stdout, /name: 'fetch page'/);
+    assert.match(r.stdout, /name: 'policyd\.decision'/);
+    assert.match(r.stdout, /'policyd\.decided_by': 'policyd'/);
+    assert.match(r.stdout, /'policyd\.action': 'RETRY'/);
+    assert.match(r.stdout, /'http\.request\.resend_count': 1/);
   });
 
   test(
