@@ -154,7 +154,11 @@ func headerValue(headers map[string]string, name string) string {
 // headerCount is the non-negative integer header name holds (any case), or
 // -1.
 func headerCount(headers map[string]string, name string) int64 {
-	n, err := strconv.ParseInt(strings.TrimSpace(headerValue(headers, name)), 10, 64)
+	v := strings.TrimSpace(headerValue(headers, name))
+	if v == "" {
+		return -1 // absent: no parse, and no error to allocate
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
 		return -1
 	}
