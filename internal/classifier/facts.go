@@ -247,14 +247,24 @@ func (c *Classifier) addName(fx *facts, s string, top bool) {
 			break
 		}
 	}
-	if short == "" || short == s {
-		return
+	if short != "" && short != s {
+		c.addKind(fx, short, false)
+		if top {
+			c.names.mark(fx.nameHits, fx.scratch)
+		}
 	}
-	c.addKind(fx, short, false)
-	if top {
-		c.names.mark(fx.nameHits, fx.scratch)
+	// A class named for a connection error is one, whatever its prefix:
+	// the SDKs name theirs APIConnectionError, ClientConnectionError,
+	// RequestConnectionError and so on, and a prefix we have not listed
+	// says no less. The capital C keeps "DisconnectionError" out.
+	if n := len(short); n > len(connectionErrorName) && short[n-len(connectionErrorName):] == connectionErrorName {
+		c.addKind(fx, connectionErrorName, false)
 	}
 }
+
+// connectionErrorName is the class-name suffix addName reads as a
+// connection error (default_rules.yaml lists it among network_kinds).
+const connectionErrorName = "ConnectionError"
 
 // serverDate returns the response's Date header, or "".
 func serverDate(headers map[string]string) string {

@@ -156,6 +156,13 @@ func TestTransportVocabularies(t *testing.T) {
 			wantType: policydv1.FailureType_FAILURE_TYPE_NOT_FOUND, wantRule: "spawn.failed"},
 		{name: "MCP server program not executable", failure: &policydv1.Failure{ErrorCode: "EACCES", Message: "spawn ./server.sh EACCES"},
 			wantType: policydv1.FailureType_FAILURE_TYPE_PERMISSION_DENIED, wantRule: "spawn.not_permitted"},
+		{name: "a class named for a connection error, prefix unlisted", failure: &policydv1.Failure{ErrorName: "*retry.mockConnectionError", Message: `request error:  "": another error`},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "a cause named for a connection error", failure: &policydv1.Failure{ErrorName: "RuntimeError", Message: "request failed",
+			Causes: []*policydv1.Cause{{Name: "gateway.UpstreamConnectionError", Message: "upstream closed"}}},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "disconnection is not the suffix", failure: &policydv1.Failure{ErrorName: "DisconnectionError", Message: "client asked to disconnect"},
+			wantType: policydv1.FailureType_FAILURE_TYPE_UNKNOWN, wantRule: "unknown"},
 		{name: "a bare wrong-version code stays a network code (seed 000)", failure: &policydv1.Failure{ErrorCode: "ERR_SSL_WRONG_VERSION_NUMBER"},
 			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
 	})
