@@ -110,7 +110,7 @@ go-test: build $(STAMPS)/grpcurl-$(GRPCURL_VERSION) $(STAMPS)/chromium ## Run th
 	go test $(GO_TEST_FLAGS) $(GO_PACKAGES)
 
 .PHONY: sim-goals
-sim-goals: ## The fleet simulation's goals at full strength (seeds 1–20, 2,000 agents), without -race: go-test's race run checks the cheaper ones.
+sim-goals: ## The fleet simulation's goals at full strength (seeds 1–20, 2,000 agents), without -race (a simulation runs in one goroutine): go-test's race run keeps the replicas over PostgreSQL.
 	go test -count=1 ./internal/fleetsim
 
 .PHONY: conformance

@@ -2,7 +2,5 @@
 
 package fleetsim
 
-// raceEnabled: the race detector slows the simulation about tenfold; the
-// seed sweeps and the 2,000-agent runs are checked without it (make
-// sim-goals, part of make test).
+// raceEnabled: the race detector is on (go test -race).
 const raceEnabled = true

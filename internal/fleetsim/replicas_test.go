@@ -35,6 +35,7 @@ func within(got, want float64) bool {
 // (fleettest.ExerciseExchange); TestReplicaGoalsOverPostgres runs one
 // scenario over a real PostgreSQL, as the daemon's replicas meet.
 func TestReplicaGoals(t *testing.T) {
+	skipUnderRace(t)
 	replicaGoals(t, fleettest.Exchanges, []string{PolicyFleet, PolicyFleetStream}, []string{Outage, Quota, Herd})
 }
 

@@ -36,6 +36,7 @@ func simulate(t *testing.T, scenario, pol string, life int, seed uint64) *Result
 // Fleet memory's goals (docs/fleet-simulation.md), for both process lifetimes; the
 // stateless policy (today's answers) runs alongside as the contrast.
 func TestFleetGoals(t *testing.T) {
+	skipUnderRace(t)
 	openPeriods := 2 * fleet.Defaults().Breaker.OpenFor.Seconds()
 	for _, life := range []int{0, 3} {
 		t.Run("life="+LifeName(life), func(t *testing.T) {
@@ -91,6 +92,7 @@ func TestFleetGoals(t *testing.T) {
 // The Coordinate stream's goals (200 agents): with each process's stream and
 // gate, the fleet skips first attempts that are sure to fail.
 func TestStreamGoals(t *testing.T) {
+	skipUnderRace(t)
 	for _, life := range []int{0, 3} {
 		t.Run("life="+LifeName(life), func(t *testing.T) {
 			t.Parallel()
@@ -153,6 +155,7 @@ var baselines = []string{PolicyStateless, PolicySDK, PolicyGeminiCLI, PolicyAWSS
 // shortfalls are the goals not met, with the measured bound that holds
 // instead (docs/fleet-simulation.md, "Goals not met").
 func TestAgentGoals(t *testing.T) {
+	skipUnderRace(t)
 	shortfalls := map[string]struct{ goodput, herd float64 }{
 		Outage:  {herd: 2.3},
 		Quota:   {goodput: 0.93, herd: 2.8}, // the pace's noise: 0.83–0.92 of the quota used
@@ -162,9 +165,6 @@ func TestAgentGoals(t *testing.T) {
 	for _, sc := range []string{Outage, Partial, Quota, Restart} {
 		for _, life := range []int{0, 3} {
 			t.Run(sc+"/life="+LifeName(life), func(t *testing.T) {
-				if raceEnabled && life != 0 {
-					t.Skip("life 3: checked without -race (make sim-goals)")
-				}
 				t.Parallel()
 				fs := simulate(t, sc, PolicyFleetStream, life, 1)
 				bestLoss, bestGood, by := math.Inf(1), 0.0, ""
@@ -209,6 +209,7 @@ func TestAgentGoals(t *testing.T) {
 // more small calls because it loses big ones (loss 0.05–0.06 against
 // 0.002).
 func TestTokenGoals(t *testing.T) {
+	skipUnderRace(t)
 	sc, err := NewScenario(Tokens, DefaultTiming)
 	if err != nil {
 		t.Fatal(err)
@@ -234,9 +235,6 @@ func TestTokenGoals(t *testing.T) {
 	for _, life := range []int{0, 3} {
 		for _, replicas := range []int{1, 3} {
 			t.Run(fmt.Sprintf("life=%s/replicas=%d", LifeName(life), replicas), func(t *testing.T) {
-				if raceEnabled && (life != 0 || replicas != 1) {
-					t.Skip("checked without -race (make sim-goals)")
-				}
 				r := run(t, PolicyFleetStream, life, replicas)
 				throttledMax := 0.02
 				if replicas > 1 {
@@ -266,6 +264,7 @@ func TestTokenGoals(t *testing.T) {
 // the wait, no interactive call lost that a baseline (none of which paces)
 // completes, and the calls completed at least 0.98 of the best baseline's.
 func TestClassesGoals(t *testing.T) {
+	skipUnderRace(t)
 	var bestInteractiveLoss, bestGood = math.Inf(1), 0.0
 	for _, pol := range baselines {
 		r := simulate(t, Classes, pol, 0, 1)
@@ -273,9 +272,6 @@ func TestClassesGoals(t *testing.T) {
 	}
 	for _, life := range []int{0, 3} {
 		t.Run("life="+LifeName(life), func(t *testing.T) {
-			if raceEnabled && life != 0 {
-				t.Skip("life 3: checked without -race (make sim-goals)")
-			}
 			r := simulate(t, Classes, PolicyFleetStream, life, 1)
 			if r.ClassP95[0] > 1.2*r.ClassP95Ref || r.ClassP95[1] <= r.ClassP95[0] {
 				t.Errorf("p95: interactive %.1f s (unloaded %.1f s), batch %.1f s; want interactive ≤ 1.2 × unloaded, batch waiting longer",
@@ -297,9 +293,10 @@ func TestClassesGoals(t *testing.T) {
 // second weighs less), recovery, and the quota's 429s; the quota's goodput
 // and use are short as at 200 agents (docs/fleet-simulation.md).
 func TestAgentGoalsAtScale(t *testing.T) {
-	if testing.Short() || raceEnabled {
-		t.Skip("2,000 agents: checked without -short and -race (make sim-goals)")
+	if testing.Short() {
+		t.Skip("2,000 agents: checked without -short (make sim-goals)")
 	}
+	skipUnderRace(t)
 	for _, sc := range []string{Outage, Quota} {
 		t.Run(sc, func(t *testing.T) {
 			t.Parallel()
@@ -371,9 +368,10 @@ func TestAgentGoalsAtScale(t *testing.T) {
 // median ≤ 5 s and no seed above 10 s; after a quota lifts, ≤ 10 s every
 // seed. The seeds run in parallel.
 func TestStreamRecovery(t *testing.T) {
-	if testing.Short() || raceEnabled {
-		t.Skip("20 seeds: checked without -short and -race (make sim-goals)")
+	if testing.Short() {
+		t.Skip("20 seeds: checked without -short (make sim-goals)")
 	}
+	skipUnderRace(t)
 	for _, life := range []int{0, 3} {
 		t.Run("life="+LifeName(life), func(t *testing.T) {
 			t.Parallel()
@@ -426,6 +424,7 @@ func quiet(t *testing.T, scenario, pol string, life int, seed uint64) *Result {
 // With 2,000 agents the busiest second of a healthy fleet is ≈ 1.2 × its
 // mean, so the herd goal (≤ 1.5 × baseline) can be checked as stated.
 func TestHerdAtScale(t *testing.T) {
+	skipUnderRace(t)
 	sc, err := NewScenario(Herd, DefaultTiming)
 	if err != nil {
 		t.Fatal(err)
@@ -452,6 +451,7 @@ func TestHerdAtScale(t *testing.T) {
 // Every anchor's model runs every scenario, for both lifetimes, and behaves
 // as its defaults say in a full outage.
 func TestBaselinesRun(t *testing.T) {
+	skipUnderRace(t)
 	for _, pol := range []string{PolicySDK, PolicyGeminiCLI, PolicyAWSStandard, PolicyGRPCA6} {
 		for _, sc := range ScenarioNames {
 			for _, life := range []int{0, 3} {
@@ -537,5 +537,17 @@ func TestConfigErrors(t *testing.T) {
 	p, _ := NewPolicy(PolicySDK)
 	if _, err := Run(Config{Scenario: sc, Policy: p}); err == nil {
 		t.Error("0 agents accepted")
+	}
+}
+
+// skipUnderRace skips a goal test in the race run. A simulation runs in
+// one goroutine, so the race detector has nothing to find in it and makes
+// it about ten times slower; make sim-goals checks every goal without it.
+// The race run keeps the tests whose replicas meet over PostgreSQL, where
+// the exchange's goroutines run (TestReplicaGoalsOverPostgres).
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("a goal: checked without -race (make sim-goals)")
 	}
 }
