@@ -121,15 +121,9 @@ conformance: build ## Replay the peers' retry tests and the real-failure corpus;
 deploy-check: $(STAMPS)/promtool-$(PROMTOOL_VERSION) ## Check deploy/'s Prometheus alert rules and run their unit tests with promtool.
 	cd deploy/prometheus && promtool check rules policyd-alerts.yml && promtool test rules policyd-alerts.test.yml
 
-# Each client's suite runs against bin/policyd and the PostgreSQL of `make test`.
-CLIENTS := go python typescript
-
 .PHONY: clients-test
-clients-test: build ## Run each client's suite (clients/<lang>/scripts/test.sh) against a real policyd.
-	@for c in $(CLIENTS); do \
-		echo "== clients/$$c"; \
-		POLICYD_BIN=$(CURDIR)/bin/policyd FAKEPROVIDER_BIN=$(CURDIR)/bin/policyd-fakeprovider clients/$$c/scripts/test.sh; \
-	done
+clients-test: build ## Run the clients' suites (clients/<lang>/scripts/test.sh) at once against real policyd processes, a database each.
+	scripts/clients-test.sh
 
 # A count, not a duration: Go 1.26's fuzzing coordinator can fail a target
 # with a bare "context deadline exceeded" when a duration runs out while a

@@ -6,6 +6,8 @@
 #   scripts/pg.sh stop   DIR PORT   stop it (fast: open connections are cut)
 #   scripts/pg.sh status DIR PORT   say whether it runs; exit 0 when it does, 3 when not
 #   scripts/pg.sh url    DIR PORT   print the DATABASE_URL
+#   scripts/pg.sh database URL NAME create database NAME on the server of URL when missing, print
+#                                   URL naming it (the client suites of `make test` each get one)
 #
 # PostgreSQL is installed with apt-get only when no initdb is found on PATH or in
 # /usr/lib/postgresql/*/bin. As root, the cluster runs as the postgres user (initdb and postgres
@@ -16,13 +18,13 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: $0 start|stop|status|url DIR PORT" >&2
+	echo "usage: $0 start|stop|status|url DIR PORT, or $0 database URL NAME" >&2
 	exit 2
 }
 
 [[ $# -eq 3 ]] || usage
 cmd=$1 port=$3
-case $cmd in start | stop | status | url) ;; *) usage ;; esac
+case $cmd in start | stop | status | url) ;; database) port=1 ;; *) usage ;; esac
 [[ $port =~ ^[0-9]+$ ]] && ((port > 0 && port < 65536)) || {
 	echo "pg.sh: PORT must be a TCP port number, got '$port'" >&2
 	exit 2
@@ -89,6 +91,20 @@ fi
 case $cmd in
 url)
 	echo "$url"
+	;;
+database)
+	base=$2 name=$3
+	[[ $name =~ ^[a-z_][a-z0-9_]*$ ]] || die "NAME must be a plain lower-case database name, got '$name'"
+	[[ $base == postgres://* || $base == postgresql://* ]] || die "URL must be a postgres:// URL, got '$base'"
+	if [[ $("$bin/psql" "$base" -Atc "SELECT 1 FROM pg_database WHERE datname = '$name'") != 1 ]]; then
+		"$bin/psql" "$base" -qc "CREATE DATABASE $name" >&2
+	fi
+	# The same URL with its path (the database) replaced.
+	rest=${base#*://}
+	auth_host=${rest%%/*}
+	query=""
+	[[ $rest == *\?* ]] && query="?${rest#*\?}"
+	echo "${base%%://*}://$auth_host/$name$query"
 	;;
 status)
 	if running; then

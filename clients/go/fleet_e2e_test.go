@@ -1,6 +1,7 @@
 package policyd_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -103,6 +104,8 @@ type fleetRun struct {
 	nextDelays  atomic.Int64
 	successes   atomic.Int64
 	firstPassed atomic.Int64 // calls that succeeded on their first attempt
+	// callTimeout is each call's deadline (0: 5 s).
+	callTimeout time.Duration
 }
 
 func (r *fleetRun) stopped(reason policyd.StopReason) int64 {
@@ -129,6 +132,7 @@ func post(ctx context.Context, url string, attempt int) error {
 // runAgents runs n agents against url until the context ends: each calls,
 // thinks for think, and calls again.
 func runAgents(ctx context.Context, t *testing.T, addr, url, keyID string, n int, think time.Duration, run *fleetRun) {
+	timeout := cmp.Or(run.callTimeout, 5*time.Second)
 	var wg sync.WaitGroup
 	for i := range n {
 		c := newClient(t, addr, policyd.WithClientID(fmt.Sprintf("agent-%d", i)), policyd.WithParkLimit(0),
@@ -139,7 +143,7 @@ func runAgents(ctx context.Context, t *testing.T, addr, url, keyID string, n int
 			for ctx.Err() == nil {
 				run.logical.Add(1)
 				err := c.Do(ctx, policyd.Call{Provider: "openai", Model: "gpt-4o", KeyID: keyID, Operation: "chat",
-					Method: "POST", Profile: "fleet_e2e", Timeout: 5 * time.Second},
+					Method: "POST", Profile: "fleet_e2e", Timeout: timeout},
 					func(ctx context.Context, attempt int) error {
 						if err := post(ctx, url, attempt); err != nil {
 							return err
@@ -215,8 +219,11 @@ func TestFleetHerdIsStaggered(t *testing.T) {
 			}
 			return 200, nil, `{"ok":true}`
 		})
-		run := &fleetRun{}
-		ctx, cancel := context.WithTimeout(context.Background(), 7*time.Second)
+		// The hold is the 2 s Retry-After and its waiters are released over
+		// the next 3 s (1.5 × the hold): a call's deadline of 8 s leaves the
+		// last slot room on a loaded machine.
+		run := &fleetRun{callTimeout: 8 * time.Second}
+		ctx, cancel := context.WithTimeout(context.Background(), 9*time.Second)
 		runAgents(ctx, t, addr, p.URL, "k1", 60, 10*time.Second, run) // one call each
 		cancel()
 		// The largest number of attempts in any 200 ms after the window ends.
