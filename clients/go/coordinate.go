@@ -269,7 +269,7 @@ func (r report) proto(now time.Time) *policydv1.BucketUsage {
 	parkedNew := clampCount(u.parkedNew)
 	return &policydv1.BucketUsage{
 		Target: r.t.proto(), Elapsed: durationProto(min(max(now.Sub(r.from), time.Millisecond), maxReportElapsed)),
-		Admitted: admitted, Shed: shed, Succeeded: clampCount(u.succeeded),
+		Admitted: admitted, Shed: shed, FellBack: min(u.fellBack, shed), Succeeded: clampCount(u.succeeded),
 		Failed: clampCount(u.failed), Retries: retries,
 		RateLimitHeaders: u.rateLimits,
 		// Batch calls are among the first attempts; tokens at most

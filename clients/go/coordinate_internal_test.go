@@ -371,3 +371,45 @@ func TestStreamJitterFromWithRand(t *testing.T) {
 		t.Fatalf("reconnect wait = %v, want %v", got, want)
 	}
 }
+
+// A first attempt the gate sends to the assignment's fallback is shed and
+// fell back; a report's fell_back is at most its shed, both within what
+// policyd accepts.
+func TestReportsCountFallBacksWithinShed(t *testing.T) {
+	co, clock := testCoordinator(t)
+	g := co.c.gate
+	a := target{provider: "openai", model: "a"}
+	g.assign(clock.now, a, &assignment{ttl: time.Minute, breaker: policydv1.BreakerState_BREAKER_STATE_OPEN, admitFraction: 1,
+		fallback: &gateFallback{kind: FallbackOtherModel, provider: "openai", model: "b"}})
+	if v := g.check(clock.now, a, -1, gateCall{canFallBack: true}, constRand(0.5), 0); v.action != gateFallBack {
+		t.Fatalf("verdict %v, want the fallback", v.action)
+	}
+	if v := g.check(clock.now, a, -1, gateCall{}, constRand(0.5), -1); v.action != gateStop {
+		t.Fatalf("verdict %v, want a stop (no fallback for the caller, parking off)", v.action)
+	}
+	s := &fakeStream{}
+	if err := co.sendReports(s, reportActive); err != nil {
+		t.Fatal(err)
+	}
+	if u := usageOf(t, s.sent[0], "a"); u.GetShed() != 2 || u.GetFellBack() != 1 || u.GetAdmitted() != 0 {
+		t.Fatalf("usage %v: want 2 shed, 1 of them fell back", u)
+	}
+	// 600 admitted, then 900 sent to the fallback: the report's shed is cut
+	// to the 400 left of the 1,000 a report carries, fell_back with it.
+	g.assign(clock.now, a, nil)
+	for range 600 {
+		g.check(clock.now, a, -1, gateCall{}, constRand(0.5), 0)
+	}
+	g.assign(clock.now, a, &assignment{ttl: time.Minute, breaker: policydv1.BreakerState_BREAKER_STATE_OPEN, admitFraction: 1,
+		fallback: &gateFallback{kind: FallbackOtherModel, provider: "openai", model: "b"}})
+	for range 900 {
+		g.check(clock.now, a, -1, gateCall{canFallBack: true}, constRand(0.5), 0)
+	}
+	clock.now = clock.now.Add(time.Second)
+	if err := co.sendReports(s, reportActive); err != nil {
+		t.Fatal(err)
+	}
+	if u := usageOf(t, s.sent[1], "a"); u.GetAdmitted() != 600 || u.GetShed() != 400 || u.GetFellBack() != 400 {
+		t.Fatalf("usage %v: want 600 admitted, 400 shed and 400 fell back", u)
+	}
+}

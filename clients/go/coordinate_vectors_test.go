@@ -15,17 +15,21 @@ func TestCoordinateVectors(t *testing.T) {
 	v := readVectors[struct {
 		ID    string `json:"id"`
 		Steps []struct {
-			AtMs          int64                   `json:"at_ms"`
-			FirstAttempt  *struct{ Draw float64 } `json:"first_attempt"`
-			Outcome       string                  `json:"outcome"`
-			FailedLocally bool                    `json:"failed_locally"`
-			Retry         bool                    `json:"retry"`
-			Observe       map[string]string       `json:"observe"`
-			Assign        *vectorAssignment       `json:"assign"`
+			AtMs         int64 `json:"at_ms"`
+			FirstAttempt *struct {
+				Draw        float64 `json:"draw"`
+				CanFallBack bool    `json:"can_fall_back"`
+			} `json:"first_attempt"`
+			Outcome       string            `json:"outcome"`
+			FailedLocally bool              `json:"failed_locally"`
+			Retry         bool              `json:"retry"`
+			Observe       map[string]string `json:"observe"`
+			Assign        *vectorAssignment `json:"assign"`
 			Report        *[]struct {
 				ElapsedMs        int64             `json:"elapsed_ms"`
 				Admitted         uint64            `json:"admitted"`
 				Shed             uint64            `json:"shed"`
+				FellBack         uint64            `json:"fell_back"`
 				Succeeded        uint64            `json:"succeeded"`
 				Failed           uint64            `json:"failed"`
 				Retries          uint64            `json:"retries"`
@@ -44,7 +48,7 @@ func TestCoordinateVectors(t *testing.T) {
 				now := clock.now
 				switch {
 				case s.FirstAttempt != nil:
-					g.check(now, tg, -1, gateCall{}, constRand(s.FirstAttempt.Draw), -1)
+					g.check(now, tg, -1, gateCall{canFallBack: s.FirstAttempt.CanFallBack}, constRand(s.FirstAttempt.Draw), -1)
 				case s.Outcome != "":
 					g.record(now, tg, s.Outcome == "success")
 				case s.FailedLocally:
@@ -80,7 +84,7 @@ func TestCoordinateVectors(t *testing.T) {
 						if h == nil {
 							h = map[string]string{}
 						}
-						if u.GetElapsed().AsDuration() != ms(w.ElapsedMs) || u.GetAdmitted() != w.Admitted || u.GetShed() != w.Shed ||
+						if u.GetElapsed().AsDuration() != ms(w.ElapsedMs) || u.GetAdmitted() != w.Admitted || u.GetShed() != w.Shed || u.GetFellBack() != w.FellBack ||
 							u.GetSucceeded() != w.Succeeded || u.GetFailed() != w.Failed || u.GetRetries() != w.Retries ||
 							!maps.Equal(h, w.RateLimitHeaders) {
 							t.Fatalf("step %d at %dms: usage %v, want %+v", i, s.AtMs, u, w)

@@ -141,6 +141,9 @@ func clampFraction(f float64) float64 {
 // usage is a target's counts since its last report.
 type usage struct {
 	admitted, shed, succeeded, failed, retries uint64
+	// fellBack counts, of shed, the first attempts sent to the
+	// assignment's fallback.
+	fellBack uint64
 	// parkChecks counts the checks that parked a call, re-checks included;
 	// parkedNew the first attempts parked at their first check; released
 	// the parked calls admitted (also in admitted).
@@ -158,6 +161,7 @@ type usage struct {
 func (u *usage) add(o usage) {
 	u.admitted += o.admitted
 	u.shed += o.shed
+	u.fellBack += o.fellBack
 	u.succeeded += o.succeeded
 	u.failed += o.failed
 	u.retries += o.retries
@@ -562,6 +566,7 @@ func (e *gateEntry) count(v gateVerdict, call gateCall) gateVerdict {
 		e.countShed(call)
 		if call.canFallBack && e.a != nil && e.a.fallback != nil {
 			v.action, v.fallback = gateFallBack, e.a.fallback
+			e.u.fellBack++
 		}
 	} else {
 		e.u.admitted++

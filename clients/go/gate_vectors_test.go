@@ -119,6 +119,7 @@ type gateVectorCase struct {
 	Counts *struct {
 		Admitted, Shed, Parked uint64
 		BatchFirst             uint64 `json:"batch_first_attempts"`
+		FellBack               uint64 `json:"fell_back"`
 	} `json:"counts"`
 	Requires string `json:"requires"`
 }
@@ -221,7 +222,7 @@ func TestGateVectors(t *testing.T) {
 			if c.Counts != nil {
 				e := g.entries[tg]
 				if e == nil || e.u.admitted != c.Counts.Admitted || e.u.shed != c.Counts.Shed || e.u.parkChecks != c.Counts.Parked ||
-					e.u.batchFirst != c.Counts.BatchFirst {
+					e.u.batchFirst != c.Counts.BatchFirst || e.u.fellBack != c.Counts.FellBack {
 					t.Fatalf("counts %+v, want %+v", e.u, *c.Counts)
 				}
 			}

@@ -190,10 +190,10 @@ func TestStatusPageInABrowserE2E(t *testing.T) {
 		}
 		contexts = append(contexts, bc.GetContext().GetContextId())
 	}
-	// The gate parks six calls and gives up on four; one agent's run ends on
-	// a revoked key.
+	// The gate parks six calls and gives up on four, two of them sent to
+	// the fallback; one agent's run ends on a revoked key.
 	if err := stream.Send(&policydv1.CoordinateRequest{Usage: []*policydv1.BucketUsage{{Target: target,
-		Elapsed: durationpb.New(time.Second), Shed: 4, Parked: 6, ParkedNew: 6}}}); err != nil {
+		Elapsed: durationpb.New(time.Second), Shed: 4, FellBack: 2, Parked: 6, ParkedNew: 6}}}); err != nil {
 		t.Fatal(err)
 	}
 	failed := contexts[len(contexts)-1]
@@ -207,7 +207,8 @@ func TestStatusPageInABrowserE2E(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	during := b.untilText(page, 10*time.Second, "in trouble since", "policyd now: breaker open", "first attempts shed: 4")
+	during := b.untilText(page, 10*time.Second, "in trouble since", "policyd now: breaker open",
+		"first attempts parked: 6", "first attempts shed: 4", "of them fell back: 2")
 	for _, want := range []string{
 		"availability:openai/gpt-4o",
 		"breaker open", // the bucket's state
@@ -269,12 +270,16 @@ func TestStatusPageInABrowserE2E(t *testing.T) {
 	list := runCommand(t, bin, "", []string{"incidents", "--addr", d.addr}, 0, "availability:openai/gpt-4o", "")
 	var incidents struct {
 		Incidents []struct {
-			ID      string `json:"id"`
-			Breaker string `json:"breaker"`
+			ID       string `json:"id"`
+			Breaker  string `json:"breaker"`
+			Parked   string `json:"firstAttemptsParked"`
+			Shed     string `json:"firstAttemptsShed"`
+			FellBack string `json:"firstAttemptsFellBack"`
 		} `json:"incidents"`
 	}
 	if err := json.Unmarshal(list, &incidents); err != nil || len(incidents.Incidents) != 1 ||
-		incidents.Incidents[0].Breaker != "BREAKER_STATE_CLOSED" {
+		incidents.Incidents[0].Breaker != "BREAKER_STATE_CLOSED" || incidents.Incidents[0].Parked != "6" ||
+		incidents.Incidents[0].Shed != "4" || incidents.Incidents[0].FellBack != "2" {
 		t.Fatalf("policyd incidents: %v\n%s", err, list)
 	}
 	if _, err := strconv.ParseInt(incidents.Incidents[0].ID, 10, 64); err != nil {

@@ -24,6 +24,9 @@ type Usage struct {
 	// First attempts admitted and shed by the client's gate, successes,
 	// failures decided without NextDelay, retries sent.
 	Admitted, Shed, Succeeded, Failed, Retries int64
+	// FellBack is, of Shed, the first attempts the gate sent to the
+	// assignment's fallback.
+	FellBack int64
 	// RequestsPerMinute is the provider's request limit from the last
 	// success's rate-limit headers (0: none reported), and RemainingShare
 	// the share of it they say is left (RemainingShare; -1 or 0 with no
@@ -165,14 +168,7 @@ func (f *Fleet) Report(u Usage) {
 		b.reportInFlight(u.ClientID, u.InFlight)
 		b.retries.add(now, int(u.Retries))
 		b.admitted.add(now, int(u.Admitted))
-		if u.Shed > 0 {
-			b.shedPending += u.Shed
-			if now.Sub(b.shedEventAt) >= time.Second {
-				emit(Event{At: now, Key: b.key, Kind: EventShed, ClientID: u.ClientID,
-					Reason: "clients' gates did not admit first attempts", Counts: map[string]int64{"shed": b.shedPending}})
-				b.shedPending, b.shedEventAt = 0, now
-			}
-		}
+		b.noteShed(now, raw, emit)
 	}
 	if av := bs[0]; av != nil {
 		av.advance(now, c, emit) // a success after the open period ended is a probe's

@@ -91,8 +91,7 @@ type Bucket struct {
 	paceCuts          int64     // cuts since it
 	holdSlots         map[string]int
 	streamClients     map[string]int64 // client → last report, Unix ns (8 bytes, not a time.Time's 24: one per bucket)
-	shedPending       int64
-	shedEventAt       time.Time
+	shed              shedNote         // the gates' calls not sent at once, for the next shed event (shed.go)
 	totals            streamTotals
 	parkState
 

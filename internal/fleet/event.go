@@ -12,8 +12,11 @@ const (
 	EventBreakerClose    EventKind = "breaker_close"
 	EventBudgetExhausted EventKind = "budget_exhausted"
 	EventFleetStop       EventKind = "fleet_stop"
-	// EventShed: clients' gates did not admit first attempts (counts: shed,
-	// clients), at most one a second per bucket.
+	// EventShed: clients' gates did not send first attempts at once, at
+	// most one event a second per bucket, counting the calls of every
+	// report since the last (counts: shed, the first attempts not admitted;
+	// fell_back, those of them sent to the assignment's fallback; parked,
+	// those parked at their first check; a count of 0 is left out).
 	EventShed EventKind = "shed"
 	// EventSlowStart: a breaker closed and the gates admit a rising share of
 	// first attempts.

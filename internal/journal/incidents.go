@@ -49,8 +49,11 @@ type Incident struct {
 	BreakerState string
 	// Counts of the incident's events.
 	BreakerOpens, Holds, Stops, BudgetExhausted, Clears, Events int
-	// Shed is the first attempts the clients' gates did not send.
-	Shed int64
+	// Shed is the first attempts the clients' gates did not send; Parked
+	// those they parked at their first check (calls that waited for the
+	// fleet instead of failing; those that gave up are in Shed too);
+	// GateFellBack, of Shed, those they sent to the assignment's fallback.
+	Shed, Parked, GateFellBack int64
 	// From the journal: the bucket's failures, the retries the fleet held,
 	// those it stopped or sent to a fallback, and the estimate of attempts
 	// it spared the provider at the BaselinePerSecond the agents were
@@ -112,7 +115,8 @@ const incidentColumns = `incident_id, tenant, bucket, scope, provider, model, ke
 	recovered_at, open, first_event, first_reason, first_client_id, first_failure_at, first_failure_type,
 	first_failure_rule, coalesce(first_failure_context_id::text, ''), first_failure_agent, coalesce(recovery_seconds, 0)::float8,
 	coalesce(breaker_state, ''), breaker_opens, holds, stops, budget_exhausted, clears, events, shed,
-	failed_attempts, retries_held, stopped, fell_back, baseline_per_second::float8, retries_avoided, until_at`
+	failed_attempts, retries_held, stopped, fell_back, baseline_per_second::float8, retries_avoided, until_at,
+	parked, gate_fell_back`
 
 func scanIncident(row pgx.Row) (Incident, error) {
 	var (
@@ -124,7 +128,8 @@ func scanIncident(row pgx.Row) (Incident, error) {
 		&in.LastEventAt, &recovered, &in.Open, &in.FirstEvent, &in.FirstReason, &in.FirstClientID, &in.FirstFailureAt,
 		&in.FirstFailureType, &in.FirstFailureRule, &in.FirstFailureContextID, &in.FirstFailureAgent, &seconds, &in.BreakerState,
 		&in.BreakerOpens, &in.Holds, &in.Stops, &in.BudgetExhausted, &in.Clears, &in.Events, &in.Shed,
-		&in.FailedAttempts, &in.RetriesHeld, &in.Stopped, &in.FellBack, &in.BaselinePerSecond, &in.RetriesAvoided, &in.Until)
+		&in.FailedAttempts, &in.RetriesHeld, &in.Stopped, &in.FellBack, &in.BaselinePerSecond, &in.RetriesAvoided, &in.Until,
+		&in.Parked, &in.GateFellBack)
 	if err != nil {
 		return Incident{}, err
 	}

@@ -54,17 +54,18 @@ func newIncidentFixture(t *testing.T) *incidentFixture {
 		// The outage: the breaker opens, a probe fails, it closes.
 		ev("acme", bucketAv, av, journal.FleetBreakerOpen, T(0), "agent-2",
 			"20 failures in 10s from 3 clients (last: OVERLOADED); open for 5s", map[string]int64{"open_ms": 5000}),
-		ev("acme", bucketAv, av, journal.FleetShed, T(1), "agent-3", "clients' gates did not admit first attempts", map[string]int64{"shed": 7}),
+		ev("acme", bucketAv, av, journal.FleetShed, T(1), "agent-3", "clients' gates parked first attempts and did not admit others, sending some to a fallback",
+			map[string]int64{"shed": 7, "parked": 4, "fell_back": 2}),
 		ev("acme", bucketAv, av, journal.FleetBreakerHalfOpen, T(5), "", "open for 5s; probing", nil),
 		ev("acme", bucketAv, av, journal.FleetBreakerOpen, T(6), "agent-1", "a OVERLOADED while half-open; open for 2s", map[string]int64{"open_ms": 2000}),
-		ev("acme", bucketAv, av, journal.FleetShed, T(7), "agent-3", "clients' gates did not admit first attempts", map[string]int64{"shed": 5}),
+		ev("acme", bucketAv, av, journal.FleetShed, T(7), "agent-3", "clients' gates parked first attempts and did not admit others", map[string]int64{"shed": 5, "parked": 3}),
 		ev("acme", bucketAv, av, journal.FleetBreakerHalfOpen, T(8), "", "open for 2s; probing", nil),
 		ev("acme", bucketAv, av, journal.FleetBreakerClose, T(10), "", "2 successes reported while half-open", nil),
 		ev("acme", bucketAv, av, journal.FleetSlowStart, T(10), "", "slow start", map[string]int64{"window_ms": 5000}),
 		// Shed first attempts alone are no incident: the gates shed in every
 		// bucket of a target while one is in trouble.
 		ev("acme", "rate_limit:openai/gpt-4o@key-a", journal.FleetScopeRateLimit, journal.FleetShed, T(1), "agent-3",
-			"clients' gates did not admit first attempts", map[string]int64{"shed": 7}),
+			"clients' gates parked first attempts and did not admit others", map[string]int64{"shed": 7, "parked": 4}),
 		// A tenant limit is about the tenant: no incident of its own.
 		ev("acme", bucketAv, av, journal.FleetTenantLimit, T(100), "", "buckets", nil),
 		// A long hold: 100 s between its events, but the first hold lasts 90 s.
@@ -173,15 +174,16 @@ func TestIncidents(t *testing.T) {
 			outage = in
 		}
 	}
-	got := fmt.Sprintf("first failure %v in %v of %s; recovery %v; opens=%d events=%d shed=%d failed=%d held=%d stopped=%d fell_back=%d baseline=%.1f/s avoided=%d",
+	got := fmt.Sprintf("first failure %v in %v of %s; recovery %v; opens=%d events=%d shed=%d parked=%d gate_fell_back=%d failed=%d held=%d stopped=%d fell_back=%d baseline=%.1f/s avoided=%d",
 		outage.FirstFailureAt.Sub(t0), outage.FirstFailureContextID == f.firstContext, outage.FirstFailureAgent, outage.Recovery, outage.BreakerOpens,
-		outage.Events, outage.Shed, outage.FailedAttempts, outage.RetriesHeld, outage.Stopped, outage.FellBack,
+		outage.Events, outage.Shed, outage.Parked, outage.GateFellBack, outage.FailedAttempts, outage.RetriesHeld, outage.Stopped, outage.FellBack,
 		outage.BaselinePerSecond, outage.RetriesAvoided)
 	// Failures: 20 up to the opening, 5 after (the INVALID_REQUEST is not
 	// the bucket's; "OpenAI" is). Held: the retries from the opening on
 	// (the failure that opened it is held too). Avoided: 2/s over the 10 s
-	// to the close, less the 5 sent.
-	wantOutage := "first failure -9.5s in true of agent-1; recovery 19.5s; opens=2 events=8 shed=12 failed=25 held=4 stopped=1 fell_back=1 baseline=2.0/s avoided=15"
+	// to the close, less the 5 sent. Parked and fallen back at the gates:
+	// the shed events' counts (a count an event leaves out is 0).
+	wantOutage := "first failure -9.5s in true of agent-1; recovery 19.5s; opens=2 events=8 shed=12 parked=7 gate_fell_back=2 failed=25 held=4 stopped=1 fell_back=1 baseline=2.0/s avoided=15"
 	if got != wantOutage {
 		t.Errorf("outage:\n%s\nwant:\n%s", got, wantOutage)
 	}
@@ -266,6 +268,17 @@ func TestIncidents(t *testing.T) {
 		wantKinds := "breaker_open shed breaker_half_open breaker_open shed breaker_half_open breaker_close slow_start"
 		if strings.Join(kinds, " ") != wantKinds {
 			t.Errorf("events = %v, want %s", kinds, wantKinds)
+		}
+		// The incident's gate counts are what its shed events hold.
+		var eventsShed, eventsParked, eventsFellBack int64
+		for _, e := range d.Events {
+			if e.Event == journal.FleetShed {
+				eventsShed, eventsParked, eventsFellBack = eventsShed+e.Counts["shed"], eventsParked+e.Counts["parked"], eventsFellBack+e.Counts["fell_back"]
+			}
+		}
+		if d.Shed != eventsShed || d.Parked != eventsParked || d.GateFellBack != eventsFellBack {
+			t.Errorf("shed=%d parked=%d gate_fell_back=%d, want the shed events' %d, %d, %d",
+				d.Shed, d.Parked, d.GateFellBack, eventsShed, eventsParked, eventsFellBack)
 		}
 		var failed, held, resolved, shed int64
 		states := map[string]bool{}

@@ -170,3 +170,52 @@ func TestMigrationDropsRowChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrationIncidentGateColumns: migration 12 appends parked and
+// gate_fell_back to incident_spans and incidents, and going down leaves the
+// three incident views as migration 11 made them.
+func TestMigrationIncidentGateColumns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := journaltest.EmptyDatabaseURL(t)
+	views := []string{"incident_spans", "incident_attempts", "incidents"}
+	shape := func() (columns map[string][]string, defs map[string]string) {
+		columns, defs = map[string][]string{}, map[string]string{}
+		for _, v := range views {
+			_, rows := journaltest.Query(t, url, `SELECT column_name FROM information_schema.columns
+				WHERE table_schema = 'public' AND table_name = $1 ORDER BY ordinal_position`, v)
+			for _, r := range rows {
+				columns[v] = append(columns[v], r[0])
+			}
+			_, rows = journaltest.Query(t, url, `SELECT pg_get_viewdef($1::regclass)`, v)
+			defs[v] = rows[0][0]
+		}
+		return columns, defs
+	}
+	if err := journal.MigrateTo(ctx, url, 11); err != nil {
+		t.Fatal(err)
+	}
+	cols11, defs11 := shape()
+	if err := journal.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	cols12, _ := shape()
+	for _, v := range []string{"incident_spans", "incidents"} {
+		want := append(slices.Clone(cols11[v]), "parked", "gate_fell_back")
+		if !slices.Equal(cols12[v], want) {
+			t.Errorf("%s columns %v, want 11's with parked and gate_fell_back appended", v, cols12[v])
+		}
+	}
+	if !slices.Equal(cols12["incident_attempts"], cols11["incident_attempts"]) {
+		t.Errorf("incident_attempts columns %v, want 11's %v", cols12["incident_attempts"], cols11["incident_attempts"])
+	}
+	if err := journal.MigrateTo(ctx, url, 11); err != nil {
+		t.Fatal(err)
+	}
+	cols, defs := shape()
+	for _, v := range views {
+		if !slices.Equal(cols[v], cols11[v]) || defs[v] != defs11[v] {
+			t.Errorf("%s after going down to 11: columns %v, definition\n%s\nwant 11's:\n%v\n%s", v, cols[v], defs[v], cols11[v], defs11[v])
+		}
+	}
+}

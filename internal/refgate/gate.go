@@ -38,9 +38,10 @@ type Gate struct {
 	// past an expired assignment (policyd unreachable); Parked the checks
 	// that parked a call (a parked call's re-checks included); BatchFirst
 	// the batch class's first attempts at their first check (admitted,
-	// shed or parked).
+	// shed or parked); FellBack, of Shed, those sent to the assignment's
+	// fallback.
 	Admitted, Shed, OwnAdmitted, Parked int64
-	BatchFirst                          int64
+	BatchFirst, FellBack                int64
 
 	// InFlight is the process's requests in flight on the target now: the
 	// caller keeps it, and a first attempt waits while it is at the
@@ -295,6 +296,7 @@ func (g *Gate) count(v Verdict, canFallBack bool, class Class) Verdict {
 		g.Shed++
 		if canFallBack && g.a != nil && g.a.Fallback != nil {
 			v.Action, v.Fallback = FallBack, g.a.Fallback
+			g.FellBack++
 		}
 	} else {
 		g.Admitted++

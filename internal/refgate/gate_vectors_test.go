@@ -70,6 +70,7 @@ type gateVectors struct {
 		Counts   *struct {
 			Admitted, Shed, Parked int64
 			BatchFirst             int64 `json:"batch_first_attempts"`
+			FellBack               int64 `json:"fell_back"`
 		} `json:"counts"`
 	} `json:"cases"`
 	Target struct {
@@ -206,9 +207,10 @@ func TestGateVectors(t *testing.T) {
 					t.Fatalf("step %d does nothing", i)
 				}
 			}
-			if w := c.Counts; w != nil && (g.Admitted != w.Admitted || g.Shed != w.Shed || g.Parked != w.Parked || g.BatchFirst != w.BatchFirst) {
-				t.Fatalf("counts admitted %d shed %d parked %d batch first attempts %d, want %+v",
-					g.Admitted, g.Shed, g.Parked, g.BatchFirst, *w)
+			if w := c.Counts; w != nil && (g.Admitted != w.Admitted || g.Shed != w.Shed || g.Parked != w.Parked || g.BatchFirst != w.BatchFirst ||
+				g.FellBack != w.FellBack) {
+				t.Fatalf("counts admitted %d shed %d parked %d batch first attempts %d fell back %d, want %+v",
+					g.Admitted, g.Shed, g.Parked, g.BatchFirst, g.FellBack, *w)
 			}
 		})
 	}

@@ -166,7 +166,7 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 		}
 		sub.reportedAt = now
 		c.s.fleet.Report(fleet.Usage{Target: t, ClientID: c.client, Origin: c.origin, Elapsed: u.GetElapsed().AsDuration(),
-			Admitted: int64(u.GetAdmitted()), Shed: int64(u.GetShed()), Succeeded: int64(u.GetSucceeded()),
+			Admitted: int64(u.GetAdmitted()), Shed: int64(u.GetShed()), FellBack: int64(u.GetFellBack()), Succeeded: int64(u.GetSucceeded()),
 			Failed: int64(u.GetFailed()), Retries: int64(u.GetRetries()),
 			Parked: int64(min(u.GetParked(), maxParked)), ParkedNew: int64(u.GetParkedNew()), Released: int64(u.GetReleased()),
 			RequestsPerMinute:    fleet.RequestsPerMinute(t.Provider, u.GetRateLimitHeaders()),

@@ -239,6 +239,8 @@ func TestCoordinateRejectsBadReports(t *testing.T) {
 		{"admitted beyond the interval", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(2 * time.Second), Admitted: 2001}}}}, "usage[0].admitted"},
 		{"tokens beyond their calls", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Admitted: 2, FirstAttemptInputTokens: 4_000_001}}}}, "usage[0].first_attempt_input_tokens"},
 		{"retry tokens without retries", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Admitted: 2, RetryInputTokens: 1}}}}, "usage[0].retry_input_tokens"},
+		{"parked beyond the interval", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), ParkedNew: 1001}}}}, "usage[0].parked_new"},
+		{"more fallen back than shed", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Shed: 2, FellBack: 3}}}}, "usage[0].fell_back"},
 		{"more batch than first attempts", []*policydv1.CoordinateRequest{{ClientId: "a", Usage: []*policydv1.BucketUsage{{Target: gpt4o, Elapsed: durationpb.New(time.Second), Admitted: 2, BatchFirstAttempts: 3}}}}, "usage[0].batch_first_attempts"},
 		// The second report of a target on a stream claims ten minutes the
 		// server did not see pass.

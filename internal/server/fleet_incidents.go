@@ -105,7 +105,7 @@ func incidentProto(in journal.Incident) *policydv1.Incident {
 		BudgetsExhausted: int32(in.BudgetExhausted), Clears: int32(in.Clears), Events: int32(in.Events),
 		FirstAttemptsShed: in.Shed, FailedAttempts: in.FailedAttempts, RetriesHeld: in.RetriesHeld,
 		RetriesStopped: in.Stopped, RetriesFellBack: in.FellBack, BaselineFailuresPerSecond: in.BaselinePerSecond,
-		RetriesAvoided: in.RetriesAvoided,
+		RetriesAvoided: in.RetriesAvoided, FirstAttemptsParked: in.Parked, FirstAttemptsFellBack: in.GateFellBack,
 	}
 	if !in.RecoveredAt.IsZero() {
 		p.RecoveredAt = timestamppb.New(in.RecoveredAt)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
 	"github.com/policyd/policyd/internal/fleet"
@@ -101,8 +103,27 @@ func TestIncidentsThroughTheServer(t *testing.T) {
 	s := newIncidentServer(t)
 	start := s.clock.now()
 	s.outage(t)
+	// A streaming client's gate reports what it did with first attempts
+	// meanwhile: 5 parked, 4 shed, 2 of those sent to the fallback.
+	streamCtx, stopStream := context.WithCancel(as(testContext(t), tokenAcme))
+	defer stopStream()
+	stream, err := policydv1.NewFleetServiceClient(dialT(t, s.addr, insecure.NewCredentials())).Coordinate(streamCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&policydv1.CoordinateRequest{ClientId: "gate-1", Usage: []*policydv1.BucketUsage{{
+		Target:  &policydv1.BucketTarget{Provider: "openai", Model: "gpt-4o"},
+		Elapsed: durationpb.New(time.Second), ParkedNew: 5, Shed: 4, FellBack: 2}}}); err != nil {
+		t.Fatal(err)
+	}
 
-	open := s.until(t, &policydv1.ListIncidentsRequest{OpenOnly: true}, func(in []*policydv1.Incident) bool { return len(in) == 1 })[0]
+	open := s.until(t, &policydv1.ListIncidentsRequest{OpenOnly: true}, func(in []*policydv1.Incident) bool {
+		return len(in) == 1 && in[0].GetFirstAttemptsParked() > 0
+	})[0]
+	if open.GetFirstAttemptsParked() != 5 || open.GetFirstAttemptsShed() != 4 || open.GetFirstAttemptsFellBack() != 2 {
+		t.Errorf("first attempts parked %d, shed %d, fell back %d; want the gate's 5, 4 and 2",
+			open.GetFirstAttemptsParked(), open.GetFirstAttemptsShed(), open.GetFirstAttemptsFellBack())
+	}
 	if open.GetBucket() != "availability:openai/gpt-4o" || open.GetBreaker() != policydv1.BreakerState_BREAKER_STATE_OPEN ||
 		open.GetRecoveredAt() != nil || !open.GetOpen() {
 		t.Fatalf("open incident = %v, want the breaker of availability:openai/gpt-4o, open", open)
@@ -114,20 +135,23 @@ func TestIncidentsThroughTheServer(t *testing.T) {
 	}
 
 	// The provider is back: the open period ends, the breaker half-opens,
-	// and closes after three quiet seconds.
+	// and the gate's two probes succeed: it closes.
 	s.clock.advance(5 * time.Second)
 	s.fleet.Tick()
-	s.clock.advance(4 * time.Second)
-	s.fleet.Tick()
+	if err := stream.Send(&policydv1.CoordinateRequest{Usage: []*policydv1.BucketUsage{{
+		Target:  &policydv1.BucketTarget{Provider: "openai", Model: "gpt-4o"},
+		Elapsed: durationpb.New(time.Second), Admitted: 2, Succeeded: 2}}}); err != nil {
+		t.Fatal(err)
+	}
 	done := s.until(t, &policydv1.ListIncidentsRequest{}, func(in []*policydv1.Incident) bool {
 		return len(in) == 1 && in[0].GetBreaker() == policydv1.BreakerState_BREAKER_STATE_CLOSED
 	})[0]
 	if done.GetOpen() || done.GetRecoveredAt() == nil || done.GetId() != open.GetId() {
 		t.Fatalf("after the close: %v, want incident %d recovered", done, open.GetId())
 	}
-	// The 20th failure opened it 1.9 s in, for 5 s; 3 quiet seconds
-	// half-open closed it.
-	if got, want := done.GetTimeToRecovery().AsDuration(), 9900*time.Millisecond; got != want {
+	// The 20th failure opened it 1.9 s in, for 5 s; the probes' successes
+	// closed it half a second later, at the end of the outage's 2.4 s.
+	if got, want := done.GetTimeToRecovery().AsDuration(), 7400*time.Millisecond; got != want {
 		t.Errorf("time to recovery = %v, want %v: from the first 503 to the close", got, want)
 	}
 	// The spent budget sent the later retries to a fallback.
@@ -149,7 +173,7 @@ func TestIncidentsThroughTheServer(t *testing.T) {
 	for _, e := range got.GetEvents() {
 		kinds = append(kinds, e.GetEvent())
 	}
-	if want := []string{journal.FleetBudgetExhausted, journal.FleetBreakerOpen, journal.FleetBreakerHalfOpen,
+	if want := []string{journal.FleetBudgetExhausted, journal.FleetBreakerOpen, journal.FleetShed, journal.FleetBreakerHalfOpen,
 		journal.FleetBreakerClose, journal.FleetSlowStart}; strings.Join(kinds, " ") != strings.Join(want, " ") {
 		t.Errorf("timeline events = %v, want %v", kinds, want)
 	}

@@ -341,7 +341,8 @@ func incidentViewOf(in *policydv1.Incident, now time.Time) incidentView {
 	iv.Counts = []countView{
 		{"breaker openings", int64(in.GetBreakerOpens())}, {"holds", int64(in.GetHolds())}, {"key stops", int64(in.GetStops())},
 		{"failed attempts", in.GetFailedAttempts()}, {"retries held (parked)", in.GetRetriesHeld()},
-		{"first attempts shed", in.GetFirstAttemptsShed()}, {"retries stopped", in.GetRetriesStopped()},
+		{"first attempts parked", in.GetFirstAttemptsParked()}, {"first attempts shed", in.GetFirstAttemptsShed()},
+		{"of them fell back", in.GetFirstAttemptsFellBack()}, {"retries stopped", in.GetRetriesStopped()},
 		{"retries fell back", in.GetRetriesFellBack()}, {"attempts avoided (estimate)", in.GetRetriesAvoided()},
 	}
 	return iv

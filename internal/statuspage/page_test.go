@@ -134,10 +134,15 @@ func TestStatusPageAfterAnOutage(t *testing.T) {
 	d := newDaemon(t)
 	start := d.clock.now()
 	contexts := d.outage(t, ctx)
+	// A client's gate parks six first attempts, and sheds four, two of
+	// them to the fallback.
+	gpt4o := fleet.Target{Provider: "openai", Model: "gpt-4o"}
+	d.fleet.Report(fleet.Usage{Target: gpt4o, ClientID: "gate-1", ParkedNew: 6, Shed: 4, FellBack: 2})
 	page := statuspage.New(d.fs, d.js, statuspage.WithClock(d.clock.now))
 
-	during := untilPage(t, page, "breaker open", "in trouble since", "policyd now: breaker open")
+	during := untilPage(t, page, "breaker open", "in trouble since", "policyd now: breaker open", "first attempts parked: <b>6</b>")
 	for _, want := range []string{
+		"<span>first attempts parked: <b>6</b></span><span>first attempts shed: <b>4</b></span><span>of them fell back: <b>2</b></span>",
 		"<code>availability:openai/gpt-4o</code>",
 		"first failure " + start.Format("2006-01-02 15:04:05 UTC") + " (OVERLOADED, rule overloaded) in a call of agent <code>agent-a</code>",
 		`class="b-open"`,             // the chart's breaker band
@@ -155,18 +160,17 @@ func TestStatusPageAfterAnOutage(t *testing.T) {
 		t.Error("the page has a script or an external asset")
 	}
 
-	// The provider is back: the breaker half-opens, then closes; the
-	// parked calls get through.
+	// The provider is back: the breaker half-opens, the gate's probes
+	// succeed and close it; the parked calls get through.
 	d.clock.advance(5 * time.Second)
 	d.fleet.Tick()
-	d.clock.advance(4 * time.Second)
-	d.fleet.Tick()
+	d.fleet.Report(fleet.Usage{Target: gpt4o, ClientID: "gate-1", Admitted: 2, Succeeded: 2})
 	for _, id := range contexts[:6] {
 		if _, err := d.js.FinishContext(ctx, &policydv1.FinishContextRequest{ContextId: id, Outcome: policydv1.Outcome_OUTCOME_RESOLVED}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	after := untilPage(t, page, "recovered after 9.9s")
+	after := untilPage(t, page, "recovered after 7.4s")
 	for _, want := range []string{
 		`<span class="pill ok">recovered`,
 		`class="b-closed"`,

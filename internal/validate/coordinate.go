@@ -64,7 +64,7 @@ func CoordinateRequest(req *policydv1.CoordinateRequest, first bool) error {
 // (0, 10m], counts of at most MaxCallsPerSecond for each second of it (of
 // interval, when shorter: the time the server saw pass since the stream's
 // last report of the target; 0 for none; at least a second either way),
-// and at most 16 rate-limit headers (x-ratelimit-* or
+// fell_back at most shed, and at most 16 rate-limit headers (x-ratelimit-* or
 // anthropic-ratelimit-*, values of at most 64 bytes).
 func Usage(i int, u *policydv1.BucketUsage, interval time.Duration) error {
 	if err := usage(u, interval); err != nil {
@@ -105,7 +105,8 @@ func usage(u *policydv1.BucketUsage, interval time.Duration) error {
 	for _, c := range [...]struct {
 		name string
 		n    uint64
-	}{{"admitted", u.GetAdmitted()}, {"shed", u.GetShed()}, {"succeeded", u.GetSucceeded()}, {"failed", u.GetFailed()}, {"retries", u.GetRetries()}} {
+	}{{"admitted", u.GetAdmitted()}, {"shed", u.GetShed()}, {"succeeded", u.GetSucceeded()}, {"failed", u.GetFailed()}, {"retries", u.GetRetries()},
+		{"parked_new", u.GetParkedNew()}} {
 		if c.n > limit {
 			return Fieldf(c.name, "%d in %v is more than one process does (at most %d calls a second)", c.n, span.Round(time.Millisecond), MaxCallsPerSecond)
 		}
@@ -127,6 +128,9 @@ func usage(u *policydv1.BucketUsage, interval time.Duration) error {
 		if c.n > c.calls*MaxInputTokensPerCall {
 			return Fieldf(c.name, "%d tokens for %d %s: at most %d a call", c.n, c.calls, c.what, MaxInputTokensPerCall)
 		}
+	}
+	if n, shed := u.GetFellBack(), u.GetShed(); n > shed {
+		return Fieldf("fell_back", "%d, more than shed (%d): it counts the shed first attempts sent to a fallback", n, shed)
 	}
 	if n, most := u.GetBatchFirstAttempts(), u.GetAdmitted()+u.GetShed()+u.GetParkedNew(); n > most {
 		return Fieldf("batch_first_attempts", "%d, more than admitted, shed and parked_new together (%d)", n, most)

@@ -33,7 +33,8 @@ def test_coordinate_vector(case: dict[str, Any]) -> None:
         clock.now = step["at_ms"] / 1000
         where = f"step {i} at {step['at_ms']}ms"
         if "first_attempt" in step:
-            table.check(T, None, False, step["first_attempt"]["draw"], 0)
+            fa = step["first_attempt"]
+            table.check(T, None, fa.get("can_fall_back", False), fa["draw"], 0)
         elif "outcome" in step:
             table.record(T, step["outcome"] == "success")
         elif step.get("failed_locally"):
@@ -54,6 +55,15 @@ def test_coordinate_vector(case: dict[str, Any]) -> None:
             pa.ttl.FromMilliseconds(a["ttl_ms"])
             pa.hold.FromMilliseconds(a["hold_ms"])
             pa.stop.FromMilliseconds(a["stop_ms"])
+            if (fb := a.get("fallback")) is not None:
+                pa.fallback.CopyFrom(
+                    policy_pb2.Fallback(
+                        kind=policy_pb2.FallbackKind.Value("FALLBACK_KIND_" + fb["kind"]),
+                        provider=fb["provider"],
+                        model=fb["model"],
+                        reason=fb["reason"],
+                    )
+                )
             table.apply(fpb.CoordinateResponse(assignments=[pa]))
         elif "report" in step:
             got = [u for m in table.reports() for u in m.usage]
@@ -61,9 +71,10 @@ def test_coordinate_vector(case: dict[str, Any]) -> None:
             assert len(got) == len(want), where
             for u, w in zip(got, want, strict=True):
                 assert u.elapsed.ToMilliseconds() == w["elapsed_ms"], where
-                assert (u.admitted, u.shed, u.succeeded, u.failed, u.retries) == (
+                assert (u.admitted, u.shed, u.fell_back, u.succeeded, u.failed, u.retries) == (
                     w["admitted"],
                     w["shed"],
+                    w["fell_back"],
                     w["succeeded"],
                     w["failed"],
                     w["retries"],

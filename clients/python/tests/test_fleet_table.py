@@ -663,6 +663,32 @@ def test_a_parked_first_attempt_is_reported_parked_new_then_released() -> None:
     assert (u.parked, u.shed) == (0, 0)
 
 
+def test_first_attempts_sent_to_the_fallback_are_shed_and_fell_back_at_most_shed_a_report() -> None:
+    clock = Clock()
+    table = FleetTable(clock)
+    fallback = policy_pb2.Fallback(kind=policy_pb2.FALLBACK_KIND_OTHER_MODEL, provider="openai", model="gpt-4o-mini")
+    assign(table, breaker=policy_pb2.BREAKER_STATE_OPEN, fallback=fallback)
+    table.reports()
+    assert table.check(T, None, True, 0.5, None).action is GateAction.FALL_BACK
+    assert table.check(T, None, False, 0.5, 0).action is GateAction.STOP  # no fallback for the caller, parking off
+    clock.now += 1
+    u = usage_of(table.reports())[T]
+    assert (u.admitted, u.shed, u.fell_back) == (0, 2, 1)
+    # 600 admitted, then 900 to the fallback: the report carries 1,000 first attempts, fell_back
+    # within its shed; the rest waits for the next report.
+    assign(table)
+    for _ in range(600):
+        table.check(T, None, False, 0.5, None)
+    assign(table, breaker=policy_pb2.BREAKER_STATE_OPEN, fallback=fallback)
+    for _ in range(900):
+        table.check(T, None, True, 0.5, None)
+    clock.now += 1
+    u = usage_of(table.reports())[T]
+    assert (u.admitted, u.shed, u.fell_back) == (600, MAX_COUNT - 600, MAX_COUNT - 600)
+    u = usage_of(table.reports())[T]
+    assert (u.admitted, u.shed, u.fell_back) == (0, 500, 500)
+
+
 def test_a_reports_class_and_released_counts_are_within_the_first_attempts_it_carries() -> None:
     clock = Clock()
     table = FleetTable(clock)

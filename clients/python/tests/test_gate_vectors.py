@@ -114,3 +114,4 @@ def test_gate_vector(case: dict[str, Any]) -> None:
         counts = case["counts"]
         assert (g.admitted, g.shed, g.parks) == (counts["admitted"], counts["shed"], counts.get("parked", 0))
         assert g.batch_first == counts.get("batch_first_attempts", 0)
+        assert g.fell_back == counts.get("fell_back", 0)

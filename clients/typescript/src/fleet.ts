@@ -89,6 +89,8 @@ interface Entry {
   gate: Gate;
   admitted: number;
   shed: number;
+  /** Of shed, the first attempts sent to the assignment's fallback. */
+  fellBack: number;
   succeeded: number;
   failed: number;
   retries: number;
@@ -186,7 +188,7 @@ export class FleetTable {
     } else if (verdict.action === "park") {
       e.parkedNew++;
     } else {
-      e.shed++;
+      countShed(e, verdict);
     }
     return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt), ended };
   }
@@ -208,7 +210,7 @@ export class FleetTable {
         e.released++;
         ended = this.#began(e);
       } else {
-        e.shed++;
+        countShed(e, verdict);
       }
     }
     return { verdict, decision: (v) => gateDecision(v, target, a, now - e.gate.receivedAt), ended };
@@ -357,6 +359,7 @@ export class FleetTable {
       if (!pending(e)) continue;
       const admitted = take(e, "admitted");
       const shed = take(e, "shed", MAX_COUNT - Number(admitted));
+      const fellBack = take(e, "fellBack", Number(shed));
       const retries = take(e, "retries");
       const parkedNew = take(e, "parkedNew");
       // The class and the tokens are bounded by the first attempts (admitted,
@@ -368,6 +371,7 @@ export class FleetTable {
         elapsed: durationOf(Math.min(MAX_ELAPSED_MS, Math.max(1, now - e.reportedAt))),
         admitted,
         shed,
+        fellBack,
         succeeded: take(e, "succeeded"),
         failed: take(e, "failed"),
         retries,
@@ -434,6 +438,7 @@ export class FleetTable {
       gate: new Gate(this.#d.graceMs),
       admitted: 0,
       shed: 0,
+      fellBack: 0,
       succeeded: 0,
       failed: 0,
       retries: 0,
@@ -486,6 +491,7 @@ function wakeParked(e: Entry): void {
 type Counted =
   | "admitted"
   | "shed"
+  | "fellBack"
   | "succeeded"
   | "failed"
   | "retries"
@@ -508,6 +514,7 @@ function hasCounts(e: Entry): boolean {
     e.headers !== undefined ||
     e.admitted > 0 ||
     e.shed > 0 ||
+    e.fellBack > 0 ||
     e.succeeded > 0 ||
     e.failed > 0 ||
     e.retries > 0 ||
@@ -519,6 +526,12 @@ function hasCounts(e: Entry): boolean {
     e.gate.inFlight !== e.inFlightSent ||
     e.gate.parked !== e.parkedSent
   );
+}
+
+/** Counts a first attempt the gate did not admit: shed, and fell back when it went to the fallback. */
+function countShed(e: Entry, v: GateVerdict): void {
+  e.shed++;
+  if (v.action === "fall_back") e.fellBack++;
 }
 
 /** Whether e has calls in flight or parked: its row must stay. */

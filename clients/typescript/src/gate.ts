@@ -131,9 +131,10 @@ export class Gate {
   #tokens = OWN_MAX_TOKENS;
   #tokensAt: number | undefined;
   readonly #graceMs: number;
-  /** First attempts admitted (admit and wait) and shed (stop and fall back) so far. */
+  /** First attempts admitted (admit and wait) and shed (stop and fall back) so far; of shed, those that fell back. */
   admitted = 0;
   shed = 0;
+  fellBack = 0;
   /** The batch class's first attempts at their first check (admitted, shed or parked). */
   batchFirst = 0;
   /** The process's requests in flight to the target now (a gauge its table keeps). */
@@ -301,7 +302,10 @@ export class Gate {
     if (v.action === "stop") {
       this.shed++;
       const fb = this.#a?.fallback;
-      if (canFallBack && fb) return { ...v, action: "fall_back", fallback: fb };
+      if (canFallBack && fb) {
+        this.fellBack++;
+        return { ...v, action: "fall_back", fallback: fb };
+      }
     } else {
       this.admitted++;
     }

@@ -7,13 +7,14 @@ import { describe, test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { createRouterTransport } from "@connectrpc/connect";
 import { Coordinator } from "@policyd/client";
-import { BreakerState, CoordinateResponseSchema } from "@policyd/client/proto";
+import { BreakerState, CoordinateResponseSchema, FallbackKind } from "@policyd/client/proto";
 import { readTestdata, targetOf, type VectorAssignment, type VectorTarget } from "./testdata.js";
 
 interface Usage {
   elapsed_ms: number;
   admitted: number;
   shed: number;
+  fell_back: number;
   succeeded: number;
   failed: number;
   retries: number;
@@ -22,7 +23,7 @@ interface Usage {
 
 interface Step {
   at_ms: number;
-  first_attempt?: { draw: number };
+  first_attempt?: { draw: number; can_fall_back?: boolean };
   outcome?: "success" | "failure";
   failed_locally?: boolean;
   retry?: boolean;
@@ -58,7 +59,7 @@ describe("vectors: coordinate.json", () => {
         const where = `step ${i} at ${s.at_ms}ms`;
         if (s.first_attempt) {
           draw = s.first_attempt.draw;
-          co.check(target, undefined, false);
+          co.check(target, undefined, s.first_attempt.can_fall_back ?? false);
         } else if (s.outcome) {
           co.outcome(target, s.outcome === "success");
         } else if (s.failed_locally) {
@@ -81,6 +82,9 @@ describe("vectors: coordinate.json", () => {
                   admitFraction: a.admit_fraction,
                   probePermits: a.probe_permits,
                   reason: a.reason,
+                  fallback: a.fallback
+                    ? { ...a.fallback, kind: FallbackKind[a.fallback.kind as keyof typeof FallbackKind] }
+                    : undefined,
                 },
               ],
             }),
@@ -90,6 +94,7 @@ describe("vectors: coordinate.json", () => {
             elapsed_ms: Number(u.elapsed?.seconds ?? 0n) * 1000 + (u.elapsed?.nanos ?? 0) / 1e6,
             admitted: Number(u.admitted),
             shed: Number(u.shed),
+            fell_back: Number(u.fellBack),
             succeeded: Number(u.succeeded),
             failed: Number(u.failed),
             retries: Number(u.retries),

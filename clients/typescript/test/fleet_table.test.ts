@@ -9,7 +9,7 @@ import { describe, test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { createRouterTransport } from "@connectrpc/connect";
 import { Coordinator } from "@policyd/client";
-import { BreakerState, CoordinateResponseSchema } from "@policyd/client/proto";
+import { BreakerState, CoordinateResponseSchema, FallbackKind } from "@policyd/client/proto";
 
 const target = { provider: "openai", model: "gpt-4o", keyId: "" };
 
@@ -48,11 +48,12 @@ async function table(parkLimitMs = 0) {
   const report = () => {
     const u = co.takeReport()[0];
     if (!u) return undefined;
-    const { admitted, shed, retries, parked, parkedNew, released } = u;
+    const { admitted, shed, fellBack, retries, parked, parkedNew, released } = u;
     const { firstAttemptInputTokens, retryInputTokens, batchFirstAttempts, inFlight } = u;
     return {
       admitted,
       shed,
+      fellBack,
       retries,
       parked,
       parkedNew,
@@ -75,6 +76,7 @@ async function table(parkLimitMs = 0) {
 const zero = {
   admitted: 0n,
   shed: 0n,
+  fellBack: 0n,
   retries: 0n,
   parked: 0n,
   parkedNew: 0n,
@@ -99,6 +101,38 @@ describe("bucket usage in the fleet reports", () => {
       retryInputTokens: 300n,
     });
     assert.equal(report(), undefined, "nothing left to report");
+  });
+
+  test("a first attempt sent to the fallback: shed and fell back, at most the report's shed", async () => {
+    const { co, assign, report, check } = await table();
+    check(); // subscribes
+    report();
+    const openWithFallback = () =>
+      co.applyResponse(
+        create(CoordinateResponseSchema, {
+          assignments: [
+            {
+              target,
+              ttl: { seconds: 60n },
+              breaker: BreakerState.OPEN,
+              admitFraction: 1,
+              fallback: { kind: FallbackKind.OTHER_MODEL, provider: "openai", model: "gpt-4o-mini" },
+            },
+          ],
+        }),
+      );
+    openWithFallback();
+    assert.equal(co.check(target, undefined, true).verdict.action, "fall_back");
+    assert.equal(co.check(target, undefined, false).verdict.action, "stop", "no fallback for the caller, parking off");
+    assert.deepEqual(report(), { ...zero, shed: 2n, fellBack: 1n });
+    // 600 admitted, then 900 to the fallback: a report carries 1,000 first
+    // attempts, fell_back within its shed; the rest waits for the next.
+    assign(1);
+    for (let i = 0; i < 600; i++) check();
+    openWithFallback();
+    for (let i = 0; i < 900; i++) co.check(target, undefined, true);
+    assert.deepEqual(report(), { ...zero, admitted: 600n, shed: 400n, fellBack: 400n });
+    assert.deepEqual(report(), { ...zero, shed: 500n, fellBack: 500n });
   });
 
   test("a parked first attempt: counted at its first check (parked_new, its class and tokens), released once", async () => {

@@ -525,6 +525,7 @@ class FleetTable:
                     min(n, MAX_COUNT) for n in (due.admitted, due.parked_new, e.succeeded, e.failed, e.retries)
                 )
                 shed = min(due.shed, MAX_COUNT - admitted)
+                fell_back = min(due.fell_back, shed)
                 # The first attempts counted: admitted, shed and parked at their first check. The
                 # released are among admitted, the batch class's among those counted; tokens at
                 # most the limit for each call counted. What is over waits for the next report.
@@ -536,6 +537,7 @@ class FleetTable:
                     target=fpb.BucketTarget(provider=t.provider, model=t.model, key_id=t.key_id),
                     admitted=admitted,
                     shed=shed,
+                    fell_back=fell_back,
                     succeeded=succeeded,
                     failed=failed,
                     retries=retries,
@@ -558,6 +560,7 @@ class FleetTable:
                     done.parked_new + parked_new,
                     done.released + released,
                     done.batch_first + batch_first,
+                    done.fell_back + fell_back,
                 )
                 e.succeeded -= succeeded
                 e.failed -= failed

@@ -147,6 +147,8 @@ class GateCounts(NamedTuple):
     released: int = 0
     #: The batch class's first attempts at their first check (admitted, shed or parked).
     batch_first: int = 0
+    #: Of shed, the first attempts sent to the assignment's fallback.
+    fell_back: int = 0
 
 
 class Gate:
@@ -163,6 +165,7 @@ class Gate:
         "grace",
         "admitted",
         "shed",
+        "fell_back",
         "parks",
         "parked_new",
         "released",
@@ -181,6 +184,8 @@ class Gate:
         self.grace = grace
         self.admitted = 0
         self.shed = 0
+        #: Of shed, the first attempts sent to the assignment's fallback.
+        self.fell_back = 0
         #: Checks that parked a call (re-checks included); first attempts parked; parked calls admitted.
         self.parks = 0
         self.parked_new = 0
@@ -195,7 +200,7 @@ class Gate:
         self.target = target
 
     def counts(self) -> GateCounts:
-        return GateCounts(self.admitted, self.shed, self.parked_new, self.released, self.batch_first)
+        return GateCounts(self.admitted, self.shed, self.parked_new, self.released, self.batch_first, self.fell_back)
 
     def assign(self, now: float, a: GateAssignment | None) -> None:
         """Receive an assignment (None: abandon), replacing the previous one."""
@@ -328,6 +333,7 @@ class Gate:
             self.shed += 1
             a = self.assignment
             if can_fall_back and a is not None and a.fallback is not None:
+                self.fell_back += 1
                 return replace(v, action=GateAction.FALL_BACK, fallback=a.fallback)
         else:
             self.admitted += 1

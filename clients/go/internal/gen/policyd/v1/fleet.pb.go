@@ -202,7 +202,10 @@ type BucketUsage struct {
 	// shed and parked_new together.
 	BatchFirstAttempts uint64 `protobuf:"varint,16,opt,name=batch_first_attempts,json=batchFirstAttempts,proto3" json:"batch_first_attempts,omitempty"`
 	// Calls the client has in flight on the bucket now (a gauge).
-	InFlight      uint64 `protobuf:"varint,18,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	InFlight uint64 `protobuf:"varint,18,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// Of shed, the first attempts the gate sent to the assignment's fallback
+	// (the caller could take it): at most shed.
+	FellBack      uint64 `protobuf:"varint,19,opt,name=fell_back,json=fellBack,proto3" json:"fell_back,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -352,6 +355,13 @@ func (x *BucketUsage) GetBatchFirstAttempts() uint64 {
 func (x *BucketUsage) GetInFlight() uint64 {
 	if x != nil {
 		return x.InFlight
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetFellBack() uint64 {
+	if x != nil {
+		return x.FellBack
 	}
 	return 0
 }
@@ -1291,8 +1301,15 @@ type Incident struct {
 	// rate over the incident, less the failures journaled after its first
 	// event (docs/postmortem.md has the formula).
 	RetriesAvoided int64 `protobuf:"varint,28,opt,name=retries_avoided,json=retriesAvoided,proto3" json:"retries_avoided,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// First attempts the clients' gates parked at their first check (the
+	// shed events' counts.parked): calls that waited for the fleet instead of
+	// failing; those that gave up waiting are in first_attempts_shed too.
+	FirstAttemptsParked int64 `protobuf:"varint,29,opt,name=first_attempts_parked,json=firstAttemptsParked,proto3" json:"first_attempts_parked,omitempty"`
+	// Of first_attempts_shed, those the gates sent to the assignment's
+	// fallback (the shed events' counts.fell_back).
+	FirstAttemptsFellBack int64 `protobuf:"varint,30,opt,name=first_attempts_fell_back,json=firstAttemptsFellBack,proto3" json:"first_attempts_fell_back,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Incident) Reset() {
@@ -1517,6 +1534,20 @@ func (x *Incident) GetBaselineFailuresPerSecond() float64 {
 func (x *Incident) GetRetriesAvoided() int64 {
 	if x != nil {
 		return x.RetriesAvoided
+	}
+	return 0
+}
+
+func (x *Incident) GetFirstAttemptsParked() int64 {
+	if x != nil {
+		return x.FirstAttemptsParked
+	}
+	return 0
+}
+
+func (x *Incident) GetFirstAttemptsFellBack() int64 {
+	if x != nil {
+		return x.FirstAttemptsFellBack
 	}
 	return 0
 }
@@ -2093,7 +2124,7 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\fBucketTarget\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x15\n" +
-	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\x8f\x06\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xac\x06\n" +
 	"\vBucketUsage\x120\n" +
 	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x123\n" +
 	"\aelapsed\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12\x1a\n" +
@@ -2113,7 +2144,8 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x11input_tokens_used\x18\x0e \x01(\x04R\x0finputTokensUsed\x12,\n" +
 	"\x12output_tokens_used\x18\x0f \x01(\x04R\x10outputTokensUsed\x120\n" +
 	"\x14batch_first_attempts\x18\x10 \x01(\x04R\x12batchFirstAttempts\x12\x1b\n" +
-	"\tin_flight\x18\x12 \x01(\x04R\binFlight\x1aC\n" +
+	"\tin_flight\x18\x12 \x01(\x04R\binFlight\x12\x1b\n" +
+	"\tfell_back\x18\x13 \x01(\x04R\bfellBack\x1aC\n" +
 	"\x15RateLimitHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x11\x10\x12R\n" +
@@ -2192,7 +2224,7 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x10GetBucketRequest\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"?\n" +
 	"\x11GetBucketResponse\x12*\n" +
-	"\x06bucket\x18\x01 \x01(\v2\x12.policyd.v1.BucketR\x06bucket\"\xc7\b\n" +
+	"\x06bucket\x18\x01 \x01(\v2\x12.policyd.v1.BucketR\x06bucket\"\xb4\t\n" +
 	"\bIncident\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x14\n" +
@@ -2224,7 +2256,9 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x0fretries_stopped\x18\x19 \x01(\x03R\x0eretriesStopped\x12*\n" +
 	"\x11retries_fell_back\x18\x1a \x01(\x03R\x0fretriesFellBack\x12?\n" +
 	"\x1cbaseline_failures_per_second\x18\x1b \x01(\x01R\x19baselineFailuresPerSecond\x12'\n" +
-	"\x0fretries_avoided\x18\x1c \x01(\x03R\x0eretriesAvoided\"\xdf\x01\n" +
+	"\x0fretries_avoided\x18\x1c \x01(\x03R\x0eretriesAvoided\x122\n" +
+	"\x15first_attempts_parked\x18\x1d \x01(\x03R\x13firstAttemptsParked\x127\n" +
+	"\x18first_attempts_fell_back\x18\x1e \x01(\x03R\x15firstAttemptsFellBack\"\xdf\x01\n" +
 	"\x0fIncidentFailure\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12:\n" +

@@ -32,7 +32,7 @@ class BucketTarget(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ...) -> None: ...
 
 class BucketUsage(_message.Message):
-    __slots__ = ("target", "elapsed", "admitted", "shed", "succeeded", "failed", "retries", "rate_limit_headers", "parked", "parked_new", "released", "first_attempt_input_tokens", "retry_input_tokens", "input_tokens_used", "output_tokens_used", "batch_first_attempts", "in_flight")
+    __slots__ = ("target", "elapsed", "admitted", "shed", "succeeded", "failed", "retries", "rate_limit_headers", "parked", "parked_new", "released", "first_attempt_input_tokens", "retry_input_tokens", "input_tokens_used", "output_tokens_used", "batch_first_attempts", "in_flight", "fell_back")
     class RateLimitHeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +57,7 @@ class BucketUsage(_message.Message):
     OUTPUT_TOKENS_USED_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIRST_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    FELL_BACK_FIELD_NUMBER: _ClassVar[int]
     target: BucketTarget
     elapsed: _duration_pb2.Duration
     admitted: int
@@ -74,7 +75,8 @@ class BucketUsage(_message.Message):
     output_tokens_used: int
     batch_first_attempts: int
     in_flight: int
-    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admitted: _Optional[int] = ..., shed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., rate_limit_headers: _Optional[_Mapping[str, str]] = ..., parked: _Optional[int] = ..., parked_new: _Optional[int] = ..., released: _Optional[int] = ..., first_attempt_input_tokens: _Optional[int] = ..., retry_input_tokens: _Optional[int] = ..., input_tokens_used: _Optional[int] = ..., output_tokens_used: _Optional[int] = ..., batch_first_attempts: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+    fell_back: int
+    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admitted: _Optional[int] = ..., shed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., rate_limit_headers: _Optional[_Mapping[str, str]] = ..., parked: _Optional[int] = ..., parked_new: _Optional[int] = ..., released: _Optional[int] = ..., first_attempt_input_tokens: _Optional[int] = ..., retry_input_tokens: _Optional[int] = ..., input_tokens_used: _Optional[int] = ..., output_tokens_used: _Optional[int] = ..., batch_first_attempts: _Optional[int] = ..., in_flight: _Optional[int] = ..., fell_back: _Optional[int] = ...) -> None: ...
 
 class CoordinateResponse(_message.Message):
     __slots__ = ("assignments",)
@@ -231,7 +233,7 @@ class GetBucketResponse(_message.Message):
     def __init__(self, bucket: _Optional[_Union[Bucket, _Mapping]] = ...) -> None: ...
 
 class Incident(_message.Message):
-    __slots__ = ("id", "bucket", "scope", "provider", "model", "key_id", "started_at", "last_event_at", "recovered_at", "open", "time_to_recovery", "first_failure", "first_event", "first_reason", "breaker", "breaker_opens", "holds", "stops", "budgets_exhausted", "clears", "events", "first_attempts_shed", "failed_attempts", "retries_held", "retries_stopped", "retries_fell_back", "baseline_failures_per_second", "retries_avoided")
+    __slots__ = ("id", "bucket", "scope", "provider", "model", "key_id", "started_at", "last_event_at", "recovered_at", "open", "time_to_recovery", "first_failure", "first_event", "first_reason", "breaker", "breaker_opens", "holds", "stops", "budgets_exhausted", "clears", "events", "first_attempts_shed", "failed_attempts", "retries_held", "retries_stopped", "retries_fell_back", "baseline_failures_per_second", "retries_avoided", "first_attempts_parked", "first_attempts_fell_back")
     ID_FIELD_NUMBER: _ClassVar[int]
     BUCKET_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
@@ -260,6 +262,8 @@ class Incident(_message.Message):
     RETRIES_FELL_BACK_FIELD_NUMBER: _ClassVar[int]
     BASELINE_FAILURES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     RETRIES_AVOIDED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ATTEMPTS_PARKED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ATTEMPTS_FELL_BACK_FIELD_NUMBER: _ClassVar[int]
     id: int
     bucket: str
     scope: str
@@ -288,7 +292,9 @@ class Incident(_message.Message):
     retries_fell_back: int
     baseline_failures_per_second: float
     retries_avoided: int
-    def __init__(self, id: _Optional[int] = ..., bucket: _Optional[str] = ..., scope: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., recovered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., open: _Optional[bool] = ..., time_to_recovery: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., first_failure: _Optional[_Union[IncidentFailure, _Mapping]] = ..., first_event: _Optional[str] = ..., first_reason: _Optional[str] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ..., breaker_opens: _Optional[int] = ..., holds: _Optional[int] = ..., stops: _Optional[int] = ..., budgets_exhausted: _Optional[int] = ..., clears: _Optional[int] = ..., events: _Optional[int] = ..., first_attempts_shed: _Optional[int] = ..., failed_attempts: _Optional[int] = ..., retries_held: _Optional[int] = ..., retries_stopped: _Optional[int] = ..., retries_fell_back: _Optional[int] = ..., baseline_failures_per_second: _Optional[float] = ..., retries_avoided: _Optional[int] = ...) -> None: ...
+    first_attempts_parked: int
+    first_attempts_fell_back: int
+    def __init__(self, id: _Optional[int] = ..., bucket: _Optional[str] = ..., scope: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., recovered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., open: _Optional[bool] = ..., time_to_recovery: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., first_failure: _Optional[_Union[IncidentFailure, _Mapping]] = ..., first_event: _Optional[str] = ..., first_reason: _Optional[str] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ..., breaker_opens: _Optional[int] = ..., holds: _Optional[int] = ..., stops: _Optional[int] = ..., budgets_exhausted: _Optional[int] = ..., clears: _Optional[int] = ..., events: _Optional[int] = ..., first_attempts_shed: _Optional[int] = ..., failed_attempts: _Optional[int] = ..., retries_held: _Optional[int] = ..., retries_stopped: _Optional[int] = ..., retries_fell_back: _Optional[int] = ..., baseline_failures_per_second: _Optional[float] = ..., retries_avoided: _Optional[int] = ..., first_attempts_parked: _Optional[int] = ..., first_attempts_fell_back: _Optional[int] = ...) -> None: ...
 
 class IncidentFailure(_message.Message):
     __slots__ = ("at", "client_id", "failure_type", "rule", "context_id", "agent")
