@@ -616,6 +616,7 @@ type bucketCountsJSON struct {
 	TPM           int64    `json:"tpm,omitempty"`
 	FirstTokens   int64    `json:"ftok,omitempty"`
 	RetryTokens   int64    `json:"rtok,omitempty"`
+	Parked        int64    `json:"pk,omitempty"`
 }
 
 // PublishCounts replaces rc.Replica's counts (all its buckets at once) and
@@ -637,6 +638,7 @@ func (x *Exchange) PublishCounts(ctx context.Context, rc fleet.ReplicaCounts) er
 			Failures: c.Failures, Successes: c.Successes, Admitted: c.Admitted, FirstAttempts: c.FirstAttempts,
 			Retries: c.Retries, Asks: c.Asks, ProbeOK: c.ProbeOK, Version: c.Version, Clients: c.Clients, Streamed: c.Streamed,
 			RPM: c.RequestsPerMinute, TPM: c.InputTokensPerMinute, FirstTokens: c.FirstAttemptTokens, RetryTokens: c.RetryTokens,
+			Parked: c.Parked,
 		})
 	}
 	counts, err := json.Marshal(buckets)
@@ -774,6 +776,7 @@ func readCounts(rows pgx.Rows) (fleet.ReplicaCounts, int64, error) {
 			Failures: c.Failures, Successes: c.Successes, Admitted: c.Admitted, FirstAttempts: c.FirstAttempts,
 			Retries: c.Retries, Asks: c.Asks, ProbeOK: c.ProbeOK, Version: c.Version, Clients: c.Clients, Streamed: c.Streamed,
 			RequestsPerMinute: c.RPM, InputTokensPerMinute: c.TPM, FirstAttemptTokens: c.FirstTokens, RetryTokens: c.RetryTokens,
+			Parked: c.Parked,
 		})
 	}
 	return rc, seq, nil
