@@ -283,13 +283,14 @@ func (b *Bucket) maybeOpen(now time.Time, client, last string, c *BreakerConfig,
 		// known in a second or two rather than once its failures outweigh
 		// the window's successes from before (about 5 s at the defaults),
 		// and the fleet does not send that many more first attempts into
-		// it. This replica's own counts: the exchanged ones cover the window.
+		// it. The other replicas' last seconds are as of their last
+		// published counts (a second old at most).
 		secs := int(c.TripWindow / time.Second)
 		if secs < 1 {
 			return
 		}
-		failures = b.window.sumLast(now, secs)
-		volume = failures + b.successes.sumLast(now, secs)
+		failures = b.window.sumLast(now, secs) + int(o.recentFailures)
+		volume = failures + b.successes.sumLast(now, secs) + int(o.recentSuccesses)
 		if volume < c.MinVolume || float64(failures) < c.TripRate*float64(volume) {
 			return
 		}

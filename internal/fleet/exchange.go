@@ -68,6 +68,9 @@ type Counts struct {
 	// the release after a close and the pace's demand count every
 	// replica's.
 	Parked int64
+	// RecentFailures and RecentSuccesses are the counts of the last
+	// Breaker.TripWindow, for the breaker's trip.
+	RecentFailures, RecentSuccesses int64
 }
 
 // ReplicaCounts is one replica's latest counts.
