@@ -275,19 +275,36 @@ func (b *Bucket) maybeOpen(now time.Time, client, last string, c *BreakerConfig,
 	o := b.others(now)
 	failures := b.window.sum(now) + int(o.failures)
 	volume := failures + b.successes.sum(now) + int(o.successes)
+	window := c.Window
 	if volume < c.MinVolume || float64(failures) < c.FailureRate*float64(volume) {
-		return
+		// Not over the window: perhaps over the last seconds, when nearly
+		// every outcome in them failed. A provider that went down is then
+		// known in a second or two rather than once its failures outweigh
+		// the window's successes from before (about 5 s at the defaults),
+		// and the fleet does not send that many more first attempts into
+		// it. The other replicas' last seconds are as of their last
+		// published counts (a second old at most).
+		secs := int(c.TripWindow / time.Second)
+		if secs < 1 {
+			return
+		}
+		failures = b.window.sumLast(now, secs) + int(o.recentFailures)
+		volume = failures + b.successes.sumLast(now, secs) + int(o.recentSuccesses)
+		if volume < c.MinVolume || float64(failures) < c.TripRate*float64(volume) {
+			return
+		}
+		window = c.TripWindow
 	}
-	clients := b.windowClients(now, c.Window)
+	clients := b.windowClients(now, window)
 	if len(b.remote) > 0 {
-		clients += b.otherClients(now, c.Window)
+		clients += b.otherClients(now, window)
 	}
 	if clients < c.MinClients {
 		return
 	}
-	why := fmt.Sprintf("%d failures in %v from %d clients (last: %s)", failures, c.Window, clients, last)
+	why := fmt.Sprintf("%d failures in %v from %d clients (last: %s)", failures, window, clients, last)
 	if volume > failures {
-		why = fmt.Sprintf("%d of %d attempts failed in %v, from %d clients (last: %s)", failures, volume, c.Window, clients, last)
+		why = fmt.Sprintf("%d of %d attempts failed in %v, from %d clients (last: %s)", failures, volume, window, clients, last)
 	}
 	b.noteBaseRate(now, c)
 	b.open(now, c.OpenFor, client, why, emit)

@@ -83,6 +83,14 @@ type BreakerConfig struct {
 	FailureRate float64
 	MinClients  int
 	Window      time.Duration
+	// It also opens when, within the last TripWindow (whole seconds; 0:
+	// off), at least MinVolume outcomes were seen and at least TripRate of
+	// them failed, from MinClients clients: a provider that went down is
+	// known in a second or two, not once its failures outweigh the
+	// window's successes from before it (Envoy's consecutive-5xx ejection
+	// answers the same need).
+	TripWindow time.Duration
+	TripRate   float64
 	// OpenFor is the first open period; it doubles, up to MaxOpenFor, each
 	// time a probe fails.
 	OpenFor    time.Duration
@@ -142,7 +150,8 @@ func Defaults() Config {
 		Scopes: DefaultScopes(),
 		Hold:   HoldConfig{Spread: 1.5, MinSpread: time.Second, MaxSpread: 30 * time.Second, MaxHint: 5 * time.Minute},
 		Stop:   StopConfig{For: 60 * time.Second},
-		Breaker: BreakerConfig{MinVolume: 20, FailureRate: 0.5, MinClients: 3, Window: 10 * time.Second, OpenFor: 5 * time.Second,
+		Breaker: BreakerConfig{MinVolume: 20, FailureRate: 0.5, MinClients: 3, Window: 10 * time.Second,
+			TripWindow: 2 * time.Second, TripRate: 0.9, OpenFor: 5 * time.Second,
 			MaxOpenFor: 60 * time.Second, ProbeInterval: time.Second, CloseSuccesses: 2, CloseAfter: 3 * time.Second},
 		Budget:           BudgetConfig{Burst: 10, Floor: 1, Ratio: 0.1},
 		SlowStart:        SlowStartConfig{Window: 5 * time.Second, From: 0.1},
@@ -172,6 +181,10 @@ func (c Config) Validate() error {
 	check(c.Breaker.CloseSuccesses >= 1, "breaker.close_successes", "%d is under 1", c.Breaker.CloseSuccesses)
 	check(c.Breaker.MinClients >= 1, "breaker.min_clients", "%d is under 1", c.Breaker.MinClients)
 	check(c.Breaker.Window >= time.Second && c.Breaker.Window <= 10*time.Minute, "breaker.window", "%v is not within 1s–10m", c.Breaker.Window)
+	check(c.Breaker.TripWindow >= 0 && c.Breaker.TripWindow <= c.Breaker.Window, "breaker.trip_window",
+		"%v is not within 0–window (%v)", c.Breaker.TripWindow, c.Breaker.Window)
+	check(c.Breaker.TripWindow == 0 || c.Breaker.TripRate > c.Breaker.FailureRate && c.Breaker.TripRate <= 1, "breaker.trip_rate",
+		"%v is not in (failure_rate, 1]", c.Breaker.TripRate)
 	check(c.Breaker.OpenFor > 0, "breaker.open_for", "%v is not positive", c.Breaker.OpenFor)
 	check(c.Breaker.MaxOpenFor >= c.Breaker.OpenFor, "breaker.max_open_for", "%v is below open_for %v", c.Breaker.MaxOpenFor, c.Breaker.OpenFor)
 	check(c.Breaker.ProbeInterval > 0, "breaker.probe_interval", "%v is not positive", c.Breaker.ProbeInterval)

@@ -64,6 +64,13 @@ type Counts struct {
 	// reported; FirstAttemptTokens and RetryTokens the input tokens the
 	// streams reported over the window.
 	InputTokensPerMinute, FirstAttemptTokens, RetryTokens int64
+	// Parked: the calls this replica's streams hold parked now (a gauge):
+	// the release after a close and the pace's demand count every
+	// replica's.
+	Parked int64
+	// RecentFailures and RecentSuccesses are the counts of the last
+	// Breaker.TripWindow, for the breaker's trip.
+	RecentFailures, RecentSuccesses int64
 }
 
 // ReplicaCounts is one replica's latest counts.

@@ -369,8 +369,12 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	c := Defaults()
 	c.Breaker.MinClients = 0
 	c.Budget.Floor = -1
+	c.Breaker.TripWindow = time.Minute // past the 10 s window
+	c.Breaker.TripRate = 0.4           // under failure_rate
 	err := c.Validate()
-	if err == nil || !strings.Contains(err.Error(), "breaker.min_clients") || !strings.Contains(err.Error(), "retry_budget.floor") {
-		t.Fatalf("Validate = %v", err)
+	for _, field := range []string{"breaker.min_clients", "retry_budget.floor", "breaker.trip_window", "breaker.trip_rate"} {
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Fatalf("Validate = %v, want %s named", err, field)
+		}
 	}
 }

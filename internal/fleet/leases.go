@@ -14,7 +14,7 @@ import (
 // holds at most its lease in flight, and parks the rest. With several
 // replicas each
 // leases the cap's share of the replicas active on the bucket (the streams
-// spread evenly over them, as fleetParked assumes).
+// spread evenly over them).
 
 // maxInFlightCap bounds a configured cap.
 const maxInFlightCap = 1_000_000

@@ -61,14 +61,13 @@ func (b *Bucket) reportParked(client string, n int64) {
 
 func (b *Bucket) parkedTotal() int64 { return b.parkedSum }
 
-// fleetParked estimates the parked calls of the whole fleet: this
-// replica's streams' times the replicas active on the bucket (the streams
-// spread evenly over the replicas; the counts exchanged do not carry
-// parked calls).
+// fleetParked is the parked calls of the whole fleet: this replica's
+// streams' and, from the counts exchanged, the other replicas' (as of
+// their last second).
 func (b *Bucket) fleetParked(now time.Time) int64 {
 	n := b.parkedTotal()
-	if n > 0 && len(b.remote) > 0 {
-		n *= int64(b.others(now).replicas + 1)
+	if len(b.remote) > 0 {
+		n += b.others(now).parked
 	}
 	return n
 }

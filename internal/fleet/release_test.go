@@ -91,3 +91,21 @@ func TestStreamedRetryParksBehindTheBreaker(t *testing.T) {
 		}
 	}
 }
+
+// The fleet's parked calls are this replica's and the others' as their
+// counts say, not this replica's times the replicas: the streams need not
+// spread evenly. Stale counts (a replica gone) are left out.
+func TestFleetParkedCountsEveryReplica(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	b := &Bucket{}
+	b.reportParked("c1", 3)
+	b.remote = map[string]remoteCounts{
+		"r2": {at: now.Add(-time.Second), Counts: Counts{Parked: 5}},
+		"r3": {at: now, Counts: Counts{}},
+		"r4": {at: now.Add(-time.Hour), Counts: Counts{Parked: 100}},
+	}
+	if got := b.fleetParked(now); got != 8 {
+		t.Fatalf("fleet parked = %d, want 3 here + 5 on r2 (r3 holds none, r4's counts are stale)", got)
+	}
+}

@@ -53,6 +53,18 @@ func (r *ring) sum(now time.Time) int {
 	return total
 }
 
+// sumLast is the count of the last k seconds, the current one included.
+func (r *ring) sumLast(now time.Time, k int) int {
+	s, total := int64(uint32(now.Unix())), 0
+	k = min(k, len(r.secs))
+	for _, sl := range r.secs {
+		if age := s - int64(sl.sec); age >= 0 && age < int64(k) {
+			total += int(sl.n)
+		}
+	}
+	return total
+}
+
 func (r *ring) reset() {
 	clear(r.secs)
 }

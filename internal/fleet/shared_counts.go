@@ -14,7 +14,8 @@ type remoteCounts struct {
 // fleetCounts are the other replicas' fresh counts of b, summed.
 type fleetCounts struct {
 	failures, successes, admitted, firstAttempts, retries, asks, probeOK int64
-	rpm, tpm, firstTokens, retryTokens                                   int64
+	rpm, tpm, firstTokens, retryTokens, parked                           int64
+	recentFailures, recentSuccesses                                      int64
 	replicas                                                             int // others with fresh counts
 	streamed                                                             bool
 }
@@ -32,6 +33,8 @@ func (b *Bucket) others(now time.Time) fleetCounts {
 			// would re-open a breaker that just closed.
 			fc.failures += r.Failures
 			fc.successes += r.Successes
+			fc.recentFailures += r.RecentFailures
+			fc.recentSuccesses += r.RecentSuccesses
 		}
 		fc.admitted += r.Admitted
 		fc.firstAttempts += r.FirstAttempts
@@ -45,6 +48,7 @@ func (b *Bucket) others(now time.Time) fleetCounts {
 		fc.tpm = max(fc.tpm, r.InputTokensPerMinute)
 		fc.firstTokens += r.FirstAttemptTokens
 		fc.retryTokens += r.RetryTokens
+		fc.parked += r.Parked
 	}
 	return fc
 }
@@ -99,7 +103,10 @@ func (b *Bucket) ownCounts(now time.Time, c *Config) (Counts, bool) {
 	bc := Counts{Key: b.key, Failures: int64(b.window.sum(now)), Successes: int64(b.successes.sum(now)),
 		Admitted: int64(b.admitted.sum(now)), FirstAttempts: int64(b.firstAttempts.sum(now)), Retries: int64(b.retries.sum(now)),
 		Streamed: b.streamedHere(now, &c.Breaker), RequestsPerMinute: b.limit(now, c, requestLimit),
-		InputTokensPerMinute: b.limit(now, c, tokenLimit)}
+		InputTokensPerMinute: b.limit(now, c, tokenLimit), Parked: b.parkedTotal()}
+	if secs := int(c.Breaker.TripWindow / time.Second); secs > 0 {
+		bc.RecentFailures, bc.RecentSuccesses = int64(b.window.sumLast(now, secs)), int64(b.successes.sumLast(now, secs))
+	}
 	b.limitsShared = [2]int64{b.limits[0].perMinute, b.limits[1].perMinute}
 	if d := b.tokenDemand; d != nil {
 		bc.FirstAttemptTokens, bc.RetryTokens = int64(d.first.sum(now)), int64(d.retries.sum(now))
@@ -119,7 +126,7 @@ func (b *Bucket) ownCounts(now time.Time, c *Config) (Counts, bool) {
 		}
 	}
 	sort.Strings(bc.Clients)
-	if bc.Failures+bc.Successes+bc.FirstAttempts+bc.Retries+bc.Asks+bc.ProbeOK == 0 && !bc.Streamed {
+	if bc.Failures+bc.Successes+bc.FirstAttempts+bc.Retries+bc.Asks+bc.ProbeOK+bc.Parked == 0 && !bc.Streamed {
 		return Counts{}, false
 	}
 	return bc, true

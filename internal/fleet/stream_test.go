@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -106,5 +107,37 @@ func TestPacingFromRateLimitHeaders(t *testing.T) {
 	a := f.Assign(streamTarget, "a")
 	if want := 0.93 * 10 / 20; a.AdmitFraction < want-0.01 || a.AdmitFraction > want+0.01 || a.Cause != CausePacing {
 		t.Fatalf("paced: %+v, want about %.3f", a, want)
+	}
+}
+
+// A provider that goes down trips the breaker on the last seconds' outcomes
+// when the window's earlier successes still outweigh its failures; with
+// trip_window off it waits for the window.
+func TestBreakerTripsOnTheLastSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		trip     time.Duration
+		wantOpen bool
+	}{
+		{"trip_window 2s", 2 * time.Second, true},
+		{"trip_window off", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, clk, rec := newTestFleet(t, func(c *Config) { c.Breaker.TripWindow = tc.trip })
+			f.Report(Usage{Target: streamTarget, ClientID: "a", Admitted: 100, Succeeded: 100})
+			clk.advance(8 * time.Second) // the successes are still in the 10 s window
+			for i := range 25 {          // 25 of 125 outcomes in the window, 25 of 25 in the last 2 s
+				f.Decide(ask(string(rune('a'+i%3)), overloaded, time.Second))
+			}
+			a := f.Assign(streamTarget, "a")
+			if (a.Breaker == Open) != tc.wantOpen {
+				t.Fatalf("breaker %v after 25 failures in a row, 100 successes 8 s before; want open %v", a.Breaker, tc.wantOpen)
+			}
+			if tc.wantOpen {
+				if e := rec.events[len(rec.events)-1]; e.Kind != EventBreakerOpen || !strings.Contains(e.Reason, "failures in 2s from 3 clients") {
+					t.Fatalf("last event %+v, want breaker_open naming the 2 s", e)
+				}
+			}
+		})
 	}
 }

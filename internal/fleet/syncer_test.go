@@ -316,6 +316,34 @@ func TestSharedCountsOpenTheBreaker(t *testing.T) {
 	}
 }
 
+// The breaker's trip on the last seconds counts every replica's: failures
+// spread over three replicas, under min_volume on each, trip it while the
+// window's earlier successes still outweigh them.
+func TestSharedCountsTripTheBreaker(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
+	rs := replicas(t, fleettest.NewMemorySpace(), 3, clk)
+	rs[0].f.Report(fleet.Usage{Target: target, ClientID: "stream", Admitted: 100, Succeeded: 100})
+	clk.advance(7 * time.Second) // the successes stay in the 10 s window
+	stepAll(t, rs)
+	for i := range 21 { // 7 each: 21 of 121 outcomes in the window, 21 of 21 in the last 2 s
+		rs[i%3].f.Decide(failure(string(rune('a'+i%6)), serverError))
+	}
+	for _, r := range rs {
+		if breakerOf(r.f) != fleet.Closed {
+			t.Fatal("a breaker tripped on one replica's 7 failures")
+		}
+	}
+	clk.advance(time.Second) // the counts are due
+	stepAll(t, rs)
+	rs[0].f.Decide(failure("late", serverError)) // a decision looks again
+	stepAll(t, rs)
+	for _, r := range rs {
+		if got := breakerOf(r.f); got != fleet.Open {
+			t.Fatalf("replica %s: breaker %v with 22 failures in the fleet's last 2 s, want open", r.f.Replica(), got)
+		}
+	}
+}
+
 func TestSharedBudgetHoldsForTheFleet(t *testing.T) {
 	// A retry budget of 10 for the fleet: two replicas asked in turn allow
 	// about 10 retries between them, not 10 each.

@@ -78,7 +78,12 @@ func replicaGoals(t *testing.T, exchanges func(n int) ([]fleet.Exchange, func(),
 				check("goodput", three.Goodput, one.Goodput)
 				switch name {
 				case Outage:
-					check("amplification", three.Amplification, one.Amplification)
+					// Fewer attempts is no shortfall (goodput and loss are checked
+					// above): the replicas trip the breaker on the fleet's last
+					// seconds, a second late, and send a little less.
+					if three.Amplification > 1.1*one.Amplification {
+						t.Errorf("%s: amplification with 3 replicas %.3f, with 1 %.3f; want no more than 10 %% above", name, three.Amplification, one.Amplification)
+					}
 					// A ratio of a few dozen attempts to the few hundred calls
 					// that start while the others are parked: ±0.03 is a
 					// probe or two (docs/fleet-simulation.md).
@@ -87,8 +92,8 @@ func replicaGoals(t *testing.T, exchanges func(n int) ([]fleet.Exchange, func(),
 					}
 				case Quota:
 					check("quota used", three.QuotaUsed, one.QuotaUsed)
-					// The goal is 0.05; with 3 replicas each paces on its own
-					// streams' parked calls times three (docs/fleet-simulation.md).
+					// The goal is 0.05; each replica sees the others' admissions
+					// a second late (docs/fleet-simulation.md).
 					if pol == PolicyFleetStream && three.Throttled > 0.06 {
 						t.Errorf("quota: %.3f of attempts throttled with 3 replicas; want ≤ 0.06", three.Throttled)
 					}

@@ -109,13 +109,11 @@ func TestStreamGoals(t *testing.T) {
 					t.Errorf("%s: %.3f stream messages a second per process; want (0, 1]", r.Line(), r.StreamRate)
 				}
 			}
-			// Full outage, after 5 s of detection: the goal is 0.1; parked
-			// calls start fewer calls (the ratio's denominator), so about one
-			// probe every four seconds and the detection's last second give
-			// 0.09–0.20 over seeds 1–20 (docs/fleet-simulation.md, "Goals not
-			// met"). The bound keeps it there.
-			if a := res[Outage].AfterDetection; a > 0.2 {
-				t.Errorf("outage: amplification after detection %.2f > 0.2", a)
+			// Full outage, after 5 s of detection: ≤ 0.1. The breaker trips
+			// on the last 2 s of outcomes, so after 5 s only probes reach the
+			// provider (TestStreamRecovery checks seeds 1–20).
+			if a := res[Outage].AfterDetection; a > 0.1 {
+				t.Errorf("outage: amplification after detection %.2f > 0.1", a)
 			}
 			// An unaffected bucket loses < 2 % goodput.
 			if u := res[Partial].Unaffected; u < 0.98 {
@@ -375,17 +373,24 @@ func TestStreamRecovery(t *testing.T) {
 	for _, life := range []int{0, 3} {
 		t.Run("life="+LifeName(life), func(t *testing.T) {
 			t.Parallel()
-			outage, quota := make([]float64, 20), make([]float64, 20)
+			outage, quota, afterDetection := make([]float64, 20), make([]float64, 20), make([]float64, 20)
 			var wg sync.WaitGroup
 			for i := range outage {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					outage[i] = quiet(t, Outage, PolicyFleetStream, life, uint64(i+1)).TTR
+					o := quiet(t, Outage, PolicyFleetStream, life, uint64(i+1))
+					outage[i], afterDetection[i] = o.TTR, o.AfterDetection
 					quota[i] = quiet(t, Quota, PolicyFleetStream, life, uint64(i+1)).TTR
 				}()
 			}
 			wg.Wait()
+			// The goal is 0.1; the breaker's trip on the last seconds meets
+			// it on 39 of the 40 runs of seeds 1–20 (one 0.11:
+			// docs/fleet-simulation.md, "Goals not met").
+			if worst := slices.Max(afterDetection); worst > 0.11 {
+				t.Errorf("outage: amplification after detection over seeds 1–20 %v: worst %.2f; want ≤ 0.11", afterDetection, worst)
+			}
 			for i, q := range quota {
 				if q > 10 {
 					t.Errorf("quota, seed %d: recovery %v s after the limit lifted; want ≤ 10", i+1, q)

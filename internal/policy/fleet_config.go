@@ -34,6 +34,7 @@ func parseFleet(node *yaml.Node, file string, cfg *fleet.Config) error {
 			// that open the breaker, so files that use it keep working.
 			"failures":    &cfg.Breaker.MinVolume,
 			"min_clients": &cfg.Breaker.MinClients, "window": &cfg.Breaker.Window,
+			"trip_window": &cfg.Breaker.TripWindow, "trip_rate": &cfg.Breaker.TripRate,
 			"open_for": &cfg.Breaker.OpenFor, "max_open_for": &cfg.Breaker.MaxOpenFor,
 			"probe_interval": &cfg.Breaker.ProbeInterval, "close_successes": &cfg.Breaker.CloseSuccesses,
 			"close_after": &cfg.Breaker.CloseAfter,

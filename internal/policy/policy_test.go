@@ -363,7 +363,7 @@ fleet:
   scopes: {rate_limit: [provider, key]}
   hold: {spread: 0.5, max_spread: 10s}
   stop: {for: 2m}
-  breaker: {min_volume: 50, min_clients: 5, open_for: 10s, max_open_for: 2m}
+  breaker: {min_volume: 50, min_clients: 5, open_for: 10s, max_open_for: 2m, trip_window: 3s, trip_rate: 0.8}
   retry_budget: {burst: 20, floor: 3}
 profiles:
   quiet:
@@ -380,6 +380,7 @@ fallbacks:
 	}
 	c := p.Fleet
 	if c.Stop.For != 2*time.Minute || c.Breaker.MinVolume != 50 || c.Breaker.MinClients != 5 || c.Breaker.Window != 10*time.Second ||
+		c.Breaker.TripWindow != 3*time.Second || c.Breaker.TripRate != 0.8 ||
 		c.Budget.Burst != 20 || c.Budget.Floor != 3 || c.Hold.Spread != 0.5 || c.Hold.MaxSpread != 10*time.Second {
 		t.Fatalf("fleet config = %+v", c)
 	}

@@ -616,6 +616,9 @@ type bucketCountsJSON struct {
 	TPM           int64    `json:"tpm,omitempty"`
 	FirstTokens   int64    `json:"ftok,omitempty"`
 	RetryTokens   int64    `json:"rtok,omitempty"`
+	Parked        int64    `json:"pk,omitempty"`
+	RecentF       int64    `json:"rf,omitempty"`
+	RecentOK      int64    `json:"rok,omitempty"`
 }
 
 // PublishCounts replaces rc.Replica's counts (all its buckets at once) and
@@ -637,6 +640,7 @@ func (x *Exchange) PublishCounts(ctx context.Context, rc fleet.ReplicaCounts) er
 			Failures: c.Failures, Successes: c.Successes, Admitted: c.Admitted, FirstAttempts: c.FirstAttempts,
 			Retries: c.Retries, Asks: c.Asks, ProbeOK: c.ProbeOK, Version: c.Version, Clients: c.Clients, Streamed: c.Streamed,
 			RPM: c.RequestsPerMinute, TPM: c.InputTokensPerMinute, FirstTokens: c.FirstAttemptTokens, RetryTokens: c.RetryTokens,
+			Parked: c.Parked, RecentF: c.RecentFailures, RecentOK: c.RecentSuccesses,
 		})
 	}
 	counts, err := json.Marshal(buckets)
@@ -774,6 +778,7 @@ func readCounts(rows pgx.Rows) (fleet.ReplicaCounts, int64, error) {
 			Failures: c.Failures, Successes: c.Successes, Admitted: c.Admitted, FirstAttempts: c.FirstAttempts,
 			Retries: c.Retries, Asks: c.Asks, ProbeOK: c.ProbeOK, Version: c.Version, Clients: c.Clients, Streamed: c.Streamed,
 			RequestsPerMinute: c.RPM, InputTokensPerMinute: c.TPM, FirstAttemptTokens: c.FirstTokens, RetryTokens: c.RetryTokens,
+			Parked: c.Parked, RecentFailures: c.RecentF, RecentSuccesses: c.RecentOK,
 		})
 	}
 	return rc, seq, nil
