@@ -98,10 +98,11 @@ type ActivityBin struct {
 	// From the journal: failed attempts of the bucket, retries the fleet
 	// held, and contexts that resolved (calls that got through in the end).
 	Failed, RetriesHeld, Resolved int64
-	// From the events: first attempts the gates did not send, and the
-	// breaker's state at the end of the interval ("" before any move).
-	Shed    int64
-	Breaker string
+	// From the events: first attempts the gates did not send, those they
+	// parked, and the breaker's state at the end of the interval ("" before
+	// any move).
+	Shed, Parked int64
+	Breaker      string
 }
 
 // maxActivityBins is how many intervals a timeline has at most: enough for
@@ -319,6 +320,7 @@ func activity(ctx context.Context, tx pgx.Tx, in Incident, events []FleetEvent) 
 				}
 			case FleetShed:
 				bins[i].Shed += e.Counts["shed"]
+				bins[i].Parked += e.Counts["parked"]
 			}
 		}
 		bins[i].Breaker = state

@@ -280,17 +280,18 @@ func TestIncidents(t *testing.T) {
 			t.Errorf("shed=%d parked=%d gate_fell_back=%d, want the shed events' %d, %d, %d",
 				d.Shed, d.Parked, d.GateFellBack, eventsShed, eventsParked, eventsFellBack)
 		}
-		var failed, held, resolved, shed int64
+		var failed, held, resolved, shed, parked int64
 		states := map[string]bool{}
 		for i, b := range d.Activity {
-			failed, held, resolved, shed = failed+b.Failed, held+b.RetriesHeld, resolved+b.Resolved, shed+b.Shed
+			failed, held, resolved, shed, parked = failed+b.Failed, held+b.RetriesHeld, resolved+b.Resolved, shed+b.Shed, parked+b.Parked
 			states[b.Breaker] = true
 			if i > 0 && !b.Start.Equal(d.Activity[i-1].Start.Add(b.Width)) {
 				t.Errorf("bin %d starts at %v, want right after the one before", i, b.Start)
 			}
 		}
-		if failed != 25 || held != 4 || resolved != 2 || shed != 12 {
-			t.Errorf("activity: failed=%d held=%d resolved=%d shed=%d, want 25, 4, 2, 12", failed, held, resolved, shed)
+		if failed != 25 || held != 4 || resolved != 2 || shed != 12 || parked != eventsParked || parked == 0 {
+			t.Errorf("activity: failed=%d held=%d resolved=%d shed=%d parked=%d, want 25, 4, 2, 12 and the events' %d parked",
+				failed, held, resolved, shed, parked, eventsParked)
 		}
 		if !states["open"] || !states["half_open"] || d.Activity[len(d.Activity)-1].Breaker != "closed" {
 			t.Errorf("breaker states over the timeline: %v, ending %q; want open, half-open, then closed", states, d.Activity[len(d.Activity)-1].Breaker)

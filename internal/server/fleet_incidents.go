@@ -81,7 +81,7 @@ func (s *FleetServer) GetIncident(ctx context.Context, req *policydv1.GetInciden
 	for _, b := range d.Activity {
 		resp.Activity = append(resp.Activity, &policydv1.IncidentActivity{Start: timestamppb.New(b.Start),
 			Width: durationpb.New(b.Width), FailedAttempts: b.Failed, RetriesHeld: b.RetriesHeld,
-			ResolvedContexts: b.Resolved, FirstAttemptsShed: b.Shed, Breaker: breakerStates[b.Breaker]})
+			ResolvedContexts: b.Resolved, FirstAttemptsShed: b.Shed, FirstAttemptsParked: b.Parked, Breaker: breakerStates[b.Breaker]})
 	}
 	return resp, nil
 }

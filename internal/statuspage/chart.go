@@ -54,9 +54,10 @@ var series = []struct {
 	value        func(*policydv1.IncidentActivity) int64
 }{
 	{"s-failed", "failed attempts", (*policydv1.IncidentActivity).GetFailedAttempts},
-	{"s-held", "retries held (parked)", (*policydv1.IncidentActivity).GetRetriesHeld},
+	{"s-held", "retries held", (*policydv1.IncidentActivity).GetRetriesHeld},
 	{"s-resolved", "calls resolved", (*policydv1.IncidentActivity).GetResolvedContexts},
-	{"s-shed", "first attempts shed", (*policydv1.IncidentActivity).GetFirstAttemptsShed},
+	{"s-parked", "calls parked", (*policydv1.IncidentActivity).GetFirstAttemptsParked},
+	{"s-shed", "calls shed", (*policydv1.IncidentActivity).GetFirstAttemptsShed},
 }
 
 // The breaker's states, as the band colours them.
@@ -73,7 +74,7 @@ func newChart(bins []*policydv1.IncidentActivity, id int64) *chart {
 	}
 	c := &chart{ID: id, Width: 760, Height: 230, PlotLeft: 60, PlotRight: 725, BandTop: 6, BandHeight: 14,
 		PlotTop: 30, PlotBottom: 180}
-	var total [4]int64
+	total := make([]int64, len(series))
 	for _, b := range bins {
 		for i, s := range series {
 			v := s.value(b)
@@ -121,7 +122,7 @@ func newChart(bins []*policydv1.IncidentActivity, id int64) *chart {
 		b := breakerBand[st]
 		c.BreakerLegend = append(c.BreakerLegend, legend{Class: b.class, Label: b.label})
 	}
-	c.Summary = fmt.Sprintf("Timeline of incident %d in intervals of %s: %d failed attempts, %d retries held, %d calls resolved, %d first attempts shed.",
-		id, c.IntervalWidth, total[0], total[1], total[2], total[3])
+	c.Summary = fmt.Sprintf("Timeline of incident %d in intervals of %s: %d failed attempts, %d retries held, %d calls resolved, "+
+		"%d first attempts parked, %d first attempts shed.", id, c.IntervalWidth, total[0], total[1], total[2], total[3], total[4])
 	return c
 }

@@ -1766,8 +1766,11 @@ type IncidentActivity struct {
 	// breaker's state at the end of the interval (unspecified before it moved).
 	FirstAttemptsShed int64        `protobuf:"varint,6,opt,name=first_attempts_shed,json=firstAttemptsShed,proto3" json:"first_attempts_shed,omitempty"`
 	Breaker           BreakerState `protobuf:"varint,7,opt,name=breaker,proto3,enum=policyd.v1.BreakerState" json:"breaker,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// First attempts the gates parked (they waited for the fleet instead of
+	// failing; a parked call that gave up is counted in shed).
+	FirstAttemptsParked int64 `protobuf:"varint,8,opt,name=first_attempts_parked,json=firstAttemptsParked,proto3" json:"first_attempts_parked,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *IncidentActivity) Reset() {
@@ -1847,6 +1850,13 @@ func (x *IncidentActivity) GetBreaker() BreakerState {
 		return x.Breaker
 	}
 	return BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+func (x *IncidentActivity) GetFirstAttemptsParked() int64 {
+	if x != nil {
+		return x.FirstAttemptsParked
+	}
+	return 0
 }
 
 // ListIncidentsRequest filters the incidents; empty fields match all.
@@ -2278,7 +2288,7 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x06counts\x18\b \x03(\v2%.policyd.v1.IncidentEvent.CountsEntryR\x06counts\x1a9\n" +
 	"\vCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd2\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x86\x03\n" +
 	"\x10IncidentActivity\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12/\n" +
 	"\x05width\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05width\x12'\n" +
@@ -2286,7 +2296,8 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\fretries_held\x18\x04 \x01(\x03R\vretriesHeld\x12+\n" +
 	"\x11resolved_contexts\x18\x05 \x01(\x03R\x10resolvedContexts\x12.\n" +
 	"\x13first_attempts_shed\x18\x06 \x01(\x03R\x11firstAttemptsShed\x122\n" +
-	"\abreaker\x18\a \x01(\x0e2\x18.policyd.v1.BreakerStateR\abreaker\"\xeb\x01\n" +
+	"\abreaker\x18\a \x01(\x0e2\x18.policyd.v1.BreakerStateR\abreaker\x122\n" +
+	"\x15first_attempts_parked\x18\b \x01(\x03R\x13firstAttemptsParked\"\xeb\x01\n" +
 	"\x14ListIncidentsRequest\x12\x1b\n" +
 	"\topen_only\x18\x01 \x01(\bR\bopenOnly\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1a\n" +

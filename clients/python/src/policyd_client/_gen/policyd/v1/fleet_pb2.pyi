@@ -340,7 +340,7 @@ class IncidentEvent(_message.Message):
     def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., event: _Optional[str] = ..., reason: _Optional[str] = ..., client_id: _Optional[str] = ..., identity: _Optional[str] = ..., peer: _Optional[str] = ..., replica: _Optional[str] = ..., counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class IncidentActivity(_message.Message):
-    __slots__ = ("start", "width", "failed_attempts", "retries_held", "resolved_contexts", "first_attempts_shed", "breaker")
+    __slots__ = ("start", "width", "failed_attempts", "retries_held", "resolved_contexts", "first_attempts_shed", "breaker", "first_attempts_parked")
     START_FIELD_NUMBER: _ClassVar[int]
     WIDTH_FIELD_NUMBER: _ClassVar[int]
     FAILED_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -348,6 +348,7 @@ class IncidentActivity(_message.Message):
     RESOLVED_CONTEXTS_FIELD_NUMBER: _ClassVar[int]
     FIRST_ATTEMPTS_SHED_FIELD_NUMBER: _ClassVar[int]
     BREAKER_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ATTEMPTS_PARKED_FIELD_NUMBER: _ClassVar[int]
     start: _timestamp_pb2.Timestamp
     width: _duration_pb2.Duration
     failed_attempts: int
@@ -355,7 +356,8 @@ class IncidentActivity(_message.Message):
     resolved_contexts: int
     first_attempts_shed: int
     breaker: _policy_pb2.BreakerState
-    def __init__(self, start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., width: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., failed_attempts: _Optional[int] = ..., retries_held: _Optional[int] = ..., resolved_contexts: _Optional[int] = ..., first_attempts_shed: _Optional[int] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ...) -> None: ...
+    first_attempts_parked: int
+    def __init__(self, start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., width: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., failed_attempts: _Optional[int] = ..., retries_held: _Optional[int] = ..., resolved_contexts: _Optional[int] = ..., first_attempts_shed: _Optional[int] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ..., first_attempts_parked: _Optional[int] = ...) -> None: ...
 
 class ListIncidentsRequest(_message.Message):
     __slots__ = ("open_only", "since", "provider", "model", "bucket", "page_size", "page_token")
