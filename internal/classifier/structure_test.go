@@ -129,6 +129,42 @@ func TestStructureWhereverItIs(t *testing.T) {
 	})
 }
 
+// Statuses a failure states outside http_status: an error object's code
+// inside a 200, an error_code that is a status, a status a message quotes,
+// and the error a relay's message prints inside a body.
+func TestStatusesStatedElsewhere(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "an error object's 429 inside a 200", failure: &policydv1.Failure{Provider: "openrouter", HttpStatus: 200,
+			Body: `{"error":{"message":"Provider returned error","code":429,"metadata":{"raw":"error code: 1015"}}}`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a 200 relaying a 502: the outer code, not the one its message prints", failure: &policydv1.Failure{HttpStatus: 200,
+			Body: `{"error":{"message":"upstream said {'error': {'code': 400}}","code":502}}`},
+			wantType: typeServerError, wantRetryable: true, wantRule: "server_error"},
+		{name: "an error_code that is a status", failure: &policydv1.Failure{ErrorName: "OpenAIError", ErrorCode: "401",
+			Message: "Access denied due to invalid subscription key or wrong API endpoint."},
+			wantType: typeAuth, wantRule: "auth.invalid"},
+		{name: "Error response 401 while fetching", failure: &policydv1.Failure{Provider: "mistral",
+			Message: `Error response 401 while fetching https://api.mistral.ai/v1/chat/completions: {"detail":"Unauthorized"}`},
+			wantType: typeAuth, wantRule: "auth.invalid"},
+		{name: "a Python repr an error line's message prints", failure: &policydv1.Failure{Operation: "batch",
+			Body: `{"custom_id":"r1","error":{"type":"request_failed","message":"Error code: 404 - {'type': 'error', 'error': {'type': 'not_found_error', 'message': 'Not found'}}"}}`},
+			wantType: typeNotFound, wantRule: "not_found"},
+		{name: "escaped JSON a body's message prints", failure: &policydv1.Failure{
+			Body: `{"error":{"type":"request_failed","message":"upstream: {\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"gone\"}}"}}`},
+			wantType: typeNotFound, wantRule: "not_found"},
+	})
+}
+
+func TestStatusCode(t *testing.T) {
+	t.Parallel()
+	for code, want := range map[string]int32{"401": 401, "429": 429, "503": 503, "104": 0, "1006": 0, "4010": 0, "40a": 0, "200": 0, "": 0} {
+		if got := statusCode(code); got != want {
+			t.Errorf("statusCode(%q) = %d, want %d", code, got, want)
+		}
+	}
+}
+
 func TestTransportVocabularies(t *testing.T) {
 	t.Parallel()
 	runClassifyCases(t, []classifyCase{
