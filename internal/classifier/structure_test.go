@@ -201,6 +201,16 @@ func TestTransportVocabularies(t *testing.T) {
 			wantType: policydv1.FailureType_FAILURE_TYPE_UNKNOWN, wantRule: "unknown"},
 		{name: "a bare wrong-version code stays a network code (seed 000)", failure: &policydv1.Failure{ErrorCode: "ERR_SSL_WRONG_VERSION_NUMBER"},
 			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "urllib3's Connection broken is read while a body is", failure: &policydv1.Failure{
+			Message: `("Connection broken: InvalidChunkLength(got length b'', 0 bytes read)", InvalidChunkLength(got length b'', 0 bytes read))`},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "network.mid_stream"},
+		{name: "requests' ChunkedEncodingError by its name", failure: &policydv1.Failure{ErrorName: "requests.exceptions.ChunkedEncodingError", Message: "x"},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "network.mid_stream"},
+		{name: "a stream that ended inside a JSON object", failure: &policydv1.Failure{Provider: "google", ErrorName: "Error", Message: "Incomplete JSON segment at the end"},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "stream.incomplete_json"},
+		{name: "the same with retry_fetch_errors outside agent_cli", failure: &policydv1.Failure{ErrorName: "Error", Message: "Incomplete JSON segment at the end"},
+			options:  fetchErrorsOn,
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "stream.incomplete_json"},
 	})
 }
 
