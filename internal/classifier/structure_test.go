@@ -250,6 +250,19 @@ func TestVocabularies(t *testing.T) {
 			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit.per_minute"},
 		{name: "a gateway's TPM limit as a 400", failure: &policydv1.Failure{HttpStatus: 400, Body: `{"error":{"message":"Token limit exceeded: 120000 tokens per minute"}}`},
 			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit.per_minute"},
+		{name: "a Batch queue's enqueued-token limit", failure: &policydv1.Failure{Operation: "batch", ErrorCode: "token_limit_exceeded",
+			Message: "Enqueued token limit reached for gpt-4o-mini in organization org-x. Limit: 2,000,000 enqueued tokens. Please try again once some in_progress batches have been completed."},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a Responses WebSocket at its age limit", failure: &policydv1.Failure{ErrorCode: "websocket_connection_limit_reached",
+			Message: "Responses websocket connection limit reached (60 minutes). Create a new websocket connection to continue."},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "websocket.closed"},
+		{name: "a spend cap by its class", failure: &policydv1.Failure{ErrorName: "litellm.BudgetExceededError", Message: "over"},
+			wantType: typeQuota, wantRule: "quota.exhausted"},
+		{name: "a spend cap by its words", failure: &policydv1.Failure{Message: "Budget has been exceeded! Current cost: 26.075, Max budget: 0.25"},
+			wantType: typeQuota, wantRule: "quota.exhausted"},
+		{name: "a team with no credits, sent as a 403", failure: &policydv1.Failure{HttpStatus: 403,
+			Message: `Error code: 403 - {'code': 'The caller does not have permission to execute the specified operation', 'error': "Your newly created team doesn't have any credits yet."}`},
+			wantType: typeQuota, wantRule: "quota.exhausted"},
 	})
 }
 
@@ -276,6 +289,9 @@ func TestDelayHintsInEveryForm(t *testing.T) {
 			0, "", false, RulePushbackStop},
 		{"a valid pushback is a hint", &policydv1.Failure{GrpcCode: 14, Headers: map[string]string{"grpc-retry-pushback-ms": "1500"}},
 			1500 * time.Millisecond, "header grpc-retry-pushback-ms", true, "overloaded"},
+		{"a stated wait no other rule placed", &policydv1.Failure{Provider: "litellm",
+			Message: "No deployments available for selected model, Try again in 60 seconds. Passed model=claude-3-haiku."},
+			time.Minute, "body phrase", true, "rate_limit.stated_wait"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
