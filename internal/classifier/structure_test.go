@@ -156,6 +156,27 @@ func TestStatusesStatedElsewhere(t *testing.T) {
 	})
 }
 
+// A provider's code decides the type over words: a field over its length
+// limit, a code that names what is missing, a validation code whose words
+// say "not supported".
+func TestTypesFromCodes(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "one field over its length limit", failure: &policydv1.Failure{Provider: "openai", Operation: "realtime",
+			Body: `{"type":"error","error":{"type":"invalid_request_error","code":"string_above_max_length","message":"Invalid 'session.tools[3].description': string too long. Expected a string with maximum length 1024, but got a string with length 2473 instead."}}`},
+			wantType: typeInvalidRequest, wantRule: "invalid_request"},
+		{name: "a code that names what is missing", failure: &policydv1.Failure{HttpStatus: 400,
+			Body: `{"type":"error","status":400,"error":{"code":"previous_response_not_found","message":"Previous response with id 'resp_x' not found."}}`},
+			wantType: typeNotFound, wantRule: "not_found"},
+		{name: "a BadRequest code whose words say not supported", failure: &policydv1.Failure{Provider: "azure",
+			Message: `API version not supported: {"error":{"code":"BadRequest","message":"API version not supported"}}`},
+			wantType: typeInvalidRequest, wantRule: "invalid_request.not_supported"},
+		{name: "a ValidationException whose words say not supported", failure: &policydv1.Failure{Provider: "bedrock", ErrorName: "botocore.errorfactory.ValidationException",
+			Message: "An error occurred (ValidationException) when calling the Converse operation: Invocation of model ID m with on-demand throughput isn’t supported."},
+			wantType: typeInvalidRequest, wantRule: "invalid_request.not_supported"},
+	})
+}
+
 func TestStatusCode(t *testing.T) {
 	t.Parallel()
 	for code, want := range map[string]int32{"401": 401, "429": 429, "503": 503, "104": 0, "1006": 0, "4010": 0, "40a": 0, "200": 0, "": 0} {
