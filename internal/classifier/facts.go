@@ -197,14 +197,22 @@ func phraseDelay(text []byte, bigrams *bigramSet) (time.Duration, bool, int) {
 func (c *Classifier) loadStructure(fx *facts, f *policydv1.Failure) {
 	fx.status = f.GetHttpStatus()
 	if fx.status == 0 {
+		fx.status = statusCode(f.GetErrorCode())
+	}
+	if fx.status == 0 {
 		if fx.digits {
 			fx.status = statusFromText(fx.text[:fx.split])
 		} else {
 			fx.status = statusFromReason(fx.text[:fx.split])
 		}
 	}
-	if fx.status == 0 {
-		fx.status = fx.bodyStatus
+	// A 200 whose body is an error object (OpenRouter and proxies relay an
+	// upstream's 429 so) says nothing about the failure with its status:
+	// the error object's code does.
+	if fx.status == 0 || (fx.status == 200 && f.GetBody() != "") {
+		if fx.bodyStatus != 0 {
+			fx.status = fx.bodyStatus
+		}
 	}
 	// A failure that got an HTTP response is not an upstream gRPC call's.
 	fx.grpc = f.GetGrpcCode()
@@ -444,6 +452,7 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 		}
 	}
 	toolError := false
+	embedded := "" // the first message that prints an error object of its own
 	scanJSONKeys(doc, func(key, value string, isString bool) {
 		switch key {
 		case "code":
@@ -480,6 +489,9 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			c.addKind(fx, kind, false)
 		case "message", "Message", "detail", "error_description", "msg", "errorMessage", "error_msg", "errmsg", "error_message":
 			text(value)
+			if withText && embedded == "" && strings.IndexByte(value, '{') >= 0 {
+				embedded = value
+			}
 		case "error":
 			// {"error": "rate_limited"}: both a kind and a message.
 			if isString {
@@ -504,6 +516,13 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			fx.hint.offer(d, ok, hintBodyField)
 		}
 	})
+	// A relay's message that prints the upstream's error ("Error code: 404 -
+	// {'type': 'error', 'error': {'type': 'not_found_error', ...}}" in a
+	// batch's result line, a gateway's wrapped error): its kinds, as for a
+	// runtime message, after the body's own so that its status comes second.
+	if embedded != "" {
+		c.loadEmbeddedBody(fx, embedded)
+	}
 	// An MCP tool result that failed ("isError": true): its content's text
 	// is the error message. Rare, so read in a second pass.
 	if toolError && !fx.toolError {
@@ -620,7 +639,8 @@ func xmlErrorCode(body string) (string, bool) {
 // loadEmbeddedBody reads the error envelope a runtime printed into its
 // message when the failure carries no body ("Error code: 401 - {...}",
 // "received error while streaming: {...}"): its kinds and delay fields, as
-// for a body. A Python dict's repr is read with its quotes swapped.
+// for a body. A Python dict's repr is read with its quotes swapped, and
+// escaped JSON unescaped.
 func (c *Classifier) loadEmbeddedBody(fx *facts, message string) {
 	i := strings.IndexByte(message, '{')
 	if i < 0 {
@@ -630,7 +650,12 @@ func (c *Classifier) loadEmbeddedBody(fx *facts, message string) {
 	if len(doc) > MaxBodyBytes {
 		doc = doc[:MaxBodyBytes]
 	}
-	if !strings.Contains(doc, "\"") && strings.Contains(doc, "'") {
+	switch {
+	case strings.HasPrefix(doc[skipSpace(doc, 1):], `\"`):
+		// Escaped JSON ({\"error\": ...}): the message was a JSON string's
+		// value, as a body's message is.
+		doc = strings.ReplaceAll(doc, `\"`, `"`)
+	case !strings.Contains(doc, "\"") && strings.Contains(doc, "'"):
 		doc = strings.ReplaceAll(doc, "'", "\"")
 	}
 	// The message itself is already in the text rules search.

@@ -27,6 +27,8 @@ var statusPrefixes = [][]byte{
 	[]byte("http/1.1 "),
 	[]byte("http/2 "),
 	[]byte("api error: "),
+	// langchain-mistralai's "Error response 401 while fetching https://...".
+	[]byte("error response "),
 	// "Error 400 (Bad Request)", "API error 429", .NET's "Response status
 	// code does not indicate success: 429 (Too Many Requests)", Java's
 	// "Server returned HTTP response code: 503", Ollama's "(status code: 400)".
@@ -120,6 +122,19 @@ func statusFromText(text []byte) int32 {
 		}
 	}
 	return 0
+}
+
+// statusCode reads an error code that is an HTTP status, as SDKs that copy
+// the response's status into the error's code write it (openai-node v3's
+// code: '401', Semantic Kernel's ErrorCode: 429): exactly three digits, 4xx
+// or 5xx. Else 0: errno values (104) and WebSocket close codes (1006) are
+// not statuses.
+func statusCode(code string) int32 {
+	if len(code) != 3 {
+		return 0
+	}
+	s, _ := threeDigits([]byte(code))
+	return s
 }
 
 // threeDigits reads a 4xx or 5xx status at the start of b, not followed by

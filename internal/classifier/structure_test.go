@@ -129,6 +129,63 @@ func TestStructureWhereverItIs(t *testing.T) {
 	})
 }
 
+// Statuses a failure states outside http_status: an error object's code
+// inside a 200, an error_code that is a status, a status a message quotes,
+// and the error a relay's message prints inside a body.
+func TestStatusesStatedElsewhere(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "an error object's 429 inside a 200", failure: &policydv1.Failure{Provider: "openrouter", HttpStatus: 200,
+			Body: `{"error":{"message":"Provider returned error","code":429,"metadata":{"raw":"error code: 1015"}}}`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a 200 relaying a 502: the outer code, not the one its message prints", failure: &policydv1.Failure{HttpStatus: 200,
+			Body: `{"error":{"message":"upstream said {'error': {'code': 400}}","code":502}}`},
+			wantType: typeServerError, wantRetryable: true, wantRule: "server_error"},
+		{name: "an error_code that is a status", failure: &policydv1.Failure{ErrorName: "OpenAIError", ErrorCode: "401",
+			Message: "Access denied due to invalid subscription key or wrong API endpoint."},
+			wantType: typeAuth, wantRule: "auth.invalid"},
+		{name: "Error response 401 while fetching", failure: &policydv1.Failure{Provider: "mistral",
+			Message: `Error response 401 while fetching https://api.mistral.ai/v1/chat/completions: {"detail":"Unauthorized"}`},
+			wantType: typeAuth, wantRule: "auth.invalid"},
+		{name: "a Python repr an error line's message prints", failure: &policydv1.Failure{Operation: "batch",
+			Body: `{"custom_id":"r1","error":{"type":"request_failed","message":"Error code: 404 - {'type': 'error', 'error': {'type': 'not_found_error', 'message': 'Not found'}}"}}`},
+			wantType: typeNotFound, wantRule: "not_found"},
+		{name: "escaped JSON a body's message prints", failure: &policydv1.Failure{
+			Body: `{"error":{"type":"request_failed","message":"upstream: {\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"gone\"}}"}}`},
+			wantType: typeNotFound, wantRule: "not_found"},
+	})
+}
+
+// A provider's code decides the type over words: a field over its length
+// limit, a code that names what is missing, a validation code whose words
+// say "not supported".
+func TestTypesFromCodes(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "one field over its length limit", failure: &policydv1.Failure{Provider: "openai", Operation: "realtime",
+			Body: `{"type":"error","error":{"type":"invalid_request_error","code":"string_above_max_length","message":"Invalid 'session.tools[3].description': string too long. Expected a string with maximum length 1024, but got a string with length 2473 instead."}}`},
+			wantType: typeInvalidRequest, wantRule: "invalid_request"},
+		{name: "a code that names what is missing", failure: &policydv1.Failure{HttpStatus: 400,
+			Body: `{"type":"error","status":400,"error":{"code":"previous_response_not_found","message":"Previous response with id 'resp_x' not found."}}`},
+			wantType: typeNotFound, wantRule: "not_found"},
+		{name: "a BadRequest code whose words say not supported", failure: &policydv1.Failure{Provider: "azure",
+			Message: `API version not supported: {"error":{"code":"BadRequest","message":"API version not supported"}}`},
+			wantType: typeInvalidRequest, wantRule: "invalid_request.not_supported"},
+		{name: "a ValidationException whose words say not supported", failure: &policydv1.Failure{Provider: "bedrock", ErrorName: "botocore.errorfactory.ValidationException",
+			Message: "An error occurred (ValidationException) when calling the Converse operation: Invocation of model ID m with on-demand throughput isn’t supported."},
+			wantType: typeInvalidRequest, wantRule: "invalid_request.not_supported"},
+	})
+}
+
+func TestStatusCode(t *testing.T) {
+	t.Parallel()
+	for code, want := range map[string]int32{"401": 401, "429": 429, "503": 503, "104": 0, "1006": 0, "4010": 0, "40a": 0, "200": 0, "": 0} {
+		if got := statusCode(code); got != want {
+			t.Errorf("statusCode(%q) = %d, want %d", code, got, want)
+		}
+	}
+}
+
 func TestTransportVocabularies(t *testing.T) {
 	t.Parallel()
 	runClassifyCases(t, []classifyCase{
@@ -165,6 +222,16 @@ func TestTransportVocabularies(t *testing.T) {
 			wantType: policydv1.FailureType_FAILURE_TYPE_UNKNOWN, wantRule: "unknown"},
 		{name: "a bare wrong-version code stays a network code (seed 000)", failure: &policydv1.Failure{ErrorCode: "ERR_SSL_WRONG_VERSION_NUMBER"},
 			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "urllib3's Connection broken is read while a body is", failure: &policydv1.Failure{
+			Message: `("Connection broken: InvalidChunkLength(got length b'', 0 bytes read)", InvalidChunkLength(got length b'', 0 bytes read))`},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "network.mid_stream"},
+		{name: "requests' ChunkedEncodingError by its name", failure: &policydv1.Failure{ErrorName: "requests.exceptions.ChunkedEncodingError", Message: "x"},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "network.mid_stream"},
+		{name: "a stream that ended inside a JSON object", failure: &policydv1.Failure{Provider: "google", ErrorName: "Error", Message: "Incomplete JSON segment at the end"},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "stream.incomplete_json"},
+		{name: "the same with retry_fetch_errors outside agent_cli", failure: &policydv1.Failure{ErrorName: "Error", Message: "Incomplete JSON segment at the end"},
+			options:  fetchErrorsOn,
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "stream.incomplete_json"},
 	})
 }
 
@@ -204,6 +271,19 @@ func TestVocabularies(t *testing.T) {
 			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit.per_minute"},
 		{name: "a gateway's TPM limit as a 400", failure: &policydv1.Failure{HttpStatus: 400, Body: `{"error":{"message":"Token limit exceeded: 120000 tokens per minute"}}`},
 			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit.per_minute"},
+		{name: "a Batch queue's enqueued-token limit", failure: &policydv1.Failure{Operation: "batch", ErrorCode: "token_limit_exceeded",
+			Message: "Enqueued token limit reached for gpt-4o-mini in organization org-x. Limit: 2,000,000 enqueued tokens. Please try again once some in_progress batches have been completed."},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a Responses WebSocket at its age limit", failure: &policydv1.Failure{ErrorCode: "websocket_connection_limit_reached",
+			Message: "Responses websocket connection limit reached (60 minutes). Create a new websocket connection to continue."},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "websocket.closed"},
+		{name: "a spend cap by its class", failure: &policydv1.Failure{ErrorName: "litellm.BudgetExceededError", Message: "over"},
+			wantType: typeQuota, wantRule: "quota.exhausted"},
+		{name: "a spend cap by its words", failure: &policydv1.Failure{Message: "Budget has been exceeded! Current cost: 26.075, Max budget: 0.25"},
+			wantType: typeQuota, wantRule: "quota.exhausted"},
+		{name: "a team with no credits, sent as a 403", failure: &policydv1.Failure{HttpStatus: 403,
+			Message: `Error code: 403 - {'code': 'The caller does not have permission to execute the specified operation', 'error': "Your newly created team doesn't have any credits yet."}`},
+			wantType: typeQuota, wantRule: "quota.exhausted"},
 	})
 }
 
@@ -230,6 +310,9 @@ func TestDelayHintsInEveryForm(t *testing.T) {
 			0, "", false, RulePushbackStop},
 		{"a valid pushback is a hint", &policydv1.Failure{GrpcCode: 14, Headers: map[string]string{"grpc-retry-pushback-ms": "1500"}},
 			1500 * time.Millisecond, "header grpc-retry-pushback-ms", true, "overloaded"},
+		{"a stated wait no other rule placed", &policydv1.Failure{Provider: "litellm",
+			Message: "No deployments available for selected model, Try again in 60 seconds. Passed model=claude-3-haiku."},
+			time.Minute, "body phrase", true, "rate_limit.stated_wait"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
