@@ -63,7 +63,7 @@ FUZZ_TARGETS := \
 	./internal/server:FuzzValidateNextDelayRequest \
 	./internal/server:FuzzUTF8Codec \
 	./internal/server:FuzzCoordinateReport \
-	./internal/fleet:FuzzRequestsPerMinute
+	./internal/fleet:FuzzReadLimits
 
 ##@ Everyday
 

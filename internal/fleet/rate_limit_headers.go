@@ -25,20 +25,6 @@ var requestLimitHeaders = map[string]struct {
 	"groq":      {"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests", 24 * 60},
 }
 
-// RequestsPerMinute reads provider's request limit from a success's
-// rate-limit headers (names in any case), as requests a minute; 0 when the
-// provider's headers are not known or carry no valid limit.
-func RequestsPerMinute(provider string, headers map[string]string) int64 {
-	spec, ok := requestLimitHeaders[strings.ToLower(provider)]
-	if !ok {
-		return 0
-	}
-	if n := headerCount(headers, spec.header); n > 0 {
-		return max(n/spec.minutes, 1)
-	}
-	return 0
-}
-
 // tokenLimitHeaders: per provider, the response header that gives its
 // input-token limit a minute, and the remaining count. OpenAI's
 // x-ratelimit-limit-tokens counts a request's prompt and its max_tokens
@@ -54,41 +40,6 @@ var tokenLimitHeaders = map[string]struct{ header, remaining, reset string }{
 	"groq":      {"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"},
 }
 
-// InputTokensPerMinute reads provider's input-token limit from a
-// response's rate-limit headers (names in any case), as tokens a minute; 0
-// when the provider's headers are not known or carry no valid limit.
-func InputTokensPerMinute(provider string, headers map[string]string) int64 {
-	spec, ok := tokenLimitHeaders[strings.ToLower(provider)]
-	if !ok {
-		return 0
-	}
-	return max(headerCount(headers, spec.header), 0)
-}
-
-// RemainingShare reads how much of provider's limits its headers say is
-// left in the current window, in [0, 1]: the least of the request and
-// input-token limits' shares; -1 when they do not say (an unknown
-// provider, no limit or no remaining count).
-func RemainingShare(provider string, headers map[string]string) float64 {
-	p := strings.ToLower(provider)
-	share := -1.0
-	for _, spec := range []struct{ header, remaining, reset string }{
-		{requestLimitHeaders[p].header, requestLimitHeaders[p].remaining, ""}, tokenLimitHeaders[p],
-	} {
-		if spec.header == "" {
-			continue
-		}
-		limit, left := headerCount(headers, spec.header), headerCount(headers, spec.remaining)
-		if limit <= 0 || left < 0 {
-			continue
-		}
-		if s := min(1, float64(left)/float64(limit)); share < 0 || s < share {
-			share = s
-		}
-	}
-	return share
-}
-
 // LimitLeft is what a response's headers said is left of one of a
 // provider's limits, as the provider counts it, and how long until it is
 // whole again.
@@ -101,21 +52,59 @@ type LimitLeft struct {
 // read is Groq's day.
 const maxReset = 48 * time.Hour
 
-// Left reads what provider's headers say is left of its request and
-// input-token limits (in that order), at now: OpenAI and Groq give the
-// reset as a duration ("6m0s"), Anthropic as an RFC 3339 time.
-func Left(provider string, headers map[string]string, now time.Time) [2]LimitLeft {
+// Limits is what one response's rate-limit headers say of its provider's
+// request and input-token limits, read in one pass over the headers.
+type Limits struct {
+	// RequestsPerMinute and InputTokensPerMinute are the limits, a minute
+	// (0: not said, or the provider's headers are not known).
+	RequestsPerMinute, InputTokensPerMinute int64
+	// RemainingShare is how much of the limits is left in the current
+	// window, in [0, 1]: the lesser of the two shares; -1 when the headers
+	// do not say (no limit or no remaining count).
+	RemainingShare float64
+	// Left is what is left of the request and input-token limits (in that
+	// order), as the provider counts it, and when it is whole again.
+	Left [2]LimitLeft
+}
+
+// ReadLimits reads provider's rate-limit headers (names in any case) at
+// now. OpenAI and Groq give a reset as a duration ("6m0s"), Anthropic as an
+// RFC 3339 time.
+func ReadLimits(provider string, headers map[string]string, now time.Time) Limits {
+	out := Limits{RemainingShare: -1, Left: [2]LimitLeft{{Remaining: -1}, {Remaining: -1}}}
 	p := strings.ToLower(provider)
-	out := [2]LimitLeft{{Remaining: -1}, {Remaining: -1}}
-	for i, spec := range [2]struct{ remaining, reset string }{
-		{requestLimitHeaders[p].remaining, requestLimitHeaders[p].reset},
-		{tokenLimitHeaders[p].remaining, tokenLimitHeaders[p].reset},
-	} {
-		if spec.remaining == "" {
+	rs, okR := requestLimitHeaders[p]
+	ts, okT := tokenLimitHeaders[p]
+	if !okR && !okT || len(headers) == 0 {
+		return out
+	}
+	// The six headers' values: limit, remaining and reset of requests,
+	// then of input tokens.
+	names := [6]string{rs.header, rs.remaining, rs.reset, ts.header, ts.remaining, ts.reset}
+	var values [6]string
+	for k, v := range headers {
+		for i, name := range names {
+			if name != "" && len(k) == len(name) && strings.EqualFold(k, name) {
+				values[i] = v
+			}
+		}
+	}
+	if n := headerCount(values[0]); n > 0 {
+		out.RequestsPerMinute = max(n/rs.minutes, 1)
+	}
+	out.InputTokensPerMinute = max(headerCount(values[3]), 0)
+	for i := range 2 {
+		if names[3*i+1] == "" {
 			continue
 		}
-		out[i].Remaining = headerCount(headers, spec.remaining)
-		out[i].Reset = resetIn(headerValue(headers, spec.reset), now)
+		limit, left := headerCount(values[3*i]), headerCount(values[3*i+1])
+		out.Left[i] = LimitLeft{Remaining: left, Reset: resetIn(values[3*i+2], now)}
+		if limit <= 0 || left < 0 {
+			continue
+		}
+		if s := min(1, float64(left)/float64(limit)); out.RemainingShare < 0 || s < out.RemainingShare {
+			out.RemainingShare = s
+		}
 	}
 	return out
 }
@@ -141,20 +130,10 @@ func resetIn(v string, now time.Time) time.Duration {
 	return d
 }
 
-// headerValue is the value of header name (any case), or "".
-func headerValue(headers map[string]string, name string) string {
-	for k, v := range headers {
-		if strings.EqualFold(k, name) {
-			return v
-		}
-	}
-	return ""
-}
-
-// headerCount is the non-negative integer header name holds (any case), or
-// -1.
-func headerCount(headers map[string]string, name string) int64 {
-	v := strings.TrimSpace(headerValue(headers, name))
+// headerCount is the non-negative integer a header's value v holds, or -1
+// (absent, or not a count).
+func headerCount(v string) int64 {
+	v = strings.TrimSpace(v)
 	if v == "" {
 		return -1 // absent: no parse, and no error to allocate
 	}

@@ -21,7 +21,7 @@ func TestRequestsPerMinute(t *testing.T) {
 		{"negative", "openai", map[string]string{"x-ratelimit-limit-requests": "-5"}, 0},
 		{"absent", "openai", map[string]string{"x-ratelimit-remaining-requests": "5"}, 0},
 	} {
-		if got := RequestsPerMinute(c.provider, c.headers); got != c.want {
+		if got := ReadLimits(c.provider, c.headers, time.Time{}).RequestsPerMinute; got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
 		}
 	}
@@ -46,7 +46,7 @@ func TestRemainingShare(t *testing.T) {
 		{"input tokens alone", "anthropic", map[string]string{"anthropic-ratelimit-input-tokens-limit": "40000",
 			"anthropic-ratelimit-input-tokens-remaining": "30000"}, 0.75},
 	} {
-		if got := RemainingShare(c.provider, c.headers); got != c.want {
+		if got := ReadLimits(c.provider, c.headers, time.Time{}).RemainingShare; got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -66,22 +66,29 @@ func TestInputTokensPerMinute(t *testing.T) {
 		{"garbage", "openai", map[string]string{"x-ratelimit-limit-tokens": "lots"}, 0},
 		{"unknown provider", "mistral", map[string]string{"x-ratelimit-limit-tokens": "6000"}, 0},
 	} {
-		if got := InputTokensPerMinute(c.provider, c.headers); got != c.want {
+		if got := ReadLimits(c.provider, c.headers, time.Time{}).InputTokensPerMinute; got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
 		}
 	}
 }
 
-func FuzzRequestsPerMinute(f *testing.F) {
-	f.Add("openai", "x-ratelimit-limit-requests", "60")
-	f.Add("groq", "X-RATELIMIT-LIMIT-REQUESTS", "9223372036854775807")
-	f.Fuzz(func(t *testing.T, provider, name, value string) {
-		h := map[string]string{name: value}
-		if n, m := RequestsPerMinute(provider, h), InputTokensPerMinute(provider, h); n < 0 || m < 0 {
-			t.Fatalf("negative limit %d, %d", n, m)
+func FuzzReadLimits(f *testing.F) {
+	f.Add("openai", "x-ratelimit-limit-requests", "60", "x-ratelimit-reset-requests", "1s")
+	f.Add("groq", "X-RATELIMIT-LIMIT-REQUESTS", "9223372036854775807", "x-ratelimit-remaining-tokens", "-3")
+	f.Add("anthropic", "anthropic-ratelimit-input-tokens-reset", "2026-11-27T12:00:01Z", "anthropic-ratelimit-input-tokens-remaining", "7")
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, provider, name, value, name2, value2 string) {
+		l := ReadLimits(provider, map[string]string{name: value, name2: value2}, now)
+		if l.RequestsPerMinute < 0 || l.InputTokensPerMinute < 0 {
+			t.Fatalf("negative limit %d, %d", l.RequestsPerMinute, l.InputTokensPerMinute)
 		}
-		if s := RemainingShare(provider, h); s != -1 && (s < 0 || s > 1) {
+		if s := l.RemainingShare; s != -1 && (s < 0 || s > 1) {
 			t.Fatalf("remaining share %v", s)
+		}
+		for _, left := range l.Left {
+			if left.Remaining < -1 || left.Reset < 0 || left.Reset > maxReset {
+				t.Fatalf("left %+v", left)
+			}
 		}
 	})
 }
@@ -110,7 +117,7 @@ func TestLeft(t *testing.T) {
 		{"nothing said", "openai", nil, [2]LimitLeft{unknown, unknown}},
 		{"unknown provider", "mistral", map[string]string{"x-ratelimit-remaining-requests": "5"}, [2]LimitLeft{unknown, unknown}},
 	} {
-		if got := Left(c.provider, c.headers, now); got != c.want {
+		if got := ReadLimits(c.provider, c.headers, now).Left; got != c.want {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
 	}

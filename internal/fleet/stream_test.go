@@ -101,7 +101,7 @@ func TestAssignHoldSlotsPerClient(t *testing.T) {
 // of first attempts that keeps the fleet at 93 % of it.
 func TestPacingFromRateLimitHeaders(t *testing.T) {
 	f, _, _ := newTestFleet(t, nil)
-	rpm := RequestsPerMinute("openai", map[string]string{"x-ratelimit-limit-requests": "600"})
+	rpm := ReadLimits("openai", map[string]string{"x-ratelimit-limit-requests": "600"}, time.Time{}).RequestsPerMinute
 	f.Report(Usage{Target: streamTarget, ClientID: "a", Admitted: 100, RequestsPerMinute: rpm}) // 20/s against 10/s
 	f.Report(Usage{Target: streamTarget, ClientID: "b", Admitted: 100, RequestsPerMinute: rpm}) // corroborated
 	a := f.Assign(streamTarget, "a")

@@ -229,11 +229,12 @@ func (p *streamProcess) disconnect(now time.Time) {
 func (p *streamProcess) report(now time.Time) {
 	in := p.sin
 	in.msgs++
+	lim := fleet.ReadLimits(Provider, p.headers, now)
 	in.fleets[p.replica].Report(fleet.Usage{Target: p.target(), ClientID: p.id, Admitted: p.admitted, Shed: p.shed,
 		Succeeded: p.succeeded, Failed: p.failed, Retries: p.retries, Parked: p.parkedCount(),
 		ParkedNew: p.parkedNew, Released: p.released,
-		RequestsPerMinute: fleet.RequestsPerMinute(Provider, p.headers), RemainingShare: fleet.RemainingShare(Provider, p.headers),
-		InputTokensPerMinute: fleet.InputTokensPerMinute(Provider, p.headers), FirstAttemptTokens: p.firstTokens, RetryTokens: p.retryTokens,
+		RequestsPerMinute: lim.RequestsPerMinute, RemainingShare: lim.RemainingShare,
+		InputTokensPerMinute: lim.InputTokensPerMinute, FirstAttemptTokens: p.firstTokens, RetryTokens: p.retryTokens,
 		BatchFirst: p.batchFirst})
 	p.admitted, p.shed, p.succeeded, p.failed, p.retries, p.headers = 0, 0, 0, 0, 0, nil
 	p.firstTokens, p.retryTokens, p.batchFirst = 0, 0, 0

@@ -50,10 +50,9 @@ func (p *Policy) applyFleet(v *verdict, c Call, f *policydv1.Failure, t policydv
 		Switches:     prof.Fleet,
 		AboveCeiling: ceilingActions[strat.AboveCeiling],
 		// A 429 carries the provider's limit too: pacing starts at once.
-		RequestsPerMinute:    fleet.RequestsPerMinute(f.GetProvider(), f.GetHeaders()),
-		InputTokensPerMinute: fleet.InputTokensPerMinute(f.GetProvider(), f.GetHeaders()),
-		Left:                 fleet.Left(f.GetProvider(), f.GetHeaders(), in.Now),
 	}
+	lim := fleet.ReadLimits(f.GetProvider(), f.GetHeaders(), in.Now)
+	ask.RequestsPerMinute, ask.InputTokensPerMinute, ask.Left = lim.RequestsPerMinute, lim.InputTokensPerMinute, lim.Left
 	if in.HasRetryAfter && in.RetryAfter > 0 {
 		ask.RetryAfter = in.RetryAfter
 	}

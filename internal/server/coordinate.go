@@ -165,16 +165,15 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 			c.subs[t] = sub
 		}
 		sub.reportedAt = now
+		lim := fleet.ReadLimits(t.Provider, u.GetRateLimitHeaders(), now)
 		c.s.fleet.Report(fleet.Usage{Target: t, ClientID: c.client, Origin: c.origin, Elapsed: u.GetElapsed().AsDuration(),
 			Admitted: int64(u.GetAdmitted()), Shed: int64(u.GetShed()), FellBack: int64(u.GetFellBack()), Succeeded: int64(u.GetSucceeded()),
 			Failed: int64(u.GetFailed()), Retries: int64(u.GetRetries()),
 			Parked: int64(min(u.GetParked(), maxParked)), ParkedNew: int64(u.GetParkedNew()), Released: int64(u.GetReleased()),
-			RequestsPerMinute:    fleet.RequestsPerMinute(t.Provider, u.GetRateLimitHeaders()),
-			InputTokensPerMinute: fleet.InputTokensPerMinute(t.Provider, u.GetRateLimitHeaders()),
-			RemainingShare:       fleet.RemainingShare(t.Provider, u.GetRateLimitHeaders()),
-			FirstAttemptTokens:   int64(u.GetFirstAttemptInputTokens()), RetryTokens: int64(u.GetRetryInputTokens()),
-			BatchFirst: int64(u.GetBatchFirstAttempts()), InFlight: int64(min(u.GetInFlight(), maxParked)),
-			Left: fleet.Left(t.Provider, u.GetRateLimitHeaders(), now)})
+			RequestsPerMinute: lim.RequestsPerMinute, InputTokensPerMinute: lim.InputTokensPerMinute,
+			RemainingShare: lim.RemainingShare, Left: lim.Left,
+			FirstAttemptTokens: int64(u.GetFirstAttemptInputTokens()), RetryTokens: int64(u.GetRetryInputTokens()),
+			BatchFirst: int64(u.GetBatchFirstAttempts()), InFlight: int64(min(u.GetInFlight(), maxParked))})
 	}
 	if len(m.GetUsage()) == 0 {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -155,7 +156,7 @@ func FuzzCoordinateReport(f *testing.F) {
 				tg := fleet.Target{Provider: u.GetTarget().GetProvider(), Model: u.GetTarget().GetModel(), KeyID: u.GetTarget().GetKeyId()}
 				fl.Report(fleet.Usage{Target: tg, ClientID: req.GetClientId(), Admitted: int64(u.GetAdmitted()), Shed: int64(u.GetShed()),
 					Succeeded: int64(u.GetSucceeded()), Failed: int64(u.GetFailed()), Retries: int64(u.GetRetries()),
-					RequestsPerMinute: fleet.RequestsPerMinute(tg.Provider, u.GetRateLimitHeaders())})
+					RequestsPerMinute: fleet.ReadLimits(tg.Provider, u.GetRateLimitHeaders(), time.Now()).RequestsPerMinute})
 				if a := fl.Assign(tg, req.GetClientId()); a.AdmitFraction < 0 || a.AdmitFraction > 1 || a.Hold < 0 {
 					t.Fatalf("assignment %+v", a)
 				}
