@@ -183,8 +183,8 @@ func (c Config) Validate() error {
 	check(c.Breaker.Window >= time.Second && c.Breaker.Window <= 10*time.Minute, "breaker.window", "%v is not within 1s–10m", c.Breaker.Window)
 	check(c.Breaker.TripWindow >= 0 && c.Breaker.TripWindow <= c.Breaker.Window, "breaker.trip_window",
 		"%v is not within 0–window (%v)", c.Breaker.TripWindow, c.Breaker.Window)
-	check(c.Breaker.TripWindow == 0 || c.Breaker.TripRate > c.Breaker.FailureRate && c.Breaker.TripRate <= 1, "breaker.trip_rate",
-		"%v is not in (failure_rate, 1]", c.Breaker.TripRate)
+	check(c.Breaker.TripWindow == 0 || c.Breaker.TripRate > 0 && c.Breaker.TripRate <= 1, "breaker.trip_rate",
+		"%v is not in (0, 1]", c.Breaker.TripRate)
 	check(c.Breaker.OpenFor > 0, "breaker.open_for", "%v is not positive", c.Breaker.OpenFor)
 	check(c.Breaker.MaxOpenFor >= c.Breaker.OpenFor, "breaker.max_open_for", "%v is below open_for %v", c.Breaker.MaxOpenFor, c.Breaker.OpenFor)
 	check(c.Breaker.ProbeInterval > 0, "breaker.probe_interval", "%v is not positive", c.Breaker.ProbeInterval)

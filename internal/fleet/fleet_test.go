@@ -370,7 +370,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	c.Breaker.MinClients = 0
 	c.Budget.Floor = -1
 	c.Breaker.TripWindow = time.Minute // past the 10 s window
-	c.Breaker.TripRate = 0.4           // under failure_rate
+	c.Breaker.TripRate = 1.5           // above 1
 	err := c.Validate()
 	for _, field := range []string{"breaker.min_clients", "retry_budget.floor", "breaker.trip_window", "breaker.trip_rate"} {
 		if err == nil || !strings.Contains(err.Error(), field) {

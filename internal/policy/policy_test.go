@@ -443,3 +443,16 @@ func TestBreakerFailuresStillRead(t *testing.T) {
 		t.Errorf("min_volume %d, want 7", p.Fleet.Breaker.MinVolume)
 	}
 }
+
+// A breaker's failure_rate above the trip's default rate (0.9) needs no
+// trip settings of its own: the two rates are independent.
+func TestBreakerFailureRateAboveTheTripRate(t *testing.T) {
+	t.Parallel()
+	p, err := Parse([]byte("fleet:\n  breaker: {failure_rate: 0.95}\n"), "p.yaml", Caps{})
+	if err != nil {
+		t.Fatalf("a failure_rate of 0.95: %v", err)
+	}
+	if b := p.Fleet.Breaker; b.FailureRate != 0.95 || b.TripRate != fleet.Defaults().Breaker.TripRate {
+		t.Fatalf("breaker = %+v", b)
+	}
+}
