@@ -122,7 +122,7 @@ deploy-check: $(STAMPS)/promtool-$(PROMTOOL_VERSION) ## Check deploy/'s Promethe
 	cd deploy/prometheus && promtool check rules policyd-alerts.yml && promtool test rules policyd-alerts.test.yml
 
 .PHONY: clients-test
-clients-test: build ## Run the clients' suites (clients/<lang>/scripts/test.sh) at once against real policyd processes, a database each.
+clients-test: build ## Run the clients' suites (clients/<lang>/scripts/test.sh) against real policyd processes, a database each: Go, then Python and TypeScript side by side.
 	scripts/clients-test.sh
 
 # A count, not a duration: Go 1.26's fuzzing coordinator can fail a target
