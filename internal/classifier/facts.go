@@ -163,6 +163,11 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	if code, ok := botocoreCode(fx.text); ok {
 		c.addKind(fx, code, false)
 	}
+	// openai-python 0.x logs its errors as key=value pairs: "error_code=None
+	// error_message='...' error_type=server_error". Its code and type are kinds.
+	if logfmtError.maybeIn(&fx.bigrams) {
+		c.addLogfmtKinds(fx)
+	}
 	fx.retryFlag = retryableFlag(fx.text)
 	if fx.digits && zeroLimit(fx.text) {
 		c.addKind(fx, KindQuotaLimitZero, false)
@@ -459,6 +464,9 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			c.addKind(fx, value, false)
 			if !isString {
 				c.numericCode(fx, value)
+			} else if s := statusCode(value); s != 0 && fx.bodyStatus == 0 {
+				// Azure writes the status as a string: {"error": {"code": "401", ...}}.
+				fx.bodyStatus = s
 			}
 		case "statusCode", "status_code", "httpStatus", "http_status", "httpStatusCode":
 			// A numeric status a proxy or SDK wrote into the body.
@@ -487,7 +495,9 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 			}
 			kind, _, _ := strings.Cut(value, ":")
 			c.addKind(fx, kind, false)
-		case "message", "Message", "detail", "error_description", "msg", "errorMessage", "error_msg", "errmsg", "error_message":
+		// Portkey's gateway relays an upstream's body that is not JSON as
+		// {"html-message": "..."}.
+		case "message", "Message", "detail", "error_description", "msg", "errorMessage", "error_msg", "errmsg", "error_message", "html-message":
 			text(value)
 			if withText && embedded == "" && strings.IndexByte(value, '{') >= 0 {
 				embedded = value
@@ -620,6 +630,39 @@ func botocoreCode(text []byte) (string, bool) {
 		return "", false
 	}
 	return string(rest[:j]), true
+}
+
+// logfmtError is the key prefix addLogfmtKinds reads; logfmtKeys the keys.
+var (
+	logfmtError = newSubstring("error_")
+	logfmtKeys  = [...][]byte{[]byte("error_type="), []byte("error_code=")}
+)
+
+// addLogfmtKinds reads the error_type= and error_code= values of a
+// key=value log line in the lower-case text as kinds ("none" is no value).
+func (c *Classifier) addLogfmtKinds(fx *facts) {
+	for _, key := range logfmtKeys {
+		i := bytes.Index(fx.text, key)
+		if i < 0 || (i > 0 && isLogfmtByte(fx.text[i-1])) {
+			continue
+		}
+		rest := fx.text[i+len(key):]
+		if len(rest) > 0 && (rest[0] == '\'' || rest[0] == '"') {
+			rest = rest[1:]
+		}
+		j := 0
+		for j < len(rest) && j < 128 && isLogfmtByte(rest[j]) {
+			j++
+		}
+		if v := string(rest[:j]); v != "" && v != "none" {
+			c.addKind(fx, v, false)
+		}
+	}
+}
+
+// isLogfmtByte reports whether c may be part of a lower-case key or bare value.
+func isLogfmtByte(c byte) bool {
+	return c == '_' || c == '-' || c == '.' || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
 }
 
 // xmlErrorCode reads the first <Code> element of an XML error body.

@@ -43,6 +43,10 @@ var statusPrefixes = [][]byte{
 	[]byte("responded with "),
 	[]byte("non-2xx: "),
 	[]byte("server error: "),
+	// httpx's HTTPStatusError: "Server error '529 ' for url '...'",
+	// "Client error '429 Too Many Requests' for url '...'".
+	[]byte("server error '"),
+	[]byte("client error '"),
 	// "Google returned a response with code 429", "HTTP response code 503",
 	// serde's "invalid type: integer `404`" (a body that is a bare status).
 	[]byte("with code "),
@@ -104,6 +108,12 @@ func statusFromText(text []byte) int32 {
 		// invalid argument.", "500: Failed to parse messages"), or a status
 		// in brackets ("Google API error - [429] Quota exceeded").
 		if len(text) > i+3 && (text[i+3] == ' ' || text[i+3] == ':') && (i == 0 || text[i-1] == '\n') {
+			return s
+		}
+		// The same message behind a wrapper's prefix ("Gemini error in
+		// batch 1: 500 An internal error has occurred."): a status that
+		// opens the clause after ": " and is followed by words.
+		if i >= 2 && text[i-2] == ':' && text[i-1] == ' ' && len(text) > i+4 && text[i+3] == ' ' && text[i+4] >= 'a' && text[i+4] <= 'z' {
 			return s
 		}
 		if i > 0 && text[i-1] == '[' && len(text) > i+3 && text[i+3] == ']' {

@@ -393,3 +393,85 @@ func TestDelayPhrasesInOtherLanguages(t *testing.T) {
 		}
 	}
 }
+
+// Failures that state what they are only in words: a status in a
+// runtime's own error format or behind a wrapper's prefix, a timeout class
+// named inside a wrapper's message, a gateway's network words inside a 200,
+// an invalid model id, a body cut mid-read.
+func TestStatedInWords(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "httpx's HTTPStatusError, a 529 with no reason phrase", failure: &policydv1.Failure{ErrorName: "httpx.HTTPStatusError",
+			Message: "Server error '529 ' for url 'https://api.anthropic.com/v1/messages'"},
+			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
+		{name: "httpx's client error over HTTP/2 (no reason phrase)", failure: &policydv1.Failure{ErrorName: "HTTPStatusError",
+			Message: "Client error '429 ' for url 'https://api.example.com/v1/chat/completions'"},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a status after a wrapper's prefix, then words", failure: &policydv1.Failure{
+			Message: "summarise step 3 failed: 500 An internal error has occurred."},
+			wantType: typeServerError, wantRetryable: true, wantRule: "server_error"},
+		{name: "a body's code written as a string", failure: &policydv1.Failure{Provider: "azure",
+			Body: `{"error":{"code":"401","message":"Access denied due to invalid subscription key or wrong API endpoint."}}`},
+			wantType: typeAuth, wantRule: "auth.invalid"},
+		{name: "openai-python 0.x's log line: error_type", failure: &policydv1.Failure{Provider: "openai",
+			Message: "error_code=None error_message='Something went wrong.' error_param=None error_type=server_error message='OpenAI API error received' stream_error=False"},
+			wantType: typeServerError, wantRetryable: true, wantRule: "server_error"},
+		{name: "openai-python 0.x's log line: error_code", failure: &policydv1.Failure{Provider: "openai",
+			Message: "error_code=rate_limit_exceeded error_message='Slow down.' error_param=None error_type=requests message='OpenAI API error received'"},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a timeout class inside a wrapper's message", failure: &policydv1.Failure{ErrorCode: "AGENT_UNKNOWN_ERROR",
+			Message: "Unknown agent error: ConnectTimeout: "},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "network.timeout"},
+		{name: "the AI SDK's APICallError around undici's timeout words", failure: &policydv1.Failure{ErrorName: "AI_APICallError",
+			Message: "Cannot connect to API: Headers Timeout Error"},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "network.timeout"},
+		{name: "the AI SDK's APICallError with no network code", failure: &policydv1.Failure{ErrorName: "AI_APICallError",
+			Message: "Cannot connect to API: other side closed"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "Spring's I/O error around a timeout", failure: &policydv1.Failure{ErrorName: "org.springframework.web.client.ResourceAccessException",
+			Message: `I/O error on POST request for "https://api.example.com/v1/chat": timeout`},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "timeout.signal"},
+		{name: "Spring's I/O error, no response", failure: &policydv1.Failure{ErrorName: "org.springframework.web.client.ResourceAccessException",
+			Message: `I/O error on POST request for "https://api.example.com/v1/chat": Unexpected end of file from server`},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "a gateway's 200 whose body says the connection was lost", failure: &policydv1.Failure{HttpStatus: 200,
+			Body: `{"html-message": "Network connection lost."}`},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "a gateway's 200 whose error says the connection was reset", failure: &policydv1.Failure{HttpStatus: 200,
+			Body: `{"error": {"message": "read ECONNRESET"}}`},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "Vertex's words for its 429, no status", failure: &policydv1.Failure{Provider: "vertex",
+			Message: "Resource exhausted. Please try again later."},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a provider's invalid_model type", failure: &policydv1.Failure{HttpStatus: 400,
+			Body: `{"error":{"message":"Invalid model 'x'.","type":"invalid_model","code":400}}`},
+			wantType: typeNotFound, wantRule: "not_found"},
+		{name: "invalid model id in words, no status or code", failure: &policydv1.Failure{Provider: "bedrock",
+			Message: `BedrockException - {"message":"The provided model identifier is invalid."}`},
+			wantType: typeNotFound, wantRule: "not_found.invalid_model"},
+		{name: "h11's body cut short by its length", failure: &policydv1.Failure{ErrorName: "RemoteProtocolError",
+			Message: "peer closed connection without sending complete message body (received 1024 bytes, expected 4096)"},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "network.mid_stream"},
+		{name: "h11's chunked body cut short", failure: &policydv1.Failure{
+			Message: "LLM request failed: peer closed connection without sending complete message body (incomplete chunked read)"},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "network.mid_stream"},
+	})
+}
+
+// What the words above must not take over: a validation code keeps an
+// invalid model id an invalid request, and a number after ": " that is not
+// followed by words is no status.
+func TestStatedInWordsLimits(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "a ValidationException whose words say the model id is invalid", failure: &policydv1.Failure{Provider: "bedrock",
+			Message: "An error occurred (ValidationException) when calling the Converse operation: The provided model identifier is invalid."},
+			wantType: typeInvalidRequest, wantRule: "invalid_request"},
+		{name: "a 400 whose words say the model id is invalid", failure: &policydv1.Failure{Provider: "bedrock", HttpStatus: 400,
+			Message: "The provided model identifier is invalid."},
+			wantType: typeInvalidRequest, wantRule: "invalid_request.400"},
+		{name: "a number after a colon that opens no words", failure: &policydv1.Failure{
+			Message: "Request timed out after: 500ms"},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "network.timeout"},
+	})
+}
