@@ -475,3 +475,57 @@ func TestStatedInWordsLimits(t *testing.T) {
 			wantType: typeTimeout, wantRetryable: true, wantRule: "network.timeout"},
 	})
 }
+
+// A provider's documented codes and a client's words decide where a status
+// or a wrapper's class would say less: an account in arrears is an
+// exhausted quota, a content inspection a content filter, an overload an
+// overload even on a 429 or under a rate-limit class.
+func TestProviderCodesOverWrappers(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "DashScope's Arrearage code on a 400", failure: &policydv1.Failure{Provider: "dashscope", HttpStatus: 400,
+			Body: `{"code":"Arrearage","message":"Access denied, please make sure your account is in good standing.","request_id":"r1"}`},
+			wantType: typeQuota, wantRule: "quota.exhausted"},
+		{name: "an overdue account in words on a 403", failure: &policydv1.Failure{HttpStatus: 403,
+			Message: "Access denied: the account is overdue"},
+			wantType: typeQuota, wantRule: "quota.exhausted"},
+		{name: "DashScope's DataInspectionFailed code", failure: &policydv1.Failure{Provider: "dashscope", HttpStatus: 400,
+			Body: `{"code":"DataInspectionFailed","message":"Output data may contain sensitive text."}`},
+			wantType: typeContentPolicy, wantRule: "content_policy"},
+		{name: "content inspection in words, no status", failure: &policydv1.Failure{
+			Message: "upstream failed: the input may contain inappropriate content"},
+			wantType: typeContentPolicy, wantRule: "content_policy"},
+		{name: "an overload type on a 429", failure: &policydv1.Failure{Provider: "moonshot", HttpStatus: 429,
+			Body: `{"error":{"message":"busy, later please","type":"engine_overloaded_error"}}`},
+			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded.said"},
+		{name: "overload words under a rate-limit class", failure: &policydv1.Failure{ErrorName: "RateLimitError",
+			Message: "The server is currently overloaded, try later."},
+			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded.said"},
+	})
+}
+
+// Words of a failure no status placed: a temporary DNS failure in a
+// proxy's body, Rust's and Dart's timeouts, a too-frequent request, an
+// invalid argument, messages out of order.
+func TestWordsWithoutStatus(t *testing.T) {
+	t.Parallel()
+	runClassifyCases(t, []classifyCase{
+		{name: "EAI_AGAIN in a local proxy's body", failure: &policydv1.Failure{
+			Body: `{"code": -1, "message": "getaddrinfo EAI_AGAIN api.example.com", "data": null}`},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "reqwest's Debug form of a timeout", failure: &policydv1.Failure{ErrorName: "reqwest::Error",
+			Message: `reqwest::Error { kind: Request, url: "https://api.example.com/v1", source: TimedOut }`},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "network.timeout"},
+		{name: "dio's receive timeout", failure: &policydv1.Failure{
+			Message: "The request took longer than 0:01:00.000000 to receive data. It was aborted."},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "network.timeout"},
+		{name: "requests too frequent", failure: &policydv1.Failure{Message: "Requests are too frequent, slow down"},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "an invalid argument in words (a WebSocket close reason)", failure: &policydv1.Failure{Operation: "realtime",
+			Message: "1007 Request contains an invalid argument"},
+			wantType: typeInvalidRequest, wantRule: "invalid_request"},
+		{name: "messages that must alternate", failure: &policydv1.Failure{
+			Message: "user and assistant messages must alternate"},
+			wantType: typeInvalidRequest, wantRule: "self_hosted.template_refused"},
+	})
+}
