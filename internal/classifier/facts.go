@@ -145,12 +145,12 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	} else {
 		// No body: the runtime may have printed the error object into its
 		// message or a cause's.
-		c.loadEmbeddedBody(fx, f.GetMessage())
+		c.loadEmbeddedBody(fx, f.GetMessage(), 1)
 		for i, cause := range f.GetCauses() {
 			if i == MaxCauses {
 				break
 			}
-			c.loadEmbeddedBody(fx, cause.GetMessage())
+			c.loadEmbeddedBody(fx, cause.GetMessage(), 1)
 		}
 	}
 	fx.bigrams.build(fx.text)
@@ -443,13 +443,19 @@ func (c *Classifier) loadBody(fx *facts, body string) {
 		}
 		return
 	}
-	c.scanErrorJSON(fx, body, true)
+	c.scanErrorJSON(fx, body, true, 0)
 }
+
+// maxEmbedDepth is how many error objects deep, each printed into the
+// message of the one around it, the kinds are read: gemini-cli prints the
+// API's error, whose message is Google's whole error object as escaped JSON.
+const maxEmbedDepth = 2
 
 // scanErrorJSON reads a provider's error payload: its kinds (error code,
 // type, status, AWS __type, Google ErrorInfo reasons and QuotaFailure ids)
 // and delay fields, and, withText, its messages into the text rules search.
-func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
+// depth is how many printed error objects deep doc sits.
+func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool, depth int) {
 	text := func(value string) {
 		if withText {
 			fx.text = append(fx.text, '\n')
@@ -499,7 +505,7 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 		// {"html-message": "..."}.
 		case "message", "Message", "detail", "error_description", "msg", "errorMessage", "error_msg", "errmsg", "error_message", "html-message":
 			text(value)
-			if withText && embedded == "" && strings.IndexByte(value, '{') >= 0 {
+			if depth < maxEmbedDepth && embedded == "" && strings.IndexByte(value, '{') >= 0 {
 				embedded = value
 			}
 		case "error":
@@ -531,7 +537,7 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool) {
 	// batch's result line, a gateway's wrapped error): its kinds, as for a
 	// runtime message, after the body's own so that its status comes second.
 	if embedded != "" {
-		c.loadEmbeddedBody(fx, embedded)
+		c.loadEmbeddedBody(fx, embedded, depth+1)
 	}
 	// An MCP tool result that failed ("isError": true): its content's text
 	// is the error message. Rare, so read in a second pass.
@@ -683,8 +689,9 @@ func xmlErrorCode(body string) (string, bool) {
 // message when the failure carries no body ("Error code: 401 - {...}",
 // "received error while streaming: {...}"): its kinds and delay fields, as
 // for a body. A Python dict's repr is read with its quotes swapped, and
-// escaped JSON unescaped.
-func (c *Classifier) loadEmbeddedBody(fx *facts, message string) {
+// escaped JSON unescaped. depth counts the printed objects this one sits
+// in, itself included.
+func (c *Classifier) loadEmbeddedBody(fx *facts, message string, depth int) {
 	i := strings.IndexByte(message, '{')
 	if i < 0 {
 		return
@@ -694,7 +701,7 @@ func (c *Classifier) loadEmbeddedBody(fx *facts, message string) {
 		doc = doc[:MaxBodyBytes]
 	}
 	switch {
-	case strings.HasPrefix(doc[skipSpace(doc, 1):], `\"`):
+	case strings.HasPrefix(doc[skipEscapedSpace(doc, 1):], `\"`):
 		// Escaped JSON ({\"error\": ...}): the message was a JSON string's
 		// value, as a body's message is.
 		doc = strings.ReplaceAll(doc, `\"`, `"`)
@@ -702,7 +709,20 @@ func (c *Classifier) loadEmbeddedBody(fx *facts, message string) {
 		doc = strings.ReplaceAll(doc, "'", "\"")
 	}
 	// The message itself is already in the text rules search.
-	c.scanErrorJSON(fx, doc, false)
+	c.scanErrorJSON(fx, doc, false, depth)
+}
+
+// skipEscapedSpace skips white space and its JSON escapes (a pretty-printed
+// object inside a JSON string reads "{\n  \"error\": ...").
+func skipEscapedSpace(doc string, i int) int {
+	for {
+		i = skipSpace(doc, i)
+		if i+1 < len(doc) && doc[i] == '\\' && (doc[i+1] == 'n' || doc[i+1] == 'r' || doc[i+1] == 't') {
+			i += 2
+			continue
+		}
+		return i
+	}
 }
 
 // appendLower appends s, ASCII lower-cased, to dst, at most limit bytes of it.

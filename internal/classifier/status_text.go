@@ -119,6 +119,11 @@ func statusFromText(text []byte) int32 {
 		if i > 0 && text[i-1] == '[' && len(text) > i+3 && text[i+3] == ']' {
 			return s
 		}
+		// Cloudflare's error page title: "<title>api.example.com | 520:
+		// Web server is returning an unknown error</title>".
+		if i >= 2 && text[i-2] == '|' && text[i-1] == ' ' && len(text) > i+4 && text[i+3] == ':' && text[i+4] == ' ' {
+			return s
+		}
 		// "429 Too Many Requests", "(503) Service Unavailable", "429 RESOURCE_EXHAUSTED".
 		rest := bytes.TrimPrefix(text[i+3:], []byte(")"))
 		if len(rest) < 2 || rest[0] != ' ' {

@@ -38,6 +38,7 @@ func TestStatusFromText(t *testing.T) {
 		{"max_tokens: 500", 0},
 		{"timeout: 500ms", 0},
 		{"[4290] items", 0},
+		{"<title>api.example.com | 522: Connection timed out</title>", 522},
 		{"Not Found", 404},
 		{"Too Many Requests.", 429},
 		{"not found anywhere", 0},

@@ -150,6 +150,12 @@ func TestStatusesStatedElsewhere(t *testing.T) {
 		{name: "a Python repr an error line's message prints", failure: &policydv1.Failure{Operation: "batch",
 			Body: `{"custom_id":"r1","error":{"type":"request_failed","message":"Error code: 404 - {'type': 'error', 'error': {'type': 'not_found_error', 'message': 'Not found'}}"}}`},
 			wantType: typeNotFound, wantRule: "not_found"},
+		{name: "an ErrorInfo reason two printed objects deep decides over their 400", failure: &policydv1.Failure{Provider: "google",
+			Message: `[API Error: {"error":{"message":"{\n  \"error\": {\n    \"code\": 400,\n    \"status\": \"INVALID_ARGUMENT\",\n    \"details\": [{\"reason\": \"API_KEY_INVALID\"}]\n  }\n}\n","code":400}}]`},
+			wantType: typeAuth, wantRule: "auth.invalid"},
+		{name: "a Cloudflare error page's title states its status", failure: &policydv1.Failure{Provider: "openai",
+			Message: "<!DOCTYPE html>\n<head>\n<title>api.example.com | 521: Web server is down</title>"},
+			wantType: typeServerError, wantRetryable: true, wantRule: "server_error"},
 		{name: "escaped JSON a body's message prints", failure: &policydv1.Failure{
 			Body: `{"error":{"type":"request_failed","message":"upstream: {\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"gone\"}}"}}`},
 			wantType: typeNotFound, wantRule: "not_found"},
