@@ -50,6 +50,9 @@ type facts struct {
 	retryFlag   int8  // a "retriable: true|false" the response's text states
 	grpc        int32 // grpc_code, else the one the text states
 	bodyStatus  int32 // the first 4xx or 5xx numeric "code" in the body
+	// upstreamStatus is the first 4xx a body's status field states
+	// ("statusCode": 400 in a gateway's error details).
+	upstreamStatus int32
 	// pushbackStop: grpc-retry-pushback-ms was negative or not a number,
 	// the server's way to say "do not retry" (gRFC A6).
 	pushbackStop bool
@@ -96,6 +99,7 @@ func (fx *facts) reset(nblocks int) {
 	fx.retryFlag = 0
 	fx.grpc = 0
 	fx.bodyStatus = 0
+	fx.upstreamStatus = 0
 	fx.pushbackStop = false
 	fx.toolError = false
 	fx.nreset = 0
@@ -218,6 +222,13 @@ func (c *Classifier) loadStructure(fx *facts, f *policydv1.Failure) {
 		if fx.bodyStatus != 0 {
 			fx.status = fx.bodyStatus
 		}
+	}
+	// A gateway's 5xx whose body states a 4xx in a status field (Helicone's
+	// 500 with "details": [{"statusCode": 400, ...}]): the upstream refused
+	// the request, and the gateway's own status says only that it relayed
+	// a failure.
+	if fx.status >= 500 && fx.status <= 599 && fx.upstreamStatus != 0 {
+		fx.status = fx.upstreamStatus
 	}
 	// A failure that got an HTTP response is not an upstream gRPC call's.
 	fx.grpc = f.GetGrpcCode()
@@ -478,6 +489,9 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool, depth i
 			// A numeric status a proxy or SDK wrote into the body.
 			if !isString {
 				c.numericCode(fx, value)
+				if s, ok := threeDigits([]byte(value)); ok && s < 500 && len(value) == 3 && fx.upstreamStatus == 0 {
+					fx.upstreamStatus = s
+				}
 			}
 		case "isError":
 			toolError = value == "true"

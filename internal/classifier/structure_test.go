@@ -156,6 +156,9 @@ func TestStatusesStatedElsewhere(t *testing.T) {
 		{name: "a Cloudflare error page's title states its status", failure: &policydv1.Failure{Provider: "openai",
 			Message: "<!DOCTYPE html>\n<head>\n<title>api.example.com | 521: Web server is down</title>"},
 			wantType: typeServerError, wantRetryable: true, wantRule: "server_error"},
+		{name: "a gateway's 5xx whose details state the upstream's 4xx", failure: &policydv1.Failure{HttpStatus: 502,
+			Body: `{"code":"request_failed","message":"upstream refused","details":[{"type":"request_failed","statusCode":401,"source":"m/openai"}]}`},
+			wantType: typeAuth, wantRule: "auth.invalid"},
 		{name: "escaped JSON a body's message prints", failure: &policydv1.Failure{
 			Body: `{"error":{"type":"request_failed","message":"upstream: {\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"gone\"}}"}}`},
 			wantType: typeNotFound, wantRule: "not_found"},
