@@ -197,8 +197,12 @@ func TestPaceCorrectsTokenEstimatesByUsage(t *testing.T) {
 					RequestsPerMinute: 6000, InputTokensPerMinute: 60000,
 					InputTokensUsed: tt.used / 2, InputTokensEstimated: tt.estimated / 2})
 			}
-			if a := f.Assign(streamTarget, "a"); a.AdmitFraction < tt.want-0.01 || a.AdmitFraction > tt.want+0.01 {
+			a := f.Assign(streamTarget, "a")
+			if a.AdmitFraction < tt.want-0.01 || a.AdmitFraction > tt.want+0.01 {
 				t.Fatalf("admitted %.3f, want %.3f", a.AdmitFraction, tt.want)
+			}
+			if corrected := strings.Contains(a.Reason, "token estimates ×"); corrected != (tt.want != 0.93*1000/4000) {
+				t.Fatalf("reason %q: says the correction %v, want %v", a.Reason, corrected, !corrected)
 			}
 		})
 	}
