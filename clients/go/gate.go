@@ -155,7 +155,10 @@ type usage struct {
 	// transport's estimate): of first attempts at their first check, and
 	// of retries sent.
 	firstInputTokens, retryInputTokens uint64
-	rateLimits                         map[string]string // the last response's, nil: none since the last report
+	// The input tokens the responses said their calls used, where the
+	// transport read them, and those calls' estimates (as counted above).
+	inputTokensUsed, inputTokensEstimatedForUsed uint64
+	rateLimits                                   map[string]string // the last response's, nil: none since the last report
 }
 
 func (u *usage) add(o usage) {
@@ -171,6 +174,8 @@ func (u *usage) add(o usage) {
 	u.batchFirst += o.batchFirst
 	u.firstInputTokens += o.firstInputTokens
 	u.retryInputTokens += o.retryInputTokens
+	u.inputTokensUsed += o.inputTokensUsed
+	u.inputTokensEstimatedForUsed += o.inputTokensEstimatedForUsed
 	if u.rateLimits == nil {
 		u.rateLimits = o.rateLimits
 	}
@@ -742,6 +747,20 @@ func (g *gate) countRetry(now time.Time, t target, inputTokens uint64) {
 	if e := g.entry(now, t); e != nil {
 		e.u.retries++
 		e.u.retryInputTokens += min(inputTokens, maxCallInputTokens)
+		e.pending = !e.rejected
+	}
+}
+
+// recordUsage counts what a succeeded call's response said it used
+// (used input tokens), with the estimate its succeeding attempt was
+// counted at, once per call: the daemon corrects the fleet's estimates by
+// their ratio.
+func (g *gate) recordUsage(now time.Time, t target, used, estimated uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.entry(now, t); e != nil && !g.off {
+		e.u.inputTokensUsed += min(used, maxCallInputTokens)
+		e.u.inputTokensEstimatedForUsed += min(estimated, maxCallInputTokens)
 		e.pending = !e.rejected
 	}
 }
