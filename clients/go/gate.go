@@ -754,14 +754,14 @@ func (g *gate) countRetry(now time.Time, t target, inputTokens uint64) {
 // recordUsage counts what a succeeded call's response said it used
 // (used input tokens), with the estimate its succeeding attempt was
 // counted at, once per call: the daemon corrects the fleet's estimates by
-// their ratio.
+// their ratio. It goes with the target's next report that counts an
+// attempt; alone it is no activity.
 func (g *gate) recordUsage(now time.Time, t target, used, estimated uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e := g.entry(now, t); e != nil && !g.off {
 		e.u.inputTokensUsed += min(used, maxCallInputTokens)
 		e.u.inputTokensEstimatedForUsed += min(estimated, maxCallInputTokens)
-		e.pending = !e.rejected
 	}
 }
 
@@ -849,8 +849,16 @@ func (g *gate) takeReports(kind reportKind) []report {
 		case !e.pending && !(kind == reportResubscribe && e.subscribed):
 			continue
 		}
-		out = append(out, report{t: t, u: e.u, inFlight: e.inFlight, parked: e.parked, from: e.usedAt})
+		u := e.u
 		e.u, e.pending, e.urgent, e.subscribed = usage{}, false, false, true
+		if u.admitted+u.retries == 0 {
+			// policyd bounds the tokens used by the report's attempts: a
+			// usage read after the report that counted its call (a
+			// stream's, at its end) waits for the target's next attempt.
+			e.u.inputTokensUsed, e.u.inputTokensEstimatedForUsed = u.inputTokensUsed, u.inputTokensEstimatedForUsed
+			u.inputTokensUsed, u.inputTokensEstimatedForUsed = 0, 0
+		}
+		out = append(out, report{t: t, u: u, inFlight: e.inFlight, parked: e.parked, from: e.usedAt})
 	}
 	return out
 }
