@@ -146,7 +146,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}, true)
 	if err == nil {
 		if gated {
-			t.c.track(req.Context(), tg, ok)
+			t.c.track(req.Context(), tg, ok, min(call.inputTokens(), maxCallInputTokens))
 		}
 		return ok, nil
 	}
