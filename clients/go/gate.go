@@ -757,6 +757,9 @@ func (g *gate) countRetry(now time.Time, t target, inputTokens uint64) {
 // their ratio. It goes with the target's next report that counts an
 // attempt; alone it is no activity.
 func (g *gate) recordUsage(now time.Time, t target, used, estimated uint64) {
+	if estimated == 0 {
+		return // nothing to correct: the daemon compares the two
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e := g.entry(now, t); e != nil && !g.off {

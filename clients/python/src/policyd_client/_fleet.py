@@ -452,7 +452,10 @@ class FleetTable:
 
     def record_usage(self, target: Target, used: int, estimated: int) -> None:
         """Count what a success's response said its call used (input tokens), with the estimate
-        the call was counted at; each at most MAX_CALL_INPUT_TOKENS."""
+        the call was counted at; each at most MAX_CALL_INPUT_TOKENS. A call estimated at 0 is
+        not counted: the daemon compares the two."""
+        if estimated <= 0:
+            return
         with self._lock:
             if self._disabled:
                 return
