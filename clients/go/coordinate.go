@@ -280,7 +280,12 @@ func (r report) proto(now time.Time) *policydv1.BucketUsage {
 		BatchFirstAttempts:      min(u.batchFirst, admitted+shed+parkedNew),
 		FirstAttemptInputTokens: min(u.firstInputTokens, maxCallInputTokens*(admitted+shed+parkedNew)),
 		RetryInputTokens:        min(u.retryInputTokens, maxCallInputTokens*retries),
-		InFlight:                r.inFlight,
+		// What responses said their calls used, and those calls'
+		// estimates: each within the bound of the attempts the report
+		// counts (admitted and retries), as policyd checks them.
+		InputTokensUsed:             min(u.inputTokensUsed, maxCallInputTokens*(admitted+retries)),
+		InputTokensEstimatedForUsed: min(u.inputTokensEstimatedForUsed, maxCallInputTokens*(admitted+retries)),
+		InFlight:                    r.inFlight,
 	}
 }
 

@@ -413,3 +413,58 @@ func TestReportsCountFallBacksWithinShed(t *testing.T) {
 		t.Fatalf("usage %v: want 600 admitted, 400 shed and 400 fell back", u)
 	}
 }
+
+// What responses said their calls used, with those calls' estimates, goes
+// with the next report that counts an attempt (policyd bounds the tokens
+// by them): each at most 2,000,000 a call, and within the bound of the
+// report's attempts; a report that could not be sent gives them to the next.
+func TestReportsCarryUsageWithinBounds(t *testing.T) {
+	co, clock := testCoordinator(t)
+	g := co.c.gate
+	a := target{provider: "openai", model: "a"}
+	g.check(clock.now, a, -1, gateCall{inputTokens: 100}, constRand(0), -1)
+	g.record(clock.now, a, true)
+	g.recordUsage(clock.now, a, 5e6, 3e6) // one call: each clipped to 2,000,000
+	failing := &fakeStream{fail: errors.New("down")}
+	if err := co.sendReports(failing, reportActive); err == nil {
+		t.Fatal("the failing stream sent")
+	}
+	s := &fakeStream{}
+	if err := co.sendReports(s, reportActive); err != nil {
+		t.Fatal(err)
+	}
+	if u := usageOf(t, s.sent[0], "a"); u.GetInputTokensUsed() != 2_000_000 || u.GetInputTokensEstimatedForUsed() != 2_000_000 {
+		t.Errorf("usage %v: want 2,000,000 used and estimated, kept through the failed send", u)
+	}
+	// A usage read after the report that counted its call is no activity
+	// alone, and a report without an attempt (here the in-flight gauge's)
+	// leaves it for the next attempt's.
+	g.recordUsage(clock.now, a, 10, 8)
+	if err := co.sendReports(s, reportActive); err != nil || len(s.sent) != 1 {
+		t.Fatalf("sent %d messages (%v), want none for a usage alone", len(s.sent)-1, err)
+	}
+	g.flight(clock.now, a, true)
+	if err := co.sendReports(s, reportActive); err != nil || len(s.sent) != 2 {
+		t.Fatalf("sent %d messages (%v), want 2", len(s.sent), err)
+	}
+	if u := usageOf(t, s.sent[1], "a"); u.GetInputTokensUsed() != 0 || u.GetInputTokensEstimatedForUsed() != 0 {
+		t.Errorf("usage %v: want no tokens without an attempt", u)
+	}
+	g.countRetry(clock.now, a, 10)
+	if err := co.sendReports(s, reportActive); err != nil || len(s.sent) != 3 {
+		t.Fatalf("sent %d messages (%v), want 3", len(s.sent), err)
+	}
+	if u := usageOf(t, s.sent[2], "a"); u.GetRetries() != 1 || u.GetInputTokensUsed() != 10 || u.GetInputTokensEstimatedForUsed() != 8 {
+		t.Errorf("usage %v: want the retry with the usage left for it, 10 for 8", u)
+	}
+	// Two calls' usage with one attempt: within 2,000,000 for it.
+	g.countRetry(clock.now, a, 10)
+	g.recordUsage(clock.now, a, 1_500_000, 1_200_000)
+	g.recordUsage(clock.now, a, 1_500_000, 1_200_000)
+	if err := co.sendReports(s, reportActive); err != nil {
+		t.Fatal(err)
+	}
+	if u := usageOf(t, s.sent[3], "a"); u.GetInputTokensUsed() != 2_000_000 || u.GetInputTokensEstimatedForUsed() != 2_000_000 {
+		t.Errorf("usage %v: want both at the bound of one attempt", u)
+	}
+}

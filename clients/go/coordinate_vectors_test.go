@@ -19,8 +19,13 @@ func TestCoordinateVectors(t *testing.T) {
 			FirstAttempt *struct {
 				Draw        float64 `json:"draw"`
 				CanFallBack bool    `json:"can_fall_back"`
+				InputTokens uint64  `json:"input_tokens"`
 			} `json:"first_attempt"`
-			Outcome       string            `json:"outcome"`
+			Outcome string `json:"outcome"`
+			Usage   *struct {
+				InputTokensUsed uint64 `json:"input_tokens_used"`
+				Estimated       uint64 `json:"estimated"`
+			} `json:"usage"`
 			FailedLocally bool              `json:"failed_locally"`
 			Retry         bool              `json:"retry"`
 			Observe       map[string]string `json:"observe"`
@@ -34,6 +39,9 @@ func TestCoordinateVectors(t *testing.T) {
 				Failed           uint64            `json:"failed"`
 				Retries          uint64            `json:"retries"`
 				RateLimitHeaders map[string]string `json:"rate_limit_headers"`
+				FirstInputTokens uint64            `json:"first_attempt_input_tokens"`
+				InputTokensUsed  uint64            `json:"input_tokens_used"`
+				EstimatedForUsed uint64            `json:"input_tokens_estimated_for_used"`
 			} `json:"report"`
 		} `json:"steps"`
 	}](t, "coordinate.json")
@@ -48,9 +56,13 @@ func TestCoordinateVectors(t *testing.T) {
 				now := clock.now
 				switch {
 				case s.FirstAttempt != nil:
-					g.check(now, tg, -1, gateCall{canFallBack: s.FirstAttempt.CanFallBack}, constRand(s.FirstAttempt.Draw), -1)
+					g.check(now, tg, -1, gateCall{canFallBack: s.FirstAttempt.CanFallBack, inputTokens: s.FirstAttempt.InputTokens},
+						constRand(s.FirstAttempt.Draw), -1)
 				case s.Outcome != "":
 					g.record(now, tg, s.Outcome == "success")
+					if s.Usage != nil {
+						g.recordUsage(now, tg, s.Usage.InputTokensUsed, s.Usage.Estimated)
+					}
 				case s.FailedLocally:
 					g.countFailedLocally(now, tg)
 				case s.Retry:
@@ -86,7 +98,8 @@ func TestCoordinateVectors(t *testing.T) {
 						}
 						if u.GetElapsed().AsDuration() != ms(w.ElapsedMs) || u.GetAdmitted() != w.Admitted || u.GetShed() != w.Shed || u.GetFellBack() != w.FellBack ||
 							u.GetSucceeded() != w.Succeeded || u.GetFailed() != w.Failed || u.GetRetries() != w.Retries ||
-							!maps.Equal(h, w.RateLimitHeaders) {
+							!maps.Equal(h, w.RateLimitHeaders) || u.GetFirstAttemptInputTokens() != w.FirstInputTokens ||
+							u.GetInputTokensUsed() != w.InputTokensUsed || u.GetInputTokensEstimatedForUsed() != w.EstimatedForUsed {
 							t.Fatalf("step %d at %dms: usage %v, want %+v", i, s.AtMs, u, w)
 						}
 					}

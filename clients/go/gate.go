@@ -155,7 +155,10 @@ type usage struct {
 	// transport's estimate): of first attempts at their first check, and
 	// of retries sent.
 	firstInputTokens, retryInputTokens uint64
-	rateLimits                         map[string]string // the last response's, nil: none since the last report
+	// The input tokens the responses said their calls used, where the
+	// transport read them, and those calls' estimates (as counted above).
+	inputTokensUsed, inputTokensEstimatedForUsed uint64
+	rateLimits                                   map[string]string // the last response's, nil: none since the last report
 }
 
 func (u *usage) add(o usage) {
@@ -171,6 +174,8 @@ func (u *usage) add(o usage) {
 	u.batchFirst += o.batchFirst
 	u.firstInputTokens += o.firstInputTokens
 	u.retryInputTokens += o.retryInputTokens
+	u.inputTokensUsed += o.inputTokensUsed
+	u.inputTokensEstimatedForUsed += o.inputTokensEstimatedForUsed
 	if u.rateLimits == nil {
 		u.rateLimits = o.rateLimits
 	}
@@ -746,6 +751,23 @@ func (g *gate) countRetry(now time.Time, t target, inputTokens uint64) {
 	}
 }
 
+// recordUsage counts what a succeeded call's response said it used
+// (used input tokens), with the estimate its succeeding attempt was
+// counted at, once per call: the daemon corrects the fleet's estimates by
+// their ratio. It goes with the target's next report that counts an
+// attempt; alone it is no activity.
+func (g *gate) recordUsage(now time.Time, t target, used, estimated uint64) {
+	if estimated == 0 {
+		return // nothing to correct: the daemon compares the two
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.entry(now, t); e != nil && !g.off {
+		e.u.inputTokensUsed += min(used, maxCallInputTokens)
+		e.u.inputTokensEstimatedForUsed += min(estimated, maxCallInputTokens)
+	}
+}
+
 // flight counts a request to t going out (up) or done: the in_flight
 // gauge of t's reports. A change is activity.
 func (g *gate) flight(now time.Time, t target, up bool) {
@@ -830,8 +852,16 @@ func (g *gate) takeReports(kind reportKind) []report {
 		case !e.pending && !(kind == reportResubscribe && e.subscribed):
 			continue
 		}
-		out = append(out, report{t: t, u: e.u, inFlight: e.inFlight, parked: e.parked, from: e.usedAt})
+		u := e.u
 		e.u, e.pending, e.urgent, e.subscribed = usage{}, false, false, true
+		if u.admitted+u.retries == 0 {
+			// policyd bounds the tokens used by the report's attempts: a
+			// usage read after the report that counted its call (a
+			// stream's, at its end) waits for the target's next attempt.
+			e.u.inputTokensUsed, e.u.inputTokensEstimatedForUsed = u.inputTokensUsed, u.inputTokensEstimatedForUsed
+			u.inputTokensUsed, u.inputTokensEstimatedForUsed = 0, 0
+		}
+		out = append(out, report{t: t, u: u, inFlight: e.inFlight, parked: e.parked, from: e.usedAt})
 	}
 	return out
 }

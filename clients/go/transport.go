@@ -75,7 +75,9 @@ func (c *Client) HTTPClient(opts TransportOptions) *http.Client {
 //     RoundTrip returns the *Error Do would (errors.Is(err, ErrNotAdmitted));
 //   - a response below 400 is returned untouched, streaming included, and
 //     no RPC is made; its rate-limit headers (as every response's) go to
-//     the fleet (ObserveRateLimits);
+//     the fleet (ObserveRateLimits), and the input tokens its body says
+//     the call used are read as the SDK reads it and reported with the
+//     call's estimate;
 //   - a failure (a status of 400 or more, or no response) is decided as Do
 //     decides one: a retry resends the same body after policyd's delay;
 //     on a stop the last response is returned unchanged (its body as it
@@ -146,7 +148,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}, true)
 	if err == nil {
 		if gated {
-			t.c.track(req.Context(), tg, ok)
+			t.c.track(req.Context(), tg, ok, min(call.inputTokens(), maxCallInputTokens))
 		}
 		return ok, nil
 	}

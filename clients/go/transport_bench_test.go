@@ -9,16 +9,20 @@ import (
 	"time"
 )
 
-// stubRT answers every request at once with a small JSON success, so that
-// the benchmark measures the transport's own work.
+// stubRT answers every request at once with a small JSON success (with
+// its usage, which the transport reads), so that the benchmark measures
+// the transport's own work.
 type stubRT struct{}
+
+const stubReply = `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"finish_reason":"stop",` +
+	`"message":{"role":"assistant","content":"ok! ok! ok! ok!"}}],"usage":{"prompt_tokens":240,"completion_tokens":4,"total_tokens":244}}`
 
 func (stubRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.Body != nil {
 		_, _ = io.Copy(io.Discard, r.Body)
 		r.Body.Close()
 	}
-	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}, "X-Ratelimit-Remaining-Requests": {"10"}}, Body: io.NopCloser(strings.NewReader(`{"ok":true}`)), Request: r}, nil
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}, "X-Ratelimit-Remaining-Requests": {"10"}}, Body: io.NopCloser(strings.NewReader(stubReply)), Request: r}, nil
 }
 
 // BenchmarkTransportOverhead is a chat request of about 1 KiB through the
@@ -47,5 +51,22 @@ func BenchmarkTransportOverhead(b *testing.B) {
 				resp.Body.Close()
 			}
 		})
+	}
+}
+
+// BenchmarkUsageScanner is the scan of a chat reply of about 1 KiB read in
+// 512-byte pieces, as io.ReadAll starts.
+func BenchmarkUsageScanner(b *testing.B) {
+	body := []byte(`{"id":"chatcmpl-1","choices":[{"message":{"role":"assistant","content":"` + strings.Repeat("Summarise this. ", 60) +
+		`"}}],"usage":{"prompt_tokens":240,"completion_tokens":4,"total_tokens":244}}`)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		var s usageScanner
+		for p := body; len(p) > 0; p = p[min(len(p), 512):] {
+			s.scan(p[:min(len(p), 512)])
+		}
+		if _, ok := s.found(); !ok {
+			b.Fatal("no count")
+		}
 	}
 }

@@ -87,11 +87,13 @@ func (b *requestBody) release() {
 }
 
 // track counts a success's body in flight on t until it is read to its
-// end or closed. A body that breaks off before its end (a stream cut after
-// its first byte) is not retried: the caller sees the error, and the fleet
-// gate counts a failed attempt. A 101's body (the upgraded connection) and
-// an empty one pass as they are.
-func (c *Client) track(ctx context.Context, t target, resp *http.Response) {
+// end or closed, and reads from it, as the SDK reads it, what the call
+// used (usageScanner): counted once, with estimate, the input tokens the
+// succeeding attempt was counted at. A body that breaks off before its end
+// (a stream cut after its first byte) is not retried: the caller sees the
+// error, and the fleet gate counts a failed attempt. A 101's body (the
+// upgraded connection) and an empty one pass as they are.
+func (c *Client) track(ctx context.Context, t target, resp *http.Response, estimate uint64) {
 	if c.gate == nil || resp.Body == nil || resp.Body == http.NoBody {
 		return
 	}
@@ -99,20 +101,28 @@ func (c *Client) track(ctx context.Context, t target, resp *http.Response) {
 		return
 	}
 	c.gate.flight(c.cfg.clock.Now(), t, true)
-	resp.Body = &trackedBody{ReadCloser: resp.Body, c: c, ctx: ctx, t: t}
+	resp.Body = &trackedBody{ReadCloser: resp.Body, c: c, ctx: ctx, t: t, estimate: estimate}
 }
 
 // trackedBody is a success's body counted in flight.
 type trackedBody struct {
 	io.ReadCloser
-	c    *Client
-	ctx  context.Context
-	t    target
-	done atomic.Bool
+	c        *Client
+	ctx      context.Context
+	t        target
+	done     atomic.Bool
+	estimate uint64       // the call's input tokens as the gate counted them
+	usage    usageScanner // touched by Read only
 }
 
 func (b *trackedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	if n > 0 && b.usage.state != scanFound {
+		b.usage.scan(p[:n])
+		if used, ok := b.usage.found(); ok {
+			b.c.gate.recordUsage(b.c.cfg.clock.Now(), b.t, used, b.estimate)
+		}
+	}
 	if err != nil {
 		b.end(err)
 	}

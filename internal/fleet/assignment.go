@@ -37,6 +37,10 @@ type Usage struct {
 	// same headers (0: none); FirstAttemptTokens and RetryTokens the input
 	// tokens the client estimated for its first attempts and retries.
 	InputTokensPerMinute, FirstAttemptTokens, RetryTokens int64
+	// InputTokensUsed is what the responses said the calls used, where the
+	// client read their usage, and InputTokensEstimated the client's
+	// estimates of those same calls: their ratio corrects the estimates.
+	InputTokensUsed, InputTokensEstimated int64
 	// Left is what the same headers said is left of the request and
 	// input-token limits (Left), shown by GetBucket and the pace's reason.
 	Left [2]LimitLeft
@@ -141,6 +145,7 @@ func (f *Fleet) Report(u Usage) {
 		u.Admitted, u.Shed, u.Succeeded, u.Failed, u.Retries = inWindow(u.Admitted, u.Elapsed, c), inWindow(u.Shed, u.Elapsed, c),
 			inWindow(u.Succeeded, u.Elapsed, c), inWindow(u.Failed, u.Elapsed, c), inWindow(u.Retries, u.Elapsed, c)
 		u.FirstAttemptTokens, u.RetryTokens = inWindow(u.FirstAttemptTokens, u.Elapsed, c), inWindow(u.RetryTokens, u.Elapsed, c)
+		u.InputTokensUsed, u.InputTokensEstimated = inWindow(u.InputTokensUsed, u.Elapsed, c), inWindow(u.InputTokensEstimated, u.Elapsed, c)
 	}
 	f.store.lock()
 	bs := f.store.getThree(keys, [3]bool{true, true, false}, now)
@@ -189,6 +194,7 @@ func (f *Fleet) Report(u Usage) {
 	}
 	if rl := bs[1]; rl != nil {
 		rl.addTokens(now, &c.Breaker, u.FirstAttemptTokens, u.RetryTokens)
+		rl.addUsage(now, &c.Breaker, u.InputTokensUsed, u.InputTokensEstimated)
 		rl.learnLimit(now, c, requestLimit, u.RequestsPerMinute, u.ClientID, false)
 		rl.learnLimit(now, c, tokenLimit, u.InputTokensPerMinute, u.ClientID, false)
 		rl.followRemaining(now, c, u.RemainingShare)

@@ -454,8 +454,9 @@ func (b *Bucket) pace(now time.Time, c *Config) (float64, int) {
 		f = paceShare(c, rpm, calls+parked, float64(int64(b.retries.sum(now))+o.retries)/secs, cut, secs)
 	}
 	if d := b.tokenDemand; tpm > 0 && d != nil && calls > 0 {
-		first := float64(int64(d.first.sum(now))+o.firstTokens) / secs
-		retries := float64(int64(d.retries.sum(now))+o.retryTokens) / secs
+		scale := b.tokenScale(now)
+		first := scale * float64(int64(d.first.sum(now))+o.firstTokens) / secs
+		retries := scale * float64(int64(d.retries.sum(now))+o.retryTokens) / secs
 		// A parked call carries the tokens of an average call.
 		if t := paceShare(c, tpm, first+parked*first/calls, retries, cut, secs); t < f {
 			f, which = t, tokenLimit
@@ -486,8 +487,54 @@ func paceShare(c *Config, perMinute int64, demand, retries, cut, secs float64) f
 }
 
 // tokenDemand is the input tokens the streams reported, per second over
-// the breaker's window: of first attempts, and of retries.
-type tokenDemand struct{ first, retries ring }
+// the breaker's window: of first attempts, and of retries; and, of the
+// calls whose usage the clients read, the tokens the provider counted and
+// the clients' estimates of them.
+type tokenDemand struct{ first, retries, used, estimated ring }
+
+// Token estimates are corrected by what the provider counted: the fleet's
+// estimates are scaled by the tokens used over their estimates, once the
+// calls with a usage estimated at least minCalibration tokens in the
+// window, and by a factor of at most maxCalibration either way (an
+// estimate off by more is a client's bug, not a tokenizer's).
+const (
+	minCalibration = 10_000
+	maxCalibration = 4.0
+)
+
+// tokenScale is what the fleet's token estimates are multiplied by: the
+// tokens the responses said were used over the estimates of those calls,
+// every replica's, over the breaker's window (1 until enough are known).
+func (b *Bucket) tokenScale(now time.Time) float64 {
+	d := b.tokenDemand
+	if d == nil || d.used.secs == nil {
+		return 1
+	}
+	o := b.others(now)
+	used, est := int64(d.used.sum(now))+o.usedTokens, int64(d.estimated.sum(now))+o.usedEstimates
+	if est < minCalibration || used <= 0 {
+		return 1
+	}
+	return min(maxCalibration, max(1/maxCalibration, float64(used)/float64(est)))
+}
+
+// addUsage counts what a report said the calls used, and their estimates.
+func (b *Bucket) addUsage(now time.Time, c *BreakerConfig, used, estimated int64) {
+	if used <= 0 || estimated <= 0 {
+		return
+	}
+	if b.tokenDemand == nil {
+		rs := newRings(c.Window, 2)
+		b.tokenDemand = &tokenDemand{first: rs[0], retries: rs[1]}
+	}
+	d := b.tokenDemand
+	if d.used.secs == nil {
+		rs := newRings(c.Window, 2)
+		d.used, d.estimated = rs[0], rs[1]
+	}
+	d.used.add(now, int(min(used, math.MaxInt32)))
+	d.estimated.add(now, int(min(estimated, math.MaxInt32)))
+}
 
 // addTokens counts the input tokens a report carried.
 func (b *Bucket) addTokens(now time.Time, c *BreakerConfig, first, retries int64) {
@@ -496,7 +543,7 @@ func (b *Bucket) addTokens(now time.Time, c *BreakerConfig, first, retries int64
 	}
 	if b.tokenDemand == nil {
 		rs := newRings(c.Window, 2)
-		b.tokenDemand = &tokenDemand{rs[0], rs[1]}
+		b.tokenDemand = &tokenDemand{first: rs[0], retries: rs[1]}
 	}
 	b.tokenDemand.first.add(now, int(min(first, math.MaxInt32)))
 	b.tokenDemand.retries.add(now, int(min(retries, math.MaxInt32)))

@@ -71,6 +71,9 @@ type Counts struct {
 	// RecentFailures and RecentSuccesses are the counts of the last
 	// Breaker.TripWindow, for the breaker's trip.
 	RecentFailures, RecentSuccesses int64
+	// UsedTokens and UsedEstimates: the input tokens the responses said
+	// were used over the window, and the clients' estimates of those calls.
+	UsedTokens, UsedEstimates int64
 }
 
 // ReplicaCounts is one replica's latest counts.

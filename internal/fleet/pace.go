@@ -265,12 +265,18 @@ func (b *Bucket) paceWhy(now time.Time, c *Config, share float64, which int) str
 	}
 	key := paceWhyKey{which: which, perMinute: l.perMinute, seen: seen, cut: cut, reset: reset,
 		share: int(100*share + 0.5), cutShare: int(100*b.cutNow(now, c) + 0.5)}
+	if which == tokenLimit {
+		key.scale = int(100*b.tokenScale(now) + 0.5)
+	}
 	if key == b.paceWhyKey && b.paceWhyText != "" {
 		return b.paceWhyText
 	}
 	why := fmt.Sprintf("pacing a limit of %d %s a minute (last seen %v ago): %d %% of first attempts", key.perMinute, limitUnits[which], seen, key.share)
 	if cut >= 0 {
 		why += fmt.Sprintf(", at %d %% of the limit's share after a 429 %v ago", key.cutShare, cut)
+	}
+	if key.scale != 0 && key.scale != 100 {
+		why += fmt.Sprintf("; the clients' token estimates × %.2f, by the usage the responses reported", float64(key.scale)/100)
 	}
 	if reset > 0 {
 		why += fmt.Sprintf("; the provider says it is whole again in %v", reset)
@@ -285,4 +291,5 @@ type paceWhyKey struct {
 	perMinute        int64
 	seen, cut, reset time.Duration
 	share, cutShare  int
+	scale            int // the token estimates' correction, in percent (0: not the token limit)
 }

@@ -170,6 +170,44 @@ func TestPaceOnInputTokens(t *testing.T) {
 	}
 }
 
+// Token estimates are corrected by what the responses said was used: the
+// fleet paces on its estimates times used over estimated, bounded, and only
+// once enough estimated tokens have a usage.
+func TestPaceCorrectsTokenEstimatesByUsage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name            string
+		used, estimated int64
+		want            float64 // the admitted share
+	}{
+		{name: "no usage read", want: 0.93 * 1000 / 4000},
+		{name: "the provider counts 1.25 × the estimates", used: 25000, estimated: 20000, want: 0.93 * 1000 / 5000},
+		{name: "the provider counts half", used: 10000, estimated: 20000, want: 0.93 * 1000 / 2000},
+		{name: "off by more than 4 ×: bounded", used: 200000, estimated: 20000, want: 0.93 * 1000 / 16000},
+		{name: "too few estimated tokens to tell", used: 9000, estimated: 4000, want: 0.93 * 1000 / 4000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f, _, _ := newTestFleet(t, nil)
+			// Two clients, 10 calls a second each of 200 estimated input
+			// tokens, against a limit of 1,000 tokens a second.
+			for _, client := range []string{"a", "b"} {
+				f.Report(Usage{Target: streamTarget, ClientID: client, Admitted: 100, FirstAttemptTokens: 20000,
+					RequestsPerMinute: 6000, InputTokensPerMinute: 60000,
+					InputTokensUsed: tt.used / 2, InputTokensEstimated: tt.estimated / 2})
+			}
+			a := f.Assign(streamTarget, "a")
+			if a.AdmitFraction < tt.want-0.01 || a.AdmitFraction > tt.want+0.01 {
+				t.Fatalf("admitted %.3f, want %.3f", a.AdmitFraction, tt.want)
+			}
+			if corrected := strings.Contains(a.Reason, "token estimates ×"); corrected != (tt.want != 0.93*1000/4000) {
+				t.Fatalf("reason %q: says the correction %v, want %v", a.Reason, corrected, !corrected)
+			}
+		})
+	}
+}
+
 // A bucket shows each limit it knows, with what the provider last said is
 // left and when it is whole again; the pace's reason says it too.
 func TestLimitsShowWhatIsLeft(t *testing.T) {

@@ -15,7 +15,7 @@ type remoteCounts struct {
 type fleetCounts struct {
 	failures, successes, admitted, firstAttempts, retries, asks, probeOK int64
 	rpm, tpm, firstTokens, retryTokens, parked                           int64
-	recentFailures, recentSuccesses                                      int64
+	recentFailures, recentSuccesses, usedTokens, usedEstimates           int64
 	replicas                                                             int // others with fresh counts
 	streamed                                                             bool
 }
@@ -49,6 +49,8 @@ func (b *Bucket) others(now time.Time) fleetCounts {
 		fc.firstTokens += r.FirstAttemptTokens
 		fc.retryTokens += r.RetryTokens
 		fc.parked += r.Parked
+		fc.usedTokens += r.UsedTokens
+		fc.usedEstimates += r.UsedEstimates
 	}
 	return fc
 }
@@ -110,6 +112,9 @@ func (b *Bucket) ownCounts(now time.Time, c *Config) (Counts, bool) {
 	b.limitsShared = [2]int64{b.limits[0].perMinute, b.limits[1].perMinute}
 	if d := b.tokenDemand; d != nil {
 		bc.FirstAttemptTokens, bc.RetryTokens = int64(d.first.sum(now)), int64(d.retries.sum(now))
+		if d.used.secs != nil {
+			bc.UsedTokens, bc.UsedEstimates = int64(d.used.sum(now)), int64(d.estimated.sum(now))
+		}
 	}
 	if b.asks.secs != nil {
 		bc.Asks = int64(b.asks.sum(now))

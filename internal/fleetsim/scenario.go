@@ -112,6 +112,16 @@ const (
 	PromptMax        = 100_000
 )
 
+// EstimateShare is a client's estimate of a prompt's input tokens as a
+// share of what the provider counts: the clients estimate from a body's
+// size (four bytes a token), and the provider's tokenizer reads these
+// prompts (code, JSON, tool output) at about 3.2 bytes a token. The daemon
+// corrects the estimates by the usage the clients read off the responses.
+const EstimateShare = 0.8
+
+// estimate is a client's estimate of a prompt of n input tokens.
+func estimate(n int64) int64 { return int64(float64(n) * EstimateShare) }
+
 // PromptTokens draws a prompt's length in input tokens.
 func PromptTokens(r *rand.Rand) int64 {
 	return int64(PromptMin * math.Pow(PromptMax/PromptMin, r.Float64()))

@@ -166,7 +166,8 @@ type streamProcess struct {
 	// The counts of the current report interval.
 	admitted, shed, succeeded, failed, retries int64
 	parkedNew, released                        int64
-	firstTokens, retryTokens                   int64 // input tokens: first attempts at their first check, retries
+	firstTokens, retryTokens                   int64 // input tokens estimated: first attempts at their first check, retries
+	usedTokens, usedEstimates                  int64 // of the successes: input tokens the provider counted, and their estimates
 	headers                                    map[string]string
 	prompt                                     int64 // the current call's input tokens
 	class                                      refgate.Class
@@ -196,7 +197,7 @@ func (p *streamProcess) target() fleet.Target {
 }
 
 func (p *streamProcess) pending() bool {
-	return p.admitted+p.shed+p.succeeded+p.failed+p.retries+p.parkedNew+p.firstTokens+p.retryTokens != 0 || p.parkedCount() != p.parkedShown
+	return p.admitted+p.shed+p.succeeded+p.failed+p.retries+p.parkedNew+p.firstTokens+p.retryTokens+p.usedTokens != 0 || p.parkedCount() != p.parkedShown
 }
 
 func (p *streamProcess) parkedCount() int64 {
@@ -235,9 +236,10 @@ func (p *streamProcess) report(now time.Time) {
 		ParkedNew: p.parkedNew, Released: p.released,
 		RequestsPerMinute: lim.RequestsPerMinute, RemainingShare: lim.RemainingShare,
 		InputTokensPerMinute: lim.InputTokensPerMinute, FirstAttemptTokens: p.firstTokens, RetryTokens: p.retryTokens,
+		InputTokensUsed: p.usedTokens, InputTokensEstimated: p.usedEstimates,
 		BatchFirst: p.batchFirst})
 	p.admitted, p.shed, p.succeeded, p.failed, p.retries, p.headers = 0, 0, 0, 0, 0, nil
-	p.firstTokens, p.retryTokens, p.batchFirst = 0, 0, 0
+	p.firstTokens, p.retryTokens, p.batchFirst, p.usedTokens, p.usedEstimates = 0, 0, 0, 0, 0
 	p.parkedNew, p.released = 0, 0
 	p.parkedShown = p.parkedCount()
 	p.reportAt = time.Time{}
@@ -342,7 +344,7 @@ func (p *streamProcess) answer(v refgate.Verdict, retry, resumed bool) GateAnswe
 // firstCheck counts a first attempt at its first check by the gate: its
 // input tokens, and its class.
 func (p *streamProcess) firstCheck() {
-	p.firstTokens += p.prompt
+	p.firstTokens += estimate(p.prompt)
 	if p.class == refgate.Batch {
 		p.batchFirst++
 	}
@@ -367,7 +369,7 @@ func (p *streamProcess) Failed(a *Attempt) (bool, time.Duration) {
 	}
 	if retry {
 		p.retries++
-		p.retryTokens += a.Prompt
+		p.retryTokens += estimate(a.Prompt)
 	}
 	return retry, d
 }
@@ -376,6 +378,10 @@ func (p *streamProcess) Failed(a *Attempt) (bool, time.Duration) {
 func (p *streamProcess) Succeeded(a *Attempt) {
 	p.gate.Record(a.Now, true)
 	p.succeeded++
+	if a.Prompt > 0 { // the response's usage
+		p.usedTokens += a.Prompt
+		p.usedEstimates += estimate(a.Prompt)
+	}
 	if a.Outcome.Headers != nil {
 		p.headers = a.Outcome.Headers
 	}

@@ -124,6 +124,7 @@ func usage(u *policydv1.BucketUsage, interval time.Duration) error {
 		{"retry_input_tokens", u.GetRetryInputTokens(), u.GetRetries(), "retries"},
 		{"input_tokens_used", u.GetInputTokensUsed(), u.GetAdmitted() + u.GetRetries(), "attempts (admitted and retries)"},
 		{"output_tokens_used", u.GetOutputTokensUsed(), u.GetAdmitted() + u.GetRetries(), "attempts (admitted and retries)"},
+		{"input_tokens_estimated_for_used", u.GetInputTokensEstimatedForUsed(), u.GetAdmitted() + u.GetRetries(), "attempts (admitted and retries)"},
 	} {
 		if c.n > c.calls*MaxInputTokensPerCall {
 			return Fieldf(c.name, "%d tokens for %d %s: at most %d a call", c.n, c.calls, c.what, MaxInputTokensPerCall)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from policyd_client import policy_pb2
-from policyd_client._fleet import FleetTable, Target
+from policyd_client._fleet import FleetTable, GateCall, Target
 from policyd_client._gen.policyd.v1 import fleet_pb2 as fpb
 
 VECTORS: dict[str, Any] = json.loads((Path(__file__).resolve().parents[2] / "testdata" / "coordinate.json").read_text())
@@ -34,9 +34,12 @@ def test_coordinate_vector(case: dict[str, Any]) -> None:
         where = f"step {i} at {step['at_ms']}ms"
         if "first_attempt" in step:
             fa = step["first_attempt"]
-            table.check(T, None, fa.get("can_fall_back", False), fa["draw"], 0)
+            call = GateCall(input_tokens=fa.get("input_tokens", 0))
+            table.check(T, None, fa.get("can_fall_back", False), fa["draw"], 0, call)
         elif "outcome" in step:
             table.record(T, step["outcome"] == "success")
+            if (usage := step.get("usage")) is not None:
+                table.record_usage(T, usage["input_tokens_used"], usage["estimated"])
         elif step.get("failed_locally"):
             table.failed_locally(T)
         elif step.get("retry"):
@@ -80,5 +83,10 @@ def test_coordinate_vector(case: dict[str, Any]) -> None:
                     w["retries"],
                 ), where
                 assert dict(u.rate_limit_headers) == w["rate_limit_headers"], where
+                assert (u.first_attempt_input_tokens, u.input_tokens_used, u.input_tokens_estimated_for_used) == (
+                    w.get("first_attempt_input_tokens", 0),
+                    w.get("input_tokens_used", 0),
+                    w.get("input_tokens_estimated_for_used", 0),
+                ), where
         else:
             pytest.fail(f"{where} does nothing")

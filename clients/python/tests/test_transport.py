@@ -475,3 +475,116 @@ def test_the_transport_module_is_loaded_on_first_use() -> None:
 
     code = "import sys, policyd_client; assert 'httpx' not in sys.modules and 'httpx2' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent)
+
+
+# ---- what a success used
+
+
+class ReportRecorder(grpc.StreamStreamClientInterceptor):  # type: ignore[misc]
+    """Keeps every usage the client's stream sends to policyd."""
+
+    def __init__(self) -> None:
+        self.usages: list[Any] = []
+
+    def intercept_stream_stream(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
+        def recorded() -> Iterator[Any]:
+            for m in request_iterator:
+                self.usages.extend(m.usage)
+                yield m
+
+        return continuation(client_call_details, recorded())
+
+
+LONG = [{"role": "user", "content": "word " * 200}]  # the fake provider counts 250 input tokens
+
+
+def test_the_input_tokens_a_response_says_reach_policyd_with_the_calls_estimate(
+    fleet: Daemon, provider: FakeProvider
+) -> None:
+    reports = ReportRecorder()
+    channel = grpc.intercept_channel(grpc.insecure_channel(fleet.addr), reports)
+    c = Client(fleet.addr, timeout=10, channel=channel)
+    try:
+        llm = openai_sdk(c, provider)
+        r = llm.chat.completions.create(
+            model="gpt-usage", messages=LONG, extra_headers={"x-policyd-input-tokens": "1000"}
+        )  # type: ignore[arg-type]
+        assert r.usage is not None and r.usage.prompt_tokens == 250
+        # A call whose response says nothing of its usage (a stream without include_usage): the
+        # report that counts it carries the first's usage, had a report counted the first already.
+        for _ in llm.chat.completions.create(model="gpt-usage", messages=HI, stream=True):  # type: ignore[arg-type]
+            pass
+
+        def sent() -> tuple[int, int, int]:
+            us = [u for u in list(reports.usages) if u.target.model == "gpt-usage"]
+            return (sum(u.admitted for u in us), sum(u.input_tokens_used for u in us),
+                    sum(u.input_tokens_estimated_for_used for u in us))  # fmt: skip
+
+        end = time.monotonic() + 10
+        while sent()[0] < 2 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert sent() == (2, 250, 1000)
+        # policyd took the reports: it answers the target with an assignment.
+        assert c._fleet is not None and c._fleet.assignment(Target("openai", "gpt-usage", "")) is not None
+    finally:
+        c.close()
+        channel.close()
+
+
+def usage_of(c: Client | AsyncClient) -> tuple[int, int, int]:
+    """The table's next report of one target: (admitted, input_tokens_used, input_tokens_estimated_for_used)."""
+    assert c._fleet is not None
+    (u,) = [u for m in c._fleet.reports() for u in m.usage]
+    return u.admitted, u.input_tokens_used, u.input_tokens_estimated_for_used
+
+
+def test_the_usage_of_streams_is_read_as_the_sdk_reads_them(provider: FakeProvider) -> None:
+    c = offline_client()
+    try:
+        with anthropic_sdk(c, provider).messages.stream(model="claude-usage", max_tokens=5, messages=LONG,  # type: ignore[arg-type]
+                                                        extra_headers={"x-policyd-input-tokens": "300"}) as s:  # fmt: skip
+            assert "".join(s.text_stream) == "ok! " * 5
+        assert usage_of(c) == (1, 250, 300)  # message_start's input_tokens
+        llm = openai_sdk(c, provider)
+        chunks = list(llm.chat.completions.create(model="gpt-usage", messages=LONG, stream=True,  # type: ignore[arg-type]
+                                                  stream_options={"include_usage": True},
+                                                  extra_headers={"x-policyd-input-tokens": "200"}))  # fmt: skip
+        assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == 250
+        assert usage_of(c) == (1, 250, 200)  # the last chunk's prompt_tokens
+        # A stream closed before the chunk that carries the usage says nothing.
+        stream = llm.chat.completions.create(model="gpt-usage", messages=LONG, stream=True,  # type: ignore[arg-type]
+                                             stream_options={"include_usage": True})  # fmt: skip
+        next(iter(stream))
+        stream.close()
+        assert usage_of(c) == (1, 0, 0)
+    finally:
+        c.close()
+
+
+def test_a_retried_call_counts_its_usage_once_at_its_estimate(provider: FakeProvider) -> None:
+    c = offline_client()
+    c._sleep = lambda s: None
+    try:
+        provider.fail(529)
+        msg = anthropic_sdk(c, provider).messages.create(model="claude-usage", max_tokens=4, messages=LONG)  # type: ignore[arg-type]
+        assert msg.usage.input_tokens == 250
+        assert c._fleet is not None
+        (u,) = [u for m in c._fleet.reports() for u in m.usage]
+        assert (u.admitted, u.retries, u.input_tokens_used) == (1, 1, 250)
+        assert u.input_tokens_estimated_for_used == u.first_attempt_input_tokens == u.retry_input_tokens > 0
+    finally:
+        c.close()
+
+
+def test_async_transports_read_the_usage(provider: FakeProvider) -> None:
+    async def main() -> None:
+        async with AsyncClient(closed_port_addr(), timeout=0.2) as apd:
+            apd._start_stream = lambda fleet: None  # type: ignore[method-assign]  # no stream: the table keeps its counts
+            for http in (apd.httpx2_async_client(provider="openai"), httpx_async_client(apd, provider="openai")):
+                oai = openai.AsyncOpenAI(base_url=provider.url + "/v1", api_key=KEY, max_retries=0, http_client=http)
+                r = await oai.chat.completions.create(model="gpt-usage", messages=LONG,  # type: ignore[arg-type]
+                                                      extra_headers={"x-policyd-input-tokens": "400"})  # fmt: skip
+                assert r.usage is not None and r.usage.prompt_tokens == 250
+                assert usage_of(apd) == (1, 250, 400)
+
+    run(main)

@@ -157,6 +157,15 @@ export class Coordinator {
   }
 
   /**
+   * A response of a call to target said the call used `used` input tokens;
+   * `estimated` is the estimate its attempt was counted at. Both go in the
+   * next report that counts attempts (the daemon bounds them by those).
+   */
+  usage(target: Target, used: number, estimated: number): void {
+    this.#table.usage(target, used, estimated);
+  }
+
+  /**
    * A failure to target was decided locally (the fail-open policy). Only the
    * types the daemon's breakers count are reported (docs/clients.md).
    */

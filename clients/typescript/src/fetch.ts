@@ -15,6 +15,7 @@ import { type Attempt, type CallOptions, gateCallOf, targetOf } from "./options.
 import { PolicydError } from "./policyd_error.js";
 import { bodyModelOf, MAX_MODEL_BODY_BYTES, operationOf, pathModelOf, providerOf } from "./request_target.js";
 import { run, type RunContext } from "./run.js";
+import { UsageScanner } from "./usage.js";
 
 /**
  * The request header that carries the caller's exact count of a request's
@@ -129,8 +130,15 @@ export function fetchThrough(ctx: RunContext, options: FetchOptions = {}): typeo
       const res = await send(href, initOf(a));
       if (coordinator && hasRateLimits(res.headers)) coordinator.observeRateLimits(target, res.headers);
       if (res.status < 400) {
-        if (res.body && isEventStream(res)) return watched(res, coordinator ? coordinator.began(target) : noop, cut);
-        return res;
+        // What the body says the call used, read as the SDK reads it, counted with the call's estimate.
+        const estimate = out.tokens;
+        const scan =
+          coordinator && estimate && scannable(res)
+            ? new UsageScanner((used) => coordinator.usage(target, used, estimate))
+            : undefined;
+        if (res.body && isEventStream(res))
+          return watched(res, coordinator ? coordinator.began(target) : noop, cut, scan);
+        return scan ? watched(res, noop, noop, scan) : res;
       }
       // The loop reads a copy (HttpError.fromResponse: the first 64 KiB);
       // the response keeps its whole body for the SDK, should policyd stop.
@@ -340,12 +348,20 @@ function isEventStream(res: Response): boolean {
   return (res.headers.get("content-type") ?? "").toLowerCase().includes("text/event-stream");
 }
 
+/** Whether res is a success whose body may say what the call used: JSON, or an event stream. */
+function scannable(res: Response): boolean {
+  if (!res.body || res.status < 200 || res.status >= 300) return false;
+  const type = (res.headers.get("content-type") ?? "").toLowerCase();
+  return type.includes("json") || type.includes("text/event-stream");
+}
+
 /**
- * watched is res with a body that passes res's through as it comes and
- * tells when it ends (ended: done, cancelled or cut) and when it is cut
- * (cut: the read failed after the response began).
+ * watched is res with a body that passes res's through as it comes (each
+ * chunk unchanged, shown to scan first, if given) and tells when it ends
+ * (ended: done, cancelled or cut) and when it is cut (cut: the read failed
+ * after the response began).
  */
-function watched(res: Response, ended: () => void, cut: (err: unknown) => void): Response {
+function watched(res: Response, ended: () => void, cut: (err: unknown) => void, scan?: UsageScanner): Response {
   const reader = res.body!.getReader();
   const body = new ReadableStream<Uint8Array>(
     {
@@ -363,6 +379,7 @@ function watched(res: Response, ended: () => void, cut: (err: unknown) => void):
           ended();
           controller.close();
         } else {
+          if (scan && !scan.done) scan.push(chunk.value);
           controller.enqueue(chunk.value);
         }
       },

@@ -102,6 +102,9 @@ interface Entry {
   /** Input-token estimates: of first attempts at their first check, of retries sent. */
   firstTokens: number;
   retryTokens: number;
+  /** What the responses said their calls used (input tokens), and those calls' estimates. */
+  usedTokens: number;
+  usedEstimated: number;
   /** The gate's gauges, the calls in flight and parked, as the last report said. */
   inFlightSent: number;
   parkedSent: number;
@@ -312,6 +315,18 @@ export class FleetTable {
   }
 
   /**
+   * A response of a call to target said the call used `used` input tokens;
+   * `estimated` is the estimate its attempt was counted at. Each is cut to
+   * MAX_TOKENS_PER_CALL, as the estimates are.
+   */
+  usage(target: Target, used: number, estimated: number): void {
+    const e = this.#entry(target);
+    if (!e) return;
+    e.usedTokens += tokensOf(used);
+    e.usedEstimated += tokensOf(estimated);
+  }
+
+  /**
    * A failure to target was decided locally (the fail-open policy). Only the
    * types the daemon's breakers count are reported (docs/clients.md), so that
    * a bad request or a bad key decided while policyd was away opens none.
@@ -366,6 +381,8 @@ export class FleetTable {
       // shed, parked) and the retries the same report counts, released by
       // admitted (the rest waits for the next).
       const firstCalls = Number(admitted + shed + parkedNew);
+      // What the responses said was used, by the attempts (admitted, retries) the same report counts.
+      const attemptTokens = Number(admitted + retries) * MAX_TOKENS_PER_CALL;
       const u = {
         target: { ...e.target },
         elapsed: durationOf(Math.min(MAX_ELAPSED_MS, Math.max(1, now - e.reportedAt))),
@@ -382,6 +399,8 @@ export class FleetTable {
         batchFirstAttempts: take(e, "batchFirst", firstCalls),
         firstAttemptInputTokens: take(e, "firstTokens", firstCalls * MAX_TOKENS_PER_CALL),
         retryInputTokens: take(e, "retryTokens", Number(retries) * MAX_TOKENS_PER_CALL),
+        inputTokensUsed: take(e, "usedTokens", attemptTokens),
+        inputTokensEstimatedForUsed: take(e, "usedEstimated", attemptTokens),
         inFlight: BigInt(e.gate.inFlight),
       };
       e.inFlightSent = e.gate.inFlight;
@@ -447,6 +466,8 @@ export class FleetTable {
       batchFirst: 0,
       firstTokens: 0,
       retryTokens: 0,
+      usedTokens: 0,
+      usedEstimated: 0,
       inFlightSent: 0,
       parkedSent: 0,
       headers: undefined,
@@ -499,7 +520,9 @@ type Counted =
   | "released"
   | "batchFirst"
   | "firstTokens"
-  | "retryTokens";
+  | "retryTokens"
+  | "usedTokens"
+  | "usedEstimated";
 
 /** Takes a count out of e for a report: at most cap (MAX_COUNT), the rest stays. */
 function take(e: Entry, field: Counted, cap: number = MAX_COUNT): bigint {

@@ -63,3 +63,5 @@ export { modelOf, operationOf, PROVIDER_HOSTS, providerOf } from "./request_targ
 export { FLEET_LIMITS } from "./limits.js";
 /** @internal What the caller sees of the fleet gate, for the shared vectors' replay. */
 export { budgetText, gateDecision } from "./texts.js";
+/** @internal What a success's body says its call used, read as the SDK reads it. */
+export { UsageScanner } from "./usage.js";

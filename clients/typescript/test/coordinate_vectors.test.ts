@@ -19,12 +19,18 @@ interface Usage {
   failed: number;
   retries: number;
   rate_limit_headers: Record<string, string>;
+  /** 0 when absent. */
+  first_attempt_input_tokens?: number;
+  input_tokens_used?: number;
+  input_tokens_estimated_for_used?: number;
 }
 
 interface Step {
   at_ms: number;
-  first_attempt?: { draw: number; can_fall_back?: boolean };
+  first_attempt?: { draw: number; can_fall_back?: boolean; input_tokens?: number };
   outcome?: "success" | "failure";
+  /** A success's usage: what the response said the call used, and the call's estimate. */
+  usage?: { input_tokens_used: number; estimated: number };
   failed_locally?: boolean;
   retry?: boolean;
   observe?: Record<string, string>;
@@ -59,9 +65,12 @@ describe("vectors: coordinate.json", () => {
         const where = `step ${i} at ${s.at_ms}ms`;
         if (s.first_attempt) {
           draw = s.first_attempt.draw;
-          co.check(target, undefined, s.first_attempt.can_fall_back ?? false);
+          co.check(target, undefined, s.first_attempt.can_fall_back ?? false, {
+            inputTokens: s.first_attempt.input_tokens ?? 0,
+          });
         } else if (s.outcome) {
           co.outcome(target, s.outcome === "success");
+          if (s.usage) co.usage(target, s.usage.input_tokens_used, s.usage.estimated);
         } else if (s.failed_locally) {
           co.failedLocally(target, "OVERLOADED");
         } else if (s.retry) {
@@ -99,8 +108,17 @@ describe("vectors: coordinate.json", () => {
             failed: Number(u.failed),
             retries: Number(u.retries),
             rate_limit_headers: { ...(u.rateLimitHeaders ?? {}) },
+            first_attempt_input_tokens: Number(u.firstAttemptInputTokens ?? 0n),
+            input_tokens_used: Number(u.inputTokensUsed ?? 0n),
+            input_tokens_estimated_for_used: Number(u.inputTokensEstimatedForUsed ?? 0n),
           }));
-          assert.deepEqual(got, s.report, where);
+          const want = s.report.map((u) => ({
+            ...u,
+            first_attempt_input_tokens: u.first_attempt_input_tokens ?? 0,
+            input_tokens_used: u.input_tokens_used ?? 0,
+            input_tokens_estimated_for_used: u.input_tokens_estimated_for_used ?? 0,
+          }));
+          assert.deepEqual(got, want, where);
         } else {
           assert.fail(`${where} does nothing`);
         }

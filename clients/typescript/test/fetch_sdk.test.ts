@@ -11,7 +11,13 @@ import { describe, test, type TestContext } from "node:test";
 import { createClient as createConnectClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import Anthropic from "@anthropic-ai/sdk";
-import { type ClientOptions, createClient, type PolicydClient, PolicydError } from "@policyd/client";
+import {
+  type ClientOptions,
+  createClient,
+  INPUT_TOKENS_HEADER,
+  type PolicydClient,
+  PolicydError,
+} from "@policyd/client";
 import { PolicyService } from "@policyd/client/proto";
 import OpenAI from "openai";
 import {
@@ -297,5 +303,64 @@ describe("client.fetch and the fleet", { concurrency: true }, () => {
     assert.equal(cause.attempts, 0);
     assert.equal(cause.decision.stopReason, "CIRCUIT_OPEN");
     assert.equal((await fake.stats()).requests, 1, "only the first request was sent");
+  });
+
+  test("what a success used: the provider's count, with the call's estimate, JSON and streams", async (t) => {
+    const addr = await fleetAddr();
+    const fake = await fakeProvider();
+    const tap = reportTap();
+    const { client } = await policyd(t, { address: addr, interceptors: [tap.interceptor] });
+    const openai = openaiThrough(client, fake.url);
+    const anthropic = anthropicThrough(client, fake.url);
+    const long = [{ role: "user" as const, content: "four bytes a token. ".repeat(200) }]; // the fake counts 1,000
+    /**
+     * A failing call to model after the others: a count read after the
+     * report that counted its call's attempt goes with the next report that
+     * counts one (the daemon bounds it by them), so that each is sent by close.
+     */
+    const release = async (model: string) => {
+      await fake.fail({ status: 400, body: badRequest });
+      const zero = { headers: { [INPUT_TOKENS_HEADER]: "0" } };
+      await rejection(openai.chat.completions.create({ model, messages: hi }, zero));
+    };
+
+    // OpenAI's whole reply (usage.prompt_tokens), the caller's exact estimate in the header.
+    await openai.chat.completions.create(
+      { model: "gpt-4o-used", messages: long },
+      { headers: { [INPUT_TOKENS_HEADER]: "800" } },
+    );
+    await release("gpt-4o-used");
+    // OpenAI's stream: the usage chunk at its end, with include_usage; none without.
+    const streamed = async (model: string, includeUsage: boolean) => {
+      const stream = await openai.chat.completions.create({
+        model,
+        messages: long,
+        stream: true,
+        ...(includeUsage ? { stream_options: { include_usage: true } } : {}),
+      });
+      for await (const chunk of stream) assert.ok(chunk);
+      await release(model);
+    };
+    await streamed("gpt-4o-used-stream", true);
+    await streamed("gpt-4o-no-usage", false);
+    // Anthropic's message (usage.input_tokens), and its stream's message_start.
+    await anthropic.messages.create({ model: "claude-used", max_tokens: 64, messages: long });
+    await release("claude-used");
+    await anthropic.messages.stream({ model: "claude-used-stream", max_tokens: 64, messages: long }).finalMessage();
+    await release("claude-used-stream");
+    await client.close(); // the last report
+
+    type Key = "inputTokensUsed" | "inputTokensEstimatedForUsed" | "firstAttemptInputTokens";
+    const sum = (model: string, k: Key) =>
+      tap.usages.filter((u) => u.target?.model === model).reduce((n, u) => n + u[k], 0n);
+    const reported = (model: string) => [sum(model, "inputTokensUsed"), sum(model, "inputTokensEstimatedForUsed")];
+    assert.deepEqual(reported("gpt-4o-used"), [1000n, 800n]);
+    for (const model of ["gpt-4o-used-stream", "claude-used", "claude-used-stream"]) {
+      // The estimate is the body's bytes / 4, as the first attempt was counted at (the release counted 0).
+      const estimate = sum(model, "firstAttemptInputTokens");
+      assert.ok(estimate > 1000n, `${model}: estimate ${estimate}`);
+      assert.deepEqual(reported(model), [1000n, estimate], model);
+    }
+    assert.deepEqual(reported("gpt-4o-no-usage"), [0n, 0n], "a stream without a count counts nothing");
   });
 });

@@ -197,6 +197,13 @@ type BucketUsage struct {
 	// read it; each at most 2,000,000 for each of admitted and retries.
 	InputTokensUsed  uint64 `protobuf:"varint,14,opt,name=input_tokens_used,json=inputTokensUsed,proto3" json:"input_tokens_used,omitempty"`
 	OutputTokensUsed uint64 `protobuf:"varint,15,opt,name=output_tokens_used,json=outputTokensUsed,proto3" json:"output_tokens_used,omitempty"`
+	// The client's input-token estimates of the same calls whose usage
+	// input_tokens_used counts (the estimates first_attempt_input_tokens and
+	// retry_input_tokens counted them at): the daemon scales the fleet's
+	// estimates by input_tokens_used over this, so that estimates that run
+	// high or low are corrected by what the provider counted. At most
+	// 2,000,000 for each of admitted and retries.
+	InputTokensEstimatedForUsed uint64 `protobuf:"varint,20,opt,name=input_tokens_estimated_for_used,json=inputTokensEstimatedForUsed,proto3" json:"input_tokens_estimated_for_used,omitempty"`
 	// First attempts of the batch class at their first check by the gate
 	// (admitted, shed or parked; the rest are interactive): at most admitted,
 	// shed and parked_new together.
@@ -341,6 +348,13 @@ func (x *BucketUsage) GetInputTokensUsed() uint64 {
 func (x *BucketUsage) GetOutputTokensUsed() uint64 {
 	if x != nil {
 		return x.OutputTokensUsed
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetInputTokensEstimatedForUsed() uint64 {
+	if x != nil {
+		return x.InputTokensEstimatedForUsed
 	}
 	return 0
 }
@@ -2134,7 +2148,7 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\fBucketTarget\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x15\n" +
-	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xac\x06\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xf2\x06\n" +
 	"\vBucketUsage\x120\n" +
 	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x123\n" +
 	"\aelapsed\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12\x1a\n" +
@@ -2152,7 +2166,8 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x1afirst_attempt_input_tokens\x18\f \x01(\x04R\x17firstAttemptInputTokens\x12,\n" +
 	"\x12retry_input_tokens\x18\r \x01(\x04R\x10retryInputTokens\x12*\n" +
 	"\x11input_tokens_used\x18\x0e \x01(\x04R\x0finputTokensUsed\x12,\n" +
-	"\x12output_tokens_used\x18\x0f \x01(\x04R\x10outputTokensUsed\x120\n" +
+	"\x12output_tokens_used\x18\x0f \x01(\x04R\x10outputTokensUsed\x12D\n" +
+	"\x1finput_tokens_estimated_for_used\x18\x14 \x01(\x04R\x1binputTokensEstimatedForUsed\x120\n" +
 	"\x14batch_first_attempts\x18\x10 \x01(\x04R\x12batchFirstAttempts\x12\x1b\n" +
 	"\tin_flight\x18\x12 \x01(\x04R\binFlight\x12\x1b\n" +
 	"\tfell_back\x18\x13 \x01(\x04R\bfellBack\x1aC\n" +

@@ -619,6 +619,8 @@ type bucketCountsJSON struct {
 	Parked        int64    `json:"pk,omitempty"`
 	RecentF       int64    `json:"rf,omitempty"`
 	RecentOK      int64    `json:"rok,omitempty"`
+	UsedTokens    int64    `json:"utok,omitempty"`
+	UsedEstimates int64    `json:"uest,omitempty"`
 }
 
 // PublishCounts replaces rc.Replica's counts (all its buckets at once) and
@@ -641,6 +643,7 @@ func (x *Exchange) PublishCounts(ctx context.Context, rc fleet.ReplicaCounts) er
 			Retries: c.Retries, Asks: c.Asks, ProbeOK: c.ProbeOK, Version: c.Version, Clients: c.Clients, Streamed: c.Streamed,
 			RPM: c.RequestsPerMinute, TPM: c.InputTokensPerMinute, FirstTokens: c.FirstAttemptTokens, RetryTokens: c.RetryTokens,
 			Parked: c.Parked, RecentF: c.RecentFailures, RecentOK: c.RecentSuccesses,
+			UsedTokens: c.UsedTokens, UsedEstimates: c.UsedEstimates,
 		})
 	}
 	counts, err := json.Marshal(buckets)
@@ -779,6 +782,7 @@ func readCounts(rows pgx.Rows) (fleet.ReplicaCounts, int64, error) {
 			Retries: c.Retries, Asks: c.Asks, ProbeOK: c.ProbeOK, Version: c.Version, Clients: c.Clients, Streamed: c.Streamed,
 			RequestsPerMinute: c.RPM, InputTokensPerMinute: c.TPM, FirstAttemptTokens: c.FirstTokens, RetryTokens: c.RetryTokens,
 			Parked: c.Parked, RecentFailures: c.RecentF, RecentSuccesses: c.RecentOK,
+			UsedTokens: c.UsedTokens, UsedEstimates: c.UsedEstimates,
 		})
 	}
 	return rc, seq, nil

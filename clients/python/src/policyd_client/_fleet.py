@@ -235,6 +235,8 @@ class _Entry:
         "retries",
         "first_tokens",
         "retry_tokens",
+        "used_tokens",
+        "used_estimated",
         "reported_in_flight",
         "reported_parked",
         "headers",
@@ -251,6 +253,10 @@ class _Entry:
         self.succeeded = self.failed = self.retries = 0
         # Input tokens of first attempts at their first check, and of retries sent.
         self.first_tokens = self.retry_tokens = 0
+        # Input tokens the responses said their calls used, and those calls' estimates: they ride
+        # with the reports that count calls (their growth alone is not activity, so that a usage
+        # read after its call was reported does not keep an idle target reporting).
+        self.used_tokens = self.used_estimated = 0
         # What the last report said of the gate's gauges (requests in flight, calls parked).
         self.reported_in_flight = self.reported_parked = 0
         self.headers: dict[str, str] | None = None
@@ -444,6 +450,20 @@ class FleetTable:
                 e.retries += 1
                 e.retry_tokens += input_tokens
 
+    def record_usage(self, target: Target, used: int, estimated: int) -> None:
+        """Count what a success's response said its call used (input tokens), with the estimate
+        the call was counted at; each at most MAX_CALL_INPUT_TOKENS. A call estimated at 0 is
+        not counted: the daemon compares the two."""
+        if estimated <= 0:
+            return
+        with self._lock:
+            if self._disabled:
+                return
+            e = self._entry(target, self._clock())
+            if e is not None:
+                e.used_tokens += min(max(used, 0), MAX_CALL_INPUT_TOKENS)
+                e.used_estimated += min(max(estimated, 0), MAX_CALL_INPUT_TOKENS)
+
     def flight(self, target: Target, delta: int) -> None:
         """An attempt to target starts (+1) or ends (-1): the report's in_flight gauge, and what
         the assignment's lease caps. A request ending wakes the calls parked at the lease."""
@@ -533,6 +553,8 @@ class FleetTable:
                 released, batch_first = min(due.released, admitted), min(due.batch_first, first)
                 first_tokens = min(e.first_tokens, MAX_CALL_INPUT_TOKENS * first)
                 retry_tokens = min(e.retry_tokens, MAX_CALL_INPUT_TOKENS * retries)
+                used_limit = MAX_CALL_INPUT_TOKENS * (admitted + retries)  # policyd's: a call's at most
+                used_tokens, used_estimated = min(e.used_tokens, used_limit), min(e.used_estimated, used_limit)
                 u = fpb.BucketUsage(
                     target=fpb.BucketTarget(provider=t.provider, model=t.model, key_id=t.key_id),
                     admitted=admitted,
@@ -548,6 +570,8 @@ class FleetTable:
                     batch_first_attempts=batch_first,
                     first_attempt_input_tokens=first_tokens,
                     retry_input_tokens=retry_tokens,
+                    input_tokens_used=used_tokens,
+                    input_tokens_estimated_for_used=used_estimated,
                     in_flight=g.in_flight,
                 )
                 elapsed = now - e.since
@@ -567,6 +591,8 @@ class FleetTable:
                 e.retries -= retries
                 e.first_tokens -= first_tokens
                 e.retry_tokens -= retry_tokens
+                e.used_tokens -= used_tokens
+                e.used_estimated -= used_estimated
                 e.reported_in_flight, e.reported_parked = g.in_flight, g.parked
                 e.headers = None
                 e.fresh = False

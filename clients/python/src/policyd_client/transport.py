@@ -36,6 +36,7 @@ from . import _fleet
 from ._core import Deadline, Safety
 from ._fleet import RATE_LIMIT_PREFIXES
 from ._request_target import INPUT_TOKENS_HEADER, input_tokens, model_of, operation_of, provider_of
+from ._usage import scanner_for
 from .errors import RetryStopped
 
 if TYPE_CHECKING:
@@ -202,7 +203,8 @@ class _Exchange:
     def received(self, response: Any) -> bool:
         """Hand the response's rate-limit headers over (as observe_rate_limits does); True for a
         success (passed on, its body watched and counted in flight until it ends or is closed:
-        the request holds the provider's slot meanwhile, which a lease of the fleet's cap counts)."""
+        the request holds the provider's slot meanwhile, which a lease of the fleet's cap counts;
+        and scanned, as the SDK reads it, for the input tokens the provider says it used)."""
         fleet = self.client._fleet
         if self.target is None or fleet is None:
             return response.status_code < 400  # type: ignore[no-any-return]
@@ -210,9 +212,15 @@ class _Exchange:
         if limits:
             fleet.observe(self.target, limits)
         if response.status_code < 400:
-            target = self.target
+            target, estimated = self.target, self.r.tokens
             fleet.flight(target, 1)
-            response.stream = self.fl.watch(response.stream, self.stream_cut, lambda: fleet.flight(target, -1))
+            response.stream = self.fl.watch(
+                response.stream,
+                self.stream_cut,
+                lambda: fleet.flight(target, -1),
+                scanner_for(response.headers.get("content-encoding", "")),
+                lambda used: fleet.record_usage(target, used, estimated),
+            )
             return True
         return False
 
@@ -432,11 +440,21 @@ class _Flavour:
 
         class Watched(hx.SyncByteStream, hx.AsyncByteStream):  # type: ignore[misc, name-defined]
             """A success's body as it comes; an error while reading it is reported, then raised.
-            ``on_end`` is called once: at its end, when it breaks off, or when it is closed."""
+            ``on_end`` is called once: at its end, when it breaks off, or when it is closed.
+            ``scan`` reads each chunk as it passes (None: not scanned); ``on_usage`` gets the
+            count it finds, once."""
 
-            def __init__(self, inner: Any, on_cut: Any, on_end: Any) -> None:
+            def __init__(self, inner: Any, on_cut: Any, on_end: Any, scan: Any = None, on_usage: Any = None) -> None:
                 self._inner, self._on_cut, self._on_end = inner, on_cut, on_end
+                self._scan, self._on_usage = scan, on_usage
                 self._ended = False
+
+            def _read(self, chunk: bytes) -> None:
+                used = self._scan.feed(chunk)
+                if used is not None:
+                    self._on_usage(used)
+                if self._scan.done:
+                    self._scan = None
 
             def _end(self) -> None:
                 if not self._ended:
@@ -445,7 +463,10 @@ class _Flavour:
 
             def __iter__(self) -> Iterator[bytes]:
                 try:
-                    yield from self._inner
+                    for chunk in self._inner:
+                        if self._scan is not None:
+                            self._read(chunk)
+                        yield chunk
                 except Exception:
                     self._end()
                     self._on_cut()
@@ -455,6 +476,8 @@ class _Flavour:
             async def __aiter__(self) -> AsyncIterator[bytes]:
                 try:
                     async for chunk in self._inner:
+                        if self._scan is not None:
+                            self._read(chunk)
                         yield chunk
                 except Exception:
                     self._end()

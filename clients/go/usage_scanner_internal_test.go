@@ -1,0 +1,85 @@
+package policyd
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// The scanner finds the first input-token count in a body however it is
+// cut into reads: every body here is scanned whole, split in two at every
+// byte, and a byte at a time.
+func TestUsageScanner(t *testing.T) {
+	tests := []struct {
+		name  string
+		body  string
+		want  uint64
+		found bool
+	}{
+		{name: "openai chat", body: `{"id":"c","choices":[],"usage":{"prompt_tokens":1234,"completion_tokens":5,"total_tokens":1239}}`, want: 1234, found: true},
+		{name: "anthropic message", body: `{"id":"m","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":77,"output_tokens":3}}`, want: 77, found: true},
+		{name: "whitespace after the colon", body: "{\"usage\": {\"prompt_tokens\": \n\t\r 42 ,\"completion_tokens\":1}}", want: 42, found: true},
+		{name: "input_tokens_details is not the count", body: `{"usage":{"input_tokens_details":{"cached_tokens":9},"input_tokens":31}}`, want: 31, found: true},
+		{name: "cache_read_input_tokens is not the count", body: `{"usage":{"cache_read_input_tokens":500,"input_tokens":12}}`, want: 12, found: true},
+		{name: "the first count", body: `{"usage":{"prompt_tokens":10},"x":{"input_tokens":20}}`, want: 10, found: true},
+		{name: "a value that is no number is passed over", body: `{"a":{"input_tokens":null},"usage":{"input_tokens":8}}`, want: 8, found: true},
+		{name: "a key inside a string is not a key", body: `{"text":"say \"prompt_tokens\": 99","usage":{"prompt_tokens":4}}`, want: 4, found: true},
+		{
+			name: "anthropic stream: message_start",
+			body: "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n" +
+				"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"ok! \"}}\n\n" +
+				"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\n",
+			want: 25, found: true,
+		},
+		{
+			name: "openai stream: the usage chunk",
+			body: "data: {\"choices\":[{\"delta\":{\"content\":\"ok! \"}}]}\n\n" +
+				"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":300,\"completion_tokens\":2,\"total_tokens\":302}}\n\ndata: [DONE]\n\n",
+			want: 300, found: true,
+		},
+		{name: "no count", body: `{"id":"c","usage":{"completion_tokens":5,"output_tokens":6,"total_tokens":11}}`},
+		{name: "an openai stream without usage", body: "data: {\"choices\":[{\"delta\":{\"content\":\"ok! \"}}]}\n\ndata: [DONE]\n\n"},
+		{name: "cut before the count", body: `{"id":"c","usage":{"prompt_tok`},
+		{name: "cut after the key", body: `{"usage":{"prompt_tokens": `},
+		{name: "cut in the number", body: `{"usage":{"prompt_tokens":12`},
+		{name: "empty", body: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			check := func(how string, pieces []string) {
+				t.Helper()
+				var s usageScanner
+				for _, p := range pieces {
+					s.scan([]byte(p))
+				}
+				if got, ok := s.found(); ok != tt.found || got != tt.want {
+					t.Fatalf("%s: got %d, %v; want %d, %v", how, got, ok, tt.want, tt.found)
+				}
+			}
+			check("whole", []string{tt.body})
+			for i := range len(tt.body) {
+				check(fmt.Sprintf("split at %d", i), []string{tt.body[:i], tt.body[i:]})
+			}
+			check("a byte at a time", strings.Split(tt.body, ""))
+		})
+	}
+}
+
+// Once found, the count stays: later reads change nothing.
+func TestUsageScannerCountsOnce(t *testing.T) {
+	var s usageScanner
+	s.scan([]byte(`{"usage":{"input_tokens":5,`))
+	s.scan([]byte(`"input_tokens":6}, {"prompt_tokens":7}`))
+	if got, ok := s.found(); !ok || got != 5 {
+		t.Fatalf("got %d, %v; want the first count, 5", got, ok)
+	}
+}
+
+// A number without end stops growing.
+func TestUsageScannerBoundsTheNumber(t *testing.T) {
+	var s usageScanner
+	s.scan([]byte(`{"input_tokens":` + strings.Repeat("9", 40) + `}`))
+	if got, ok := s.found(); !ok || got != maxScannedCount {
+		t.Fatalf("got %d, %v; want %d", got, ok, uint64(maxScannedCount))
+	}
+}

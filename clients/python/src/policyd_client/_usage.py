@@ -1,0 +1,102 @@
+"""What a success used: the first ``"prompt_tokens":`` or ``"input_tokens":`` count in a
+response's body, read chunk by chunk as the SDK reads it (docs/clients.md, "The transport",
+item 3). A JSON usage object or the SSE event that carries one (Anthropic's ``message_start``,
+OpenAI's last chunk with ``stream_options.include_usage``); a key, the whitespace after it or
+its number split across two chunks is still found. ``"input_tokens_details"`` and
+``"cache_read_input_tokens"`` are other keys: the quotes around the key are part of the match.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+__all__ = ["UsageScanner", "scanner_for"]
+
+# Every key ends so: one fast search a chunk finds the candidates, whose starts are checked.
+_KEY_END = b'_tokens"'
+_KEY_STARTS = (b'"prompt', b'"input')
+# The bytes a chunk carries over to the next: a key less its last byte.
+_CARRY = len(b'"prompt_tokens"') - 1
+_SPACE = frozenset(b" \t\r\n")  # JSON's whitespace
+_COLON = ord(":")
+_DIGITS = frozenset(b"0123456789")
+# More digits than any count: the number is taken as huge (the table clamps it).
+_MAX_DIGITS = 19
+
+_SEEK, _KEY, _COLON_SEEN, _NUMBER, _DONE = range(5)
+
+
+def scanner_for(content_encoding: str) -> UsageScanner | None:
+    """A scanner of a body of that content-encoding (the header's value, "" for none): a body as
+    it came, or gzip's or deflate's (what httpx asks for by default) decoded for the scan; None
+    for another encoding (not scanned)."""
+    encoding = content_encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return UsageScanner()
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return UsageScanner(zlib.decompressobj(zlib.MAX_WBITS | 32))  # a gzip or zlib header
+    return None
+
+
+class UsageScanner:
+    """Feed it a body's chunks in order: :meth:`feed` returns the count once, when the number
+    that follows the first key is complete (a byte after it read), else None. ``decoder``: a
+    zlib decompressor of an encoded body (the SDK's library decodes its own copy), None for a
+    body as it came; a body it cannot decode says nothing."""
+
+    __slots__ = ("_carry", "_decoder", "_digits", "_state")
+
+    def __init__(self, decoder: zlib._Decompress | None = None) -> None:
+        self._carry = b""
+        self._decoder = decoder
+        self._digits = b""
+        self._state = _SEEK
+
+    @property
+    def done(self) -> bool:
+        """The count was found (or the body cannot be read): nothing more to scan."""
+        return self._state == _DONE
+
+    def feed(self, chunk: bytes) -> int | None:
+        if self._state == _DONE:
+            return None
+        if self._decoder is not None:
+            try:
+                chunk = self._decoder.decompress(chunk)
+            except zlib.error:  # not what its content-encoding says: the SDK will say so
+                self._state = _DONE
+                return None
+        buf = self._carry + chunk if self._carry else chunk
+        self._carry = b""
+        i, n = 0, len(buf)
+        while i < n:
+            state = self._state
+            if state == _SEEK:
+                j = buf.find(_KEY_END, i)
+                if j < 0:
+                    self._carry = buf[max(i, n - _CARRY) :]
+                    return None
+                if buf.endswith(_KEY_STARTS, i, j):
+                    self._state = _KEY
+                i = j + len(_KEY_END)
+            elif state == _NUMBER:
+                j = i
+                while j < n and buf[j] in _DIGITS:
+                    j += 1
+                self._digits = (self._digits + buf[i:j])[:_MAX_DIGITS]
+                if j == n:
+                    return None  # the number may go on in the next chunk
+                self._state = _DONE
+                return int(self._digits)
+            else:
+                c = buf[i]
+                if c in _SPACE:
+                    i += 1
+                elif state == _KEY and c == _COLON:
+                    self._state = _COLON_SEEN
+                    i += 1
+                elif state == _COLON_SEEN and c in _DIGITS:
+                    self._state = _NUMBER
+                else:  # the key of something else (a string, null, an object): the next one
+                    self._state = _SEEK
+        return None
