@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -110,7 +111,26 @@ func (f *Fleet) releaseHold(b *Bucket, client string, now time.Time) time.Durati
 			b.releaseSlots[client] = i
 		}
 	}
-	return max(0, b.releaseFrom.Add(f.slot(i, b.releaseSpan)).Sub(now))
+	return max(0, b.releaseFrom.Add(releaseOffset(f.slot(i, b.releaseSpan), b.releaseSpan)).Sub(now))
+}
+
+// releaseCurve front-loads a release window: a slot at share u of the
+// window (its van der Corput point) is released at u^releaseCurve of it, so
+// that more parked calls go early, while the agents the incident did not
+// park have not come back to their usual rate, and fewer late, when they
+// have. Measured in the simulation (seeds 1–20, both lifetimes): the
+// outage's busiest second after the incident, median 2.03 → 1.91 × its
+// baseline and worst 2.48 → 2.32 ×, recovery median 4 → 3 s; the partial,
+// quota and restart scenarios gain alike (docs/fleet-simulation.md).
+const releaseCurve = 1.3
+
+// releaseOffset is the front-loaded offset of a slot at offset d of a
+// release window.
+func releaseOffset(d, window time.Duration) time.Duration {
+	if window <= 0 {
+		return d
+	}
+	return time.Duration(math.Pow(float64(d)/float64(window), releaseCurve) * float64(window))
 }
 
 // probePermit says whether client gets the probing breaker's permit now:

@@ -154,11 +154,13 @@ var baselines = []string{PolicyStateless, PolicySDK, PolicyGeminiCLI, PolicyAWSS
 // instead (docs/fleet-simulation.md, "Goals not met").
 func TestAgentGoals(t *testing.T) {
 	skipUnderRace(t)
+	// The herd's bounds are seed 1's; over seeds 1–20 the outage's median
+	// meets the goal (TestStreamRecovery).
 	shortfalls := map[string]struct{ goodput, herd float64 }{
-		Outage:  {herd: 2.3},
+		Outage:  {herd: 2.4},
 		Quota:   {goodput: 0.93, herd: 2.8}, // the pace's noise: 0.83–0.92 of the quota used
 		Partial: {herd: 2.8},                // half the agents: a noisier second (healthy 1.78)
-		Restart: {herd: 2.1},                // policyd away: every first attempt admitted, as stateless clients (2.01)
+		Restart: {herd: 2.25},               // policyd away: every first attempt admitted, as stateless clients (2.01)
 	}
 	for _, sc := range []string{Outage, Partial, Quota, Restart} {
 		for _, life := range []int{0, 3} {
@@ -373,14 +375,14 @@ func TestStreamRecovery(t *testing.T) {
 	for _, life := range []int{0, 3} {
 		t.Run("life="+LifeName(life), func(t *testing.T) {
 			t.Parallel()
-			outage, quota, afterDetection := make([]float64, 20), make([]float64, 20), make([]float64, 20)
+			outage, quota, afterDetection, herd := make([]float64, 20), make([]float64, 20), make([]float64, 20), make([]float64, 20)
 			var wg sync.WaitGroup
 			for i := range outage {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					o := quiet(t, Outage, PolicyFleetStream, life, uint64(i+1))
-					outage[i], afterDetection[i] = o.TTR, o.AfterDetection
+					outage[i], afterDetection[i], herd[i] = o.TTR, o.AfterDetection, o.Herd
 					quota[i] = quiet(t, Quota, PolicyFleetStream, life, uint64(i+1)).TTR
 				}()
 			}
@@ -388,6 +390,13 @@ func TestStreamRecovery(t *testing.T) {
 			// The goal is 0.1; the breaker's trip on the last seconds meets
 			// it on 39 of the 40 runs of seeds 1–20 (one 0.11:
 			// docs/fleet-simulation.md, "Goals not met").
+			// The busiest second after the outage: ≤ 2 × its baseline as the
+			// median of seeds 1–20 (the front-loaded release); single seeds
+			// reach 2.3 × (docs/fleet-simulation.md, "Goals not met").
+			byHerd := slices.Sorted(slices.Values(herd))
+			if med := (byHerd[9] + byHerd[10]) / 2; med > 2 || byHerd[19] > 2.4 {
+				t.Errorf("outage: busiest second over seeds 1–20 %v: median %.2f, worst %.2f; want ≤ 2 and ≤ 2.4", herd, med, byHerd[19])
+			}
 			if worst := slices.Max(afterDetection); worst > 0.11 {
 				t.Errorf("outage: amplification after detection over seeds 1–20 %v: worst %.2f; want ≤ 0.11", afterDetection, worst)
 			}
