@@ -507,7 +507,7 @@ const (
 // every replica's, over the breaker's window (1 until enough are known).
 func (b *Bucket) tokenScale(now time.Time) float64 {
 	d := b.tokenDemand
-	if d == nil || d.used.secs == nil {
+	if d == nil {
 		return 1
 	}
 	o := b.others(now)
@@ -523,15 +523,7 @@ func (b *Bucket) addUsage(now time.Time, c *BreakerConfig, used, estimated int64
 	if used <= 0 || estimated <= 0 {
 		return
 	}
-	if b.tokenDemand == nil {
-		rs := newRings(c.Window, 2)
-		b.tokenDemand = &tokenDemand{first: rs[0], retries: rs[1]}
-	}
-	d := b.tokenDemand
-	if d.used.secs == nil {
-		rs := newRings(c.Window, 2)
-		d.used, d.estimated = rs[0], rs[1]
-	}
+	d := b.tokenCounts(c)
 	d.used.add(now, int(min(used, math.MaxInt32)))
 	d.estimated.add(now, int(min(estimated, math.MaxInt32)))
 }
@@ -541,12 +533,19 @@ func (b *Bucket) addTokens(now time.Time, c *BreakerConfig, first, retries int64
 	if first <= 0 && retries <= 0 {
 		return
 	}
+	d := b.tokenCounts(c)
+	d.first.add(now, int(min(first, math.MaxInt32)))
+	d.retries.add(now, int(min(retries, math.MaxInt32)))
+}
+
+// tokenCounts returns b's token counts, made at the first report that carries
+// tokens.
+func (b *Bucket) tokenCounts(c *BreakerConfig) *tokenDemand {
 	if b.tokenDemand == nil {
-		rs := newRings(c.Window, 2)
-		b.tokenDemand = &tokenDemand{first: rs[0], retries: rs[1]}
+		rs := newRings(c.Window, 4)
+		b.tokenDemand = &tokenDemand{first: rs[0], retries: rs[1], used: rs[2], estimated: rs[3]}
 	}
-	b.tokenDemand.first.add(now, int(min(first, math.MaxInt32)))
-	b.tokenDemand.retries.add(now, int(min(retries, math.MaxInt32)))
+	return b.tokenDemand
 }
 
 // throttled cuts the paced share (CutFactor, at most every cutEvery, not

@@ -112,9 +112,7 @@ func (b *Bucket) ownCounts(now time.Time, c *Config) (Counts, bool) {
 	b.limitsShared = [2]int64{b.limits[0].perMinute, b.limits[1].perMinute}
 	if d := b.tokenDemand; d != nil {
 		bc.FirstAttemptTokens, bc.RetryTokens = int64(d.first.sum(now)), int64(d.retries.sum(now))
-		if d.used.secs != nil {
-			bc.UsedTokens, bc.UsedEstimates = int64(d.used.sum(now)), int64(d.estimated.sum(now))
-		}
+		bc.UsedTokens, bc.UsedEstimates = int64(d.used.sum(now)), int64(d.estimated.sum(now))
 	}
 	if b.asks.secs != nil {
 		bc.Asks = int64(b.asks.sum(now))
