@@ -7,7 +7,8 @@
 #   scripts/pg.sh status DIR PORT   say whether it runs; exit 0 when it does, 3 when not
 #   scripts/pg.sh url    DIR PORT   print the DATABASE_URL
 #   scripts/pg.sh database URL NAME create database NAME on the server of URL when missing, print
-#                                   URL naming it (the client suites of `make test` each get one)
+#                                   URL naming it (the client suites of `make test` each get one;
+#                                   psql is installed with PostgreSQL where missing, as for start)
 #
 # PostgreSQL is installed with apt-get only when no initdb is found on PATH or in
 # /usr/lib/postgresql/*/bin. As root, the cluster runs as the postgres user (initdb and postgres
@@ -83,7 +84,7 @@ as_owner() {
 running() { [[ -f $data/PG_VERSION ]] && as_owner "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; }
 
 if ! bin=$(bin_dir); then
-	[[ $cmd == start ]] || die "PostgreSQL is not installed (no initdb on PATH or in /usr/lib/postgresql/*/bin)"
+	[[ $cmd == start || $cmd == database ]] || die "PostgreSQL is not installed (no initdb on PATH or in /usr/lib/postgresql/*/bin)"
 	install_postgres
 	bin=$(bin_dir) || die "apt-get installed postgresql, but no initdb was found"
 fi
