@@ -72,7 +72,13 @@ type Assignment struct {
 	// (Config.MaxInFlight; leases.go). 0 leased: none now.
 	InFlightLease uint32
 	Leased        bool
-	ProbePermits  uint32
+	// PacePermits is the running count of first attempts the pace granted
+	// this client when Permits: the gate admits a first attempt only
+	// against a grant it has not used (grants.go). Without Permits, a pace
+	// admits AdmitFraction of the first attempts by draws.
+	PacePermits  uint64
+	Permits      bool
+	ProbePermits uint32
 	Reason        string
 	TTL           time.Duration
 	// Cause names what keeps the gate from admitting everything, for the
@@ -170,6 +176,7 @@ func (f *Fleet) Report(u Usage) {
 		b.firstAttempts.add(now, int(u.Admitted-u.Released+u.Shed+u.ParkedNew))
 		b.addBatch(now, &c.Breaker, u.BatchFirst)
 		b.reportParked(u.ClientID, u.Parked)
+		b.noteGrantUse(u.ClientID, u.Admitted, u.Parked, now)
 		b.reportInFlight(u.ClientID, u.InFlight)
 		b.retries.add(now, int(u.Retries))
 		b.admitted.add(now, int(u.Admitted))
@@ -301,8 +308,11 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 		if b == nil || (av != nil && av.state == HalfOpen) {
 			continue
 		}
-		if fr, w := b.admitFraction(now, c); fr < a.AdmitFraction {
+		if fr, w, byPace := b.admitFraction(now, c); fr < a.AdmitFraction {
 			a.AdmitFraction, paced = fr, b
+			if !byPace {
+				paced = nil // a slow start's share is drawn
+			}
 			why = append(why, w)
 			if a.Cause == CauseNone {
 				a.Cause = CausePacing
@@ -317,6 +327,9 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 		if fi, fb, ok := paced.splitByClass(now, c, a.AdmitFraction); ok {
 			a.AdmitFraction, a.BatchAdmitFraction, a.Classes = fi, fb, true
 			why = append(why, fmt.Sprintf("batch yields first: interactive %.0f %%, batch %.0f %%", 100*fi, 100*fb))
+		} else if a.Cause == CausePacing {
+			paced.grant(now, paced.grantRate(now, c, a.AdmitFraction))
+			a.PacePermits, a.Permits = paced.grantsTo(client), true
 		}
 	}
 	for _, b := range []*Bucket{av, rl} {
@@ -376,5 +389,6 @@ func (a Assignment) Differs(prev Assignment, prevAt, now time.Time) bool {
 	return a.Breaker != prev.Breaker || a.ProbePermits != prev.ProbePermits || ends(a.Hold, prev.Hold) || ends(a.Stop, prev.Stop) ||
 		math.Abs(a.AdmitFraction-prev.AdmitFraction) >= 0.05 || (a.AdmitFraction == 1) != (prev.AdmitFraction == 1) ||
 		a.Classes != prev.Classes || math.Abs(a.BatchAdmitFraction-prev.BatchAdmitFraction) >= 0.05 ||
-		a.Leased != prev.Leased || a.InFlightLease != prev.InFlightLease
+		a.Leased != prev.Leased || a.InFlightLease != prev.InFlightLease ||
+		a.Permits != prev.Permits || a.PacePermits != prev.PacePermits
 }

@@ -94,6 +94,7 @@ type Bucket struct {
 	shed              shedNote         // the gates' calls not sent at once, for the next shed event (shed.go)
 	totals            streamTotals
 	parkState
+	grants paceGrants // a paced bucket's grants to the gates (grants.go)
 
 	// A shared fleet's (replica.go, shared_counts.go): the breaker's shared
 	// version, local transitions made and pushed, registers raised here and
@@ -420,9 +421,9 @@ func (b *Bucket) refill(now time.Time, c *Config) {
 
 // admitFraction is the share of first attempts the gates admit: the slow
 // start after a close (availability buckets) and the quota's pace (rate
-// limit buckets), whichever is lower.
-func (b *Bucket) admitFraction(now time.Time, c *Config) (float64, string) {
-	f, why := 1.0, ""
+// limit buckets), whichever is lower; byPace says the pace binds.
+func (b *Bucket) admitFraction(now time.Time, c *Config) (f float64, why string, byPace bool) {
+	f = 1
 	// A release window after the close spreads the parked calls instead.
 	if !b.closedAt.IsZero() && c.SlowStart.Window > 0 && b.state == Closed && b.releaseSpan == 0 {
 		if el := now.Sub(b.closedAt); el < c.SlowStart.Window {
@@ -431,9 +432,9 @@ func (b *Bucket) admitFraction(now time.Time, c *Config) (float64, string) {
 		}
 	}
 	if p, which := b.pace(now, c); p < f {
-		f, why = p, b.paceWhy(now, c, p, which)
+		f, why, byPace = p, b.paceWhy(now, c, p, which), true
 	}
-	return f, why
+	return f, why, byPace
 }
 
 // pace is the share of first attempts that keeps the fleet at Share of the

@@ -41,7 +41,7 @@ func (f *Fleet) StreamStats() (streams int64, perModel []StreamTotals) {
 		t.Shed += b.totals.shed
 		t.Successes += b.totals.successes
 		t.Clients += b.streamingClients(now, c)
-		fr, _ := b.admitFraction(now, c)
+		fr, _, _ := b.admitFraction(now, c)
 		t.AdmitFraction = min(t.AdmitFraction, fr)
 	})
 	return f.streams.Load(), perModel

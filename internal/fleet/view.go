@@ -42,7 +42,7 @@ func (f *Fleet) view(c *Config, b *Bucket, now time.Time) BucketView {
 	v.StreamingClients = b.streamingClients(now, c)
 	t := b.totals
 	v.Reports, v.Assignments, v.Admitted, v.Shed, v.Successes = t.reports, t.assignments, t.admitted, t.shed, t.successes
-	v.AdmitFraction, _ = b.admitFraction(now, c)
+	v.AdmitFraction, _, _ = b.admitFraction(now, c)
 	v.RequestsPerMinute = b.limits[requestLimit].perMinute
 	v.InputTokensPerMinute = b.limits[tokenLimit].perMinute
 	v.Limits = b.limitViews(now)

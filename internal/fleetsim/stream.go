@@ -263,6 +263,9 @@ func (p *streamProcess) deliver(now time.Time, force bool) {
 	if a.Classes {
 		ra.BatchAdmitFraction = &a.BatchAdmitFraction
 	}
+	if a.Permits {
+		ra.PacePermits = &a.PacePermits
+	}
 	p.gate.Assign(now, ra)
 }
 

@@ -26,6 +26,11 @@ type Gate struct {
 	tokens   float64
 	tokensAt time.Time
 
+	// grants are the pace's grants not yet used, and grantCount the last
+	// running count an assignment carried (fleet's grants.go).
+	grants     uint64
+	grantCount uint64
+
 	// Target names the gate's target in a parked call's reason
 	// ("openai/gpt-4o").
 	Target string
@@ -94,6 +99,9 @@ type Assignment struct {
 	// InFlightLease is the most requests the process may have in flight
 	// on the target (nil: no cap).
 	InFlightLease *uint32
+	// PacePermits is the running count of first attempts the pace granted
+	// this process (nil: a pace, if any, admits AdmitFraction by draws).
+	PacePermits *uint64
 	ProbePermits  uint32
 	Reason        string
 	Fallback      *policydv1.Fallback
@@ -153,6 +161,25 @@ func (g *Gate) Assign(now time.Time, a *Assignment) {
 	if a != nil {
 		g.permits = a.ProbePermits
 	}
+	g.takeGrants(a)
+}
+
+// takeGrants adds the grants a's running count gives: its rise since the
+// last count seen, or all of it when it went down (a new count, from
+// another replica or a restarted one). A pace that ends takes the unused
+// grants with it.
+func (g *Gate) takeGrants(a *Assignment) {
+	if a == nil || a.PacePermits == nil {
+		g.grants = 0
+		return
+	}
+	n := *a.PacePermits
+	if n >= g.grantCount {
+		g.grants += n - g.grantCount
+	} else {
+		g.grants += n
+	}
+	g.grantCount = n
 }
 
 // Assigned says whether the gate holds an assignment.
@@ -300,6 +327,9 @@ func (g *Gate) count(v Verdict, canFallBack bool, class Class) Verdict {
 		}
 	} else {
 		g.Admitted++
+		if g.a != nil && g.a.PacePermits != nil && g.grants > 0 {
+			g.grants--
+		}
 	}
 	return v
 }
@@ -363,7 +393,9 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resume
 			return Verdict{Probe: true}
 		}
 		return g.parked(now, policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN, "breaker probing")
-	case a.share(class) < 1 && draw >= a.share(class):
+	case a.PacePermits != nil && g.grants == 0:
+		return g.parked(now, policydv1.StopReason_STOP_REASON_FLEET_SHED, "paced")
+	case a.PacePermits == nil && a.share(class) < 1 && draw >= a.share(class):
 		v := g.parked(now, policydv1.StopReason_STOP_REASON_FLEET_SHED, "paced")
 		v.BatchShare = class == Batch && a.BatchAdmitFraction != nil
 		return v

@@ -30,6 +30,7 @@ type gateVectors struct {
 				Fallback           *vectorFallback `json:"fallback"`
 				ParkHintMs         int64           `json:"park_hint_ms"`
 				InFlightLease      *uint32         `json:"in_flight_lease"`
+				PacePermits        *uint64         `json:"pace_permits"`
 			} `json:"assign"`
 			Abandon bool      `json:"abandon"`
 			Retry   *struct{} `json:"retry"`
@@ -115,7 +116,7 @@ func TestGateVectors(t *testing.T) {
 	breakerNames := map[fleet.BreakerState]string{fleet.Closed: "CLOSED", fleet.Open: "OPEN", fleet.HalfOpen: "HALF_OPEN"}
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Requires != "" && c.Requires != "park" && c.Requires != "classes" && c.Requires != "lease" {
+			if c.Requires != "" && c.Requires != "park" && c.Requires != "classes" && c.Requires != "lease" && c.Requires != "grants" {
 				t.Skipf("requires %s", c.Requires)
 			}
 			g := New()
@@ -132,7 +133,8 @@ func TestGateVectors(t *testing.T) {
 					}
 					g.Assign(now, &Assignment{TTL: ms(a.TTLMs), Breaker: br, Hold: ms(a.HoldMs), Stop: ms(a.StopMs),
 						AdmitFraction: a.AdmitFraction, BatchAdmitFraction: a.BatchAdmitFraction, ProbePermits: a.ProbePermits,
-						Reason: a.Reason, Fallback: a.Fallback.proto(t), ParkHint: ms(a.ParkHintMs), InFlightLease: a.InFlightLease})
+						Reason: a.Reason, Fallback: a.Fallback.proto(t), ParkHint: ms(a.ParkHintMs), InFlightLease: a.InFlightLease,
+						PacePermits: a.PacePermits})
 				case s.Abandon:
 					g.Assign(now, nil)
 				case s.Outcome != "":

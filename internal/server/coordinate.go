@@ -254,6 +254,9 @@ func (c *coordination) assignmentProto(t fleet.Target, a fleet.Assignment) *poli
 	if a.Leased {
 		out.InFlightLease = proto.Uint32(a.InFlightLease)
 	}
+	if a.Permits {
+		out.PacePermits = proto.Uint64(a.PacePermits)
+	}
 	if !a.Admits() && c.s.policies != nil {
 		out.Fallback = c.s.policies.Policy().GateFallback(t, a.Cause, c.s.fleet)
 	}

@@ -466,6 +466,14 @@ type Assignment struct {
 	// fleet.max_in_flight); the gate parks first attempts past it. Unset: no
 	// cap; 0: none now.
 	InFlightLease *uint32 `protobuf:"varint,13,opt,name=in_flight_lease,json=inFlightLease,proto3,oneof" json:"in_flight_lease,omitempty"`
+	// While a pace binds (and no priority classes split it): the running
+	// count of first attempts the daemon granted this client, the longest
+	// parked first, at the pace's rate. The gate admits a first attempt only
+	// against a grant it has not used, parks it otherwise, and takes as new
+	// grants the count's rise since the last assignment (all of it when the
+	// count went down: a new count). Unset: a pace admits admit_fraction of
+	// first attempts by draws.
+	PacePermits   *uint64 `protobuf:"varint,14,opt,name=pace_permits,json=pacePermits,proto3,oneof" json:"pace_permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -587,6 +595,13 @@ func (x *Assignment) GetBatchAdmitFraction() float64 {
 func (x *Assignment) GetInFlightLease() uint32 {
 	if x != nil && x.InFlightLease != nil {
 		return *x.InFlightLease
+	}
+	return 0
+}
+
+func (x *Assignment) GetPacePermits() uint64 {
+	if x != nil && x.PacePermits != nil {
+		return *x.PacePermits
 	}
 	return 0
 }
@@ -2176,7 +2191,7 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x11\x10\x12R\n" +
 	"batch_shed\"N\n" +
 	"\x12CoordinateResponse\x128\n" +
-	"\vassignments\x18\x01 \x03(\v2\x16.policyd.v1.AssignmentR\vassignments\"\xf6\x04\n" +
+	"\vassignments\x18\x01 \x03(\v2\x16.policyd.v1.AssignmentR\vassignments\"\xaf\x05\n" +
 	"\n" +
 	"Assignment\x120\n" +
 	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x12\x18\n" +
@@ -2192,9 +2207,11 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	" \x01(\v2\x14.policyd.v1.FallbackR\bfallback\x126\n" +
 	"\tpark_hint\x18\v \x01(\v2\x19.google.protobuf.DurationR\bparkHint\x125\n" +
 	"\x14batch_admit_fraction\x18\f \x01(\x01H\x00R\x12batchAdmitFraction\x88\x01\x01\x12+\n" +
-	"\x0fin_flight_lease\x18\r \x01(\rH\x01R\rinFlightLease\x88\x01\x01B\x17\n" +
+	"\x0fin_flight_lease\x18\r \x01(\rH\x01R\rinFlightLease\x88\x01\x01\x12&\n" +
+	"\fpace_permits\x18\x0e \x01(\x04H\x02R\vpacePermits\x88\x01\x01B\x17\n" +
 	"\x15_batch_admit_fractionB\x12\n" +
-	"\x10_in_flight_lease\"\xde\x06\n" +
+	"\x10_in_flight_leaseB\x0f\n" +
+	"\r_pace_permits\"\xde\x06\n" +
 	"\x06Bucket\x12,\n" +
 	"\x05state\x18\x01 \x01(\v2\x16.policyd.v1.FleetStateR\x05state\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1a\n" +

@@ -87,7 +87,7 @@ class CoordinateResponse(_message.Message):
     def __init__(self, assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("target", "abandon", "ttl", "breaker", "hold", "stop", "admit_fraction", "probe_permits", "reason", "fallback", "park_hint", "batch_admit_fraction", "in_flight_lease")
+    __slots__ = ("target", "abandon", "ttl", "breaker", "hold", "stop", "admit_fraction", "probe_permits", "reason", "fallback", "park_hint", "batch_admit_fraction", "in_flight_lease", "pace_permits")
     TARGET_FIELD_NUMBER: _ClassVar[int]
     ABANDON_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +101,7 @@ class Assignment(_message.Message):
     PARK_HINT_FIELD_NUMBER: _ClassVar[int]
     BATCH_ADMIT_FRACTION_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_LEASE_FIELD_NUMBER: _ClassVar[int]
+    PACE_PERMITS_FIELD_NUMBER: _ClassVar[int]
     target: BucketTarget
     abandon: bool
     ttl: _duration_pb2.Duration
@@ -114,7 +115,8 @@ class Assignment(_message.Message):
     park_hint: _duration_pb2.Duration
     batch_admit_fraction: float
     in_flight_lease: int
-    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., abandon: _Optional[bool] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ..., hold: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admit_fraction: _Optional[float] = ..., probe_permits: _Optional[int] = ..., reason: _Optional[str] = ..., fallback: _Optional[_Union[_policy_pb2.Fallback, _Mapping]] = ..., park_hint: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., batch_admit_fraction: _Optional[float] = ..., in_flight_lease: _Optional[int] = ...) -> None: ...
+    pace_permits: int
+    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., abandon: _Optional[bool] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker: _Optional[_Union[_policy_pb2.BreakerState, str]] = ..., hold: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admit_fraction: _Optional[float] = ..., probe_permits: _Optional[int] = ..., reason: _Optional[str] = ..., fallback: _Optional[_Union[_policy_pb2.Fallback, _Mapping]] = ..., park_hint: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., batch_admit_fraction: _Optional[float] = ..., in_flight_lease: _Optional[int] = ..., pace_permits: _Optional[int] = ...) -> None: ...
 
 class Bucket(_message.Message):
     __slots__ = ("state", "scope", "provider", "model", "key_id", "window_failures", "window_clients", "open_period", "decisions_changed", "first_client_id", "idle", "streaming_clients", "reports", "assignments_sent", "first_attempts_admitted", "first_attempts_shed", "successes", "admit_fraction", "requests_per_minute", "input_tokens_per_minute", "limits")
