@@ -79,8 +79,8 @@ type Assignment struct {
 	PacePermits  uint64
 	Permits      bool
 	ProbePermits uint32
-	Reason        string
-	TTL           time.Duration
+	Reason       string
+	TTL          time.Duration
 	// Cause names what keeps the gate from admitting everything, for the
 	// fallback's kind.
 	Cause Cause

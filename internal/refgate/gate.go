@@ -101,10 +101,10 @@ type Assignment struct {
 	InFlightLease *uint32
 	// PacePermits is the running count of first attempts the pace granted
 	// this process (nil: a pace, if any, admits AdmitFraction by draws).
-	PacePermits *uint64
-	ProbePermits  uint32
-	Reason        string
-	Fallback      *policydv1.Fallback
+	PacePermits  *uint64
+	ProbePermits uint32
+	Reason       string
+	Fallback     *policydv1.Fallback
 	// ParkHint is the daemon's estimate of how long until the gate admits
 	// again (0: unknown): a call whose deadline comes first does not park.
 	ParkHint time.Duration
