@@ -226,6 +226,9 @@ def test_assignment_conversion() -> None:
     g = assignment_of(a)
     assert (g.in_flight_lease, g.park_hint) == (0, 4.5)  # 0: no request now
     assert assignment_of(fpb.Assignment(in_flight_lease=7)).in_flight_lease == 7
+    assert g.pace_permits is None  # unset: a pace draws
+    assert assignment_of(fpb.Assignment(pace_permits=0)).pace_permits == 0  # set: no grant yet
+    assert assignment_of(fpb.Assignment(pace_permits=12)).pace_permits == 12
 
 
 def test_rate_limit_headers_keeps_only_rate_limits_within_the_daemons_limits() -> None:
@@ -822,6 +825,32 @@ def test_a_call_parked_at_its_lease_goes_when_the_request_in_flight_ends() -> No
     assert sorted(got) == ["long", "sent"] and e.sent == 1
     assert time.monotonic() - start < 0.5, "the finished request did not wake the parked call"
     e.client.close()
+
+
+# ---- the pace's grants
+
+
+def test_a_paced_first_attempt_goes_only_against_a_grant_whatever_its_draw() -> None:
+    table = FleetTable(Clock())
+    assign(table, admit_fraction=0.25, pace_permits=0, reason="pacing")
+    v = table.check(T, None, False, 0.0)  # a draw that admit_fraction would admit
+    assert (v.action, v.stop_reason, v.reason) == (
+        GateAction.PARK,
+        "FLEET_SHED",
+        "waiting for the fleet: paced on openai/gpt-4o@k1",
+    )
+    assert v.parked is not None
+    woken = threading.Event()
+    table.park_wait(T, woken)
+    assign(table, admit_fraction=0.25, pace_permits=1, reason="pacing")  # one grant: it wakes the parked call
+    assert woken.is_set()
+    assert table.resume(T, v.parked, 0.99).action is GateAction.ADMIT
+    assert table.check(T, None, False, 0.0).action is GateAction.PARK  # the grant is spent
+    # A retry is neither parked by the grants nor spends one: the daemon's budget paces retries.
+    assert table.check_retry(T, None).action is GateAction.ADMIT
+    assign(table, admit_fraction=0.25, pace_permits=2, reason="pacing")
+    assert table.check_retry(T, None).action is GateAction.ADMIT
+    assert table.check(T, None, False, 0.99).action is GateAction.ADMIT
 
 
 def test_a_call_whose_deadline_comes_before_the_park_hint_does_not_park(env: Env) -> None:

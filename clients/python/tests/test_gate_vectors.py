@@ -32,7 +32,7 @@ def test_the_cases_are_there() -> None:
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c["id"]) for c in CASES])
 def test_gate_vector(case: dict[str, Any]) -> None:
-    if case.get("requires") not in (None, "park", "classes", "lease"):
+    if case.get("requires") not in (None, "park", "classes", "lease", "grants"):
         pytest.skip(f"requires {case['requires']}")
     g = Gate(target=str(TARGET))
     parked: dict[str, Parked] = {}
@@ -56,6 +56,7 @@ def test_gate_vector(case: dict[str, Any]) -> None:
                     park_hint=a.get("park_hint_ms", 0) / 1000,
                     batch_admit_fraction=a.get("batch_admit_fraction"),
                     in_flight_lease=a.get("in_flight_lease"),
+                    pace_permits=a.get("pace_permits"),
                 ),
             )
         elif step.get("abandon"):

@@ -202,6 +202,7 @@ def assignment_of(a: fpb.Assignment) -> GateAssignment:
         kind = _enum_name(pb.FallbackKind.Name, fb.kind, "FALLBACK_KIND_")
         fallback = Fallback(kind=kind, provider=fb.provider, model=fb.model, reason=fb.reason)
     lease = a.in_flight_lease if a.HasField("in_flight_lease") else None
+    pace_permits = a.pace_permits if a.HasField("pace_permits") else None
     return GateAssignment(
         ttl=_seconds(a.ttl),
         breaker=_BREAKERS.get(a.breaker, CLOSED),
@@ -214,6 +215,7 @@ def assignment_of(a: fpb.Assignment) -> GateAssignment:
         park_hint=_seconds(a.park_hint),
         batch_admit_fraction=batch_fraction,
         in_flight_lease=lease,
+        pace_permits=pace_permits,
     )
 
 

@@ -78,6 +78,10 @@ class GateAssignment:
     #: The most requests the process may have in flight on the target, its lease of the fleet's
     #: cap; first attempts past it park. None: no cap.
     in_flight_lease: int | None = None
+    #: While a pace binds: the running count of first attempts the daemon granted this process
+    #: (docs/clients.md, "Grants"); the gate admits a first attempt only against a grant it has not
+    #: used. None: a pace admits admit_fraction of first attempts by draws.
+    pace_permits: int | None = None
 
 
 class GateAction(str, enum.Enum):
@@ -173,6 +177,8 @@ class Gate:
         "parked",
         "in_flight",
         "target",
+        "grants",
+        "grant_count",
     )
 
     def __init__(self, grace: float = GRACE, target: str = "") -> None:
@@ -198,6 +204,9 @@ class Gate:
         self.in_flight = 0
         #: The target as the park text names it (``openai/gpt-4o``).
         self.target = target
+        #: The pace's grants not yet used, and the last running count an assignment carried.
+        self.grants = 0
+        self.grant_count = 0
 
     def counts(self) -> GateCounts:
         return GateCounts(self.admitted, self.shed, self.parked_new, self.released, self.batch_first, self.fell_back)
@@ -207,6 +216,18 @@ class Gate:
         self.assignment, self.received_at = a, now
         if a is not None:
             self.permits = a.probe_permits
+        self._take_grants(a)
+
+    def _take_grants(self, a: GateAssignment | None) -> None:
+        """Add the grants a's running count gives: its rise since the last count seen, or all of it
+        when it went down (a new count, from another replica or a restarted one). A pace that ends
+        takes the unused grants with it."""
+        if a is None or a.pace_permits is None:
+            self.grants = 0
+            return
+        n = a.pace_permits
+        self.grants += n - self.grant_count if n >= self.grant_count else n
+        self.grant_count = n
 
     def record(self, now: float, ok: bool) -> None:
         """Count an attempt's outcome in the process's own budget."""
@@ -337,6 +358,9 @@ class Gate:
                 return replace(v, action=GateAction.FALL_BACK, fallback=a.fallback)
         else:
             self.admitted += 1
+            a = self.assignment
+            if a is not None and a.pace_permits is not None and self.grants > 0:
+                self.grants -= 1  # a first attempt admitted spends one of the pace's grants
         return v
 
     def _hint_left(self, now: float) -> float:
@@ -387,7 +411,10 @@ class Gate:
             return self._park(now, "CIRCUIT_OPEN", "breaker probing", stop("CIRCUIT_OPEN"))
         own = a.batch_admit_fraction if batch else None  # the batch class's own share, when paced apart
         share = a.admit_fraction if own is None else own
-        if share < 1 and draw >= share:
+        if a.pace_permits is not None:
+            if self.grants == 0:  # granted, not drawn: no grant left parks the call whatever its draw
+                return self._park(now, "FLEET_SHED", "paced", stop("FLEET_SHED"))
+        elif share < 1 and draw >= share:
             shed = replace(stop("FLEET_SHED"), admit_fraction=share, batch_share=own is not None)
             return self._park(now, "FLEET_SHED", "paced", shed)
         if a.in_flight_lease is not None and self.in_flight >= a.in_flight_lease:
