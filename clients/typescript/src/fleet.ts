@@ -616,6 +616,7 @@ function assignmentOf(a: Assignment): GateAssignment {
   const bf = a.batchAdmitFraction;
   if (bf !== undefined && !Number.isNaN(bf)) g.batchAdmitFraction = Math.min(1, Math.max(0, bf));
   if (a.inFlightLease !== undefined) g.inFlightLease = a.inFlightLease;
+  if (a.pacePermits !== undefined) g.pacePermits = a.pacePermits;
   const fb = a.fallback;
   if (fb && (fb.kind !== 0 || fb.provider || fb.model)) {
     g.fallback = { kind: names.fallbackKind(fb.kind), provider: fb.provider, model: fb.model, reason: fb.reason };
@@ -631,6 +632,7 @@ function describe(a: GateAssignment): string {
   if (a.admitFraction < 1) parts.push(`admit ${a.admitFraction}`);
   if (a.batchAdmitFraction !== undefined) parts.push(`admit batch ${a.batchAdmitFraction}`);
   if (a.inFlightLease !== undefined) parts.push(`lease ${a.inFlightLease} in flight`);
+  if (a.pacePermits !== undefined) parts.push(`${a.pacePermits} pace permits`);
   if (a.probePermits) parts.push(`${a.probePermits} probe permits`);
   if (a.parkHintMs) parts.push(`park hint ${a.parkHintMs}ms`);
   if (a.fallback) parts.push(`fallback ${a.fallback.kind || "?"} ${a.fallback.provider}/${a.fallback.model}`);

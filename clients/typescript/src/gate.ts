@@ -53,6 +53,13 @@ export interface GateAssignment {
    * until a request ends.
    */
   inFlightLease?: number | undefined;
+  /**
+   * While a pace binds: the running count of first attempts the daemon
+   * granted this process (docs/clients.md, "Grants"); the gate admits a
+   * first attempt only against a grant it has not used, whatever its draw.
+   * undefined: a pace admits admitFraction of first attempts by draws.
+   */
+  pacePermits?: bigint | undefined;
   /** Half-open: first attempts this process may send as the fleet's probes. */
   probePermits: number;
   /** Why, for a human. */
@@ -130,6 +137,9 @@ export class Gate {
   #permits = 0;
   #tokens = OWN_MAX_TOKENS;
   #tokensAt: number | undefined;
+  /** The pace's grants not yet used, and the last running count an assignment carried. */
+  #grants = 0n;
+  #grantCount = 0n;
   readonly #graceMs: number;
   /** First attempts admitted (admit and wait) and shed (stop and fall back) so far; of shed, those that fell back. */
   admitted = 0;
@@ -160,6 +170,22 @@ export class Gate {
     this.#a = a;
     this.#receivedAt = nowMs;
     if (a) this.#permits = a.probePermits;
+    this.#takeGrants(a);
+  }
+
+  /**
+   * Adds the grants a's running count gives: its rise since the last count
+   * seen, or all of it when it went down (a new count, from another replica
+   * or a restarted one). A pace that ends takes the unused grants with it.
+   */
+  #takeGrants(a: GateAssignment | undefined): void {
+    const n = a?.pacePermits;
+    if (n === undefined) {
+      this.#grants = 0n;
+      return;
+    }
+    this.#grants += n >= this.#grantCount ? n - this.#grantCount : n;
+    this.#grantCount = n;
   }
 
   /** The assignment held, if any. */
@@ -308,6 +334,8 @@ export class Gate {
       }
     } else {
       this.admitted++;
+      // A first attempt admitted spends one of the pace's grants.
+      if (this.#a?.pacePermits !== undefined && this.#grants > 0n) this.#grants--;
     }
     return v;
   }
@@ -364,7 +392,12 @@ export class Gate {
       if (!resumed && drawn() < share) return { ...ADMIT, probe: true };
       return this.#park(nowMs, "CIRCUIT_OPEN", "breaker probing");
     }
-    if (share < 1 && drawn() >= share) return { ...this.#park(nowMs, "FLEET_SHED", "paced"), batchShare };
+    if (a.pacePermits !== undefined) {
+      // Granted, not drawn: no grant left parks the call whatever its draw.
+      if (this.#grants === 0n) return this.#park(nowMs, "FLEET_SHED", "paced");
+    } else if (share < 1 && drawn() >= share) {
+      return { ...this.#park(nowMs, "FLEET_SHED", "paced"), batchShare };
+    }
     if (a.inFlightLease !== undefined && this.inFlight >= a.inFlightLease) {
       const v = this.#park(nowMs, "FLEET_SHED", "at its lease of requests in flight");
       return { ...v, atLease: true, inFlight: this.inFlight };

@@ -328,3 +328,58 @@ describe("leases of requests in flight", () => {
     assert.equal(idle.check().verdict.action, "park", "none in flight, a lease of 0");
   });
 });
+
+describe("the pace's grants", () => {
+  /** A pace of 25 %, with the running count of grants when permits is given. */
+  const paced = (permits?: bigint) =>
+    create(CoordinateResponseSchema, {
+      assignments: [
+        {
+          target,
+          ttl: { seconds: 60n },
+          breaker: BreakerState.CLOSED,
+          admitFraction: 0.25,
+          reason: "pacing",
+          ...(permits !== undefined ? { pacePermits: permits } : {}),
+        },
+      ],
+    });
+
+  test("a paced first attempt goes only against a grant, whatever its draw; a retry neither parks nor spends", async () => {
+    const { co, clock, report, check } = await table(120_000);
+    check(); // subscribes
+    report();
+    co.applyResponse(paced(0n));
+    clock.draw = 0; // a draw admitFraction would admit
+    const gated = check();
+    assert.equal(gated.verdict.action, "park");
+    assert.equal(gated.verdict.stopReason, "FLEET_SHED");
+    assert.equal(gated.verdict.reason, "waiting for the fleet: paced on openai/gpt-4o");
+    const p = gated.verdict.parked!;
+    const woken = co.parkWait(target, p, new AbortController().signal);
+    co.applyResponse(paced(1n)); // one grant, with an assignment: it wakes the parked call
+    await woken;
+    clock.draw = 0.99;
+    const resumed = co.resume(target, p);
+    assert.equal(resumed.verdict.action, "admit");
+    resumed.ended!();
+    clock.draw = 0;
+    assert.equal(check().verdict.action, "park", "the grant is spent");
+    assert.equal(co.checkRetry(target, undefined).verdict.action, "admit", "a retry is not held by the grants");
+    co.applyResponse(paced(2n));
+    assert.equal(co.checkRetry(target, undefined).verdict.action, "admit");
+    clock.draw = 0.99;
+    assert.equal(check().verdict.action, "admit", "the retry spent no grant");
+    assert.deepEqual(report(), { ...zero, admitted: 2n, parkedNew: 2n, released: 1n, parked: 1n });
+  });
+
+  test("without pace_permits a pace draws", async () => {
+    const { co, clock, check } = await table(0);
+    check(); // subscribes
+    co.applyResponse(paced());
+    clock.draw = 0;
+    assert.equal(check().verdict.action, "admit");
+    clock.draw = 0.5;
+    assert.equal(check().verdict.action, "stop");
+  });
+});

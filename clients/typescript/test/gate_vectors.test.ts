@@ -61,7 +61,7 @@ interface Case {
 const vectors = readTestdata<{ cases: Case[]; target: VectorTarget }>("gate.json");
 const TARGET = targetOf(vectors.target);
 /** The requirements (a case's "requires") this gate meets. */
-const MEETS = new Set(["park", "classes", "lease"]);
+const MEETS = new Set(["park", "classes", "lease", "grants"]);
 const BREAKERS = new Set<BreakerState>(["CLOSED", "OPEN", "HALF_OPEN"]);
 const KINDS = new Set(["LARGER_CONTEXT_MODEL", "OTHER_PROVIDER", "OTHER_MODEL"]);
 
@@ -92,6 +92,7 @@ describe("vectors: gate.json", () => {
             admitFraction: a.admit_fraction,
             batchAdmitFraction: a.batch_admit_fraction ?? undefined,
             inFlightLease: a.in_flight_lease ?? undefined,
+            pacePermits: a.pace_permits === undefined || a.pace_permits === null ? undefined : BigInt(a.pace_permits),
             probePermits: a.probe_permits,
             reason: a.reason,
             fallback: fallbackOf(a.fallback),

@@ -41,6 +41,7 @@ export interface VectorAssignment {
   admit_fraction: number;
   batch_admit_fraction?: number | null;
   in_flight_lease?: number | null;
+  pace_permits?: number | null;
   probe_permits: number;
   reason: string;
   fallback?: VectorFallback | null;
