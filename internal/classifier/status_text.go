@@ -14,6 +14,13 @@ var statusPrefixes = [][]byte{
 	[]byte("error code: "),
 	[]byte("status code: "),
 	[]byte("status code "),
+	// The MCP SDK's "SSE error: Non-200 status code (500)", dio's "the
+	// response has a status code of 503", Claude Code's "API Error (503 Too
+	// many connections, ...)". (SageMaker's "Received server error (500)
+	// from model" is the customer container's status: a rule reads it.)
+	[]byte("status code ("),
+	[]byte("status code of "),
+	[]byte("api error ("),
 	[]byte("status_code: "),
 	[]byte("status_code="),
 	[]byte("'status_code': "),
