@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	policydv1 "github.com/policyd/policyd/clients/go/internal/gen/policyd/v1"
@@ -293,6 +294,15 @@ func TestAssignmentFromProto(t *testing.T) {
 		if got := assignmentFromProto(&policydv1.Assignment{AdmitFraction: in}).admitFraction; got != want {
 			t.Errorf("admit fraction %v → %v, want %v", in, got, want)
 		}
+	}
+	if a.hasPacePermits {
+		t.Fatal("an assignment without pace_permits gave the gate grants")
+	}
+	if g := assignmentFromProto(&policydv1.Assignment{PacePermits: proto.Uint64(0)}); !g.hasPacePermits || g.pacePermits != 0 {
+		t.Fatalf("pace_permits 0 is a count (grants, none yet), not its absence: %+v", g)
+	}
+	if g := assignmentFromProto(&policydv1.Assignment{PacePermits: proto.Uint64(7)}); g.pacePermits != 7 {
+		t.Fatalf("pace_permits 7 → %d", g.pacePermits)
 	}
 	fb := assignmentFromProto(&policydv1.Assignment{Fallback: &policydv1.Fallback{Kind: policydv1.FallbackKind_FALLBACK_KIND_OTHER_MODEL,
 		Provider: "openai", Model: "gpt-4o-mini"}}).fallback

@@ -84,9 +84,15 @@ type assignment struct {
 	// on the target, when leased; first attempts past it park.
 	inFlightLease uint32
 	leased        bool
-	probePermits  uint32
-	reason        string
-	fallback      *gateFallback
+	// pacePermits is the running count of first attempts the pace granted
+	// the process, when hasPacePermits: first attempts go only against
+	// grants not yet used (docs/clients.md, "Grants"); otherwise a pace
+	// admits admitFraction of them by draws.
+	pacePermits    uint64
+	hasPacePermits bool
+	probePermits   uint32
+	reason         string
+	fallback       *gateFallback
 	// parkHint is the daemon's estimate of how long until the gate admits
 	// again (0: unknown): a call whose deadline comes first does not park.
 	parkHint time.Duration
@@ -118,6 +124,9 @@ func assignmentFromProto(pa *policydv1.Assignment) *assignment {
 	}
 	if pa.InFlightLease != nil {
 		a.inFlightLease, a.leased = pa.GetInFlightLease(), true
+	}
+	if pa.PacePermits != nil {
+		a.pacePermits, a.hasPacePermits = pa.GetPacePermits(), true
 	}
 	if fb := pa.GetFallback(); fb != nil && (fb.GetKind() != policydv1.FallbackKind_FALLBACK_KIND_UNSPECIFIED || fb.GetProvider() != "" || fb.GetModel() != "") {
 		a.fallback = &gateFallback{kind: FallbackKind(fb.GetKind()), provider: fb.GetProvider(), model: fb.GetModel(), reason: fb.GetReason()}
@@ -186,6 +195,10 @@ type gateEntry struct {
 	a          *assignment // nil: none (yet, or abandoned)
 	receivedAt time.Time
 	permits    uint32
+	// grants are the pace's grants not yet used, and grantCount the last
+	// running count an assignment carried, when grantSeen.
+	grants, grantCount uint64
+	grantSeen          bool
 
 	tokens   float64
 	tokensAt time.Time
@@ -575,6 +588,9 @@ func (e *gateEntry) count(v gateVerdict, call gateCall) gateVerdict {
 		}
 	} else {
 		e.u.admitted++
+		if e.a != nil && e.a.hasPacePermits && e.grants > 0 {
+			e.grants--
+		}
 	}
 	return v
 }
@@ -640,7 +656,11 @@ func (g *gate) decide(now time.Time, t target, e *gateEntry, deadline time.Durat
 			return gateVerdict{probe: true}
 		}
 		return park(StopCircuitOpen, "breaker probing")
-	case share(a, batch) < 1 && draw.Float64() >= share(a, batch):
+	case a.hasPacePermits && e.grants == 0:
+		v := park(StopFleetShed, "paced")
+		v.admitFraction = a.admitFraction
+		return v
+	case !a.hasPacePermits && share(a, batch) < 1 && draw.Float64() >= share(a, batch):
 		v := park(StopFleetShed, "paced")
 		v.admitFraction, v.batchShare = share(a, batch), batch && a.hasBatchFraction
 		return v
@@ -680,7 +700,7 @@ func (g *gate) assign(now time.Time, t target, a *assignment) {
 		}
 		e.answer()
 		e.wakeParked()
-		e.a, e.subscribed = nil, false
+		e.a, e.subscribed, e.grants = nil, false, 0
 		if !e.pending && e.inFlight == 0 {
 			// Forgotten, budget and all, once the budget has nothing to
 			// remember; a call on the target starts it again.
@@ -696,8 +716,29 @@ func (g *gate) assign(now time.Time, t target, a *assignment) {
 		return
 	}
 	e.a, e.receivedAt, e.permits, e.subscribed = a, now, a.probePermits, true
+	e.takeGrants(a)
 	e.answer()
 	e.wakeParked()
+}
+
+// takeGrants adds the grants a's running count gives: its rise since the
+// last count seen, or all of it when it went down (a new count: another
+// replica's, or a restarted one's). The first count the entry sees grants
+// nothing: it is what the daemon gave this client before (an entry made
+// anew). A pace that ends drops the unused grants. The caller holds g.mu.
+func (e *gateEntry) takeGrants(a *assignment) {
+	if !a.hasPacePermits {
+		e.grants = 0
+		return
+	}
+	switch {
+	case !e.grantSeen:
+	case a.pacePermits >= e.grantCount:
+		e.grants += a.pacePermits - e.grantCount
+	default:
+		e.grants += a.pacePermits
+	}
+	e.grantCount, e.grantSeen = a.pacePermits, true
 }
 
 // record counts an attempt's outcome in the process's own budget; a

@@ -55,6 +55,8 @@ type vectorAssignment struct {
 	ParkHintMs         int64               `json:"park_hint_ms"`
 	// InFlightLease is the process's lease of requests in flight (nil: no cap).
 	InFlightLease *uint32 `json:"in_flight_lease"`
+	// PacePermits is the pace's running count of grants (nil: none).
+	PacePermits *uint64 `json:"pace_permits"`
 }
 
 // assignment is a as the gate keeps it.
@@ -72,6 +74,9 @@ func (a *vectorAssignment) assignment(t *testing.T) *assignment {
 	}
 	if a.InFlightLease != nil {
 		as.inFlightLease, as.leased = *a.InFlightLease, true
+	}
+	if a.PacePermits != nil {
+		as.pacePermits, as.hasPacePermits = *a.PacePermits, true
 	}
 	return as
 }
@@ -132,7 +137,7 @@ func TestGateVectors(t *testing.T) {
 	tg := v.Target.target() // the texts name it
 	for _, c := range v.Cases {
 		t.Run(c.ID, func(t *testing.T) {
-			if c.Requires != "" && c.Requires != "park" && c.Requires != "classes" && c.Requires != "lease" {
+			if c.Requires != "" && c.Requires != "park" && c.Requires != "classes" && c.Requires != "lease" && c.Requires != "grants" {
 				t.Skipf("requires %s", c.Requires)
 			}
 			g := newGate(DefaultGateGrace)

@@ -327,11 +327,14 @@ func (f *Fleet) Assign(t Target, client string) Assignment {
 		if fi, fb, ok := paced.splitByClass(now, c, a.AdmitFraction); ok {
 			a.AdmitFraction, a.BatchAdmitFraction, a.Classes = fi, fb, true
 			why = append(why, fmt.Sprintf("batch yields first: interactive %.0f %%, batch %.0f %%", 100*fi, 100*fb))
-		} else if a.Cause == CausePacing {
+		} else {
+			// Whatever else holds the gate (a hold's wait comes after a
+			// grant): without grants, the draws would release the parked.
 			paced.grant(now, paced.grantRate(now, c, a.AdmitFraction))
 			a.PacePermits, a.Permits = paced.grantsTo(client), true
 		}
 	}
+
 	for _, b := range []*Bucket{av, rl} {
 		if b != nil {
 			b.publishPace(emit)

@@ -215,7 +215,7 @@ func (b *Bucket) streamedHere(now time.Time, c *BreakerConfig) bool {
 
 func (b *Bucket) close(at time.Time, why string, c *Config, emit func(Event)) {
 	b.state, b.openPeriod, b.probeOK, b.closedAt = Closed, 0, 0, at
-	b.startRelease(at)
+	b.startRelease(at, ReleaseFactor, false)
 	b.moves++
 	b.window.reset()
 	b.successes.reset()

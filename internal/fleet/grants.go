@@ -42,7 +42,16 @@ type grantee struct {
 	// the client is owed no more while its parked calls are covered.
 	unused int64
 	since  time.Time // parked since: the longest parked is granted first
+	// grantedAt is when it was last given a grant.
+	grantedAt time.Time
 }
+
+// lostGrantAfter is how long after its last grant a client that reports
+// parked calls and no admission is taken to hold no grant: a gate with one
+// admits a parked call as the assignment arrives, and reports it within
+// a second. Its grant was lost (a gate made anew takes the first count it
+// sees as what it was given before).
+const lostGrantAfter = 2 * ParkRecheck
 
 // noteGrantUse takes what a report says of client's grants: first
 // attempts admitted use them, and a client that parks again queues again.
@@ -65,6 +74,9 @@ func (b *Bucket) noteGrantUse(client string, admitted, parked int64, now time.Ti
 		b.grants.clients[client] = g
 	}
 	g.unused = max(0, g.unused-admitted)
+	if parked > 0 && admitted == 0 && now.Sub(g.grantedAt) > lostGrantAfter {
+		g.unused = 0
+	}
 	switch {
 	case parked == 0:
 		g.since = time.Time{}
@@ -115,6 +127,7 @@ func (b *Bucket) grant(now time.Time, rate float64) {
 		}
 		to.total++
 		to.unused++
+		to.grantedAt = now
 		g.next = g.next.Add(every)
 	}
 }

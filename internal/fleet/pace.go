@@ -160,7 +160,7 @@ func (b *Bucket) limit(now time.Time, c *Config, which int) int64 {
 		*l = learntLimit{expiredAt: now}
 		if ended && !b.pacing() {
 			b.cutAt = time.Time{}
-			b.startRelease(now) // the calls the pace parked leave in slots, not at once
+			b.startRelease(now, PaceReleaseFactor, true) // the calls the pace parked leave in slots, not at once
 		}
 	}
 	if !l.confirmed {

@@ -45,14 +45,18 @@ func TestProbePermitsGoToParkedCalls(t *testing.T) {
 	}
 }
 
-// At the close, every client gets a release slot over a window sized so
-// that the backlog drains at ReleaseFactor times the traffic before the
-// incident: the slots differ, and the last is within the window.
+// At the close, every client holding parked calls gets a release slot over
+// a window sized so that the backlog drains at ReleaseFactor times the
+// traffic before the incident: the slots differ, and the last is within
+// the window. A client without parked calls waits for no slot.
 func TestCloseReleasesParkedCallsInSlots(t *testing.T) {
 	t.Parallel()
 	f, clk := openWithParked(t)
 	clk.advance(f.Config().Breaker.OpenFor)
-	f.Report(Usage{Target: streamTarget, ClientID: "p1", Succeeded: 2})
+	f.Report(Usage{Target: streamTarget, ClientID: "p1", Succeeded: 2, Parked: 1})
+	if a := f.Assign(streamTarget, "idle"); a.Breaker != Closed || a.Hold != 0 {
+		t.Fatalf("a client without parked calls: %+v, want no release slot", a)
+	}
 	perSecond := ReleaseFactor * 20.0
 	window := time.Duration(4 / perSecond * float64(time.Second))
 	seen := map[time.Duration]bool{}

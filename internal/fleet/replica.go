@@ -270,7 +270,7 @@ func (b *Bucket) adoptBreaker(v Verdict, now time.Time) {
 			b.closedAt = v.OpenUntil
 		}
 		if prev != Closed {
-			b.startRelease(b.closedAt) // this replica's parked calls (release.go)
+			b.startRelease(b.closedAt, ReleaseFactor, false) // this replica's parked calls (release.go)
 		}
 	}
 	if prev == Closed && v.Breaker == Open && b.admitted.secs != nil {

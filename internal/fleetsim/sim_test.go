@@ -119,11 +119,10 @@ func TestStreamGoals(t *testing.T) {
 			if u := res[Partial].Unaffected; u < 0.98 {
 				t.Errorf("partial: the unaffected model keeps %.3f of its goodput; want ≥ 0.98", u)
 			}
-			// A shared quota at 1.6× its limit: ≤ 5 % 429s; the quota used is
-			// short of its 95 % goal (0.83–0.92 measured: the gates' draws
-			// make the admitted second noisy; docs/fleet-simulation.md).
-			if q := res[Quota]; q.Throttled > 0.05 || q.QuotaUsed < 0.8 {
-				t.Errorf("quota: %.3f of attempts throttled, %.2f of the quota used; want ≤ 0.05 and ≥ 0.8", q.Throttled, q.QuotaUsed)
+			// A shared quota at 1.6× its limit: ≤ 5 % 429s and ≥ 95 % of the
+			// quota used (the pace's grants keep the admitted second smooth).
+			if q := res[Quota]; q.Throttled > 0.05 || q.QuotaUsed < 0.95 {
+				t.Errorf("quota: %.3f of attempts throttled, %.2f of the quota used; want ≤ 0.05 and ≥ 0.95", q.Throttled, q.QuotaUsed)
 			}
 			// After the limit lifts, the learnt limit expires and the pace
 			// goes: recovery within 10 s.
@@ -158,9 +157,8 @@ func TestAgentGoals(t *testing.T) {
 	// meets the goal (TestStreamRecovery).
 	shortfalls := map[string]struct{ goodput, herd float64 }{
 		Outage:  {herd: 2.4},
-		Quota:   {goodput: 0.93, herd: 2.8}, // the pace's noise: 0.83–0.92 of the quota used
-		Partial: {herd: 2.8},                // half the agents: a noisier second (healthy 1.78)
-		Restart: {herd: 2.25},               // policyd away: every first attempt admitted, as stateless clients (2.01)
+		Partial: {herd: 2.8},  // half the agents: a noisier second (healthy 1.78)
+		Restart: {herd: 2.25}, // policyd away: every first attempt admitted, as stateless clients (2.01)
 	}
 	for _, sc := range []string{Outage, Partial, Quota, Restart} {
 		for _, life := range []int{0, 3} {
@@ -203,11 +201,9 @@ func TestAgentGoals(t *testing.T) {
 // sharing the fleet, both lifetimes: ≤ 2 % of attempts throttled with ≥ 90
 // % of the limit used, no more calls lost than the best baseline (+0.01),
 // and at least 0.9 of its input tokens served. Not met (docs/
-// fleet-simulation.md, "Goals not met"): three replicas throttle up to 3.1
-// % over seeds 1–6 (each replica sees the others' demand a second late);
-// calls completed are 0.85–0.88 of the best baseline's, which completes
-// more small calls because it loses big ones (loss 0.05–0.06 against
-// 0.002).
+// fleet-simulation.md, "Goals not met"): calls completed are 0.85–0.88 of
+// the best baseline's, which completes more small calls because it loses
+// big ones (loss 0.05–0.06 against 0.002).
 func TestTokenGoals(t *testing.T) {
 	skipUnderRace(t)
 	sc, err := NewScenario(Tokens, DefaultTiming)
@@ -237,9 +233,6 @@ func TestTokenGoals(t *testing.T) {
 			t.Run(fmt.Sprintf("life=%s/replicas=%d", LifeName(life), replicas), func(t *testing.T) {
 				r := run(t, PolicyFleetStream, life, replicas)
 				throttledMax := 0.02
-				if replicas > 1 {
-					throttledMax = 0.035
-				}
 				if r.Throttled > throttledMax || r.QuotaUsed < 0.9 {
 					t.Errorf("%.3f of attempts throttled, %.2f of the limit used; want ≤ %.3f and ≥ 0.9", r.Throttled, r.QuotaUsed, throttledMax)
 				}
@@ -291,7 +284,8 @@ func TestClassesGoals(t *testing.T) {
 // against the best baseline, the outage's amplification after detection
 // (0.05 here: with ten times the calls starting, the detection's last
 // second weighs less), recovery, and the quota's 429s; the quota's goodput
-// and use are short as at 200 agents (docs/fleet-simulation.md).
+// is short of 0.98 × (0.977 measured: the backlog of 2,000 agents takes
+// longer to release after the limit lifts; docs/fleet-simulation.md).
 func TestAgentGoalsAtScale(t *testing.T) {
 	if testing.Short() {
 		t.Skip("2,000 agents: checked without -short (make sim-goals)")
@@ -340,7 +334,7 @@ func TestAgentGoalsAtScale(t *testing.T) {
 			}
 			goodShare := 0.98
 			if sc == Quota {
-				goodShare = 0.96
+				goodShare = 0.97
 			}
 			if fs.Loss > bestLoss+0.01 || fs.Goodput < goodShare*bestGood {
 				t.Errorf("loss %.3f (best %.3f), goodput %.2f (best %.2f, want ≥ %.2f ×)", fs.Loss, bestLoss, fs.Goodput, bestGood, goodShare)

@@ -27,9 +27,11 @@ type Gate struct {
 	tokensAt time.Time
 
 	// grants are the pace's grants not yet used, and grantCount the last
-	// running count an assignment carried (fleet's grants.go).
+	// running count an assignment carried (fleet's grants.go), when
+	// grantSeen.
 	grants     uint64
 	grantCount uint64
+	grantSeen  bool
 
 	// Target names the gate's target in a parked call's reason
 	// ("openai/gpt-4o").
@@ -166,20 +168,23 @@ func (g *Gate) Assign(now time.Time, a *Assignment) {
 
 // takeGrants adds the grants a's running count gives: its rise since the
 // last count seen, or all of it when it went down (a new count, from
-// another replica or a restarted one). A pace that ends takes the unused
-// grants with it.
+// another replica or a restarted one). The first count the gate sees
+// grants nothing: it is what the daemon gave this client before (a gate
+// made anew). A pace that ends takes the unused grants with it.
 func (g *Gate) takeGrants(a *Assignment) {
 	if a == nil || a.PacePermits == nil {
 		g.grants = 0
 		return
 	}
 	n := *a.PacePermits
-	if n >= g.grantCount {
+	switch {
+	case !g.grantSeen:
+	case n >= g.grantCount:
 		g.grants += n - g.grantCount
-	} else {
+	default:
 		g.grants += n
 	}
-	g.grantCount = n
+	g.grantCount, g.grantSeen = n, true
 }
 
 // Assigned says whether the gate holds an assignment.

@@ -378,6 +378,29 @@ func TestCoordinateTokensAndClasses(t *testing.T) {
 	}
 }
 
+// A paced bucket's grants reach the gates: every paced assignment carries
+// the client's running count (0 too), and a client that reports a parked
+// call is granted one.
+func TestCoordinatePaceGrants(t *testing.T) {
+	h := newStreamHarness(t, streamTestPolicy)
+	ctx := testContext(t)
+	headers := map[string]string{"x-ratelimit-limit-requests": "600", "x-ratelimit-remaining-requests": "0"}
+	one, two := h.open(ctx, "agent-1"), h.open(ctx, "agent-2")
+	for _, s := range []*testStream{one, two} {
+		// 20 calls a second between them against a limit of 10.
+		s.report(&policydv1.BucketUsage{Elapsed: durationpb.New(10 * time.Second), Admitted: 100, Succeeded: 100, RateLimitHeaders: headers})
+	}
+	two.report(&policydv1.BucketUsage{Parked: 1, ParkedNew: 1, RateLimitHeaders: headers})
+	a := two.next("a grant", func(a *policydv1.Assignment) bool { return a.GetPacePermits() == 1 })
+	if a.GetAdmitFraction() >= 1 || !strings.Contains(a.GetReason(), "pacing a limit of 600 requests a minute") {
+		t.Fatalf("assignment %v, want paced with one grant", a)
+	}
+	one.report(&policydv1.BucketUsage{Admitted: 1, RateLimitHeaders: headers})
+	if a := one.next("paced", func(a *policydv1.Assignment) bool { return a.PacePermits != nil }); a.GetPacePermits() != 0 {
+		t.Fatalf("assignment %v, want a count of 0 for a client with nothing parked", a)
+	}
+}
+
 // A target's cap on requests in flight reaches the gates as leases.
 func TestCoordinateInFlightLease(t *testing.T) {
 	h := newStreamHarness(t, strings.Replace(streamTestPolicy, "fleet:\n", "fleet:\n  max_in_flight: {openai/gpt-4o: 8}\n", 1))

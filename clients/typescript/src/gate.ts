@@ -139,7 +139,7 @@ export class Gate {
   #tokensAt: number | undefined;
   /** The pace's grants not yet used, and the last running count an assignment carried. */
   #grants = 0n;
-  #grantCount = 0n;
+  #grantCount: bigint | undefined;
   readonly #graceMs: number;
   /** First attempts admitted (admit and wait) and shed (stop and fall back) so far; of shed, those that fell back. */
   admitted = 0;
@@ -176,7 +176,9 @@ export class Gate {
   /**
    * Adds the grants a's running count gives: its rise since the last count
    * seen, or all of it when it went down (a new count, from another replica
-   * or a restarted one). A pace that ends takes the unused grants with it.
+   * or a restarted one). The first count the gate sees grants nothing: it is
+   * what the daemon gave this client before (an entry made anew). A pace
+   * that ends takes the unused grants with it.
    */
   #takeGrants(a: GateAssignment | undefined): void {
     const n = a?.pacePermits;
@@ -184,7 +186,8 @@ export class Gate {
       this.#grants = 0n;
       return;
     }
-    this.#grants += n >= this.#grantCount ? n - this.#grantCount : n;
+    const last = this.#grantCount;
+    if (last !== undefined) this.#grants += n >= last ? n - last : n;
     this.#grantCount = n;
   }
 

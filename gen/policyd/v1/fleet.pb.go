@@ -468,11 +468,11 @@ type Assignment struct {
 	InFlightLease *uint32 `protobuf:"varint,13,opt,name=in_flight_lease,json=inFlightLease,proto3,oneof" json:"in_flight_lease,omitempty"`
 	// While a pace binds (and no priority classes split it): the running
 	// count of first attempts the daemon granted this client, the longest
-	// parked first, at the pace's rate. The gate admits a first attempt only
-	// against a grant it has not used, parks it otherwise, and takes as new
-	// grants the count's rise since the last assignment (all of it when the
-	// count went down: a new count). Unset: a pace admits admit_fraction of
-	// first attempts by draws.
+	// parked first, at the pace's rate. The gate admits a first attempt only against a grant it has not
+	// used, parks it otherwise, and takes as new grants the count's rise
+	// since the last count it saw (all of it when the count went down: a new
+	// count; none for the first count it sees). Unset: a pace admits
+	// admit_fraction of first attempts by draws.
 	PacePermits   *uint64 `protobuf:"varint,14,opt,name=pace_permits,json=pacePermits,proto3,oneof" json:"pace_permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -206,7 +206,7 @@ class Gate:
         self.target = target
         #: The pace's grants not yet used, and the last running count an assignment carried.
         self.grants = 0
-        self.grant_count = 0
+        self.grant_count: int | None = None
 
     def counts(self) -> GateCounts:
         return GateCounts(self.admitted, self.shed, self.parked_new, self.released, self.batch_first, self.fell_back)
@@ -220,13 +220,15 @@ class Gate:
 
     def _take_grants(self, a: GateAssignment | None) -> None:
         """Add the grants a's running count gives: its rise since the last count seen, or all of it
-        when it went down (a new count, from another replica or a restarted one). A pace that ends
-        takes the unused grants with it."""
+        when it went down (a new count, from another replica or a restarted one). The first count
+        the gate sees grants nothing: it is what the daemon gave this client before (an entry made
+        anew). A pace that ends takes the unused grants with it."""
         if a is None or a.pace_permits is None:
             self.grants = 0
             return
-        n = a.pace_permits
-        self.grants += n - self.grant_count if n >= self.grant_count else n
+        n, last = a.pace_permits, self.grant_count
+        if last is not None:
+            self.grants += n - last if n >= last else n
         self.grant_count = n
 
     def record(self, now: float, ok: bool) -> None:

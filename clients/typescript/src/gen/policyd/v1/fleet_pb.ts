@@ -377,11 +377,11 @@ export type Assignment = Message<"policyd.v1.Assignment"> & {
   /**
    * While a pace binds (and no priority classes split it): the running
    * count of first attempts the daemon granted this client, the longest
-   * parked first, at the pace's rate. The gate admits a first attempt only
-   * against a grant it has not used, parks it otherwise, and takes as new
-   * grants the count's rise since the last assignment (all of it when the
-   * count went down: a new count). Unset: a pace admits admit_fraction of
-   * first attempts by draws.
+   * parked first, at the pace's rate. The gate admits a first attempt only against a grant it has not
+   * used, parks it otherwise, and takes as new grants the count's rise
+   * since the last count it saw (all of it when the count went down: a new
+   * count; none for the first count it sees). Unset: a pace admits
+   * admit_fraction of first attempts by draws.
    *
    * @generated from field: optional uint64 pace_permits = 14;
    */
