@@ -115,14 +115,15 @@ func TestFleetParkedCountsEveryReplica(t *testing.T) {
 }
 
 // The release window is front-loaded: of 64 slots, more than half fall in
-// its first half (the van der Corput points alone put exactly half there),
+// its first half at the pace's curve (the van der Corput points alone put
+// exactly half there),
 // every slot stays inside the window, and a later point is released later.
 func TestReleaseWindowIsFrontLoaded(t *testing.T) {
 	t.Parallel()
 	const window = 8 * time.Second
 	early := 0
 	for i := range 64 {
-		d := releaseOffset(slot(i, window), window)
+		d := releaseOffset(slot(i, window), window, paceReleaseCurve)
 		if d < 0 || d >= window {
 			t.Fatalf("slot %d at %v, outside the %v window", i, d, window)
 		}
@@ -133,7 +134,7 @@ func TestReleaseWindowIsFrontLoaded(t *testing.T) {
 	if early <= 32 || early > 40 {
 		t.Fatalf("%d of 64 slots in the window's first half, want about 37 (u^1.3 < ½ for u < 0.59)", early)
 	}
-	if a, b := releaseOffset(2*time.Second, window), releaseOffset(3*time.Second, window); a >= b || a >= 2*time.Second {
+	if a, b := releaseOffset(2*time.Second, window, closeReleaseCurve), releaseOffset(3*time.Second, window, closeReleaseCurve); a >= b || a >= 2*time.Second {
 		t.Fatalf("offsets %v and %v: want increasing, and earlier than the point itself", a, b)
 	}
 }
