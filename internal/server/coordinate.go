@@ -171,7 +171,7 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 			Failed: int64(u.GetFailed()), Retries: int64(u.GetRetries()),
 			Parked: int64(min(u.GetParked(), maxParked)), ParkedNew: int64(u.GetParkedNew()), Released: int64(u.GetReleased()),
 			RequestsPerMinute: lim.RequestsPerMinute, InputTokensPerMinute: lim.InputTokensPerMinute,
-			RemainingShare: lim.RemainingShare, Left: lim.Left,
+			OutputTokensPerMinute: lim.OutputTokensPerMinute, RemainingShare: lim.RemainingShare, Left: lim.Left,
 			FirstAttemptTokens: int64(u.GetFirstAttemptInputTokens()), RetryTokens: int64(u.GetRetryInputTokens()),
 			InputTokensUsed: int64(u.GetInputTokensUsed()), InputTokensEstimated: int64(u.GetInputTokensEstimatedForUsed()),
 			BatchFirst: int64(u.GetBatchFirstAttempts()), InFlight: int64(min(u.GetInFlight(), maxParked))})
