@@ -174,6 +174,7 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 			OutputTokensPerMinute: lim.OutputTokensPerMinute, RemainingShare: lim.RemainingShare, Left: lim.Left,
 			FirstAttemptTokens: int64(u.GetFirstAttemptInputTokens()), RetryTokens: int64(u.GetRetryInputTokens()),
 			InputTokensUsed: int64(u.GetInputTokensUsed()), InputTokensEstimated: int64(u.GetInputTokensEstimatedForUsed()),
+			OutputTokensUsed: int64(u.GetOutputTokensUsed()), OutputCalls: int64(u.GetOutputTokensUsedCalls()),
 			BatchFirst: int64(u.GetBatchFirstAttempts()), InFlight: int64(min(u.GetInFlight(), maxParked))})
 	}
 	if len(m.GetUsage()) == 0 {
