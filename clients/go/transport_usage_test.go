@@ -63,28 +63,36 @@ func (s *recordedStream) RecvMsg(m any) error {
 	return err
 }
 
+// reportTotals are what the reports sent said of one target, summed.
+type reportTotals struct{ admitted, used, estimated, output, outputCalls uint64 }
+
 // totals sums what the reports sent said of model's target.
-func (l *reportLog) totals(model string) (admitted, used, estimated uint64) {
+func (l *reportLog) totals(model string) reportTotals {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var t reportTotals
 	for _, m := range l.sent {
 		for _, u := range m.GetUsage() {
 			if u.GetTarget().GetModel() == model {
-				admitted += u.GetAdmitted()
-				used += u.GetInputTokensUsed()
-				estimated += u.GetInputTokensEstimatedForUsed()
+				t.admitted += u.GetAdmitted()
+				t.used += u.GetInputTokensUsed()
+				t.estimated += u.GetInputTokensEstimatedForUsed()
+				t.output += u.GetOutputTokensUsed()
+				t.outputCalls += u.GetOutputTokensUsedCalls()
 			}
 		}
 	}
-	return admitted, used, estimated
+	return t
 }
 
 // The transport reads what each success used as the SDK reads its body,
 // an OpenAI or Anthropic JSON reply or event stream from the real fake
 // provider, and reports it to a real policyd with the call's estimate
-// (ceil(body bytes / 4)); a body closed unread reports no usage. The fake
-// counts only the messages' text, so that the two differ. Each target has
-// two calls, the second closed unread.
+// (ceil(body bytes / 4)), and the output tokens each call produced (the
+// last count the body said: Anthropic's stream says 1, then 3); a body
+// closed unread reports no usage. The fake counts only the messages' text,
+// so that the two differ. Each target has two calls, the second closed
+// unread.
 func TestTransportReportsWhatResponsesUsed(t *testing.T) {
 	t.Parallel()
 	d := gateDaemon(t, "")
@@ -99,13 +107,13 @@ func TestTransportReportsWhatResponsesUsed(t *testing.T) {
 	tests := []struct {
 		model, path, body string
 		read              bool // read the body to its end; else close it unread
-		want              uint64
+		want, wantOutput  uint64
 	}{
-		{model: "gpt-4o", path: "/v1/chat/completions", body: `{"model":"gpt-4o",` + msgs + `}`, read: true, want: used},
-		{model: "gpt-4o-mini", path: "/v1/chat/completions", read: true, want: used,
+		{model: "gpt-4o", path: "/v1/chat/completions", body: `{"model":"gpt-4o",` + msgs + `}`, read: true, want: used, wantOutput: 3},
+		{model: "gpt-4o-mini", path: "/v1/chat/completions", read: true, want: used, wantOutput: 3,
 			body: `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},` + msgs + `}`},
-		{model: "claude-sonnet-4-5", path: "/v1/messages", body: `{"model":"claude-sonnet-4-5","max_tokens":16,` + msgs + `}`, read: true, want: used},
-		{model: "claude-haiku-4-5", path: "/v1/messages", read: true, want: used,
+		{model: "claude-sonnet-4-5", path: "/v1/messages", body: `{"model":"claude-sonnet-4-5","max_tokens":16,` + msgs + `}`, read: true, want: used, wantOutput: 3},
+		{model: "claude-haiku-4-5", path: "/v1/messages", read: true, want: used, wantOutput: 3,
 			body: `{"model":"claude-haiku-4-5","max_tokens":16,"stream":true,` + msgs + `}`},
 		{model: "gpt-4.1", path: "/v1/chat/completions", body: `{"model":"gpt-4.1",` + msgs + `}`},
 	}
@@ -141,7 +149,7 @@ func TestTransportReportsWhatResponsesUsed(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		all := true
 		for _, tt := range tests {
-			if admitted, used, _ := reports.totals(tt.model); admitted != 2 || used != tt.want {
+			if r := reports.totals(tt.model); r.admitted != 2 || r.used != tt.want || r.output != tt.wantOutput {
 				all = false
 			}
 		}
@@ -154,9 +162,14 @@ func TestTransportReportsWhatResponsesUsed(t *testing.T) {
 		if tt.want == 0 {
 			estimate = 0
 		}
-		if admitted, used, estimated := reports.totals(tt.model); admitted != 2 || used != tt.want || estimated != estimate {
-			t.Errorf("%s: reported %d admitted, %d tokens used for %d estimated; want 2, %d for %d",
-				tt.model, admitted, used, estimated, tt.want, estimate)
+		wantCalls := uint64(0)
+		if tt.wantOutput > 0 {
+			wantCalls = 1
+		}
+		if r := reports.totals(tt.model); r.admitted != 2 || r.used != tt.want || r.estimated != estimate ||
+			r.output != tt.wantOutput || r.outputCalls != wantCalls {
+			t.Errorf("%s: reported %d admitted, %d tokens used for %d estimated, %d output tokens of %d calls; want 2, %d for %d, %d of %d",
+				tt.model, r.admitted, r.used, r.estimated, r.output, r.outputCalls, tt.want, estimate, tt.wantOutput, wantCalls)
 		}
 	}
 	reports.mu.Lock()
