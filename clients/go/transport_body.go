@@ -153,13 +153,16 @@ func (b *trackedBody) end(err error) {
 	c := b.c
 	now := c.cfg.clock.Now()
 	c.gate.flight(now, b.t, false)
-	if err == nil || err == io.EOF || b.ctx.Err() != nil {
-		// Read to its end, or closed or cancelled by the caller: the last
-		// output count it said is the call's.
+	if err == nil || err == io.EOF {
+		// Read to its end, or closed by the caller: the last output count
+		// it said is the call's.
 		if out := b.output.Load(); out > 0 {
 			c.gate.recordOutput(now, b.t, out-1)
 		}
 		return
+	}
+	if b.ctx.Err() != nil {
+		return // cancelled by the caller: broken off, its count not the call's
 	}
 	c.gate.record(now, b.t, false)
 	if breakerCounts(failOpenClassify(FailureFromError(err)).FailureType) {
