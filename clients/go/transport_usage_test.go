@@ -180,3 +180,57 @@ func TestTransportReportsWhatResponsesUsed(t *testing.T) {
 		}
 	}
 }
+
+// The whole chain of output-token pacing, real processes: Anthropic's
+// output-token headers from the fake provider reach policyd in two
+// clients' reports (a second client corroborates the limit), with the
+// output each reply produced read from its body; policyd paces the bucket
+// on that limit and shows it in FleetService's limit views.
+func TestTransportOutputTokensPaceTheFleet(t *testing.T) {
+	t.Parallel()
+	d := gateDaemon(t, "")
+	// 600 output tokens a minute (10 a second), every reply 50 tokens.
+	p := fakeProvider(t, "-otpm", "600", "-reply-tokens", "50")
+	body := `{"model":"claude-out","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`
+	for _, id := range []string{"agent-1", "agent-2"} {
+		c := newClient(t, d.addr, policyd.WithClientID(id))
+		hc := c.HTTPClient(policyd.TransportOptions{KeyID: "otpm"})
+		for range 3 {
+			req, err := http.NewRequest(http.MethodPost, p.URL+"/v1/messages", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("x-api-key", "otpm")
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || !strings.Contains(string(got), `"output_tokens":50`) {
+				t.Fatalf("%d %q %v, want the fake's reply of 50 output tokens", resp.StatusCode, got, err)
+			}
+		}
+	}
+	fc := policydv1.NewFleetServiceClient(rawGRPC(t, d.addr))
+	var b *policydv1.Bucket
+	var output *policydv1.ProviderLimit
+	waitFor(t, 10*time.Second, "the output-token limit pacing the bucket", func() bool {
+		resp, err := fc.GetBucket(context.Background(), &policydv1.GetBucketRequest{Bucket: "rate_limit:anthropic/claude-out@otpm"})
+		if err != nil {
+			return false
+		}
+		b = resp.GetBucket()
+		for _, l := range b.GetLimits() {
+			if l.GetName() == "output_tokens" {
+				output = l
+			}
+		}
+		return output.GetPacing() && b.GetAdmitFraction() < 1
+	})
+	// Six calls of 50 output tokens over the 10-s window: 30 a second
+	// against 93 % of 10; about 0.31 of first attempts.
+	if output.GetPerMinute() != 600 || b.GetAdmitFraction() > 0.5 {
+		t.Fatalf("output limit %v, admit fraction %.3f; want 600 a minute pacing well under half", output, b.GetAdmitFraction())
+	}
+}
