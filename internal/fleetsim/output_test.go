@@ -8,10 +8,11 @@ import (
 	"github.com/policyd/policyd/internal/fleet/fleettest"
 )
 
-// outputSeeds are the seeds the output goals are met over: a call's output
-// is known only when it ends, so the pace counts each call at the fleet's
-// average, and a run of long outputs the average has not caught up with
-// meets 429s; the goals hold for the mean over seeds, not each seed.
+// outputSeeds are the seeds the output goals are met over: the 429s of a
+// paced run come from the pace's probing (AIMD rises to the whole limit
+// until a 429 cuts it) and the parked calls' draws, and vary by seed
+// (docs/fleet-simulation.md); the goals hold for the mean over seeds, not
+// each seed.
 var outputSeeds = []uint64{1, 2, 3, 4, 5}
 
 // Pacing on output tokens (the output scenario: outputs of 100–10 k tokens
