@@ -267,6 +267,14 @@ func (r report) proto(now time.Time) *policydv1.BucketUsage {
 	shed := min(clampCount(u.shed), maxUsageCount-admitted)
 	retries := clampCount(u.retries)
 	parkedNew := clampCount(u.parkedNew)
+	// The calls whose output is counted: at most the attempts the report
+	// counts, as policyd checks them, with their share of the output (the
+	// average a call is what policyd reads), at most maxCallInputTokens a
+	// call.
+	outputCalls, outputTokens := min(u.outputTokensUsedCalls, admitted+retries), u.outputTokensUsed
+	if outputCalls < u.outputTokensUsedCalls {
+		outputTokens = outputTokens * outputCalls / u.outputTokensUsedCalls
+	}
 	return &policydv1.BucketUsage{
 		Target: r.t.proto(), Elapsed: durationProto(min(max(now.Sub(r.from), time.Millisecond), maxReportElapsed)),
 		Admitted: admitted, Shed: shed, FellBack: min(u.fellBack, shed), Succeeded: clampCount(u.succeeded),
@@ -285,6 +293,8 @@ func (r report) proto(now time.Time) *policydv1.BucketUsage {
 		// counts (admitted and retries), as policyd checks them.
 		InputTokensUsed:             min(u.inputTokensUsed, maxCallInputTokens*(admitted+retries)),
 		InputTokensEstimatedForUsed: min(u.inputTokensEstimatedForUsed, maxCallInputTokens*(admitted+retries)),
+		OutputTokensUsed:            min(outputTokens, maxCallInputTokens*outputCalls),
+		OutputTokensUsedCalls:       outputCalls,
 		InFlight:                    r.inFlight,
 	}
 }

@@ -23,8 +23,9 @@ func TestCoordinateVectors(t *testing.T) {
 			} `json:"first_attempt"`
 			Outcome string `json:"outcome"`
 			Usage   *struct {
-				InputTokensUsed uint64 `json:"input_tokens_used"`
-				Estimated       uint64 `json:"estimated"`
+				InputTokensUsed  uint64 `json:"input_tokens_used"`
+				Estimated        uint64 `json:"estimated"`
+				OutputTokensUsed uint64 `json:"output_tokens_used"`
 			} `json:"usage"`
 			FailedLocally bool              `json:"failed_locally"`
 			Retry         bool              `json:"retry"`
@@ -42,6 +43,8 @@ func TestCoordinateVectors(t *testing.T) {
 				FirstInputTokens uint64            `json:"first_attempt_input_tokens"`
 				InputTokensUsed  uint64            `json:"input_tokens_used"`
 				EstimatedForUsed uint64            `json:"input_tokens_estimated_for_used"`
+				OutputUsed       uint64            `json:"output_tokens_used"`
+				OutputUsedCalls  uint64            `json:"output_tokens_used_calls"`
 			} `json:"report"`
 		} `json:"steps"`
 	}](t, "coordinate.json")
@@ -62,6 +65,9 @@ func TestCoordinateVectors(t *testing.T) {
 					g.record(now, tg, s.Outcome == "success")
 					if s.Usage != nil {
 						g.recordUsage(now, tg, s.Usage.InputTokensUsed, s.Usage.Estimated)
+						if s.Usage.OutputTokensUsed > 0 {
+							g.recordOutput(now, tg, s.Usage.OutputTokensUsed)
+						}
 					}
 				case s.FailedLocally:
 					g.countFailedLocally(now, tg)
@@ -99,7 +105,8 @@ func TestCoordinateVectors(t *testing.T) {
 						if u.GetElapsed().AsDuration() != ms(w.ElapsedMs) || u.GetAdmitted() != w.Admitted || u.GetShed() != w.Shed || u.GetFellBack() != w.FellBack ||
 							u.GetSucceeded() != w.Succeeded || u.GetFailed() != w.Failed || u.GetRetries() != w.Retries ||
 							!maps.Equal(h, w.RateLimitHeaders) || u.GetFirstAttemptInputTokens() != w.FirstInputTokens ||
-							u.GetInputTokensUsed() != w.InputTokensUsed || u.GetInputTokensEstimatedForUsed() != w.EstimatedForUsed {
+							u.GetInputTokensUsed() != w.InputTokensUsed || u.GetInputTokensEstimatedForUsed() != w.EstimatedForUsed ||
+							u.GetOutputTokensUsed() != w.OutputUsed || u.GetOutputTokensUsedCalls() != w.OutputUsedCalls {
 							t.Fatalf("step %d at %dms: usage %v, want %+v", i, s.AtMs, u, w)
 						}
 					}

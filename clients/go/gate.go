@@ -167,7 +167,10 @@ type usage struct {
 	// The input tokens the responses said their calls used, where the
 	// transport read them, and those calls' estimates (as counted above).
 	inputTokensUsed, inputTokensEstimatedForUsed uint64
-	rateLimits                                   map[string]string // the last response's, nil: none since the last report
+	// The output tokens the responses said their calls produced, where the
+	// transport read them, and how many calls those were.
+	outputTokensUsed, outputTokensUsedCalls uint64
+	rateLimits                              map[string]string // the last response's, nil: none since the last report
 }
 
 func (u *usage) add(o usage) {
@@ -185,6 +188,8 @@ func (u *usage) add(o usage) {
 	u.retryInputTokens += o.retryInputTokens
 	u.inputTokensUsed += o.inputTokensUsed
 	u.inputTokensEstimatedForUsed += o.inputTokensEstimatedForUsed
+	u.outputTokensUsed += o.outputTokensUsed
+	u.outputTokensUsedCalls += o.outputTokensUsedCalls
 	if u.rateLimits == nil {
 		u.rateLimits = o.rateLimits
 	}
@@ -809,6 +814,19 @@ func (g *gate) recordUsage(now time.Time, t target, used, estimated uint64) {
 	}
 }
 
+// recordOutput counts the output tokens a succeeded call's response said
+// it produced, once per call: the daemon counts each call against the
+// provider's output-token limit at the fleet's average. It goes with the
+// target's next report that counts an attempt; alone it is no activity.
+func (g *gate) recordOutput(now time.Time, t target, output uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.entry(now, t); e != nil && !g.off {
+		e.u.outputTokensUsed += min(output, maxCallInputTokens)
+		e.u.outputTokensUsedCalls++
+	}
+}
+
 // flight counts a request to t going out (up) or done: the in_flight
 // gauge of t's reports. A change is activity.
 func (g *gate) flight(now time.Time, t target, up bool) {
@@ -900,7 +918,8 @@ func (g *gate) takeReports(kind reportKind) []report {
 			// usage read after the report that counted its call (a
 			// stream's, at its end) waits for the target's next attempt.
 			e.u.inputTokensUsed, e.u.inputTokensEstimatedForUsed = u.inputTokensUsed, u.inputTokensEstimatedForUsed
-			u.inputTokensUsed, u.inputTokensEstimatedForUsed = 0, 0
+			e.u.outputTokensUsed, e.u.outputTokensUsedCalls = u.outputTokensUsed, u.outputTokensUsedCalls
+			u.inputTokensUsed, u.inputTokensEstimatedForUsed, u.outputTokensUsed, u.outputTokensUsedCalls = 0, 0, 0, 0
 		}
 		out = append(out, report{t: t, u: u, inFlight: e.inFlight, parked: e.parked, from: e.usedAt})
 	}

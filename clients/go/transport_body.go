@@ -89,7 +89,9 @@ func (b *requestBody) release() {
 // track counts a success's body in flight on t until it is read to its
 // end or closed, and reads from it, as the SDK reads it, what the call
 // used (usageScanner): counted once, with estimate, the input tokens the
-// succeeding attempt was counted at. A body that breaks off before its end
+// succeeding attempt was counted at, as soon as the body says them; the
+// output tokens when the body ends (read to its end or closed), the last
+// count it said. A body that breaks off before its end
 // (a stream cut after its first byte) is not retried: the caller sees the
 // error, and the fleet gate counts a failed attempt. A 101's body (the
 // upgraded connection) and an empty one pass as they are.
@@ -113,14 +115,22 @@ type trackedBody struct {
 	done     atomic.Bool
 	estimate uint64       // the call's input tokens as the gate counted them
 	usage    usageScanner // touched by Read only
+	counted  bool         // the input count went to the gate
+	// output is the last output count read, plus one (0: none yet): end
+	// may run in Close, on another goroutine than Read.
+	output atomic.Uint64
 }
 
 func (b *trackedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if n > 0 && b.usage.state != scanFound {
+	if n > 0 {
 		b.usage.scan(p[:n])
-		if used, ok := b.usage.found(); ok {
+		if used, ok := b.usage.found(); ok && !b.counted {
+			b.counted = true
 			b.c.gate.recordUsage(b.c.cfg.clock.Now(), b.t, used, b.estimate)
+		}
+		if out, ok := b.usage.foundOutput(); ok {
+			b.output.Store(out + 1)
 		}
 	}
 	if err != nil {
@@ -143,8 +153,16 @@ func (b *trackedBody) end(err error) {
 	c := b.c
 	now := c.cfg.clock.Now()
 	c.gate.flight(now, b.t, false)
-	if err == nil || err == io.EOF || b.ctx.Err() != nil {
-		return // read to its end, or closed or cancelled by the caller
+	if err == nil || err == io.EOF {
+		// Read to its end, or closed by the caller: the last output count
+		// it said is the call's.
+		if out := b.output.Load(); out > 0 {
+			c.gate.recordOutput(now, b.t, out-1)
+		}
+		return
+	}
+	if b.ctx.Err() != nil {
+		return // cancelled by the caller: broken off, its count not the call's
 	}
 	c.gate.record(now, b.t, false)
 	if breakerCounts(failOpenClassify(FailureFromError(err)).FailureType) {

@@ -63,28 +63,36 @@ func (s *recordedStream) RecvMsg(m any) error {
 	return err
 }
 
+// reportTotals are what the reports sent said of one target, summed.
+type reportTotals struct{ admitted, used, estimated, output, outputCalls uint64 }
+
 // totals sums what the reports sent said of model's target.
-func (l *reportLog) totals(model string) (admitted, used, estimated uint64) {
+func (l *reportLog) totals(model string) reportTotals {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var t reportTotals
 	for _, m := range l.sent {
 		for _, u := range m.GetUsage() {
 			if u.GetTarget().GetModel() == model {
-				admitted += u.GetAdmitted()
-				used += u.GetInputTokensUsed()
-				estimated += u.GetInputTokensEstimatedForUsed()
+				t.admitted += u.GetAdmitted()
+				t.used += u.GetInputTokensUsed()
+				t.estimated += u.GetInputTokensEstimatedForUsed()
+				t.output += u.GetOutputTokensUsed()
+				t.outputCalls += u.GetOutputTokensUsedCalls()
 			}
 		}
 	}
-	return admitted, used, estimated
+	return t
 }
 
 // The transport reads what each success used as the SDK reads its body,
 // an OpenAI or Anthropic JSON reply or event stream from the real fake
 // provider, and reports it to a real policyd with the call's estimate
-// (ceil(body bytes / 4)); a body closed unread reports no usage. The fake
-// counts only the messages' text, so that the two differ. Each target has
-// two calls, the second closed unread.
+// (ceil(body bytes / 4)), and the output tokens each call produced (the
+// last count the body said: Anthropic's stream says 1, then 3); a body
+// closed unread reports no usage. The fake counts only the messages' text,
+// so that the two differ. Each target has two calls, the second closed
+// unread.
 func TestTransportReportsWhatResponsesUsed(t *testing.T) {
 	t.Parallel()
 	d := gateDaemon(t, "")
@@ -99,13 +107,13 @@ func TestTransportReportsWhatResponsesUsed(t *testing.T) {
 	tests := []struct {
 		model, path, body string
 		read              bool // read the body to its end; else close it unread
-		want              uint64
+		want, wantOutput  uint64
 	}{
-		{model: "gpt-4o", path: "/v1/chat/completions", body: `{"model":"gpt-4o",` + msgs + `}`, read: true, want: used},
-		{model: "gpt-4o-mini", path: "/v1/chat/completions", read: true, want: used,
+		{model: "gpt-4o", path: "/v1/chat/completions", body: `{"model":"gpt-4o",` + msgs + `}`, read: true, want: used, wantOutput: 3},
+		{model: "gpt-4o-mini", path: "/v1/chat/completions", read: true, want: used, wantOutput: 3,
 			body: `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},` + msgs + `}`},
-		{model: "claude-sonnet-4-5", path: "/v1/messages", body: `{"model":"claude-sonnet-4-5","max_tokens":16,` + msgs + `}`, read: true, want: used},
-		{model: "claude-haiku-4-5", path: "/v1/messages", read: true, want: used,
+		{model: "claude-sonnet-4-5", path: "/v1/messages", body: `{"model":"claude-sonnet-4-5","max_tokens":16,` + msgs + `}`, read: true, want: used, wantOutput: 3},
+		{model: "claude-haiku-4-5", path: "/v1/messages", read: true, want: used, wantOutput: 3,
 			body: `{"model":"claude-haiku-4-5","max_tokens":16,"stream":true,` + msgs + `}`},
 		{model: "gpt-4.1", path: "/v1/chat/completions", body: `{"model":"gpt-4.1",` + msgs + `}`},
 	}
@@ -141,7 +149,7 @@ func TestTransportReportsWhatResponsesUsed(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		all := true
 		for _, tt := range tests {
-			if admitted, used, _ := reports.totals(tt.model); admitted != 2 || used != tt.want {
+			if r := reports.totals(tt.model); r.admitted != 2 || r.used != tt.want || r.output != tt.wantOutput {
 				all = false
 			}
 		}
@@ -154,9 +162,14 @@ func TestTransportReportsWhatResponsesUsed(t *testing.T) {
 		if tt.want == 0 {
 			estimate = 0
 		}
-		if admitted, used, estimated := reports.totals(tt.model); admitted != 2 || used != tt.want || estimated != estimate {
-			t.Errorf("%s: reported %d admitted, %d tokens used for %d estimated; want 2, %d for %d",
-				tt.model, admitted, used, estimated, tt.want, estimate)
+		wantCalls := uint64(0)
+		if tt.wantOutput > 0 {
+			wantCalls = 1
+		}
+		if r := reports.totals(tt.model); r.admitted != 2 || r.used != tt.want || r.estimated != estimate ||
+			r.output != tt.wantOutput || r.outputCalls != wantCalls {
+			t.Errorf("%s: reported %d admitted, %d tokens used for %d estimated, %d output tokens of %d calls; want 2, %d for %d, %d of %d",
+				tt.model, r.admitted, r.used, r.estimated, r.output, r.outputCalls, tt.want, estimate, tt.wantOutput, wantCalls)
 		}
 	}
 	reports.mu.Lock()
@@ -165,5 +178,59 @@ func TestTransportReportsWhatResponsesUsed(t *testing.T) {
 		if status.Code(err) == codes.InvalidArgument {
 			t.Errorf("policyd refused a report: %v", err)
 		}
+	}
+}
+
+// The whole chain of output-token pacing, real processes: Anthropic's
+// output-token headers from the fake provider reach policyd in two
+// clients' reports (a second client corroborates the limit), with the
+// output each reply produced read from its body; policyd paces the bucket
+// on that limit and shows it in FleetService's limit views.
+func TestTransportOutputTokensPaceTheFleet(t *testing.T) {
+	t.Parallel()
+	d := gateDaemon(t, "")
+	// 600 output tokens a minute (10 a second), every reply 50 tokens.
+	p := fakeProvider(t, "-otpm", "600", "-reply-tokens", "50")
+	body := `{"model":"claude-out","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`
+	for _, id := range []string{"agent-1", "agent-2"} {
+		c := newClient(t, d.addr, policyd.WithClientID(id))
+		hc := c.HTTPClient(policyd.TransportOptions{KeyID: "otpm"})
+		for range 3 {
+			req, err := http.NewRequest(http.MethodPost, p.URL+"/v1/messages", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("x-api-key", "otpm")
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || !strings.Contains(string(got), `"output_tokens":50`) {
+				t.Fatalf("%d %q %v, want the fake's reply of 50 output tokens", resp.StatusCode, got, err)
+			}
+		}
+	}
+	fc := policydv1.NewFleetServiceClient(rawGRPC(t, d.addr))
+	var b *policydv1.Bucket
+	var output *policydv1.ProviderLimit
+	waitFor(t, 10*time.Second, "the output-token limit pacing the bucket", func() bool {
+		resp, err := fc.GetBucket(context.Background(), &policydv1.GetBucketRequest{Bucket: "rate_limit:anthropic/claude-out@otpm"})
+		if err != nil {
+			return false
+		}
+		b = resp.GetBucket()
+		for _, l := range b.GetLimits() {
+			if l.GetName() == "output_tokens" {
+				output = l
+			}
+		}
+		return output.GetPacing() && b.GetAdmitFraction() < 1
+	})
+	// Six calls of 50 output tokens over the 10-s window: 30 a second
+	// against 93 % of 10; about 0.31 of first attempts.
+	if output.GetPerMinute() != 600 || b.GetAdmitFraction() > 0.5 {
+		t.Fatalf("output limit %v, admit fraction %.3f; want 600 a minute pacing well under half", output, b.GetAdmitFraction())
 	}
 }

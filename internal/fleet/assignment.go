@@ -41,9 +41,15 @@ type Usage struct {
 	// client read their usage, and InputTokensEstimated the client's
 	// estimates of those same calls: their ratio corrects the estimates.
 	InputTokensUsed, InputTokensEstimated int64
-	// Left is what the same headers said is left of the request and
-	// input-token limits (Left), shown by GetBucket and the pace's reason.
-	Left [2]LimitLeft
+	// OutputTokensPerMinute is the provider's output-token limit from the
+	// same headers (0: none); OutputTokensUsed the output tokens the
+	// responses said the calls produced, where the client read their usage,
+	// and OutputCalls how many calls those were.
+	OutputTokensPerMinute, OutputTokensUsed, OutputCalls int64
+	// Left is what the same headers said is left of the request,
+	// input-token and output-token limits (Left), shown by GetBucket and
+	// the pace's reason.
+	Left [limitKinds]LimitLeft
 	// BatchFirst: the first attempts of the batch class among Admitted and
 	// Shed.
 	BatchFirst int64
@@ -202,8 +208,10 @@ func (f *Fleet) Report(u Usage) {
 	if rl := bs[1]; rl != nil {
 		rl.addTokens(now, &c.Breaker, u.FirstAttemptTokens, u.RetryTokens)
 		rl.addUsage(now, &c.Breaker, u.InputTokensUsed, u.InputTokensEstimated)
+		rl.addOutput(now, &c.Breaker, u.OutputTokensUsed, u.OutputCalls)
 		rl.learnLimit(now, c, requestLimit, u.RequestsPerMinute, u.ClientID, false)
 		rl.learnLimit(now, c, tokenLimit, u.InputTokensPerMinute, u.ClientID, false)
+		rl.learnLimit(now, c, outputLimit, u.OutputTokensPerMinute, u.ClientID, false)
 		rl.followRemaining(now, c, u.RemainingShare)
 		rl.noteLeft(now, u.Left)
 	}

@@ -74,9 +74,9 @@ type Bucket struct {
 	// replica's streams move: a replica that passed on the others' word
 	// as its own would keep the flag, and the bucket, alive for ever.
 	streamedElsewhere time.Time
-	limits            [2]learntLimit    // requestLimit, tokenLimit (pace.go)
-	left              [2]limitLeft      // what the last headers said is left of them
-	tokenDemand       *tokenDemand      // input tokens reported, once a stream reports some
+	limits            [3]learntLimit    // requestLimit, tokenLimit, outputLimit: limitKinds (pace.go)
+	left              [3]limitLeft      // what the last headers said is left of them
+	tokenDemand       *tokenDemand      // tokens reported, once a stream reports some
 	batchFirst        ring              // batch-class first attempts, once a stream reports some (classes.go)
 	inFlightBy        map[string]int64  // each streamed client's requests in flight (leases.go)
 	leases            map[string]uint32 // the last apportionment of the cap
@@ -102,7 +102,7 @@ type Bucket struct {
 	// the retries decisions were asked for (its share of the budget).
 	version, moves, movesPushed int64
 	raisedHold, raisedStop      bool
-	limitsShared                [2]int64
+	limitsShared                [limitKinds]int64
 	asksPublished               int64
 	probeOKShared               int
 	remote                      map[string]remoteCounts
@@ -438,21 +438,23 @@ func (b *Bucket) admitFraction(now time.Time, c *Config) (f float64, why string,
 }
 
 // pace is the share of first attempts that keeps the fleet at Share of the
-// provider's request limit and of its input-token limit, and the limit that
-// binds (pace.go: corroborated, expiring, AIMD), given the demand: the
-// calls (and their input tokens) the streams reported arriving, and each
-// parked call drawing again every ParkRecheck.
+// provider's request limit, of its input-token limit and of its
+// output-token limit, and the limit that binds (pace.go: corroborated,
+// expiring, AIMD), given the demand: the calls (and their tokens) the
+// streams reported arriving, and each parked call drawing again every
+// ParkRecheck.
 func (b *Bucket) pace(now time.Time, c *Config) (float64, int) {
 	b.fromOthers(now, c)
-	rpm, tpm := b.limit(now, c, requestLimit), b.limit(now, c, tokenLimit)
-	if c.Pacing.Share == 0 || (rpm <= 0 && tpm <= 0) || b.firstAttempts.secs == nil {
+	rpm, tpm, otpm := b.limit(now, c, requestLimit), b.limit(now, c, tokenLimit), b.limit(now, c, outputLimit)
+	if c.Pacing.Share == 0 || (rpm <= 0 && tpm <= 0 && otpm <= 0) || b.firstAttempts.secs == nil {
 		return 1, requestLimit
 	}
 	secs, o, cut := c.Breaker.Window.Seconds(), b.others(now), b.cutNow(now, c)
 	calls, parked := b.demand(now, c)
+	retryRate := float64(int64(b.retries.sum(now))+o.retries) / secs
 	f, which := 1.0, requestLimit
 	if rpm > 0 {
-		f = paceShare(c, rpm, calls+parked, float64(int64(b.retries.sum(now))+o.retries)/secs, cut, secs)
+		f = paceShare(c, rpm, calls+parked, retryRate, cut, secs)
 	}
 	if d := b.tokenDemand; tpm > 0 && d != nil && calls > 0 {
 		scale := b.tokenScale(now)
@@ -461,6 +463,15 @@ func (b *Bucket) pace(now time.Time, c *Config) (float64, int) {
 		// A parked call carries the tokens of an average call.
 		if t := paceShare(c, tpm, first+parked*first/calls, retries, cut, secs); t < f {
 			f, which = t, tokenLimit
+		}
+	}
+	// Output tokens are not known before a call ends: each call, first
+	// attempt or retry, is counted at the fleet's average output a call
+	// (admitting reserves it; the usage the responses report corrects it).
+	// No average yet (no response reported its output): not paced on it.
+	if avg := b.outputPerCall(now); otpm > 0 && avg > 0 {
+		if t := paceShare(c, otpm, (calls+parked)*avg, retryRate*avg, cut, secs); t < f {
+			f, which = t, outputLimit
 		}
 	}
 	return f, which
@@ -488,10 +499,11 @@ func paceShare(c *Config, perMinute int64, demand, retries, cut, secs float64) f
 }
 
 // tokenDemand is the input tokens the streams reported, per second over
-// the breaker's window: of first attempts, and of retries; and, of the
-// calls whose usage the clients read, the tokens the provider counted and
-// the clients' estimates of them.
-type tokenDemand struct{ first, retries, used, estimated ring }
+// the breaker's window: of first attempts, and of retries; of the calls
+// whose usage the clients read, the tokens the provider counted and the
+// clients' estimates of them; and the output tokens the responses said
+// they produced, and how many calls those were.
+type tokenDemand struct{ first, retries, used, estimated, output, outputCalls ring }
 
 // Token estimates are corrected by what the provider counted: the fleet's
 // estimates are scaled by the tokens used over their estimates, once the
@@ -529,6 +541,34 @@ func (b *Bucket) addUsage(now time.Time, c *BreakerConfig, used, estimated int64
 	d.estimated.add(now, int(min(estimated, math.MaxInt32)))
 }
 
+// addOutput counts the output tokens a report said calls produced.
+func (b *Bucket) addOutput(now time.Time, c *BreakerConfig, tokens, calls int64) {
+	if tokens <= 0 || calls <= 0 {
+		return
+	}
+	d := b.tokenCounts(c)
+	d.output.add(now, int(min(tokens, math.MaxInt32)))
+	d.outputCalls.add(now, int(min(calls, math.MaxInt32)))
+}
+
+// outputPerCall is the fleet's average output tokens a call: the output
+// the responses reported over the calls that reported it, every
+// replica's, over the breaker's window (0: none reported).
+func (b *Bucket) outputPerCall(now time.Time) float64 {
+	var tokens, calls int64
+	if len(b.remote) > 0 {
+		o := b.others(now)
+		tokens, calls = o.outputTokens, o.outputCalls
+	}
+	if d := b.tokenDemand; d != nil {
+		tokens, calls = tokens+int64(d.output.sum(now)), calls+int64(d.outputCalls.sum(now))
+	}
+	if tokens <= 0 || calls <= 0 {
+		return 0
+	}
+	return float64(tokens) / float64(calls)
+}
+
 // addTokens counts the input tokens a report carried.
 func (b *Bucket) addTokens(now time.Time, c *BreakerConfig, first, retries int64) {
 	if first <= 0 && retries <= 0 {
@@ -540,11 +580,11 @@ func (b *Bucket) addTokens(now time.Time, c *BreakerConfig, first, retries int64
 }
 
 // tokenCounts returns b's token counts, made at the first report that carries
-// tokens.
+// tokens (input or output).
 func (b *Bucket) tokenCounts(c *BreakerConfig) *tokenDemand {
 	if b.tokenDemand == nil {
-		rs := newRings(c.Window, 4)
-		b.tokenDemand = &tokenDemand{first: rs[0], retries: rs[1], used: rs[2], estimated: rs[3]}
+		rs := newRings(c.Window, 6)
+		b.tokenDemand = &tokenDemand{first: rs[0], retries: rs[1], used: rs[2], estimated: rs[3], output: rs[4], outputCalls: rs[5]}
 	}
 	return b.tokenDemand
 }
@@ -556,7 +596,7 @@ func (b *Bucket) tokenCounts(c *BreakerConfig) *tokenDemand {
 // once (measured in the simulation's quota scenario: most 429s came in the
 // first seconds).
 func (b *Bucket) throttled(now time.Time, c *Config, client string) {
-	if (b.limits[requestLimit].perMinute <= 0 && b.limits[tokenLimit].perMinute <= 0) || now.Sub(b.cutAt) < cutEvery {
+	if !b.limitsKnown() || now.Sub(b.cutAt) < cutEvery {
 		return
 	}
 	b.cut, b.cutAt = max(MinCut, CutFactor*b.cutNow(now, c)), now

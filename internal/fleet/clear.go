@@ -108,10 +108,10 @@ func (b *Bucket) clear(now time.Time, c Clearing) {
 		}
 	}
 	if c.Pace {
-		b.limits, b.left, b.cut, b.cutAt = [2]learntLimit{}, [2]limitLeft{}, 0, time.Time{}
+		b.limits, b.left, b.cut, b.cutAt = [limitKinds]learntLimit{}, [limitKinds]limitLeft{}, 0, time.Time{}
 		b.paceWhyKey, b.paceWhyText = paceWhyKey{}, ""
 		for id, r := range b.remote {
-			r.RequestsPerMinute, r.InputTokensPerMinute = 0, 0
+			r.RequestsPerMinute, r.InputTokensPerMinute, r.OutputTokensPerMinute = 0, 0, 0
 			b.remote[id] = r
 		}
 	}

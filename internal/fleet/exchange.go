@@ -74,6 +74,11 @@ type Counts struct {
 	// UsedTokens and UsedEstimates: the input tokens the responses said
 	// were used over the window, and the clients' estimates of those calls.
 	UsedTokens, UsedEstimates int64
+	// OutputTokensPerMinute: the provider's output-token limit a stream
+	// reported; OutputTokens and OutputCalls the output tokens the
+	// responses said were produced over the window, and by how many calls
+	// (the output pace's average a call).
+	OutputTokensPerMinute, OutputTokens, OutputCalls int64
 }
 
 // ReplicaCounts is one replica's latest counts.

@@ -105,8 +105,11 @@ type Ask struct {
 	// InputTokensPerMinute is the provider's input-token limit from the
 	// same headers (0: none), for pacing.
 	InputTokensPerMinute int64
+	// OutputTokensPerMinute is the provider's output-token limit from the
+	// same headers (0: none), for pacing.
+	OutputTokensPerMinute int64
 	// Left is what they said is left of those limits.
-	Left [2]LimitLeft
+	Left [limitKinds]LimitLeft
 	// Recovery is the failure's recovery action, quoted by a fleet stop.
 	Recovery string
 	// Retry and Delay: the strategy's answer; the fleet acts only on retries.
@@ -282,6 +285,7 @@ func (d *decision) record() {
 		on429 := a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT
 		d.rl.learnLimit(now, c, requestLimit, a.RequestsPerMinute, a.ClientID, on429)
 		d.rl.learnLimit(now, c, tokenLimit, a.InputTokensPerMinute, a.ClientID, on429)
+		d.rl.learnLimit(now, c, outputLimit, a.OutputTokensPerMinute, a.ClientID, on429)
 		d.rl.noteLeft(now, a.Left)
 	}
 	if d.rl != nil && a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT {

@@ -6,9 +6,10 @@ import (
 )
 
 // Pacing learnt limits: the gates admit the share of first attempts that
-// keeps the fleet at Share of the provider's request limit and of its
-// input-token limit, whichever binds (pace in bucket.go; tokens by the
-// clients' estimates of each call's input). A limit is learnt from
+// keeps the fleet at Share of the provider's request limit, of its
+// input-token limit and of its output-token limit, whichever binds (pace
+// in bucket.go; input tokens by the clients' estimates of each call's
+// input, output tokens by the output the fleet's calls produced). A limit is learnt from
 // rate-limit headers and is only an estimate, so it is held loosely:
 //   - it cuts a pace only when corroborated: carried by a 429, or reported
 //     by more than one client (one client's stale or foreign header does
@@ -43,7 +44,7 @@ const (
 const ParkRecheck = time.Second
 
 // learntLimit is one of a provider's limits as its headers give it, per
-// minute: requests, or input tokens. It is held loosely (the rules above).
+// minute: requests, input tokens or output tokens. It is held loosely (the rules above).
 type learntLimit struct {
 	perMinute int64
 	at        time.Time // when a header or a 429 last carried it
@@ -52,14 +53,20 @@ type learntLimit struct {
 	expiredAt time.Time
 }
 
-// The two limits a bucket paces on.
+// The limits a bucket paces on.
 const (
 	requestLimit = iota
 	tokenLimit
+	outputLimit
+	limitKinds // how many
 )
 
-// limitUnits names what each limit counts, for reasons and events.
-var limitUnits = [2]string{requestLimit: "requests", tokenLimit: "input tokens"}
+// limitUnits names what each limit counts, for reasons and events;
+// limitNames as GetBucket's views name it.
+var (
+	limitUnits = [limitKinds]string{requestLimit: "requests", tokenLimit: "input tokens", outputLimit: "output tokens"}
+	limitNames = [limitKinds]string{requestLimit: "requests", tokenLimit: "input_tokens", outputLimit: "output_tokens"}
+)
 
 // learn records a limit from client's headers (or a 429's, which
 // corroborates it at once), and says whether it starts to pace.
@@ -75,7 +82,7 @@ func (l *learntLimit) learn(now time.Time, perMinute int64, client string, on429
 	return false
 }
 
-// learnLimit records limit which (requestLimit or tokenLimit) of perMinute
+// learnLimit records limit which (requestLimit, tokenLimit, outputLimit) of perMinute
 // from client's headers, or a 429's.
 func (b *Bucket) learnLimit(now time.Time, c *Config, which int, perMinute int64, client string, on429 bool) {
 	if perMinute <= 0 {
@@ -97,12 +104,40 @@ func (b *Bucket) learnLimit(now time.Time, c *Config, which int, perMinute int64
 	case on429:
 		how = "carried by a 429"
 	}
+	if which == outputLimit && b.outputPerCall(now) == 0 {
+		how += "; not paced until a response reports the output its call produced"
+	}
 	b.notePace(now, client, fmt.Sprintf("pacing starts: a limit of %d %s a minute, %s", perMinute, limitUnits[which], how), 0, c)
 }
 
 // pacing says whether a corroborated limit paces the bucket.
 func (b *Bucket) pacing() bool {
-	return b.limits[requestLimit].confirmed || b.limits[tokenLimit].confirmed
+	for _, l := range b.limits {
+		if l.confirmed {
+			return true
+		}
+	}
+	return false
+}
+
+// limitsKnown says whether b has learnt any limit, corroborated or not.
+func (b *Bucket) limitsKnown() bool {
+	for _, l := range b.limits {
+		if l.perMinute > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// limitsPerMinute are b's learnt limits, as last shared with the other
+// replicas (replica.go: a new one is urgent).
+func (b *Bucket) limitsPerMinute() [limitKinds]int64 {
+	var out [limitKinds]int64
+	for i, l := range b.limits {
+		out[i] = l.perMinute
+	}
+	return out
 }
 
 // notePace keeps a pace change for the next publish (publishPace): the
@@ -117,6 +152,9 @@ func (b *Bucket) notePace(now time.Time, client, why string, cuts int64, c *Conf
 	}
 	if n := b.limits[tokenLimit].perMinute; n > 0 {
 		counts["tpm"] = n
+	}
+	if n := b.limits[outputLimit].perMinute; n > 0 {
+		counts["otpm"] = n
 	}
 	if cuts > 0 {
 		counts["cuts"] = cuts
@@ -140,7 +178,7 @@ func (b *Bucket) fromOthers(now time.Time, c *Config) {
 		return
 	}
 	o := b.others(now)
-	for which, theirs := range [2]int64{requestLimit: o.rpm, tokenLimit: o.tpm} {
+	for which, theirs := range [limitKinds]int64{requestLimit: o.rpm, tokenLimit: o.tpm, outputLimit: o.otpm} {
 		l := &b.limits[which]
 		if theirs > 0 && l.perMinute == 0 && (l.expiredAt.IsZero() || now.Sub(l.expiredAt) > LimitTTL) {
 			b.learnLimit(now, c, which, theirs, "", true)
@@ -178,7 +216,7 @@ type limitLeft struct {
 }
 
 // noteLeft keeps what a response's headers said is left of the limits.
-func (b *Bucket) noteLeft(now time.Time, left [2]LimitLeft) {
+func (b *Bucket) noteLeft(now time.Time, left [limitKinds]LimitLeft) {
 	for i, l := range left {
 		if l.Remaining < 0 {
 			continue
@@ -192,7 +230,7 @@ func (b *Bucket) noteLeft(now time.Time, left [2]LimitLeft) {
 
 // LimitView is one of a provider's limits as a bucket knows it.
 type LimitView struct {
-	// Name is "requests" or "input_tokens".
+	// Name is "requests", "input_tokens" or "output_tokens".
 	Name string
 	// PerMinute is the learnt limit (0: none learnt or expired); Pacing
 	// whether it paces now.
@@ -208,7 +246,7 @@ type LimitView struct {
 // limitViews are b's limits, those it knows anything of.
 func (b *Bucket) limitViews(now time.Time) []LimitView {
 	var out []LimitView
-	for i, name := range [2]string{requestLimit: "requests", tokenLimit: "input_tokens"} {
+	for i, name := range limitNames {
 		l, left := b.limits[i], b.left[i]
 		if l.perMinute == 0 && left.at.IsZero() {
 			continue
@@ -227,8 +265,9 @@ func (b *Bucket) limitViews(now time.Time) []LimitView {
 
 // expireLimits ends the limits no header carried for LimitTTL.
 func (b *Bucket) expireLimits(now time.Time, c *Config) {
-	b.limit(now, c, requestLimit)
-	b.limit(now, c, tokenLimit)
+	for which := range limitKinds {
+		b.limit(now, c, which)
+	}
 }
 
 // followRemaining takes what a success's headers say is left of the
@@ -265,8 +304,14 @@ func (b *Bucket) paceWhy(now time.Time, c *Config, share float64, which int) str
 	}
 	key := paceWhyKey{which: which, perMinute: l.perMinute, seen: seen, cut: cut, reset: reset,
 		share: int(100*share + 0.5), cutShare: int(100*b.cutNow(now, c) + 0.5)}
-	if which == tokenLimit {
+	switch which {
+	case tokenLimit:
 		key.scale = int(100*b.tokenScale(now) + 0.5)
+	case outputLimit:
+		key.perCall = int64(b.outputPerCall(now) + 0.5)
+	}
+	if o := &b.limits[outputLimit]; which != outputLimit && o.confirmed && b.outputPerCall(now) == 0 {
+		key.outputUnpaced = o.perMinute
 	}
 	if key == b.paceWhyKey && b.paceWhyText != "" {
 		return b.paceWhyText
@@ -277,6 +322,12 @@ func (b *Bucket) paceWhy(now time.Time, c *Config, share float64, which int) str
 	}
 	if key.scale != 0 && key.scale != 100 {
 		why += fmt.Sprintf("; the clients' token estimates × %.2f, by the usage the responses reported", float64(key.scale)/100)
+	}
+	if key.perCall > 0 {
+		why += fmt.Sprintf("; each call counted at %d output tokens, the fleet's average by the usage the responses reported", key.perCall)
+	}
+	if key.outputUnpaced > 0 {
+		why += fmt.Sprintf("; the output-token limit of %d a minute is not paced: no response reported its output yet", key.outputUnpaced)
 	}
 	if reset > 0 {
 		why += fmt.Sprintf("; the provider says it is whole again in %v", reset)
@@ -291,5 +342,7 @@ type paceWhyKey struct {
 	perMinute        int64
 	seen, cut, reset time.Duration
 	share, cutShare  int
-	scale            int // the token estimates' correction, in percent (0: not the token limit)
+	scale            int   // the token estimates' correction, in percent (0: not the token limit)
+	perCall          int64 // the output tokens a call is counted at (0: not the output limit)
+	outputUnpaced    int64 // an output-token limit learnt but not paced: no output reported
 }

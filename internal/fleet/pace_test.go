@@ -213,7 +213,7 @@ func TestPaceCorrectsTokenEstimatesByUsage(t *testing.T) {
 func TestLimitsShowWhatIsLeft(t *testing.T) {
 	t.Parallel()
 	f, clk, _ := newTestFleet(t, nil)
-	left := [2]LimitLeft{{Remaining: 3, Reset: 6 * time.Second}, {Remaining: -1}}
+	left := [3]LimitLeft{{Remaining: 3, Reset: 6 * time.Second}, {Remaining: -1}, {Remaining: -1}}
 	for _, client := range []string{"a", "b"} {
 		f.Report(Usage{Target: streamTarget, ClientID: client, Admitted: 100, RequestsPerMinute: 600, Left: left})
 	}

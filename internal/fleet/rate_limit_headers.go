@@ -40,6 +40,16 @@ var tokenLimitHeaders = map[string]struct{ header, remaining, reset string }{
 	"groq":      {"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"},
 }
 
+// outputTokenLimitHeaders: per provider, the response header that gives
+// its output-token limit a minute, and the remaining count. Only Anthropic
+// sends one (anthropic-ratelimit-output-tokens-limit, docs.anthropic.com,
+// "Rate limits": output tokens a minute, counted as the tokens generated).
+// OpenAI's, Groq's and Cerebras's token headers count input and output
+// together and are read as the input-token limit above.
+var outputTokenLimitHeaders = map[string]struct{ header, remaining, reset string }{
+	"anthropic": {"anthropic-ratelimit-output-tokens-limit", "anthropic-ratelimit-output-tokens-remaining", "anthropic-ratelimit-output-tokens-reset"},
+}
+
 // LimitLeft is what a response's headers said is left of one of a
 // provider's limits, as the provider counts it, and how long until it is
 // whole again.
@@ -53,35 +63,39 @@ type LimitLeft struct {
 const maxReset = 48 * time.Hour
 
 // Limits is what one response's rate-limit headers say of its provider's
-// request and input-token limits, read in one pass over the headers.
+// request, input-token and output-token limits, read in one pass over the
+// headers.
 type Limits struct {
-	// RequestsPerMinute and InputTokensPerMinute are the limits, a minute
-	// (0: not said, or the provider's headers are not known).
-	RequestsPerMinute, InputTokensPerMinute int64
+	// RequestsPerMinute, InputTokensPerMinute and OutputTokensPerMinute are
+	// the limits, a minute (0: not said, or the provider's headers are not
+	// known).
+	RequestsPerMinute, InputTokensPerMinute, OutputTokensPerMinute int64
 	// RemainingShare is how much of the limits is left in the current
-	// window, in [0, 1]: the lesser of the two shares; -1 when the headers
-	// do not say (no limit or no remaining count).
+	// window, in [0, 1]: the least of the shares; -1 when the headers do
+	// not say (no limit or no remaining count).
 	RemainingShare float64
-	// Left is what is left of the request and input-token limits (in that
-	// order), as the provider counts it, and when it is whole again.
-	Left [2]LimitLeft
+	// Left is what is left of the request, input-token and output-token
+	// limits (in that order), as the provider counts it, and when it is
+	// whole again.
+	Left [3]LimitLeft
 }
 
 // ReadLimits reads provider's rate-limit headers (names in any case) at
 // now. OpenAI and Groq give a reset as a duration ("6m0s"), Anthropic as an
 // RFC 3339 time.
 func ReadLimits(provider string, headers map[string]string, now time.Time) Limits {
-	out := Limits{RemainingShare: -1, Left: [2]LimitLeft{{Remaining: -1}, {Remaining: -1}}}
+	out := Limits{RemainingShare: -1, Left: [3]LimitLeft{{Remaining: -1}, {Remaining: -1}, {Remaining: -1}}}
 	p := strings.ToLower(provider)
 	rs, okR := requestLimitHeaders[p]
 	ts, okT := tokenLimitHeaders[p]
-	if !okR && !okT || len(headers) == 0 {
+	os, okO := outputTokenLimitHeaders[p]
+	if !okR && !okT && !okO || len(headers) == 0 {
 		return out
 	}
-	// The six headers' values: limit, remaining and reset of requests,
-	// then of input tokens.
-	names := [6]string{rs.header, rs.remaining, rs.reset, ts.header, ts.remaining, ts.reset}
-	var values [6]string
+	// The nine headers' values: limit, remaining and reset of requests,
+	// then of input tokens, then of output tokens.
+	names := [9]string{rs.header, rs.remaining, rs.reset, ts.header, ts.remaining, ts.reset, os.header, os.remaining, os.reset}
+	var values [9]string
 	for k, v := range headers {
 		for i, name := range names {
 			if name != "" && len(k) == len(name) && strings.EqualFold(k, name) {
@@ -93,7 +107,8 @@ func ReadLimits(provider string, headers map[string]string, now time.Time) Limit
 		out.RequestsPerMinute = max(n/rs.minutes, 1)
 	}
 	out.InputTokensPerMinute = max(headerCount(values[3]), 0)
-	for i := range 2 {
+	out.OutputTokensPerMinute = max(headerCount(values[6]), 0)
+	for i := range 3 {
 		if names[3*i+1] == "" {
 			continue
 		}

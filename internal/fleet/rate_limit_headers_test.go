@@ -72,6 +72,33 @@ func TestInputTokensPerMinute(t *testing.T) {
 	}
 }
 
+func TestOutputTokensPerMinute(t *testing.T) {
+	for _, c := range []struct {
+		name, provider string
+		headers        map[string]string
+		want           int64
+	}{
+		{"anthropic", "anthropic", map[string]string{"anthropic-ratelimit-tokens-limit": "48000",
+			"anthropic-ratelimit-input-tokens-limit": "40000", "anthropic-ratelimit-output-tokens-limit": "8000"}, 8000},
+		{"anthropic, any case", "Anthropic", map[string]string{"Anthropic-RateLimit-Output-Tokens-Limit": " 16000 "}, 16000},
+		// OpenAI's token limit counts input and output together: read as the input-token limit, not this one.
+		{"openai has none", "openai", map[string]string{"x-ratelimit-limit-tokens": "150000"}, 0},
+		{"garbage", "anthropic", map[string]string{"anthropic-ratelimit-output-tokens-limit": "lots"}, 0},
+		{"unknown provider", "mistral", map[string]string{"anthropic-ratelimit-output-tokens-limit": "8000"}, 0},
+	} {
+		if got := ReadLimits(c.provider, c.headers, time.Time{}).OutputTokensPerMinute; got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+	// The output-token limit's remaining share counts among the limits'.
+	l := ReadLimits("anthropic", map[string]string{"anthropic-ratelimit-input-tokens-limit": "40000",
+		"anthropic-ratelimit-input-tokens-remaining": "30000", "anthropic-ratelimit-output-tokens-limit": "8000",
+		"anthropic-ratelimit-output-tokens-remaining": "2000"}, time.Time{})
+	if l.RemainingShare != 0.25 {
+		t.Errorf("remaining share %v, want 0.25 (the output tokens left)", l.RemainingShare)
+	}
+}
+
 func FuzzReadLimits(f *testing.F) {
 	f.Add("openai", "x-ratelimit-limit-requests", "60", "x-ratelimit-reset-requests", "1s")
 	f.Add("groq", "X-RATELIMIT-LIMIT-REQUESTS", "9223372036854775807", "x-ratelimit-remaining-tokens", "-3")
@@ -99,23 +126,28 @@ func TestLeft(t *testing.T) {
 	for _, c := range []struct {
 		name, provider string
 		headers        map[string]string
-		want           [2]LimitLeft
+		want           [3]LimitLeft
 	}{
 		// The example in OpenAI's "Rate limits" guide.
 		{"openai", "openai", map[string]string{"x-ratelimit-remaining-requests": "59", "x-ratelimit-reset-requests": "1s",
 			"x-ratelimit-remaining-tokens": "149984", "x-ratelimit-reset-tokens": "6m0s"},
-			[2]LimitLeft{{59, time.Second}, {149984, 6 * time.Minute}}},
+			[3]LimitLeft{{59, time.Second}, {149984, 6 * time.Minute}, unknown}},
 		{"anthropic, RFC 3339", "anthropic", map[string]string{"anthropic-ratelimit-requests-remaining": "49",
 			"anthropic-ratelimit-requests-reset": "2026-11-27T12:00:03Z", "anthropic-ratelimit-input-tokens-remaining": "39000",
 			"anthropic-ratelimit-input-tokens-reset": "2026-11-27T12:00:01Z"},
-			[2]LimitLeft{{49, 3 * time.Second}, {39000, time.Second}}},
+			[3]LimitLeft{{49, 3 * time.Second}, {39000, time.Second}, unknown}},
+		// Anthropic's three limits, as its "Rate limits" page lists the headers.
+		{"anthropic output tokens", "anthropic", map[string]string{"anthropic-ratelimit-requests-remaining": "49",
+			"anthropic-ratelimit-input-tokens-remaining": "39000", "anthropic-ratelimit-output-tokens-remaining": "7200",
+			"anthropic-ratelimit-output-tokens-reset": "2026-11-27T12:00:02Z"},
+			[3]LimitLeft{{49, 0}, {39000, 0}, {7200, 2 * time.Second}}},
 		{"a reset in the past or unreadable", "openai", map[string]string{"x-ratelimit-remaining-requests": "5",
 			"x-ratelimit-reset-requests": "-1s", "x-ratelimit-remaining-tokens": "7", "x-ratelimit-reset-tokens": "soon"},
-			[2]LimitLeft{{5, 0}, {7, 0}}},
+			[3]LimitLeft{{5, 0}, {7, 0}, unknown}},
 		{"a reset beyond two days", "groq", map[string]string{"x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "100h"},
-			[2]LimitLeft{{5, 0}, unknown}},
-		{"nothing said", "openai", nil, [2]LimitLeft{unknown, unknown}},
-		{"unknown provider", "mistral", map[string]string{"x-ratelimit-remaining-requests": "5"}, [2]LimitLeft{unknown, unknown}},
+			[3]LimitLeft{{5, 0}, unknown, unknown}},
+		{"nothing said", "openai", nil, [3]LimitLeft{unknown, unknown, unknown}},
+		{"unknown provider", "mistral", map[string]string{"x-ratelimit-remaining-requests": "5"}, [3]LimitLeft{unknown, unknown, unknown}},
 	} {
 		if got := ReadLimits(c.provider, c.headers, now).Left; got != c.want {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)

@@ -169,7 +169,7 @@ func shareable(k Key) bool {
 func (f *Fleet) countsUrgent() bool {
 	urgent := false
 	f.store.each(func(b *Bucket) {
-		urgent = urgent || b.limitsShared != [2]int64{b.limits[0].perMinute, b.limits[1].perMinute} || (b.state == HalfOpen && b.probeOK != b.probeOKShared)
+		urgent = urgent || b.limitsShared != b.limitsPerMinute() || (b.state == HalfOpen && b.probeOK != b.probeOKShared)
 	})
 	return urgent
 }

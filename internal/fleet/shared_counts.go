@@ -14,8 +14,9 @@ type remoteCounts struct {
 // fleetCounts are the other replicas' fresh counts of b, summed.
 type fleetCounts struct {
 	failures, successes, admitted, firstAttempts, retries, asks, probeOK int64
-	rpm, tpm, firstTokens, retryTokens, parked                           int64
+	rpm, tpm, otpm, firstTokens, retryTokens, parked                     int64
 	recentFailures, recentSuccesses, usedTokens, usedEstimates           int64
+	outputTokens, outputCalls                                            int64
 	replicas                                                             int // others with fresh counts
 	streamed                                                             bool
 }
@@ -46,11 +47,14 @@ func (b *Bucket) others(now time.Time) fleetCounts {
 		fc.streamed = fc.streamed || r.Streamed
 		fc.rpm = max(fc.rpm, r.RequestsPerMinute)
 		fc.tpm = max(fc.tpm, r.InputTokensPerMinute)
+		fc.otpm = max(fc.otpm, r.OutputTokensPerMinute)
 		fc.firstTokens += r.FirstAttemptTokens
 		fc.retryTokens += r.RetryTokens
 		fc.parked += r.Parked
 		fc.usedTokens += r.UsedTokens
 		fc.usedEstimates += r.UsedEstimates
+		fc.outputTokens += r.OutputTokens
+		fc.outputCalls += r.OutputCalls
 	}
 	return fc
 }
@@ -105,14 +109,15 @@ func (b *Bucket) ownCounts(now time.Time, c *Config) (Counts, bool) {
 	bc := Counts{Key: b.key, Failures: int64(b.window.sum(now)), Successes: int64(b.successes.sum(now)),
 		Admitted: int64(b.admitted.sum(now)), FirstAttempts: int64(b.firstAttempts.sum(now)), Retries: int64(b.retries.sum(now)),
 		Streamed: b.streamedHere(now, &c.Breaker), RequestsPerMinute: b.limit(now, c, requestLimit),
-		InputTokensPerMinute: b.limit(now, c, tokenLimit), Parked: b.parkedTotal()}
+		InputTokensPerMinute: b.limit(now, c, tokenLimit), OutputTokensPerMinute: b.limit(now, c, outputLimit), Parked: b.parkedTotal()}
 	if secs := int(c.Breaker.TripWindow / time.Second); secs > 0 {
 		bc.RecentFailures, bc.RecentSuccesses = int64(b.window.sumLast(now, secs)), int64(b.successes.sumLast(now, secs))
 	}
-	b.limitsShared = [2]int64{b.limits[0].perMinute, b.limits[1].perMinute}
+	b.limitsShared = b.limitsPerMinute()
 	if d := b.tokenDemand; d != nil {
 		bc.FirstAttemptTokens, bc.RetryTokens = int64(d.first.sum(now)), int64(d.retries.sum(now))
 		bc.UsedTokens, bc.UsedEstimates = int64(d.used.sum(now)), int64(d.estimated.sum(now))
+		bc.OutputTokens, bc.OutputCalls = int64(d.output.sum(now)), int64(d.outputCalls.sum(now))
 	}
 	if b.asks.secs != nil {
 		bc.Asks = int64(b.asks.sum(now))

@@ -46,6 +46,7 @@ type recorder struct {
 	good, parkedMax []int
 	// per second: the input tokens of successful attempts on Model
 	okTokens  []int64
+	okOutput  []int64 // and their output tokens (the output scenario's)
 	parkedNow int
 	parkedSec int // the last second parkedMax was filled to
 	latencies []time.Duration
@@ -81,7 +82,7 @@ func newRecorder(sc Scenario) *recorder {
 	n := int(sc.Duration/time.Second) + 1
 	mk := func() []int { return make([]int, n) }
 	return &recorder{sc: sc, attempts: mk(), failAttempts: mk(), failStarts: mk(), failGood: mk(), otherGood: mk(), throttled: mk(), okAttempts: mk(), shedCalls: mk(),
-		good: mk(), parkedMax: mk(), okTokens: make([]int64, n)}
+		good: mk(), parkedMax: mk(), okTokens: make([]int64, n), okOutput: make([]int64, n)}
 }
 
 // shed counts a call a gate did not send.
@@ -113,6 +114,7 @@ func (r *recorder) attempt(now time.Duration, model string, prompt int64, o *Out
 	if o.OK {
 		r.okAttempts[s]++
 		r.okTokens[s] += prompt
+		r.okOutput[s] += o.Output
 	}
 }
 
@@ -208,6 +210,9 @@ type Result struct {
 	// Tokens scenario: the input tokens of successful attempts a second
 	// over the run, in thousands (calls of every size count by their size).
 	TokenGoodput float64
+	// Output scenario: the output tokens of successful attempts a second
+	// over the run, in thousands.
+	OutputGoodput float64
 	// Classes scenario: p95 latency (s) and loss by class (interactive,
 	// batch), and the interactive calls' p95 on the unloaded key (the same
 	// run without the quota).
@@ -252,7 +257,7 @@ func (r *recorder) result(rn *run) *Result {
 	r.park(rn.now, 0)
 	res := &Result{Scenario: sc.Name, Policy: rn.cfg.Policy.Name(), Agents: rn.cfg.Agents, Life: rn.cfg.Life, Seed: rn.cfg.Seed,
 		Replicas:  rn.cfg.Replicas,
-		Throttled: math.NaN(), QuotaUsed: math.NaN(), Unaffected: math.NaN(), TokenGoodput: math.NaN(),
+		Throttled: math.NaN(), QuotaUsed: math.NaN(), Unaffected: math.NaN(), TokenGoodput: math.NaN(), OutputGoodput: math.NaN(),
 		ClassP95: [2]float64{math.NaN(), math.NaN()}, ClassLoss: [2]float64{math.NaN(), math.NaN()}, ClassP95Ref: math.NaN(),
 		Calls: r.ok + r.failed, FirstOK: r.firstOK, Attempts: r.attemptsTotal,
 		Decisions: r.decisions, SuccessPathDecisions: r.successPathDecisions,
@@ -326,6 +331,11 @@ func (r *recorder) result(rn *run) *Result {
 		res.Throttled = float64(sum(r.throttled, sc.Start, sc.End)) / float64(max(inWindow, 1))
 		allowed := float64(TokensPerMinute) / 60 * (window + 1) // the bucket starts full: a second's worth
 		res.QuotaUsed = float64(sum(r.okTokens, sc.Start, sc.End)) / allowed
+	case Output:
+		res.OutputGoodput = float64(sum(r.okOutput, 0, sc.Duration)) / sc.Duration.Seconds() / 1000
+		res.Throttled = float64(sum(r.throttled, sc.Start, sc.End)) / float64(max(inWindow, 1))
+		allowed := float64(OutputTokensPerMinute) / 60 * (window + 1) // the bucket starts with a second's worth
+		res.QuotaUsed = float64(sum(r.okOutput, sc.Start, sc.End)) / allowed
 	}
 	return res
 }
@@ -370,11 +380,14 @@ func (r *Result) Fields() []Field {
 		fs = append(fs, Field{"p95_interactive_s", num(r.ClassP95[0], 1)}, Field{"p95_interactive_unloaded_s", num(r.ClassP95Ref, 1)},
 			Field{"p95_batch_s", num(r.ClassP95[1], 1)}, Field{"loss_interactive", num(r.ClassLoss[0], 3)}, Field{"loss_batch", num(r.ClassLoss[1], 3)})
 	}
-	if r.Scenario == Quota || r.Scenario == Tokens || r.Scenario == Classes {
+	if r.Scenario == Quota || r.Scenario == Tokens || r.Scenario == Classes || r.Scenario == Output {
 		fs = append(fs, Field{"throttled", num(r.Throttled, 3)}, Field{"quota_used", num(r.QuotaUsed, 2)})
 	}
 	if r.Scenario == Tokens {
 		fs = append(fs, Field{"token_goodput_k", num(r.TokenGoodput, 1)})
+	}
+	if r.Scenario == Output {
+		fs = append(fs, Field{"output_goodput_k", num(r.OutputGoodput, 1)})
 	}
 	if r.Scenario == Partial {
 		fs = append(fs, Field{"unaffected", num(r.Unaffected, 3)})

@@ -85,7 +85,8 @@ type Process interface {
 
 // Call is what a gate knows of a logical call.
 type Call struct {
-	Model string
+	// Provider and Model are the call's target.
+	Provider, Model string
 	// Prompt is the call's input tokens.
 	Prompt int64
 	// Batch: the call is of the batch priority class.

@@ -38,6 +38,10 @@ const (
 	// classes: the interactive agents' calls interactive, the batch
 	// agents' batch (DeadlineOf).
 	Classes = "classes"
+	// Output is the quota on output tokens, Anthropic's way: calls that
+	// produce OutputMin to OutputMax tokens against a limit of
+	// OutputTokensPerMinute, with Anthropic's rate-limit headers.
+	Output = "output"
 )
 
 // RestartDown is how long into the outage the restart scenario kills
@@ -45,7 +49,7 @@ const (
 const RestartDown = 30 * time.Second
 
 // ScenarioNames are the scenarios in the order the reports list them.
-var ScenarioNames = []string{Outage, Quota, Herd, Partial, Restart, Tokens, Classes}
+var ScenarioNames = []string{Outage, Quota, Herd, Partial, Restart, Tokens, Classes, Output}
 
 // Every logical call has a deadline, by its agent's kind: half the agents
 // are interactive (a person waits for a chat answer or a coding CLI's
@@ -112,6 +116,47 @@ const (
 	PromptMax        = 100_000
 )
 
+// Output scenario: the key allows OutputTokensPerMinute output tokens a
+// minute, a token bucket like the tokens scenario's (it holds up to the
+// minute's limit, refills continuously, starts the window with a second's
+// worth), and OutputScenarioRPM requests and OutputScenarioITPM input
+// tokens a minute, which never bind. The provider speaks Anthropic's
+// headers (anthropic-ratelimit-{requests,input-tokens,output-tokens}-*)
+// and its 429 (retry-after in whole seconds). A call's output is unknown
+// until it ends: the provider charges it when it admits the call, as if
+// its reservation were exact, and a call the bucket cannot hold is a 429.
+// Every call's output is OutputTokens long: log-uniform from OutputMin to
+// OutputMax, as many short answers (a tool call, a sentence) as long
+// generations (a file, a patch); the mean is 9,900 / ln 100 ≈ 2,150
+// tokens. The agents' demand, about 17 calls a second, is about 36,500
+// output tokens a second: twice the limit. The latency does not depend on
+// the output (the other scenarios' lognormal).
+const (
+	OutputTokensPerMinute = 1_080_000
+	OutputScenarioRPM     = 10_000
+	OutputScenarioITPM    = 40_000_000
+	OutputMin             = 100
+	OutputMax             = 10_000
+)
+
+// OutputTokens draws a call's output in tokens.
+func OutputTokens(r *rand.Rand) int64 {
+	return int64(OutputMin * math.Pow(OutputMax/OutputMin, r.Float64()))
+}
+
+// OutputProvider is the provider the output scenario's calls go to: its
+// headers are Anthropic's.
+const OutputProvider = "anthropic"
+
+// provider is the provider s's calls go to, as the failures and the
+// gates' targets name it.
+func (s Scenario) provider() string {
+	if s.Name == Output {
+		return OutputProvider
+	}
+	return Provider
+}
+
 // EstimateShare is a client's estimate of a prompt's input tokens as a
 // share of what the provider counts: the clients estimate from a body's
 // size (four bytes a token), and the provider's tokenizer reads these
@@ -150,13 +195,13 @@ func (s Scenario) reference() Scenario {
 func NewScenario(name string, t Timing) (Scenario, error) {
 	s := Scenario{Name: name, Start: t.Start, End: t.End, Duration: t.Duration}
 	switch name {
-	case Outage, Quota, Partial, Tokens, Classes:
+	case Outage, Quota, Partial, Tokens, Classes, Output:
 	case Restart:
 		s.DownFrom, s.DownTo = s.Start+RestartDown, s.Start+2*RestartDown
 	case Herd:
 		s.End = s.Start + HerdFor
 	default:
-		return s, fmt.Errorf("unknown scenario %q (want outage, quota, herd, partial, restart, tokens or classes)", name)
+		return s, fmt.Errorf("unknown scenario %q (want outage, quota, herd, partial, restart, tokens, classes or output)", name)
 	}
 	if !(0 < s.Start && s.Start < s.End && s.End < s.Duration && s.DownTo < s.End) {
 		return s, fmt.Errorf("scenario %s: the incident %v–%v does not fit in %v", name, s.Start, s.End, s.Duration)
@@ -194,6 +239,9 @@ type Outcome struct {
 	// Headers of a success: the rate-limit headers a client hands to its
 	// gate's reports (nil when the provider sends none).
 	Headers map[string]string
+	// Output is the output tokens a success produced, as its usage says
+	// (0: not counted; the output scenario only).
+	Output int64
 }
 
 // Failure bodies, as OpenAI sends them.
@@ -202,6 +250,9 @@ const (
 	tokenLimitBody = `{"error":{"message":"Rate limit reached for gpt-4o in organization org-sim on tokens per min (TPM): Limit 10800000, Used %d, Requested %d. Please try again in %s. Visit https://platform.openai.com/account/rate-limits to learn more.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`
 	rateLimitBody  = `{"error":{"message":"Rate limit reached for gpt-4o in organization org-sim on requests per min (RPM): Limit 600, Used 600, Requested 1. Please try again in %s. Visit https://platform.openai.com/account/rate-limits to learn more.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
 )
+
+// outputLimitBody is the output scenario's 429 body, as Anthropic sends it.
+const outputLimitBody = `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your organization's rate limit of 1,080,000 output tokens per minute. For details, refer to the documentation on rate limits."}}`
 
 // provider is the modelled provider: healthy latency, and the scenario's
 // incident on Model.
@@ -214,8 +265,11 @@ type provider struct {
 }
 
 func newProvider(sc Scenario) *provider {
-	if sc.Name == Tokens {
+	switch sc.Name {
+	case Tokens:
 		return &provider{sc: sc, tokens: TokensPerMinute / 60}
+	case Output:
+		return &provider{sc: sc, tokens: OutputTokensPerMinute / 60}
 	}
 	return &provider{sc: sc, tokens: QuotaBurst}
 }
@@ -245,11 +299,14 @@ func failure(model string, status int32, body string, headers map[string]string)
 	}
 }
 
-// attempt answers an attempt of prompt input tokens sent at now (the
-// answer is decided when the request arrives; r is the agent's latency
-// stream).
-func (p *provider) attempt(now time.Duration, model string, prompt int64, r *rand.Rand) Outcome {
+// attempt answers an attempt of prompt input tokens, whose answer is
+// output tokens long, sent at now (the answer is decided when the request
+// arrives; r is the agent's latency stream).
+func (p *provider) attempt(now time.Duration, model string, prompt, output int64, r *rand.Rand) Outcome {
 	ok := Outcome{OK: true, Latency: successLatency(r)}
+	if p.sc.Name == Output {
+		ok.Output = output
+	}
 	if p.sc.healthy || model != Model || now < p.sc.Start || now >= p.sc.End {
 		return ok
 	}
@@ -291,8 +348,45 @@ func (p *provider) attempt(now time.Duration, model string, prompt int64, r *ran
 			})}
 	case Tokens:
 		return p.tokenAttempt(now, model, prompt, ok, r)
+	case Output:
+		return p.outputAttempt(now, model, output, ok, r)
 	}
 	return ok
+}
+
+// outputAttempt answers an attempt in the output scenario's window: a
+// success takes its output from the bucket, and carries Anthropic's
+// headers for its three limits; an output the bucket cannot hold is a 429
+// whose retry-after (whole seconds, as Anthropic sends it) says when it
+// would fit.
+func (p *provider) outputAttempt(now time.Duration, model string, output int64, ok Outcome, r *rand.Rand) Outcome {
+	rate, burst := float64(OutputTokensPerMinute)/60, float64(OutputTokensPerMinute)
+	if p.at < p.sc.Start {
+		p.at = p.sc.Start
+	}
+	p.tokens = min(burst, p.tokens+rate*(now-p.at).Seconds())
+	p.at = now
+	headers := func(left float64) map[string]string {
+		return map[string]string{
+			"anthropic-ratelimit-requests-limit":          strconv.Itoa(OutputScenarioRPM),
+			"anthropic-ratelimit-requests-remaining":      strconv.Itoa(OutputScenarioRPM - 1),
+			"anthropic-ratelimit-input-tokens-limit":      strconv.Itoa(OutputScenarioITPM),
+			"anthropic-ratelimit-input-tokens-remaining":  strconv.Itoa(OutputScenarioITPM - PromptMax),
+			"anthropic-ratelimit-output-tokens-limit":     strconv.Itoa(OutputTokensPerMinute),
+			"anthropic-ratelimit-output-tokens-remaining": strconv.Itoa(int(max(left, 0))),
+		}
+	}
+	if p.tokens >= float64(output) {
+		p.tokens -= float64(output)
+		ok.Headers = headers(p.tokens)
+		return ok
+	}
+	wait := time.Duration(math.Ceil((float64(output)-p.tokens)/rate)) * time.Second
+	h := headers(p.tokens)
+	h["retry-after"] = strconv.Itoa(int(wait / time.Second))
+	f := failure(model, 429, outputLimitBody, h)
+	f.Provider, f.Operation = OutputProvider, "messages"
+	return Outcome{Latency: failureLatency(r), Throttled: true, Hint: wait, Failure: f}
 }
 
 // tokenAttempt answers an attempt in the tokens scenario's window: a

@@ -106,6 +106,7 @@ type agent struct {
 	think, lat, jit    *rand.Rand
 	prompts            *rand.Rand
 	prompt             int64 // the logical call's input tokens
+	output             int64 // and its output tokens (the output scenario's)
 	batch              bool  // its calls are of the batch class
 	proc               Process
 	procN, callsInProc int
@@ -258,6 +259,9 @@ func (r *run) call(a *agent) {
 	a.callsInProc++
 	a.callStart, a.attempts = r.now, 0
 	a.prompt = PromptTokens(a.prompts)
+	if r.cfg.Scenario.Name == Output {
+		a.output = OutputTokens(a.prompts)
+	}
 	a.decisionsAtCall = a.proc.Decisions()
 	r.rec.callStarted(r.now, a.model)
 	r.send(a)
@@ -271,7 +275,7 @@ func (r *run) send(a *agent) {
 		return
 	}
 	if g, ok := a.proc.(Gater); ok {
-		ans := g.Admit(r.clock(), Call{Model: a.model, Prompt: a.prompt, Batch: a.batch}, a.callStart+a.deadline-r.now, a.attempts > 0, a.jit)
+		ans := g.Admit(r.clock(), Call{Provider: r.cfg.Scenario.provider(), Model: a.model, Prompt: a.prompt, Batch: a.batch}, a.callStart+a.deadline-r.now, a.attempts > 0, a.jit)
 		if r.gated(a, g, ans) {
 			return
 		}
@@ -370,7 +374,7 @@ func (r *run) unpark(a *agent) {
 
 func (r *run) attempt(a *agent) {
 	a.attempts++
-	a.outcome = r.prov.attempt(r.now, a.model, a.prompt, a.lat)
+	a.outcome = r.prov.attempt(r.now, a.model, a.prompt, a.output, a.lat)
 	r.rec.attempt(r.now, a.model, a.prompt, &a.outcome)
 	r.schedule(a.outcome.Latency, a, evAnswer)
 }

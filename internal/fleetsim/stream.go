@@ -162,12 +162,14 @@ type streamProcess struct {
 	jit       *rand.Rand
 	born      time.Time
 	modelName string
+	provider  string // its target's, learnt with the model
 
 	// The counts of the current report interval.
 	admitted, shed, succeeded, failed, retries int64
 	parkedNew, released                        int64
 	firstTokens, retryTokens                   int64 // input tokens estimated: first attempts at their first check, retries
 	usedTokens, usedEstimates                  int64 // of the successes: input tokens the provider counted, and their estimates
+	outputTokens, outputCalls                  int64 // of the successes: output tokens their usage reported, and how many
 	headers                                    map[string]string
 	prompt                                     int64 // the current call's input tokens
 	class                                      refgate.Class
@@ -193,11 +195,11 @@ type streamProcess struct {
 // target is what the process calls: its agent's model, which it learns at
 // its first call (Admit).
 func (p *streamProcess) target() fleet.Target {
-	return fleet.Target{Provider: Provider, Model: p.modelName, KeyID: KeyID}
+	return fleet.Target{Provider: p.provider, Model: p.modelName, KeyID: KeyID}
 }
 
 func (p *streamProcess) pending() bool {
-	return p.admitted+p.shed+p.succeeded+p.failed+p.retries+p.parkedNew+p.firstTokens+p.retryTokens+p.usedTokens != 0 || p.parkedCount() != p.parkedShown
+	return p.admitted+p.shed+p.succeeded+p.failed+p.retries+p.parkedNew+p.firstTokens+p.retryTokens+p.usedTokens+p.outputCalls != 0 || p.parkedCount() != p.parkedShown
 }
 
 func (p *streamProcess) parkedCount() int64 {
@@ -230,16 +232,18 @@ func (p *streamProcess) disconnect(now time.Time) {
 func (p *streamProcess) report(now time.Time) {
 	in := p.sin
 	in.msgs++
-	lim := fleet.ReadLimits(Provider, p.headers, now)
+	lim := fleet.ReadLimits(p.provider, p.headers, now)
 	in.fleets[p.replica].Report(fleet.Usage{Target: p.target(), ClientID: p.id, Admitted: p.admitted, Shed: p.shed,
 		Succeeded: p.succeeded, Failed: p.failed, Retries: p.retries, Parked: p.parkedCount(),
 		ParkedNew: p.parkedNew, Released: p.released,
 		RequestsPerMinute: lim.RequestsPerMinute, RemainingShare: lim.RemainingShare,
 		InputTokensPerMinute: lim.InputTokensPerMinute, FirstAttemptTokens: p.firstTokens, RetryTokens: p.retryTokens,
 		InputTokensUsed: p.usedTokens, InputTokensEstimated: p.usedEstimates,
+		OutputTokensPerMinute: lim.OutputTokensPerMinute, OutputTokensUsed: p.outputTokens, OutputCalls: p.outputCalls,
 		BatchFirst: p.batchFirst})
 	p.admitted, p.shed, p.succeeded, p.failed, p.retries, p.headers = 0, 0, 0, 0, 0, nil
 	p.firstTokens, p.retryTokens, p.batchFirst, p.usedTokens, p.usedEstimates = 0, 0, 0, 0, 0
+	p.outputTokens, p.outputCalls = 0, 0
 	p.parkedNew, p.released = 0, 0
 	p.parkedShown = p.parkedCount()
 	p.reportAt = time.Time{}
@@ -274,12 +278,12 @@ var _ Gater = (*streamProcess)(nil)
 // Admit implements Gater.
 func (p *streamProcess) Admit(now time.Time, call Call, left time.Duration, retry bool, r *rand.Rand) GateAnswer {
 	model := call.Model
-	p.modelName = model
+	p.modelName, p.provider = model, call.Provider
 	p.prompt, p.class = call.Prompt, refgate.Interactive
 	if call.Batch {
 		p.class = refgate.Batch
 	}
-	p.gate.Target = Provider + "/" + model
+	p.gate.Target = p.provider + "/" + model
 	if p.sin.up() && p.connected && !p.subscribed {
 		// The first call on a target waits for its first assignment (a
 		// local daemon answers in well under the clients' 100-ms limit).
@@ -384,6 +388,10 @@ func (p *streamProcess) Succeeded(a *Attempt) {
 	if a.Prompt > 0 { // the response's usage
 		p.usedTokens += a.Prompt
 		p.usedEstimates += estimate(a.Prompt)
+	}
+	if a.Outcome.Output > 0 { // the last output count the response carried
+		p.outputTokens += a.Outcome.Output
+		p.outputCalls++
 	}
 	if a.Outcome.Headers != nil {
 		p.headers = a.Outcome.Headers

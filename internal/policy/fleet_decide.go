@@ -53,6 +53,7 @@ func (p *Policy) applyFleet(v *verdict, c Call, f *policydv1.Failure, t policydv
 	}
 	lim := fleet.ReadLimits(f.GetProvider(), f.GetHeaders(), in.Now)
 	ask.RequestsPerMinute, ask.InputTokensPerMinute, ask.Left = lim.RequestsPerMinute, lim.InputTokensPerMinute, lim.Left
+	ask.OutputTokensPerMinute = lim.OutputTokensPerMinute
 	if in.HasRetryAfter && in.RetryAfter > 0 {
 		ask.RetryAfter = in.RetryAfter
 	}

@@ -171,9 +171,10 @@ func (c *coordination) report(m *policydv1.CoordinateRequest) error {
 			Failed: int64(u.GetFailed()), Retries: int64(u.GetRetries()),
 			Parked: int64(min(u.GetParked(), maxParked)), ParkedNew: int64(u.GetParkedNew()), Released: int64(u.GetReleased()),
 			RequestsPerMinute: lim.RequestsPerMinute, InputTokensPerMinute: lim.InputTokensPerMinute,
-			RemainingShare: lim.RemainingShare, Left: lim.Left,
+			OutputTokensPerMinute: lim.OutputTokensPerMinute, RemainingShare: lim.RemainingShare, Left: lim.Left,
 			FirstAttemptTokens: int64(u.GetFirstAttemptInputTokens()), RetryTokens: int64(u.GetRetryInputTokens()),
 			InputTokensUsed: int64(u.GetInputTokensUsed()), InputTokensEstimated: int64(u.GetInputTokensEstimatedForUsed()),
+			OutputTokensUsed: int64(u.GetOutputTokensUsed()), OutputCalls: int64(u.GetOutputTokensUsedCalls()),
 			BatchFirst: int64(u.GetBatchFirstAttempts()), InFlight: int64(min(u.GetInFlight(), maxParked))})
 	}
 	if len(m.GetUsage()) == 0 {

@@ -123,12 +123,15 @@ func usage(u *policydv1.BucketUsage, interval time.Duration) error {
 		{"first_attempt_input_tokens", u.GetFirstAttemptInputTokens(), u.GetAdmitted() + u.GetShed() + u.GetParkedNew(), "first attempts (admitted, shed and parked_new)"},
 		{"retry_input_tokens", u.GetRetryInputTokens(), u.GetRetries(), "retries"},
 		{"input_tokens_used", u.GetInputTokensUsed(), u.GetAdmitted() + u.GetRetries(), "attempts (admitted and retries)"},
-		{"output_tokens_used", u.GetOutputTokensUsed(), u.GetAdmitted() + u.GetRetries(), "attempts (admitted and retries)"},
+		{"output_tokens_used", u.GetOutputTokensUsed(), u.GetOutputTokensUsedCalls(), "calls that reported it (output_tokens_used_calls)"},
 		{"input_tokens_estimated_for_used", u.GetInputTokensEstimatedForUsed(), u.GetAdmitted() + u.GetRetries(), "attempts (admitted and retries)"},
 	} {
 		if c.n > c.calls*MaxInputTokensPerCall {
 			return Fieldf(c.name, "%d tokens for %d %s: at most %d a call", c.n, c.calls, c.what, MaxInputTokensPerCall)
 		}
+	}
+	if n, most := u.GetOutputTokensUsedCalls(), u.GetAdmitted()+u.GetRetries(); n > most {
+		return Fieldf("output_tokens_used_calls", "%d, more than the attempts (admitted and retries, %d)", n, most)
 	}
 	if n, shed := u.GetFellBack(), u.GetShed(); n > shed {
 		return Fieldf("fell_back", "%d, more than shed (%d): it counts the shed first attempts sent to a fallback", n, shed)

@@ -39,7 +39,9 @@ def test_coordinate_vector(case: dict[str, Any]) -> None:
         elif "outcome" in step:
             table.record(T, step["outcome"] == "success")
             if (usage := step.get("usage")) is not None:
-                table.record_usage(T, usage["input_tokens_used"], usage["estimated"])
+                table.record_usage(T, usage.get("input_tokens_used", 0), usage.get("estimated", 0))
+                if usage.get("output_tokens_used", 0) > 0:
+                    table.record_output(T, usage["output_tokens_used"])
         elif step.get("failed_locally"):
             table.failed_locally(T)
         elif step.get("retry"):
@@ -87,6 +89,10 @@ def test_coordinate_vector(case: dict[str, Any]) -> None:
                     w.get("first_attempt_input_tokens", 0),
                     w.get("input_tokens_used", 0),
                     w.get("input_tokens_estimated_for_used", 0),
+                ), where
+                assert (u.output_tokens_used, u.output_tokens_used_calls) == (
+                    w.get("output_tokens_used", 0),
+                    w.get("output_tokens_used_calls", 0),
                 ), where
         else:
             pytest.fail(f"{where} does nothing")

@@ -531,11 +531,13 @@ def test_the_input_tokens_a_response_says_reach_policyd_with_the_calls_estimate(
         channel.close()
 
 
-def usage_of(c: Client | AsyncClient) -> tuple[int, int, int]:
-    """The table's next report of one target: (admitted, input_tokens_used, input_tokens_estimated_for_used)."""
+def usage_of(c: Client | AsyncClient) -> tuple[int, int, int, int, int]:
+    """The table's next report of one target: (admitted, input_tokens_used,
+    input_tokens_estimated_for_used, output_tokens_used, output_tokens_used_calls)."""
     assert c._fleet is not None
     (u,) = [u for m in c._fleet.reports() for u in m.usage]
-    return u.admitted, u.input_tokens_used, u.input_tokens_estimated_for_used
+    return (u.admitted, u.input_tokens_used, u.input_tokens_estimated_for_used,
+            u.output_tokens_used, u.output_tokens_used_calls)  # fmt: skip
 
 
 def test_the_usage_of_streams_is_read_as_the_sdk_reads_them(provider: FakeProvider) -> None:
@@ -544,19 +546,21 @@ def test_the_usage_of_streams_is_read_as_the_sdk_reads_them(provider: FakeProvid
         with anthropic_sdk(c, provider).messages.stream(model="claude-usage", max_tokens=5, messages=LONG,  # type: ignore[arg-type]
                                                         extra_headers={"x-policyd-input-tokens": "300"}) as s:  # fmt: skip
             assert "".join(s.text_stream) == "ok! " * 5
-        assert usage_of(c) == (1, 250, 300)  # message_start's input_tokens
+        # message_start's input_tokens; message_delta's output_tokens, the last (message_start says 1)
+        assert usage_of(c) == (1, 250, 300, 5, 1)
         llm = openai_sdk(c, provider)
         chunks = list(llm.chat.completions.create(model="gpt-usage", messages=LONG, stream=True,  # type: ignore[arg-type]
                                                   stream_options={"include_usage": True},
                                                   extra_headers={"x-policyd-input-tokens": "200"}))  # fmt: skip
         assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == 250
-        assert usage_of(c) == (1, 250, 200)  # the last chunk's prompt_tokens
+        out = chunks[-1].usage.completion_tokens
+        assert out > 0 and usage_of(c) == (1, 250, 200, out, 1)  # the last chunk's prompt_tokens, completion_tokens
         # A stream closed before the chunk that carries the usage says nothing.
         stream = llm.chat.completions.create(model="gpt-usage", messages=LONG, stream=True,  # type: ignore[arg-type]
                                              stream_options={"include_usage": True})  # fmt: skip
         next(iter(stream))
         stream.close()
-        assert usage_of(c) == (1, 0, 0)
+        assert usage_of(c) == (1, 0, 0, 0, 0)
     finally:
         c.close()
 
@@ -585,6 +589,7 @@ def test_async_transports_read_the_usage(provider: FakeProvider) -> None:
                 r = await oai.chat.completions.create(model="gpt-usage", messages=LONG,  # type: ignore[arg-type]
                                                       extra_headers={"x-policyd-input-tokens": "400"})  # fmt: skip
                 assert r.usage is not None and r.usage.prompt_tokens == 250
-                assert usage_of(apd) == (1, 250, 400)
+                assert r.usage.completion_tokens > 0
+                assert usage_of(apd) == (1, 250, 400, r.usage.completion_tokens, 1)
 
     run(main)

@@ -1,5 +1,6 @@
 """The scanner of a success's body for what the call used (docs/clients.md, "The transport",
-item 3): the first "prompt_tokens" or "input_tokens" count, found as the body is read in chunks."""
+item 3): the first "prompt_tokens" or "input_tokens" count and the last "completion_tokens" or
+"output_tokens" count, found as the body is read in chunks."""
 
 from __future__ import annotations
 
@@ -30,9 +31,14 @@ OPENAI_STREAM = (
 
 def scan(chunks: list[bytes], encoding: str = "") -> list[int]:
     """The counts a scanner of a body of that content-encoding returns over chunks, in order."""
+    return scan_both(chunks, encoding)[0]
+
+
+def scan_both(chunks: list[bytes], encoding: str = "") -> tuple[list[int], int | None]:
+    """The input counts a scanner returns over chunks, and the output count it holds at the end."""
     s = scanner_for(encoding)
     assert s is not None
-    return [n for c in chunks if (n := s.feed(c)) is not None]
+    return [n for c in chunks if (n := s.feed(c)) is not None], s.output
 
 
 def splits(body: bytes) -> list[list[bytes]]:
@@ -95,11 +101,35 @@ def test_no_count_or_a_body_cut_before_it_says_nothing(body: bytes) -> None:
         assert scan(chunks) == []
 
 
-def test_the_count_is_returned_once_and_scanning_stops() -> None:
+def test_the_input_count_is_returned_once() -> None:
     s = UsageScanner()
     assert s.feed(b'{"prompt_tokens":10,') == 10
-    assert s.done
     assert s.feed(b'"input_tokens":20}') is None
+
+
+@pytest.mark.parametrize(
+    ("body", "want"),
+    [
+        pytest.param(OPENAI, 2, id="openai-json"),
+        pytest.param(b'{"usage":{"input_tokens":42,"output_tokens":9}}', 9, id="anthropic-json"),
+        # message_start says 1, message_delta the final 5: the last is the call's.
+        pytest.param(ANTHROPIC_STREAM, 5, id="anthropic-sse-the-last-count"),
+        pytest.param(OPENAI_STREAM, 4, id="openai-sse-include-usage"),
+        pytest.param(
+            b'event: response.completed\ndata: {"type":"response.completed","response":{"usage":{"input_tokens":36,'
+            b'"input_tokens_details":{"cached_tokens":0},"output_tokens":87,"output_tokens_details":'
+            b'{"reasoning_tokens":0},"total_tokens":123}}}\n\n',
+            87,
+            id="openai-responses-sse-completed",
+        ),
+        pytest.param(b'{"usage":{"output_tokens":3,"completion_tokens":4}}', 4, id="no-input-count"),
+        pytest.param(b'{"usage":{"input_tokens":3}}', None, id="no-output-count"),
+        pytest.param(b'{"usage":{"input_tokens":3,"output_tokens":12', None, id="cut-in-the-output-number"),
+    ],
+)
+def test_the_last_output_count_is_held_wherever_the_chunks_split(body: bytes, want: int | None) -> None:
+    for chunks in splits(body):
+        assert scan_both(chunks)[1] == want, [c[:40] for c in chunks]
 
 
 def test_a_number_longer_than_any_count_is_huge_not_an_error() -> None:

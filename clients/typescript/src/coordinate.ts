@@ -166,6 +166,15 @@ export class Coordinator {
   }
 
   /**
+   * A response of a call to target said the call produced `tokens` output
+   * tokens (the last count its body said). It goes in the next report that
+   * counts attempts, as one call's.
+   */
+  output(target: Target, tokens: number): void {
+    this.#table.output(target, tokens);
+  }
+
+  /**
    * A failure to target was decided locally (the fail-open policy). Only the
    * types the daemon's breakers count are reported (docs/clients.md).
    */

@@ -130,15 +130,19 @@ export function fetchThrough(ctx: RunContext, options: FetchOptions = {}): typeo
       const res = await send(href, initOf(a));
       if (coordinator && hasRateLimits(res.headers)) coordinator.observeRateLimits(target, res.headers);
       if (res.status < 400) {
-        // What the body says the call used, read as the SDK reads it, counted with the call's estimate.
+        // What the body says the call used, read as the SDK reads it: the input tokens counted with
+        // the call's estimate (none: nothing to compare), the output tokens once the body ends.
         const estimate = out.tokens;
         const scan =
-          coordinator && estimate && scannable(res)
-            ? new UsageScanner((used) => coordinator.usage(target, used, estimate))
+          coordinator && scannable(res)
+            ? new UsageScanner((used) => {
+                if (estimate) coordinator.usage(target, used, estimate);
+              })
             : undefined;
+        const output = coordinator ? (n: number) => coordinator.output(target, n) : noop;
         if (res.body && isEventStream(res))
-          return watched(res, coordinator ? coordinator.began(target) : noop, cut, scan);
-        return scan ? watched(res, noop, noop, scan) : res;
+          return watched(res, coordinator ? coordinator.began(target) : noop, cut, scan, output);
+        return scan ? watched(res, noop, noop, scan, output) : res;
       }
       // The loop reads a copy (HttpError.fromResponse: the first 64 KiB);
       // the response keeps its whole body for the SDK, should policyd stop.
@@ -358,10 +362,20 @@ function scannable(res: Response): boolean {
 /**
  * watched is res with a body that passes res's through as it comes (each
  * chunk unchanged, shown to scan first, if given) and tells when it ends
- * (ended: done, cancelled or cut) and when it is cut (cut: the read failed
- * after the response began).
+ * (ended: done, cancelled or cut), when it is cut (cut: the read failed
+ * after the response began), and, when it ends or is cancelled but not
+ * cut, the last output count scan read (output).
  */
-function watched(res: Response, ended: () => void, cut: (err: unknown) => void, scan?: UsageScanner): Response {
+function watched(
+  res: Response,
+  ended: () => void,
+  cut: (err: unknown) => void,
+  scan?: UsageScanner,
+  output: (n: number) => void = noop,
+): Response {
+  const counted = (): void => {
+    if (scan?.output !== undefined) output(scan.output);
+  };
   const reader = res.body!.getReader();
   const body = new ReadableStream<Uint8Array>(
     {
@@ -377,14 +391,16 @@ function watched(res: Response, ended: () => void, cut: (err: unknown) => void, 
         }
         if (chunk.done) {
           ended();
+          counted();
           controller.close();
         } else {
-          if (scan && !scan.done) scan.push(chunk.value);
+          scan?.push(chunk.value);
           controller.enqueue(chunk.value);
         }
       },
       cancel(reason) {
         ended();
+        counted();
         return reader.cancel(reason);
       },
     },

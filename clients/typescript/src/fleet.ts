@@ -105,6 +105,9 @@ interface Entry {
   /** What the responses said their calls used (input tokens), and those calls' estimates. */
   usedTokens: number;
   usedEstimated: number;
+  /** What the responses said their calls produced (output tokens), and how many calls. */
+  outputTokens: number;
+  outputCalls: number;
   /** The gate's gauges, the calls in flight and parked, as the last report said. */
   inFlightSent: number;
   parkedSent: number;
@@ -327,6 +330,17 @@ export class FleetTable {
   }
 
   /**
+   * A response of a call to target said the call produced `tokens` output
+   * tokens, cut to MAX_TOKENS_PER_CALL: one call's.
+   */
+  output(target: Target, tokens: number): void {
+    const e = this.#entry(target);
+    if (!e) return;
+    e.outputTokens += tokensOf(tokens);
+    e.outputCalls++;
+  }
+
+  /**
    * A failure to target was decided locally (the fail-open policy). Only the
    * types the daemon's breakers count are reported (docs/clients.md), so that
    * a bad request or a bad key decided while policyd was away opens none.
@@ -383,6 +397,15 @@ export class FleetTable {
       const firstCalls = Number(admitted + shed + parkedNew);
       // What the responses said was used, by the attempts (admitted, retries) the same report counts.
       const attemptTokens = Number(admitted + retries) * MAX_TOKENS_PER_CALL;
+      // The calls whose output is counted, at most those attempts, with their
+      // share of the output (the average a call is what the daemon reads).
+      const outputCalls = Math.min(e.outputCalls, Number(admitted + retries));
+      const outputTokens = Math.min(
+        outputCalls < e.outputCalls ? Math.floor((e.outputTokens * outputCalls) / e.outputCalls) : e.outputTokens,
+        outputCalls * MAX_TOKENS_PER_CALL,
+      );
+      e.outputCalls -= outputCalls;
+      e.outputTokens -= outputTokens;
       const u = {
         target: { ...e.target },
         elapsed: durationOf(Math.min(MAX_ELAPSED_MS, Math.max(1, now - e.reportedAt))),
@@ -401,6 +424,8 @@ export class FleetTable {
         retryInputTokens: take(e, "retryTokens", Number(retries) * MAX_TOKENS_PER_CALL),
         inputTokensUsed: take(e, "usedTokens", attemptTokens),
         inputTokensEstimatedForUsed: take(e, "usedEstimated", attemptTokens),
+        outputTokensUsed: BigInt(outputTokens),
+        outputTokensUsedCalls: BigInt(outputCalls),
         inFlight: BigInt(e.gate.inFlight),
       };
       e.inFlightSent = e.gate.inFlight;
@@ -468,6 +493,8 @@ export class FleetTable {
       retryTokens: 0,
       usedTokens: 0,
       usedEstimated: 0,
+      outputTokens: 0,
+      outputCalls: 0,
       inFlightSent: 0,
       parkedSent: 0,
       headers: undefined,

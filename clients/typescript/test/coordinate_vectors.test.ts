@@ -23,14 +23,16 @@ interface Usage {
   first_attempt_input_tokens?: number;
   input_tokens_used?: number;
   input_tokens_estimated_for_used?: number;
+  output_tokens_used?: number;
+  output_tokens_used_calls?: number;
 }
 
 interface Step {
   at_ms: number;
   first_attempt?: { draw: number; can_fall_back?: boolean; input_tokens?: number };
   outcome?: "success" | "failure";
-  /** A success's usage: what the response said the call used, and the call's estimate. */
-  usage?: { input_tokens_used: number; estimated: number };
+  /** A success's usage: what the response said the call used, the call's estimate, and its output. */
+  usage?: { input_tokens_used?: number; estimated?: number; output_tokens_used?: number };
   failed_locally?: boolean;
   retry?: boolean;
   observe?: Record<string, string>;
@@ -70,7 +72,8 @@ describe("vectors: coordinate.json", () => {
           });
         } else if (s.outcome) {
           co.outcome(target, s.outcome === "success");
-          if (s.usage) co.usage(target, s.usage.input_tokens_used, s.usage.estimated);
+          if (s.usage?.estimated) co.usage(target, s.usage.input_tokens_used ?? 0, s.usage.estimated);
+          if (s.usage?.output_tokens_used) co.output(target, s.usage.output_tokens_used);
         } else if (s.failed_locally) {
           co.failedLocally(target, "OVERLOADED");
         } else if (s.retry) {
@@ -111,12 +114,16 @@ describe("vectors: coordinate.json", () => {
             first_attempt_input_tokens: Number(u.firstAttemptInputTokens ?? 0n),
             input_tokens_used: Number(u.inputTokensUsed ?? 0n),
             input_tokens_estimated_for_used: Number(u.inputTokensEstimatedForUsed ?? 0n),
+            output_tokens_used: Number(u.outputTokensUsed ?? 0n),
+            output_tokens_used_calls: Number(u.outputTokensUsedCalls ?? 0n),
           }));
           const want = s.report.map((u) => ({
             ...u,
             first_attempt_input_tokens: u.first_attempt_input_tokens ?? 0,
             input_tokens_used: u.input_tokens_used ?? 0,
             input_tokens_estimated_for_used: u.input_tokens_estimated_for_used ?? 0,
+            output_tokens_used: u.output_tokens_used ?? 0,
+            output_tokens_used_calls: u.output_tokens_used_calls ?? 0,
           }));
           assert.deepEqual(got, want, where);
         } else {

@@ -305,7 +305,7 @@ describe("client.fetch and the fleet", { concurrency: true }, () => {
     assert.equal((await fake.stats()).requests, 1, "only the first request was sent");
   });
 
-  test("what a success used: the provider's count, with the call's estimate, JSON and streams", async (t) => {
+  test("what a success used: the provider's counts, with the call's estimate, JSON and streams", async (t) => {
     const addr = await fleetAddr();
     const fake = await fakeProvider();
     const tap = reportTap();
@@ -324,11 +324,14 @@ describe("client.fetch and the fleet", { concurrency: true }, () => {
       await rejection(openai.chat.completions.create({ model, messages: hi }, zero));
     };
 
+    // The output tokens each response said, by model: the SDK's own reading of its usage.
+    const outputs = new Map<string, number>();
     // OpenAI's whole reply (usage.prompt_tokens), the caller's exact estimate in the header.
-    await openai.chat.completions.create(
+    const whole = await openai.chat.completions.create(
       { model: "gpt-4o-used", messages: long },
       { headers: { [INPUT_TOKENS_HEADER]: "800" } },
     );
+    outputs.set("gpt-4o-used", whole.usage?.completion_tokens ?? 0);
     await release("gpt-4o-used");
     // OpenAI's stream: the usage chunk at its end, with include_usage; none without.
     const streamed = async (model: string, includeUsage: boolean) => {
@@ -338,19 +341,29 @@ describe("client.fetch and the fleet", { concurrency: true }, () => {
         stream: true,
         ...(includeUsage ? { stream_options: { include_usage: true } } : {}),
       });
-      for await (const chunk of stream) assert.ok(chunk);
+      for await (const chunk of stream) if (chunk.usage) outputs.set(model, chunk.usage.completion_tokens);
       await release(model);
     };
     await streamed("gpt-4o-used-stream", true);
     await streamed("gpt-4o-no-usage", false);
-    // Anthropic's message (usage.input_tokens), and its stream's message_start.
-    await anthropic.messages.create({ model: "claude-used", max_tokens: 64, messages: long });
+    // Anthropic's message (usage.input_tokens), and its stream's message_start; the stream's
+    // output is message_delta's, the last count (message_start says 1).
+    const message = await anthropic.messages.create({ model: "claude-used", max_tokens: 64, messages: long });
+    outputs.set("claude-used", message.usage.output_tokens);
     await release("claude-used");
-    await anthropic.messages.stream({ model: "claude-used-stream", max_tokens: 64, messages: long }).finalMessage();
+    const final = await anthropic.messages
+      .stream({ model: "claude-used-stream", max_tokens: 64, messages: long })
+      .finalMessage();
+    outputs.set("claude-used-stream", final.usage.output_tokens);
     await release("claude-used-stream");
     await client.close(); // the last report
 
-    type Key = "inputTokensUsed" | "inputTokensEstimatedForUsed" | "firstAttemptInputTokens";
+    type Key =
+      | "inputTokensUsed"
+      | "inputTokensEstimatedForUsed"
+      | "firstAttemptInputTokens"
+      | "outputTokensUsed"
+      | "outputTokensUsedCalls";
     const sum = (model: string, k: Key) =>
       tap.usages.filter((u) => u.target?.model === model).reduce((n, u) => n + u[k], 0n);
     const reported = (model: string) => [sum(model, "inputTokensUsed"), sum(model, "inputTokensEstimatedForUsed")];
@@ -362,5 +375,15 @@ describe("client.fetch and the fleet", { concurrency: true }, () => {
       assert.deepEqual(reported(model), [1000n, estimate], model);
     }
     assert.deepEqual(reported("gpt-4o-no-usage"), [0n, 0n], "a stream without a count counts nothing");
+    for (const model of ["gpt-4o-used", "gpt-4o-used-stream", "claude-used", "claude-used-stream"]) {
+      const out = outputs.get(model) ?? 0;
+      assert.ok(out > 1, `${model}: the SDK read ${out} output tokens`);
+      assert.deepEqual([sum(model, "outputTokensUsed"), sum(model, "outputTokensUsedCalls")], [BigInt(out), 1n], model);
+    }
+    assert.deepEqual(
+      [sum("gpt-4o-no-usage", "outputTokensUsed"), sum("gpt-4o-no-usage", "outputTokensUsedCalls")],
+      [0n, 0n],
+      "a stream without a count counts no output",
+    );
   });
 });

@@ -1,6 +1,7 @@
 // UsageScanner: the first "prompt_tokens" or "input_tokens" count of a
-// body, read chunk by chunk as the SDK reads it (docs/clients.md, the
-// transport's item 3).
+// body and its last "completion_tokens" or "output_tokens" count, read
+// chunk by chunk as the SDK reads it (docs/clients.md, the transport's
+// item 3).
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
@@ -12,6 +13,13 @@ function scan(...chunks: string[]): number[] {
   const s = new UsageScanner((n) => found.push(n));
   for (const c of chunks) s.push(Buffer.from(c));
   return found;
+}
+
+/** The last output count a scanner holds after body pushed in the given chunks. */
+function output(...chunks: string[]): number | undefined {
+  const s = new UsageScanner(() => {});
+  for (const c of chunks) s.push(Buffer.from(c));
+  return s.output;
 }
 
 /** Every way of cutting body in two, and in three around each split, must find the same. */
@@ -91,14 +99,38 @@ describe("UsageScanner", () => {
     }
   });
 
-  test("the count is found once; the rest of the body is not read", () => {
+  test("the input count is found once", () => {
     const found: number[] = [];
     const s = new UsageScanner((n) => found.push(n));
     s.push(Buffer.from('{"prompt_tokens":3,'));
-    assert.ok(s.done);
     s.push(Buffer.from('"input_tokens":4}'));
     assert.deepEqual(found, [3]);
   });
+
+  const responsesEvents =
+    `event: response.completed\ndata: {"type":"response.completed","response":{"usage":{"input_tokens":36,` +
+    `"input_tokens_details":{"cached_tokens":0},"output_tokens":87,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":123}}}\n\n`;
+  const outputCases: { name: string; body: string; want: number | undefined }[] = [
+    { name: "OpenAI's completion_tokens", body: openai, want: 5 },
+    // message_start says 1, message_delta at the stream's end 20: the last is the call's.
+    { name: "Anthropic's stream: message_delta's output_tokens, the last", body: anthropicEvents, want: 20 },
+    { name: "OpenAI's Responses stream: response.completed", body: responsesEvents, want: 87 },
+    { name: "Anthropic's message", body: '{"usage":{"input_tokens":42,"output_tokens":9}}', want: 9 },
+    { name: "no output count", body: '{"usage":{"input_tokens":3}}', want: undefined },
+    {
+      name: "a body cut inside the output number",
+      body: '{"usage":{"input_tokens":3,"output_tokens":12',
+      want: undefined,
+    },
+  ];
+  for (const c of outputCases) {
+    test(`output: ${c.name}, split anywhere`, () => {
+      assert.equal(output(c.body), c.want);
+      for (let i = 0; i <= c.body.length; i++)
+        assert.equal(output(c.body.slice(0, i), c.body.slice(i)), c.want, `split at ${i}`);
+      assert.equal(output(...c.body), c.want, "a byte at a time");
+    });
+  }
 
   test("a chunk that is a view into a larger buffer is read at its offset", () => {
     const whole = Buffer.from('AAAA{"input_tokens":17}BBBB');

@@ -383,7 +383,8 @@ func exerciseCounts(t *testing.T, open Open) {
 		{Key: avKey, Failures: 3, Successes: 40, Admitted: 12, FirstAttempts: 15, Retries: 4, ProbeOK: 1, Version: 2,
 			Clients: []string{"agent-1", "agent-2"}, Streamed: true, RequestsPerMinute: 500,
 			InputTokensPerMinute: 30000, FirstAttemptTokens: 9000, RetryTokens: 400, Parked: 17,
-			RecentFailures: 2, RecentSuccesses: 9, UsedTokens: 5200, UsedEstimates: 4000},
+			RecentFailures: 2, RecentSuccesses: 9, UsedTokens: 5200, UsedEstimates: 4000,
+			OutputTokensPerMinute: 8000, OutputTokens: 2600, OutputCalls: 7},
 		{Key: rlKey, Failures: 1 << 40},
 		{Key: fleet.Key{Scope: fleet.ScopeAuth, Tenant: "other", Provider: "anthropic", KeyID: "k"}},
 	}}

@@ -621,6 +621,9 @@ type bucketCountsJSON struct {
 	RecentOK      int64    `json:"rok,omitempty"`
 	UsedTokens    int64    `json:"utok,omitempty"`
 	UsedEstimates int64    `json:"uest,omitempty"`
+	OTPM          int64    `json:"otpm,omitempty"`
+	OutputTokens  int64    `json:"otok,omitempty"`
+	OutputCalls   int64    `json:"ocalls,omitempty"`
 }
 
 // PublishCounts replaces rc.Replica's counts (all its buckets at once) and
@@ -644,6 +647,7 @@ func (x *Exchange) PublishCounts(ctx context.Context, rc fleet.ReplicaCounts) er
 			RPM: c.RequestsPerMinute, TPM: c.InputTokensPerMinute, FirstTokens: c.FirstAttemptTokens, RetryTokens: c.RetryTokens,
 			Parked: c.Parked, RecentF: c.RecentFailures, RecentOK: c.RecentSuccesses,
 			UsedTokens: c.UsedTokens, UsedEstimates: c.UsedEstimates,
+			OTPM: c.OutputTokensPerMinute, OutputTokens: c.OutputTokens, OutputCalls: c.OutputCalls,
 		})
 	}
 	counts, err := json.Marshal(buckets)
@@ -783,6 +787,7 @@ func readCounts(rows pgx.Rows) (fleet.ReplicaCounts, int64, error) {
 			RequestsPerMinute: c.RPM, InputTokensPerMinute: c.TPM, FirstAttemptTokens: c.FirstTokens, RetryTokens: c.RetryTokens,
 			Parked: c.Parked, RecentFailures: c.RecentF, RecentSuccesses: c.RecentOK,
 			UsedTokens: c.UsedTokens, UsedEstimates: c.UsedEstimates,
+			OutputTokensPerMinute: c.OTPM, OutputTokens: c.OutputTokens, OutputCalls: c.OutputCalls,
 		})
 	}
 	return rc, seq, nil

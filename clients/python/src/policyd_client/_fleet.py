@@ -239,6 +239,8 @@ class _Entry:
         "retry_tokens",
         "used_tokens",
         "used_estimated",
+        "output_tokens",
+        "output_calls",
         "reported_in_flight",
         "reported_parked",
         "headers",
@@ -259,6 +261,8 @@ class _Entry:
         # with the reports that count calls (their growth alone is not activity, so that a usage
         # read after its call was reported does not keep an idle target reporting).
         self.used_tokens = self.used_estimated = 0
+        # Output tokens the responses said their calls produced, and how many calls: alike.
+        self.output_tokens = self.output_calls = 0
         # What the last report said of the gate's gauges (requests in flight, calls parked).
         self.reported_in_flight = self.reported_parked = 0
         self.headers: dict[str, str] | None = None
@@ -466,6 +470,17 @@ class FleetTable:
                 e.used_tokens += min(max(used, 0), MAX_CALL_INPUT_TOKENS)
                 e.used_estimated += min(max(estimated, 0), MAX_CALL_INPUT_TOKENS)
 
+    def record_output(self, target: Target, output: int) -> None:
+        """Count the output tokens a success's response said its call produced (the last count
+        its body said), at most MAX_CALL_INPUT_TOKENS: one call's."""
+        with self._lock:
+            if self._disabled:
+                return
+            e = self._entry(target, self._clock())
+            if e is not None:
+                e.output_tokens += min(max(output, 0), MAX_CALL_INPUT_TOKENS)
+                e.output_calls += 1
+
     def flight(self, target: Target, delta: int) -> None:
         """An attempt to target starts (+1) or ends (-1): the report's in_flight gauge, and what
         the assignment's lease caps. A request ending wakes the calls parked at the lease."""
@@ -557,6 +572,13 @@ class FleetTable:
                 retry_tokens = min(e.retry_tokens, MAX_CALL_INPUT_TOKENS * retries)
                 used_limit = MAX_CALL_INPUT_TOKENS * (admitted + retries)  # policyd's: a call's at most
                 used_tokens, used_estimated = min(e.used_tokens, used_limit), min(e.used_estimated, used_limit)
+                # The calls whose output is counted, at most the attempts counted (policyd's
+                # bound), with their share of the output: the average a call is what it reads.
+                output_calls = min(e.output_calls, admitted + retries)
+                output_tokens = e.output_tokens
+                if output_calls < e.output_calls:
+                    output_tokens = output_tokens * output_calls // e.output_calls
+                output_tokens = min(output_tokens, MAX_CALL_INPUT_TOKENS * output_calls)
                 u = fpb.BucketUsage(
                     target=fpb.BucketTarget(provider=t.provider, model=t.model, key_id=t.key_id),
                     admitted=admitted,
@@ -574,6 +596,8 @@ class FleetTable:
                     retry_input_tokens=retry_tokens,
                     input_tokens_used=used_tokens,
                     input_tokens_estimated_for_used=used_estimated,
+                    output_tokens_used=output_tokens,
+                    output_tokens_used_calls=output_calls,
                     in_flight=g.in_flight,
                 )
                 elapsed = now - e.since
@@ -595,6 +619,8 @@ class FleetTable:
                 e.retry_tokens -= retry_tokens
                 e.used_tokens -= used_tokens
                 e.used_estimated -= used_estimated
+                e.output_tokens -= output_tokens
+                e.output_calls -= output_calls
                 e.reported_in_flight, e.reported_parked = g.in_flight, g.parked
                 e.headers = None
                 e.fresh = False

@@ -1,9 +1,13 @@
-"""What a success used: the first ``"prompt_tokens":`` or ``"input_tokens":`` count in a
-response's body, read chunk by chunk as the SDK reads it (docs/clients.md, "The transport",
-item 3). A JSON usage object or the SSE event that carries one (Anthropic's ``message_start``,
-OpenAI's last chunk with ``stream_options.include_usage``); a key, the whitespace after it or
-its number split across two chunks is still found. ``"input_tokens_details"`` and
-``"cache_read_input_tokens"`` are other keys: the quotes around the key are part of the match.
+"""What a success used, read from a response's body chunk by chunk as the SDK reads it
+(docs/clients.md, "The transport", item 3): the FIRST ``"prompt_tokens":`` or ``"input_tokens":``
+count (the input), and the LAST ``"completion_tokens":`` or ``"output_tokens":`` count (the
+output: Anthropic's stream says it twice, a small count in ``message_start`` and the final one in
+``message_delta`` at its end). A JSON usage object or the SSE event that carries one
+(Anthropic's ``message_start`` and ``message_delta``, OpenAI's last chunk with
+``stream_options.include_usage``, its Responses API's ``response.completed``); a key, the
+whitespace after it or its number split across two chunks is still found.
+``"input_tokens_details"``, ``"output_tokens_details"`` and ``"cache_read_input_tokens"`` are
+other keys: the quotes around the key are part of the match.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ __all__ = ["UsageScanner", "scanner_for"]
 
 # Every key ends so: one fast search a chunk finds the candidates, whose starts are checked.
 _KEY_END = b'_tokens"'
-_KEY_STARTS = (b'"prompt', b'"input')
-# The bytes a chunk carries over to the next: a key less its last byte.
-_CARRY = len(b'"prompt_tokens"') - 1
+_INPUT_STARTS = (b'"prompt', b'"input')
+_OUTPUT_STARTS = (b'"completion', b'"output')
+# The bytes a chunk carries over to the next: the longest key less its last byte.
+_CARRY = len(b'"completion_tokens"') - 1
 _SPACE = frozenset(b" \t\r\n")  # JSON's whitespace
 _COLON = ord(":")
 _DIGITS = frozenset(b"0123456789")
@@ -39,22 +44,26 @@ def scanner_for(content_encoding: str) -> UsageScanner | None:
 
 
 class UsageScanner:
-    """Feed it a body's chunks in order: :meth:`feed` returns the count once, when the number
-    that follows the first key is complete (a byte after it read), else None. ``decoder``: a
-    zlib decompressor of an encoded body (the SDK's library decodes its own copy), None for a
-    body as it came; a body it cannot decode says nothing."""
+    """Feed it a body's chunks in order: :meth:`feed` returns the input count once, when the
+    number that follows the first input key is complete (a byte after it read), else None;
+    :attr:`output` is the last output count read so far (None: none), the call's once the body
+    has ended. ``decoder``: a zlib decompressor of an encoded body (the SDK's library decodes its
+    own copy), None for a body as it came; a body it cannot decode says nothing more."""
 
-    __slots__ = ("_carry", "_decoder", "_digits", "_state")
+    __slots__ = ("_carry", "_decoder", "_digits", "_found", "_output_key", "_state", "output")
 
     def __init__(self, decoder: zlib._Decompress | None = None) -> None:
         self._carry = b""
         self._decoder = decoder
         self._digits = b""
         self._state = _SEEK
+        self._output_key = False  # the key being read counts output tokens
+        self._found = False  # the input count was returned
+        self.output: int | None = None
 
     @property
     def done(self) -> bool:
-        """The count was found (or the body cannot be read): nothing more to scan."""
+        """The body cannot be read: nothing more to scan."""
         return self._state == _DONE
 
     def feed(self, chunk: bytes) -> int | None:
@@ -68,6 +77,7 @@ class UsageScanner:
                 return None
         buf = self._carry + chunk if self._carry else chunk
         self._carry = b""
+        found = None
         i, n = 0, len(buf)
         while i < n:
             state = self._state
@@ -75,9 +85,11 @@ class UsageScanner:
                 j = buf.find(_KEY_END, i)
                 if j < 0:
                     self._carry = buf[max(i, n - _CARRY) :]
-                    return None
-                if buf.endswith(_KEY_STARTS, i, j):
-                    self._state = _KEY
+                    return found
+                if buf.endswith(_INPUT_STARTS, i, j):
+                    self._state, self._output_key = _KEY, False
+                elif buf.endswith(_OUTPUT_STARTS, i, j):
+                    self._state, self._output_key = _KEY, True
                 i = j + len(_KEY_END)
             elif state == _NUMBER:
                 j = i
@@ -85,9 +97,12 @@ class UsageScanner:
                     j += 1
                 self._digits = (self._digits + buf[i:j])[:_MAX_DIGITS]
                 if j == n:
-                    return None  # the number may go on in the next chunk
-                self._state = _DONE
-                return int(self._digits)
+                    return found  # the number may go on in the next chunk
+                count, self._digits, self._state, i = int(self._digits), b"", _SEEK, j
+                if self._output_key:
+                    self.output = count
+                elif not self._found:
+                    self._found, found = True, count
             else:
                 c = buf[i]
                 if c in _SPACE:
@@ -99,4 +114,4 @@ class UsageScanner:
                     self._state = _NUMBER
                 else:  # the key of something else (a string, null, an object): the next one
                     self._state = _SEEK
-        return None
+        return found

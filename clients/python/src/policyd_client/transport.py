@@ -204,7 +204,8 @@ class _Exchange:
         """Hand the response's rate-limit headers over (as observe_rate_limits does); True for a
         success (passed on, its body watched and counted in flight until it ends or is closed:
         the request holds the provider's slot meanwhile, which a lease of the fleet's cap counts;
-        and scanned, as the SDK reads it, for the input tokens the provider says it used)."""
+        and scanned, as the SDK reads it, for the input tokens the provider says it used, and the
+        output tokens the call produced: the last count the body said, once it ends)."""
         fleet = self.client._fleet
         if self.target is None or fleet is None:
             return response.status_code < 400  # type: ignore[no-any-return]
@@ -220,6 +221,7 @@ class _Exchange:
                 lambda: fleet.flight(target, -1),
                 scanner_for(response.headers.get("content-encoding", "")),
                 lambda used: fleet.record_usage(target, used, estimated),
+                lambda output: fleet.record_output(target, output),
             )
             return True
         return False
@@ -442,11 +444,21 @@ class _Flavour:
             """A success's body as it comes; an error while reading it is reported, then raised.
             ``on_end`` is called once: at its end, when it breaks off, or when it is closed.
             ``scan`` reads each chunk as it passes (None: not scanned); ``on_usage`` gets the
-            count it finds, once."""
+            input count it finds, once; ``on_output`` the last output count it read, once, when
+            the body ends or is closed (not when it breaks off)."""
 
-            def __init__(self, inner: Any, on_cut: Any, on_end: Any, scan: Any = None, on_usage: Any = None) -> None:
+            def __init__(
+                self,
+                inner: Any,
+                on_cut: Any,
+                on_end: Any,
+                scan: Any = None,
+                on_usage: Any = None,
+                on_output: Any = None,
+            ) -> None:
                 self._inner, self._on_cut, self._on_end = inner, on_cut, on_end
-                self._scan, self._on_usage = scan, on_usage
+                self._scan, self._on_usage, self._on_output = scan, on_usage, on_output
+                self._scanned = scan  # what it read, for the output at the end
                 self._ended = False
 
             def _read(self, chunk: bytes) -> None:
@@ -456,10 +468,13 @@ class _Flavour:
                 if self._scan.done:
                     self._scan = None
 
-            def _end(self) -> None:
+            def _end(self, cut: bool = False) -> None:
                 if not self._ended:
                     self._ended = True
                     self._on_end()
+                    s = self._scanned
+                    if not cut and s is not None and s.output is not None and self._on_output is not None:
+                        self._on_output(s.output)
 
             def __iter__(self) -> Iterator[bytes]:
                 try:
@@ -468,7 +483,7 @@ class _Flavour:
                             self._read(chunk)
                         yield chunk
                 except Exception:
-                    self._end()
+                    self._end(cut=True)
                     self._on_cut()
                     raise
                 self._end()
@@ -480,7 +495,7 @@ class _Flavour:
                             self._read(chunk)
                         yield chunk
                 except Exception:
-                    self._end()
+                    self._end(cut=True)
                     self._on_cut()
                     raise
                 self._end()

@@ -195,8 +195,16 @@ type BucketUsage struct {
 	RetryInputTokens        uint64 `protobuf:"varint,13,opt,name=retry_input_tokens,json=retryInputTokens,proto3" json:"retry_input_tokens,omitempty"`
 	// Tokens the responses said they used (their usage), where the client
 	// read it; each at most 2,000,000 for each of admitted and retries.
+	// output_tokens_used is what the calls produced, the last output count
+	// each response carried (Anthropic's stream says it twice, the final
+	// count last): the daemon counts each call against a provider's
+	// output-token limit at the fleet's average of it.
 	InputTokensUsed  uint64 `protobuf:"varint,14,opt,name=input_tokens_used,json=inputTokensUsed,proto3" json:"input_tokens_used,omitempty"`
 	OutputTokensUsed uint64 `protobuf:"varint,15,opt,name=output_tokens_used,json=outputTokensUsed,proto3" json:"output_tokens_used,omitempty"`
+	// The calls whose output output_tokens_used counts (those whose usage
+	// the client read): the average's divisor. At most admitted and retries
+	// together; not 0 when output_tokens_used is not.
+	OutputTokensUsedCalls uint64 `protobuf:"varint,21,opt,name=output_tokens_used_calls,json=outputTokensUsedCalls,proto3" json:"output_tokens_used_calls,omitempty"`
 	// The client's input-token estimates of the same calls whose usage
 	// input_tokens_used counts (the estimates first_attempt_input_tokens and
 	// retry_input_tokens counted them at): the daemon scales the fleet's
@@ -348,6 +356,13 @@ func (x *BucketUsage) GetInputTokensUsed() uint64 {
 func (x *BucketUsage) GetOutputTokensUsed() uint64 {
 	if x != nil {
 		return x.OutputTokensUsed
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetOutputTokensUsedCalls() uint64 {
+	if x != nil {
+		return x.OutputTokensUsedCalls
 	}
 	return 0
 }
@@ -827,7 +842,7 @@ func (x *Bucket) GetLimits() []*ProviderLimit {
 // ProviderLimit is one of a provider's limits on a key, as its headers say.
 type ProviderLimit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "requests" or "input_tokens".
+	// "requests", "input_tokens" or "output_tokens".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The learnt limit per minute (0: none learnt, or expired), and whether
 	// it paces the fleet's first attempts now (corroborated).
@@ -2163,7 +2178,7 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\fBucketTarget\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x15\n" +
-	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xf2\x06\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xab\a\n" +
 	"\vBucketUsage\x120\n" +
 	"\x06target\x18\x01 \x01(\v2\x18.policyd.v1.BucketTargetR\x06target\x123\n" +
 	"\aelapsed\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12\x1a\n" +
@@ -2181,7 +2196,8 @@ const file_policyd_v1_fleet_proto_rawDesc = "" +
 	"\x1afirst_attempt_input_tokens\x18\f \x01(\x04R\x17firstAttemptInputTokens\x12,\n" +
 	"\x12retry_input_tokens\x18\r \x01(\x04R\x10retryInputTokens\x12*\n" +
 	"\x11input_tokens_used\x18\x0e \x01(\x04R\x0finputTokensUsed\x12,\n" +
-	"\x12output_tokens_used\x18\x0f \x01(\x04R\x10outputTokensUsed\x12D\n" +
+	"\x12output_tokens_used\x18\x0f \x01(\x04R\x10outputTokensUsed\x127\n" +
+	"\x18output_tokens_used_calls\x18\x15 \x01(\x04R\x15outputTokensUsedCalls\x12D\n" +
 	"\x1finput_tokens_estimated_for_used\x18\x14 \x01(\x04R\x1binputTokensEstimatedForUsed\x120\n" +
 	"\x14batch_first_attempts\x18\x10 \x01(\x04R\x12batchFirstAttempts\x12\x1b\n" +
 	"\tin_flight\x18\x12 \x01(\x04R\binFlight\x12\x1b\n" +

@@ -32,7 +32,7 @@ class BucketTarget(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ...) -> None: ...
 
 class BucketUsage(_message.Message):
-    __slots__ = ("target", "elapsed", "admitted", "shed", "succeeded", "failed", "retries", "rate_limit_headers", "parked", "parked_new", "released", "first_attempt_input_tokens", "retry_input_tokens", "input_tokens_used", "output_tokens_used", "input_tokens_estimated_for_used", "batch_first_attempts", "in_flight", "fell_back")
+    __slots__ = ("target", "elapsed", "admitted", "shed", "succeeded", "failed", "retries", "rate_limit_headers", "parked", "parked_new", "released", "first_attempt_input_tokens", "retry_input_tokens", "input_tokens_used", "output_tokens_used", "output_tokens_used_calls", "input_tokens_estimated_for_used", "batch_first_attempts", "in_flight", "fell_back")
     class RateLimitHeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class BucketUsage(_message.Message):
     RETRY_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     INPUT_TOKENS_USED_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_USED_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_USED_CALLS_FIELD_NUMBER: _ClassVar[int]
     INPUT_TOKENS_ESTIMATED_FOR_USED_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIRST_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -74,11 +75,12 @@ class BucketUsage(_message.Message):
     retry_input_tokens: int
     input_tokens_used: int
     output_tokens_used: int
+    output_tokens_used_calls: int
     input_tokens_estimated_for_used: int
     batch_first_attempts: int
     in_flight: int
     fell_back: int
-    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admitted: _Optional[int] = ..., shed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., rate_limit_headers: _Optional[_Mapping[str, str]] = ..., parked: _Optional[int] = ..., parked_new: _Optional[int] = ..., released: _Optional[int] = ..., first_attempt_input_tokens: _Optional[int] = ..., retry_input_tokens: _Optional[int] = ..., input_tokens_used: _Optional[int] = ..., output_tokens_used: _Optional[int] = ..., input_tokens_estimated_for_used: _Optional[int] = ..., batch_first_attempts: _Optional[int] = ..., in_flight: _Optional[int] = ..., fell_back: _Optional[int] = ...) -> None: ...
+    def __init__(self, target: _Optional[_Union[BucketTarget, _Mapping]] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., admitted: _Optional[int] = ..., shed: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., retries: _Optional[int] = ..., rate_limit_headers: _Optional[_Mapping[str, str]] = ..., parked: _Optional[int] = ..., parked_new: _Optional[int] = ..., released: _Optional[int] = ..., first_attempt_input_tokens: _Optional[int] = ..., retry_input_tokens: _Optional[int] = ..., input_tokens_used: _Optional[int] = ..., output_tokens_used: _Optional[int] = ..., output_tokens_used_calls: _Optional[int] = ..., input_tokens_estimated_for_used: _Optional[int] = ..., batch_first_attempts: _Optional[int] = ..., in_flight: _Optional[int] = ..., fell_back: _Optional[int] = ...) -> None: ...
 
 class CoordinateResponse(_message.Message):
     __slots__ = ("assignments",)
