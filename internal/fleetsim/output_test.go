@@ -10,16 +10,16 @@ import (
 
 // outputSeeds are the seeds the output goals are met over: the 429s of a
 // paced run come from the pace's probing (AIMD rises to the whole limit
-// until a 429 cuts it) and the parked calls' draws, and vary by seed
-// (docs/fleet-simulation.md); the goals hold for the mean over seeds, not
-// each seed.
+// until a 429 cuts it) and, with three replicas, from each replica seeing
+// the others' demand a second late, and vary by seed
+// (docs/fleet-simulation.md).
 var outputSeeds = []uint64{1, 2, 3, 4, 5}
 
 // Pacing on output tokens (the output scenario: outputs of 100–10 k tokens
 // at twice a key's output-token limit, Anthropic's headers), with one and
-// three replicas sharing the fleet, both lifetimes, over outputSeeds: a
-// mean of ≤ 2 % of attempts throttled (≤ 3.5 % with three replicas, as the
-// tokens scenario's), ≥ 90 % of the limit used in every run, no more calls
+// three replicas sharing the fleet, both lifetimes, over outputSeeds: ≤ 2
+// % of attempts throttled in every run with one replica, and on average
+// over the seeds with three, ≥ 90 % of the limit used in every run, no more calls
 // lost than the seed's best baseline (+0.01), at least 0.9 of its output
 // tokens and 0.8 of its calls served.
 func TestOutputGoals(t *testing.T) {
@@ -54,14 +54,14 @@ func TestOutputGoals(t *testing.T) {
 	for _, life := range []int{0, 3} {
 		for _, replicas := range []int{1, 3} {
 			t.Run(fmt.Sprintf("life=%s/replicas=%d", LifeName(life), replicas), func(t *testing.T) {
-				throttledMax := 0.02
-				if replicas > 1 {
-					throttledMax = 0.035
-				}
+				const throttledMax = 0.02
 				throttled := 0.0
 				for _, seed := range outputSeeds {
 					r, b := run(t, PolicyFleetStream, life, replicas, seed), bests[seed]
 					throttled += r.Throttled / float64(len(outputSeeds))
+					if replicas == 1 && r.Throttled > throttledMax {
+						t.Errorf("seed %d: %.3f of attempts throttled; want ≤ %.3f", seed, r.Throttled, throttledMax)
+					}
 					if r.QuotaUsed < 0.9 {
 						t.Errorf("seed %d: %.2f of the output limit used; want ≥ 0.9", seed, r.QuotaUsed)
 					}
