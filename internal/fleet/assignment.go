@@ -212,6 +212,7 @@ func (f *Fleet) Report(u Usage) {
 		rl.learnLimit(now, c, requestLimit, u.RequestsPerMinute, u.ClientID, false)
 		rl.learnLimit(now, c, tokenLimit, u.InputTokensPerMinute, u.ClientID, false)
 		rl.learnLimit(now, c, outputLimit, u.OutputTokensPerMinute, u.ClientID, false)
+		rl.noteHeaderless(now, u.Succeeded, [limitKinds]int64{requestLimit: u.RequestsPerMinute, tokenLimit: u.InputTokensPerMinute, outputLimit: u.OutputTokensPerMinute})
 		rl.followRemaining(now, c, u.RemainingShare)
 		rl.noteLeft(now, u.Left)
 	}

@@ -110,7 +110,7 @@ func TestPaceEndReleasesTheParkedInSlots(t *testing.T) {
 	f.Assign(streamTarget, "c00")
 	clk.advance(LimitTTL + time.Second) // no header carries the limit again
 	for i := range 20 {
-		f.Report(Usage{Target: streamTarget, ClientID: fmt.Sprintf("c%02d", i), Parked: 1})
+		f.Report(Usage{Target: streamTarget, ClientID: fmt.Sprintf("c%02d", i), Parked: 1, Succeeded: 1})
 	}
 	paceFactor := PaceReleaseFactor
 	window := min(maxRelease, time.Duration(20/(paceFactor*2)*float64(time.Second)))

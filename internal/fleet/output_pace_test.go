@@ -91,8 +91,10 @@ func TestOutputLimitIsHeldLikeTheOthers(t *testing.T) {
 	if !found {
 		t.Errorf("GetBucket's views do not show the output-token limit: %+v", page)
 	}
-	// Expires LimitTTL after the last header or 429 that carried it.
+	// Expires LimitTTL after the last header or 429 that carried it, once
+	// successes come without it.
 	clk.advance(LimitTTL + 1)
+	f.Report(Usage{Target: streamTarget, ClientID: "a", Succeeded: 1})
 	if a := f.Assign(streamTarget, "a"); a.AdmitFraction != 1 {
 		t.Fatalf("the output limit did not expire: %+v", a)
 	}

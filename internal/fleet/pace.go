@@ -48,9 +48,12 @@ const ParkRecheck = time.Second
 type learntLimit struct {
 	perMinute int64
 	at        time.Time // when a header or a 429 last carried it
-	by        string    // the client that reported it first
-	confirmed bool      // carried by a 429 or reported by a second client
-	expiredAt time.Time
+	// headerless is when a report last counted successes whose headers did
+	// not carry the limit: the evidence that it lifted (limit).
+	headerless time.Time
+	by         string // the client that reported it first
+	confirmed  bool   // carried by a 429 or reported by a second client
+	expiredAt  time.Time
 }
 
 // The limits a bucket paces on.
@@ -80,6 +83,19 @@ func (l *learntLimit) learn(now time.Time, perMinute int64, client string, on429
 		return true
 	}
 	return false
+}
+
+// noteHeaderless records that a report counted successes whose headers
+// did not carry the limits it names 0 (perMinute, by limit).
+func (b *Bucket) noteHeaderless(now time.Time, succeeded int64, perMinute [limitKinds]int64) {
+	if succeeded <= 0 {
+		return
+	}
+	for which, n := range perMinute {
+		if n <= 0 {
+			b.limits[which].headerless = now
+		}
+	}
 }
 
 // learnLimit records limit which (requestLimit, tokenLimit, outputLimit) of perMinute
@@ -190,7 +206,11 @@ func (b *Bucket) fromOthers(now time.Time, c *Config) {
 // and not expired.
 func (b *Bucket) limit(now time.Time, c *Config, which int) int64 {
 	l := &b.limits[which]
-	if l.perMinute > 0 && !l.at.IsZero() && now.Sub(l.at) > LimitTTL {
+	// A limit ends when no header or 429 carried it for LimitTTL while
+	// successes came without it. Without successes at all, the pace's own
+	// parked calls may be why no header came: a starved replica must not
+	// end its pace and release its backlog into the limit.
+	if l.perMinute > 0 && !l.at.IsZero() && now.Sub(l.at) > LimitTTL && l.headerless.After(l.at) {
 		ended := l.confirmed
 		if ended {
 			b.notePace(now, "", fmt.Sprintf("pacing on %s ends: no header or 429 carried the limit for %v", limitUnits[which], LimitTTL), 0, c)

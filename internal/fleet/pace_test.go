@@ -34,7 +34,14 @@ func TestPaceLearntLimit(t *testing.T) {
 				a.RequestsPerMinute = rpm
 				f.Decide(a)
 			}},
-		{name: "the limit expires", want: 1,
+		{name: "the limit expires once successes come without it", want: 1,
+			run: func(f *Fleet, clk *fakeClock) {
+				report(f, "a", rpm)
+				report(f, "b", rpm)
+				clk.advance(LimitTTL + time.Second)
+				f.Report(Usage{Target: streamTarget, ClientID: "a", Admitted: 100, Succeeded: 100})
+			}},
+		{name: "with no success at all, a limit no header carried is held", want: 10.0 / 30, why: "pacing a limit of 600", // risen to the whole limit, 30 calls a second
 			run: func(f *Fleet, clk *fakeClock) {
 				report(f, "a", rpm)
 				report(f, "b", rpm)
@@ -104,6 +111,7 @@ func TestPaceChangesAreEvents(t *testing.T) {
 	throttle() // cut, an event for two cuts
 	f.Report(Usage{Target: streamTarget, ClientID: "b", RequestsPerMinute: rpm, RemainingShare: 0.8})
 	clk.advance(LimitTTL + time.Second)
+	f.Report(Usage{Target: streamTarget, ClientID: "b", Succeeded: 1}) // a success without the header
 	f.Tick()
 
 	type want struct {

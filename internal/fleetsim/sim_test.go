@@ -153,12 +153,13 @@ var baselines = []string{PolicyStateless, PolicySDK, PolicyGeminiCLI, PolicyAWSS
 // instead (docs/fleet-simulation.md, "Goals not met").
 func TestAgentGoals(t *testing.T) {
 	skipUnderRace(t)
-	// The herd's bounds are seed 1's; over seeds 1–20 the outage's median
-	// meets the goal (TestStreamRecovery).
+	// The herd's bounds are seed 1's (life 3 is the worse: 2.01, 2.14 and
+	// 2.01 ×); over seeds 1–20 the outage's median meets the goal and its
+	// worst is 2.05 × (TestStreamRecovery).
 	shortfalls := map[string]struct{ goodput, herd float64 }{
-		Outage:  {herd: 2.4},
-		Partial: {herd: 2.8},  // half the agents: a noisier second (healthy 1.78)
-		Restart: {herd: 2.25}, // policyd away: every first attempt admitted, as stateless clients (2.01)
+		Outage:  {herd: 2.1},
+		Partial: {herd: 2.2}, // half the agents: a noisier second (healthy 1.78)
+		Restart: {herd: 2.1}, // policyd away: every first attempt admitted, as stateless clients (2.01)
 	}
 	for _, sc := range []string{Outage, Partial, Quota, Restart} {
 		for _, life := range []int{0, 3} {
@@ -385,11 +386,12 @@ func TestStreamRecovery(t *testing.T) {
 			// it on 39 of the 40 runs of seeds 1–20 (one 0.11:
 			// docs/fleet-simulation.md, "Goals not met").
 			// The busiest second after the outage: ≤ 2 × its baseline as the
-			// median of seeds 1–20 (the front-loaded release); single seeds
-			// reach 2.3 × (docs/fleet-simulation.md, "Goals not met").
+			// median of seeds 1–20 (1.85 and 1.79 ×: release slots for the
+			// parked clients only, front-loaded); single seeds reach 2.05 ×
+			// (docs/fleet-simulation.md, "Goals not met").
 			byHerd := slices.Sorted(slices.Values(herd))
-			if med := (byHerd[9] + byHerd[10]) / 2; med > 2 || byHerd[19] > 2.4 {
-				t.Errorf("outage: busiest second over seeds 1–20 %v: median %.2f, worst %.2f; want ≤ 2 and ≤ 2.4", herd, med, byHerd[19])
+			if med := (byHerd[9] + byHerd[10]) / 2; med > 2 || byHerd[19] > 2.1 {
+				t.Errorf("outage: busiest second over seeds 1–20 %v: median %.2f, worst %.2f; want ≤ 2 and ≤ 2.1", herd, med, byHerd[19])
 			}
 			if worst := slices.Max(afterDetection); worst > 0.11 {
 				t.Errorf("outage: amplification after detection over seeds 1–20 %v: worst %.2f; want ≤ 0.11", afterDetection, worst)
