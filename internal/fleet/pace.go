@@ -15,7 +15,9 @@ import (
 //     by more than one client (one client's stale or foreign header does
 //     not throttle the fleet);
 //   - it expires LimitTTL after the last header or 429 that carried it,
-//     so a limit that lifts is forgotten within seconds;
+//     once successes come without it, so a limit that lifts is forgotten
+//     within seconds (and a pace that starved its clients of successes
+//     does not end for want of headers);
 //   - the share it gives moves as TCP's congestion window and the AWS
 //     SDKs' adaptive retry mode do (additive increase, multiplicative
 //     decrease): cut by CutFactor on a 429, raised by RisePerSecond of the
@@ -25,8 +27,13 @@ import (
 //     a cut at once (followRemaining).
 
 // LimitTTL is how long a learnt limit lasts without a header or a
-// 429 that carries it again.
-const LimitTTL = 5 * time.Second
+// 429 that carries it again (while successes come without it). Shorter
+// recovers sooner after a limit lifts: in the simulation (quota, seeds
+// 1–10) 3 s against 5 s took recovery from 5–7 s to 3–7 s and the calls
+// completed from 0.981–0.994 to 0.983–0.995 of the best baseline's (with
+// 2,000 agents 0.977 → 0.986); a limit that providers carry on every
+// response is refreshed far more often than that.
+const LimitTTL = 3 * time.Second
 
 // The pace's AIMD: a 429 cuts the share to CutFactor of itself (at most
 // every cutEvery, never below MinCut); each second without one raises it

@@ -123,7 +123,7 @@ func TestPaceChangesAreEvents(t *testing.T) {
 		{"a", "pace cut after a 429: 92 % of the limit's share (cuts: 1)", map[string]int64{"rpm": 600, "share_pct": 85, "cuts": 1}},
 		{"a", "pace cut after a 429: 76 % of the limit's share (cuts: 2)", map[string]int64{"rpm": 600, "share_pct": 71, "cuts": 2}},
 		{"", "pace lifted to the limit's whole share: a success's headers say 80 % of it is left", map[string]int64{"rpm": 600, "share_pct": 100}},
-		{"", "pacing on requests ends: no header or 429 carried the limit for 5s", map[string]int64{"rpm": 600, "share_pct": 100}},
+		{"", "pacing on requests ends: no header or 429 carried the limit for 3s", map[string]int64{"rpm": 600, "share_pct": 100}},
 	}
 	var got []Event
 	for _, e := range rec.events {
