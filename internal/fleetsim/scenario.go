@@ -354,18 +354,26 @@ func (p *provider) attempt(now time.Duration, model string, prompt, output int64
 	return ok
 }
 
+// refillMinute tops the provider's token bucket up to now for a limit of
+// perMinute tokens a minute whose bucket holds a minute's worth (the
+// window started at the scenario's start), and returns its rate a second.
+func (p *provider) refillMinute(now time.Duration, perMinute int) float64 {
+	rate := float64(perMinute) / 60
+	if p.at < p.sc.Start {
+		p.at = p.sc.Start
+	}
+	p.tokens = min(float64(perMinute), p.tokens+rate*(now-p.at).Seconds())
+	p.at = now
+	return rate
+}
+
 // outputAttempt answers an attempt in the output scenario's window: a
 // success takes its output from the bucket, and carries Anthropic's
 // headers for its three limits; an output the bucket cannot hold is a 429
 // whose retry-after (whole seconds, as Anthropic sends it) says when it
 // would fit.
 func (p *provider) outputAttempt(now time.Duration, model string, output int64, ok Outcome, r *rand.Rand) Outcome {
-	rate, burst := float64(OutputTokensPerMinute)/60, float64(OutputTokensPerMinute)
-	if p.at < p.sc.Start {
-		p.at = p.sc.Start
-	}
-	p.tokens = min(burst, p.tokens+rate*(now-p.at).Seconds())
-	p.at = now
+	rate := p.refillMinute(now, OutputTokensPerMinute)
 	headers := func(left float64) map[string]string {
 		return map[string]string{
 			"anthropic-ratelimit-requests-limit":          strconv.Itoa(OutputScenarioRPM),
@@ -394,12 +402,7 @@ func (p *provider) outputAttempt(now time.Duration, model string, output int64, 
 // for both limits; a prompt the bucket cannot hold is a 429 that says when
 // it would fit.
 func (p *provider) tokenAttempt(now time.Duration, model string, prompt int64, ok Outcome, r *rand.Rand) Outcome {
-	rate, burst := float64(TokensPerMinute)/60, float64(TokensPerMinute)
-	if p.at < p.sc.Start {
-		p.at = p.sc.Start
-	}
-	p.tokens = min(burst, p.tokens+rate*(now-p.at).Seconds())
-	p.at = now
+	rate := p.refillMinute(now, TokensPerMinute)
 	headers := func(left float64) map[string]string {
 		return map[string]string{
 			"x-ratelimit-limit-requests":     strconv.Itoa(TokenScenarioRPM),
@@ -419,5 +422,5 @@ func (p *provider) tokenAttempt(now time.Duration, model string, prompt int64, o
 	h["retry-after"] = strconv.Itoa(int(math.Ceil(next.Seconds())))
 	h["retry-after-ms"] = strconv.FormatInt(ms, 10)
 	return Outcome{Latency: failureLatency(r), Throttled: true, Hint: time.Duration(ms) * time.Millisecond,
-		Failure: failure(model, 429, fmt.Sprintf(tokenLimitBody, int64(burst-p.tokens), prompt, strconv.FormatInt(ms, 10)+"ms"), h)}
+		Failure: failure(model, 429, fmt.Sprintf(tokenLimitBody, int64(float64(TokensPerMinute)-p.tokens), prompt, strconv.FormatInt(ms, 10)+"ms"), h)}
 }
