@@ -21,8 +21,9 @@ import (
 // as many first attempts as the count rose since the last assignment it
 // saw. A refresh that repeats a count grants nothing twice; a count that
 // went down (another replica's, or one this replica restarted) is a new
-// count from zero. Batch and interactive calls keep their classes' draws
-// (classes.go): a grant does not know a call's class.
+// count from zero; the first count a gate sees is what was granted before
+// it knew the target, and grants nothing. Batch and interactive calls keep
+// their classes' draws (classes.go): a grant does not know a call's class.
 
 // maxGrantDebt is how far the grants' clock may lag now: after a pause
 // with nobody to grant to, the grants start again at the pace's rate, not
