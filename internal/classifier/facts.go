@@ -230,6 +230,15 @@ func (c *Classifier) loadStructure(fx *facts, f *policydv1.Failure) {
 	if fx.status >= 500 && fx.status <= 599 && fx.upstreamStatus != 0 {
 		fx.status = fx.upstreamStatus
 	}
+	// An application's 5xx whose own words open with the upstream's 4xx
+	// (Flowise's 500 "... InsufficientQuotaError: 429 You exceeded your
+	// current quota", a web app's 500 {"message": "429 Rate limit is
+	// exceeded. Try again in 11 seconds."}): the status it relays, as above.
+	if fx.status >= 500 && fx.status <= 599 && fx.digits {
+		if s := relayedStatus(fx); s != 0 {
+			fx.status = s
+		}
+	}
 	// A failure that got an HTTP response is not an upstream gRPC call's.
 	fx.grpc = f.GetGrpcCode()
 	if fx.grpc == 0 && f.GetHttpStatus() == 0 {
@@ -244,6 +253,20 @@ func (c *Classifier) loadStructure(fx *facts, f *policydv1.Failure) {
 	if code, ok := jsonrpcFromText(fx.text[:fx.split]); ok {
 		c.addJSONRPC(fx, code)
 	}
+}
+
+// relayedStatus is the 4xx the runtime message, else the body's messages,
+// state as their status (see statusFromText), or 0.
+func relayedStatus(fx *facts) int32 {
+	if s := statusFromText(fx.text[:fx.split]); s >= 400 && s <= 499 {
+		return s
+	}
+	if fx.split+1 < len(fx.text) {
+		if s := statusFromText(fx.text[fx.split+1:]); s >= 400 && s <= 499 {
+			return s
+		}
+	}
+	return 0
 }
 
 // addName marks the blocks an exception or class name satisfies, with and
@@ -612,8 +635,14 @@ const KindRateLimitRemainingZero = "limit_remaining_zero"
 const KindQuotaLimitZero = "quota_limit_zero"
 
 // zeroLimit reports whether text holds "limit:" followed by a zero that is
-// not the start of another number, as gemini-cli's /limit:\s*0(?!\d|\.\d)/.
+// not the start of another number, as gemini-cli's /limit:\s*0(?!\d|\.\d)/,
+// or Google's ErrorInfo metadata stating a quota_limit_value of "0" (in
+// protobuf text, `key: "quota_limit_value" value: "0"`, or in JSON,
+// `"quota_limit_value": "0"`).
 func zeroLimit(text []byte) bool {
+	if zeroLimitValue(text) {
+		return true
+	}
 	rest := text
 	for {
 		i := bytes.Index(rest, []byte("limit:"))
@@ -631,6 +660,28 @@ func zeroLimit(text []byte) bool {
 		next := rest[j+1:]
 		digit := func(k int) bool { return k < len(next) && next[k] >= '0' && next[k] <= '9' }
 		if !digit(0) && !(len(next) > 0 && next[0] == '.' && digit(1)) {
+			return true
+		}
+	}
+}
+
+// zeroLimitValue reports whether text states a quota_limit_value of "0".
+func zeroLimitValue(text []byte) bool {
+	const key = "quota_limit_value"
+	rest := text
+	for {
+		i := bytes.Index(rest, []byte(key))
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(key):]
+		// Skip the quotes, separators and protobuf's "value" word between
+		// the key and its value: `" value: "` or `": "`.
+		j := 0
+		for j < len(rest) && j < 16 && strings.IndexByte("\"\\ :\tvalue", rest[j]) >= 0 {
+			j++
+		}
+		if j > 0 && rest[j-1] == '"' && j+1 < len(rest) && rest[j] == '0' && (rest[j+1] == '"' || rest[j+1] == '\\') {
 			return true
 		}
 	}

@@ -41,6 +41,9 @@ var statusPrefixes = [][]byte{
 	// "Server returned HTTP response code: 503", Ollama's "(status code: 400)".
 	[]byte("error "),
 	[]byte("does not indicate success: "),
+	// openai-python 0.x's APIError: "Invalid response object from API:
+	// '...' (HTTP response code was 401)".
+	[]byte("response code was "),
 	[]byte("http response code: "),
 	[]byte("status: "),
 	[]byte("status="),

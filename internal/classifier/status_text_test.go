@@ -35,6 +35,7 @@ func TestStatusFromText(t *testing.T) {
 		{"Server error '529 ' for url 'https://api.anthropic.com/v1/messages'", 529},
 		{"Client error '429 Too Many Requests' for url 'https://x'", 429},
 		{"Gemini error in batch 1: 500 An internal error has occurred.", 500},
+		{"Invalid response object from API: '{\"message\":\"Unauthorized\"}' (HTTP response code was 401)", 401},
 		{"max_tokens: 500", 0},
 		{"timeout: 500ms", 0},
 		{"[4290] items", 0},
