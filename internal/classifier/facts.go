@@ -56,7 +56,7 @@ type facts struct {
 	// pushbackStop: grpc-retry-pushback-ms was negative or not a number,
 	// the server's way to say "do not retry" (gRFC A6).
 	pushbackStop bool
-	toolError    bool // an MCP tool result with "isError": true
+	toolError    bool // an MCP tool result with "isError" (or "is_error"): true
 	digits       bool // text holds a digit
 
 	resets [4]resetHeader
@@ -255,16 +255,17 @@ func (c *Classifier) loadStructure(fx *facts, f *policydv1.Failure) {
 	}
 }
 
-// relayedStatus is the 4xx the runtime message, else the body's messages,
-// state as their status (see statusFromText), or 0.
+// relayedStatus is the first 4xx the runtime message, else the body's
+// messages, state as a status (see statusFromText), or 0. A 5xx stated
+// before it is the relay's own ("HTTP 500 Internal Server Error from
+// https://... Error in Continue free trial server: 429 You exceeded your
+// current quota").
 func relayedStatus(fx *facts) int32 {
-	if s := statusFromText(fx.text[:fx.split]); s >= 400 && s <= 499 {
+	if s := status4xxFromText(fx.text[:fx.split]); s != 0 {
 		return s
 	}
 	if fx.split+1 < len(fx.text) {
-		if s := statusFromText(fx.text[fx.split+1:]); s >= 400 && s <= 499 {
-			return s
-		}
+		return status4xxFromText(fx.text[fx.split+1:])
 	}
 	return 0
 }
@@ -516,7 +517,9 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool, depth i
 					fx.upstreamStatus = s
 				}
 			}
-		case "isError":
+		case "isError", "is_error":
+			// MCP's tool result, and Anthropic's tool_result and
+			// mcp_tool_result blocks (is_error).
 			toolError = value == "true"
 		case "status":
 			c.addKind(fx, value, false)
@@ -540,7 +543,9 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool, depth i
 			c.addKind(fx, kind, false)
 		// Portkey's gateway relays an upstream's body that is not JSON as
 		// {"html-message": "..."}.
-		case "message", "Message", "detail", "error_description", "msg", "errorMessage", "error_msg", "errmsg", "error_message", "html-message":
+		// Stability AI: {"name": "content_moderation", "errors": ["Your
+		// request was flagged ..."]}.
+		case "message", "Message", "detail", "error_description", "msg", "errorMessage", "error_msg", "errmsg", "error_message", "html-message", "errors":
 			text(value)
 			if depth < maxEmbedDepth && embedded == "" && strings.IndexByte(value, '{') >= 0 {
 				embedded = value
@@ -584,6 +589,11 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool, depth i
 		scanJSONKeys(doc, func(key, value string, isString bool) {
 			if key == "text" && isString {
 				text(value)
+				// A tool that relays an HTTP failure says its status in
+				// its text ("HTTP 429"): the status the rules read.
+				if fx.bodyStatus == 0 && len(value) < 256 {
+					fx.bodyStatus = statusFromText([]byte(strings.ToLower(value)))
+				}
 			}
 		})
 	}

@@ -54,6 +54,9 @@ func scanJSONKeys(doc string, visit func(key, value string, isString bool)) {
 		case c == 't' && len(doc)-k >= 4 && doc[k:k+4] == "true":
 			visit(key, "true", false)
 			i = k + 4
+		case c == '[':
+			// An array of strings ({"errors": ["..."]}): each under its key.
+			i = scanStringArray(doc, k+1, key, visit)
 		default:
 			i = k
 		}
@@ -95,4 +98,27 @@ func isNumberByte(c byte) bool {
 func looksLikeJSON(body string) bool {
 	i := skipSpace(body, 0)
 	return i < len(body) && (body[i] == '{' || body[i] == '[')
+}
+
+// scanStringArray visits the leading string elements of the array that
+// opens before doc[i] under key, and returns where the walk goes on: past
+// the last string visited, or at the first element that is not a string
+// (whose own keys the walk then reads).
+func scanStringArray(doc string, i int, key string, visit func(key, value string, isString bool)) int {
+	for {
+		k := skipSpace(doc, i)
+		if k >= len(doc) || doc[k] != '"' {
+			return k
+		}
+		end := stringEnd(doc, k+1)
+		if end < 0 {
+			return len(doc)
+		}
+		visit(key, doc[k+1:end], true)
+		i = skipSpace(doc, end+1)
+		if i >= len(doc) || doc[i] != ',' {
+			return i
+		}
+		i++
+	}
 }

@@ -96,6 +96,20 @@ func statusFromText(text []byte) int32 {
 	if s := statusFromReason(text); s != 0 {
 		return s
 	}
+	return statusInText(text, false)
+}
+
+// status4xxFromText returns the first 4xx status that lower-case text
+// states, past any 5xx it states before it, or 0.
+func status4xxFromText(text []byte) int32 {
+	if s := statusFromReason(text); s >= 400 && s <= 499 {
+		return s
+	}
+	return statusInText(text, true)
+}
+
+// statusInText is statusFromText's scan; only4xx skips stated 5xx statuses.
+func statusInText(text []byte, only4xx bool) int32 {
 	for i := 0; i+3 <= len(text); i++ {
 		if c := text[i]; c != '4' && c != '5' {
 			continue
@@ -104,7 +118,7 @@ func statusFromText(text []byte) int32 {
 			continue
 		}
 		s, ok := threeDigits(text[i:])
-		if !ok {
+		if !ok || (only4xx && s >= 500) {
 			continue
 		}
 		before := text[:i]

@@ -126,6 +126,18 @@ func TestStructureWhereverItIs(t *testing.T) {
 			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
 		{name: "a 4xx beats a generic api_error type", failure: &policydv1.Failure{HttpStatus: 400, Body: `{"error":{"message":"x","type":"api_error"}}`},
 			wantType: typeInvalidRequest, wantRule: "invalid_request.400"},
+		{name: "an Anthropic mcp_tool_result with is_error states its status", failure: &policydv1.Failure{
+			Body: `{"content":[{"text":"HTTP 429","type":"text"}],"is_error":true,"type":"agent.mcp_tool_result"}`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a tool result's text with no status stays the tool's error", failure: &policydv1.Failure{
+			Body: `{"content":[{"text":"no row 429 in table","type":"text"}],"is_error":true}`},
+			wantType: typeInvalidRequest, wantRule: "tool.error"},
+		{name: "an array of error strings is read", failure: &policydv1.Failure{
+			Body: `{"errors":["Your request was flagged by our content moderation system, as a result your request was denied."],"name":"content_moderation"}`},
+			wantType: policydv1.FailureType_FAILURE_TYPE_CONTENT_POLICY, wantRule: "content_policy"},
+		{name: "an array of strings before an object is read, and the object too", failure: &policydv1.Failure{
+			Body: `{"tags":["a", "b"],"error":{"type":"overloaded_error","message":"busy"}}`},
+			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
 	})
 }
 
@@ -165,6 +177,12 @@ func TestStatusesStatedElsewhere(t *testing.T) {
 		{name: "an application's 500 whose body's message opens with a 429", failure: &policydv1.Failure{HttpStatus: 500,
 			Body: `{"statusCode":500,"error":"Internal Server Error","message":"429 Rate limit is exceeded. Try again in 11 seconds."}`},
 			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a relay's 500 that states its own 500 before the upstream's 429", failure: &policydv1.Failure{HttpStatus: 500,
+			Message: "HTTP 500 Internal Server Error from https://proxy.example/stream_complete Error in free trial server: 429 You exceeded your current quota, please check your plan and billing details."},
+			wantType: typeQuota, wantRule: "quota.exhausted.message"},
+		{name: "a 500 that states only 5xx statuses stays a 500", failure: &policydv1.Failure{HttpStatus: 500,
+			Message: "HTTP 500 Internal Server Error from https://proxy.example: upstream said 502 Bad Gateway"},
+			wantType: typeServerError, wantRetryable: true, wantRule: "server_error"},
 		{name: "a 500 whose message names no status stays a 500", failure: &policydv1.Failure{HttpStatus: 500,
 			Message: "Internal error: took 429 ms"},
 			wantType: typeServerError, wantRetryable: true, wantRule: "server_error"},
@@ -275,7 +293,7 @@ func TestVocabularies(t *testing.T) {
 		{name: "suspended account typed as a quota", failure: &policydv1.Failure{HttpStatus: 403, Body: `{"error":{"message":"Your account x is not active, current state: suspended","type":"exceeded_current_quota_error"}}`},
 			wantType: typePermission, wantRule: "account.suspended"},
 		{name: "spend cap as a 429 rate_limit_error", failure: &policydv1.Failure{HttpStatus: 429, Body: `{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your specified API usage limits. You will regain access on 2026-12-01 at 00:00 UTC."}}`},
-			wantType: typeQuota, wantRule: "quota.exhausted.message"},
+			wantType: typeQuota, wantRule: "quota.exhausted"},
 		{name: "200 with a blocked prompt", failure: &policydv1.Failure{HttpStatus: 200, Body: `{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},"usageMetadata":{"promptTokenCount":13}}`},
 			wantType: typeContentPolicy, wantRule: "content_policy"},
 		{name: "server-side 499 CANCELLED", failure: &policydv1.Failure{HttpStatus: 499, Body: `{"error":{"code":499,"message":"The operation was cancelled.","status":"CANCELLED"}}`},
@@ -308,6 +326,27 @@ func TestVocabularies(t *testing.T) {
 		{name: "a team with no credits, sent as a 403", failure: &policydv1.Failure{HttpStatus: 403,
 			Message: `Error code: 403 - {'code': 'The caller does not have permission to execute the specified operation', 'error': "Your newly created team doesn't have any credits yet."}`},
 			wantType: typeQuota, wantRule: "quota.exhausted"},
+		{name: "a WebSocket closed over what the client sent", failure: &policydv1.Failure{ErrorName: "ConnectionClosedError",
+			Message: "received 1008 (policy violation) Maximum simultaneous contexts per WebSocket connection exceeded (5)."},
+			wantType: typeInvalidRequest, wantRule: "websocket.rejected"},
+		{name: "a WebSocket closed by the server's fault stays retried", failure: &policydv1.Failure{ErrorName: "ConnectionClosedError",
+			Message: "received 1011 (internal error) Internal error occurred."},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "websocket.closed"},
+		{name: "an upload over the endpoint's size limit", failure: &policydv1.Failure{Operation: "audio.transcriptions", HttpStatus: 413,
+			Body: `{"error":{"message":"Request Entity Too Large","type":"invalid_request_error","code":"request_too_large"}}`},
+			wantType: typeInvalidRequest, wantRule: "request_too_large.payload"},
+		{name: "a chat request's 413 stays a context error", failure: &policydv1.Failure{Operation: "chat", HttpStatus: 413},
+			wantType: policydv1.FailureType_FAILURE_TYPE_CONTEXT_TOO_LONG, wantRule: "request_too_large"},
+		{name: "a concurrency cap", failure: &policydv1.Failure{ErrorName: "APIError", Message: "Too many concurrent requests. Your current subscription is associated with a maximum of 2 concurrent requests (running in parallel)."},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a model server starting from zero", failure: &policydv1.Failure{HttpStatus: 400, Body: `{"error":"Model sklearn-iris is not ready yet."}`},
+			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded.not_ready"},
+		{name: "credentials refused inside a wrapper's connection class", failure: &policydv1.Failure{ErrorName: "APIConnectionError",
+			Message: "litellm.APIConnectionError: OllamaException - unauthorized"},
+			wantType: typeAuth, wantRule: "auth.invalid.wrapped"},
+		{name: "a wrapper's connection class around a reset stays a connection error", failure: &policydv1.Failure{ErrorName: "APIConnectionError",
+			Message: "litellm.APIConnectionError: OllamaException - Connection reset by peer"},
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
 	})
 }
 
