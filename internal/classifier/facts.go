@@ -38,13 +38,13 @@ type facts struct {
 	split   int
 	bigrams bigramSet // of text, to skip substring searches that cannot match
 
-	now         time.Time // what dated hints are read against: see reference
-	date        string    // the response's Date header, unparsed
-	dateRead    bool      // whether date was parsed into now
-	status      int32     // http_status, else the one the runtime message states
-	lastKind    string    // the kind addKind marked last
-	nameHits    bitset    // blocks whose name condition error_name satisfies
-	scratch     []byte    // lower-casing one kind at a time
+	now         time.Time         // what dated hints are read against: see reference
+	headers     map[string]string // the response's, where reference finds its Date
+	dateRead    bool              // whether the Date header was read into now
+	status      int32             // http_status, else the one the runtime message states
+	lastKind    string            // the kind addKind marked last
+	nameHits    bitset            // blocks whose name condition error_name satisfies
+	scratch     []byte            // lower-casing one kind at a time
 	hint        delayHint
 	shouldRetry int8  // x-should-retry: 0 absent, 1 true, -1 false
 	retryFlag   int8  // a "retriable: true|false" the response's text states
@@ -118,8 +118,8 @@ func (c *Classifier) load(fx *facts, f *policydv1.Failure, opts *policydv1.Class
 	fx.op = appendLower(fx.op, f.GetOperation(), 256)
 	// A dated hint is relative to the server's clock when the response says
 	// what it is (the agent's own clock may be skewed); the Date header is
-	// parsed only when a dated hint needs it.
-	fx.now, fx.date, fx.dateRead = now, serverDate(f.GetHeaders()), false
+	// found and parsed only when a dated hint needs it.
+	fx.now, fx.headers, fx.dateRead = now, f.GetHeaders(), false
 
 	// Runtime kinds, codes and messages: the error and its cause chain.
 	c.addName(fx, f.GetErrorName(), true)
@@ -329,8 +329,8 @@ func serverDate(headers map[string]string) string {
 func (fx *facts) reference() time.Time {
 	if !fx.dateRead {
 		fx.dateRead = true
-		if fx.date != "" {
-			if t, err := http.ParseTime(strings.TrimSpace(fx.date)); err == nil {
+		if date := serverDate(fx.headers); date != "" {
+			if t, err := http.ParseTime(strings.TrimSpace(date)); err == nil {
 				fx.now = t
 			}
 		}
@@ -374,12 +374,53 @@ func (p *patternIndex) mark(hits bitset, lower []byte) {
 	}
 }
 
+// hintHeaderLen marks the lengths of the header names loadHeaders reads
+// one by one (retry-after, retry-after-ms, x-amz-retry-after,
+// grpc-retry-pushback-ms, x-should-retry, x-amzn-errortype,
+// x-ms-error-code): a name of another length is compared with none of
+// them, only read as a rate-limit header.
+var hintHeaderLen = func() (m [32]bool) {
+	for _, n := range []string{"retry-after", "retry-after-ms", "x-amz-retry-after", "grpc-retry-pushback-ms",
+		"x-should-retry", "x-amzn-errortype", "x-ms-error-code"} {
+		m[len(n)] = true
+	}
+	return m
+}()
+
+// rateLimitHeader reads a rate-limit header in any spelling
+// (x-ratelimit-reset-tokens, x-rate-limit-reset, the IETF draft's
+// RateLimit-Reset, anthropic-ratelimit-tokens-reset,
+// x-ratelimit-reset-tokens-minute): a reset is a hint, a remaining count
+// of 0 names a used-up limit (zero, n).
+func (fx *facts) rateLimitHeader(name, v string, zero *[4]rateLimitName, n *int) {
+	rl, ok := rateLimitHeader(name)
+	if !ok {
+		return
+	}
+	switch {
+	case rl.what == "reset":
+		if fx.nreset < len(fx.resets) {
+			if d, ok := ParseRateLimitReset(v, fx.reference()); ok && d <= MaxDelayHint {
+				fx.resets[fx.nreset] = resetHeader{limit: rl, delay: d}
+				fx.nreset++
+			}
+		}
+	case strings.TrimSpace(v) == "0" && *n < len(zero):
+		zero[*n] = rl
+		*n++
+	}
+}
+
 // loadHeaders reads delay hints, x-should-retry and AWS's error type.
 func (c *Classifier) loadHeaders(fx *facts, headers map[string]string) {
 	var remainingZero [4]rateLimitName
 	nzero := 0
 	for name, v := range headers {
 		switch {
+		case !hintHeaderLen[min(len(name), len(hintHeaderLen)-1)]:
+			// None of the names below has its length (most headers): only
+			// a rate-limit header may be one of ours.
+			fx.rateLimitHeader(name, v, &remainingZero, &nzero)
 		case strings.EqualFold(name, "retry-after-ms"):
 			d, ok := ParseMillis(v)
 			fx.hint.offer(d, ok, hintRetryAfterMs)
@@ -407,25 +448,7 @@ func (c *Classifier) loadHeaders(fx *facts, headers map[string]string) {
 		case strings.EqualFold(name, "x-ms-error-code"):
 			c.addKind(fx, v, false)
 		default:
-			// Rate-limit headers in every spelling: x-ratelimit-reset-tokens,
-			// x-rate-limit-reset, the IETF draft's RateLimit-Reset,
-			// anthropic-ratelimit-tokens-reset, x-ratelimit-reset-tokens-minute.
-			rl, ok := rateLimitHeader(name)
-			if !ok {
-				continue
-			}
-			switch {
-			case rl.what == "reset":
-				if fx.nreset < len(fx.resets) {
-					if d, ok := ParseRateLimitReset(v, fx.reference()); ok && d <= MaxDelayHint {
-						fx.resets[fx.nreset] = resetHeader{limit: rl, delay: d}
-						fx.nreset++
-					}
-				}
-			case strings.TrimSpace(v) == "0" && nzero < len(remainingZero):
-				remainingZero[nzero] = rl
-				nzero++
-			}
+			fx.rateLimitHeader(name, v, &remainingZero, &nzero)
 		}
 	}
 	if nzero > 0 {
@@ -650,51 +673,54 @@ const KindQuotaLimitZero = "quota_limit_zero"
 // protobuf text, `key: "quota_limit_value" value: "0"`, or in JSON,
 // `"quota_limit_value": "0"`).
 func zeroLimit(text []byte) bool {
-	if zeroLimitValue(text) {
-		return true
-	}
+	// One pass over the text for "limit", the word both forms share.
 	rest := text
 	for {
-		i := bytes.Index(rest, []byte("limit:"))
+		i := bytes.Index(rest, []byte("limit"))
 		if i < 0 {
 			return false
 		}
-		rest = rest[i+len("limit:"):]
-		j := 0
-		for j < len(rest) && (rest[j] == ' ' || rest[j] == '\t') {
-			j++
-		}
-		if j >= len(rest) || rest[j] != '0' {
-			continue
-		}
-		next := rest[j+1:]
-		digit := func(k int) bool { return k < len(next) && next[k] >= '0' && next[k] <= '9' }
-		if !digit(0) && !(len(next) > 0 && next[0] == '.' && digit(1)) {
-			return true
+		quotaValue := i >= len("quota_") && string(rest[i-len("quota_"):i]) == "quota_" &&
+			bytes.HasPrefix(rest[i+len("limit"):], []byte("_value"))
+		rest = rest[i+len("limit"):]
+		switch {
+		case quotaValue:
+			if zeroLimitValue(rest[len("_value"):]) {
+				return true
+			}
+		case len(rest) > 0 && rest[0] == ':':
+			if zeroAfterColon(rest[1:]) {
+				return true
+			}
 		}
 	}
 }
 
-// zeroLimitValue reports whether text states a quota_limit_value of "0".
-func zeroLimitValue(text []byte) bool {
-	const key = "quota_limit_value"
-	rest := text
-	for {
-		i := bytes.Index(rest, []byte(key))
-		if i < 0 {
-			return false
-		}
-		rest = rest[i+len(key):]
-		// Skip the quotes, separators and protobuf's "value" word between
-		// the key and its value: `" value: "` or `": "`.
-		j := 0
-		for j < len(rest) && j < 16 && strings.IndexByte("\"\\ :\tvalue", rest[j]) >= 0 {
-			j++
-		}
-		if j > 0 && rest[j-1] == '"' && j+1 < len(rest) && rest[j] == '0' && (rest[j+1] == '"' || rest[j+1] == '\\') {
-			return true
-		}
+// zeroAfterColon reports whether rest, what follows "limit:", is a zero
+// that is not the start of another number.
+func zeroAfterColon(rest []byte) bool {
+	j := 0
+	for j < len(rest) && (rest[j] == ' ' || rest[j] == '\t') {
+		j++
 	}
+	if j >= len(rest) || rest[j] != '0' {
+		return false
+	}
+	next := rest[j+1:]
+	digit := func(k int) bool { return k < len(next) && next[k] >= '0' && next[k] <= '9' }
+	return !digit(0) && !(len(next) > 0 && next[0] == '.' && digit(1))
+}
+
+// zeroLimitValue reports whether rest, what follows the key
+// quota_limit_value, states a value of "0".
+func zeroLimitValue(rest []byte) bool {
+	// Skip the quotes, separators and protobuf's "value" word between the
+	// key and its value: `" value: "` or `": "`.
+	j := 0
+	for j < len(rest) && j < 16 && strings.IndexByte("\"\\ :\tvalue", rest[j]) >= 0 {
+		j++
+	}
+	return j > 0 && rest[j-1] == '"' && j+1 < len(rest) && rest[j] == '0' && (rest[j+1] == '"' || rest[j+1] == '\\')
 }
 
 // botocoreCode reads the code of botocore's "an error occurred (code)" in
