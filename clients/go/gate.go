@@ -338,7 +338,9 @@ type gateVerdict struct {
 	admitFraction float64
 	batchShare    bool
 	// atLease: the process had inFlight requests in flight, its lease.
-	atLease            bool
+	atLease bool
+	// ungranted: a pace with grants parked the call for want of one.
+	ungranted          bool
 	inFlight           uint64
 	holdLeft, stopLeft time.Duration
 	// parked is the call to resume (gatePark); waited how long the call was
@@ -436,7 +438,7 @@ func (g *gate) check(now time.Time, t target, deadline time.Duration, call gateC
 	if e == nil || g.off {
 		return gateVerdict{}
 	}
-	v := g.decide(now, t, e, deadline, draw, false, call.batch)
+	v := g.decide(now, t, e, deadline, draw, false, call.batch, false)
 	e.u.firstInputTokens += min(call.inputTokens, maxCallInputTokens)
 	if call.batch {
 		e.u.batchFirst++
@@ -446,8 +448,15 @@ func (g *gate) check(now time.Time, t target, deadline time.Duration, call gateC
 		until, off := parkUntil(now, deadline, parkLimit)
 		if call.canFallBack && e.a.fallback != nil || off || !until.After(now.Add(e.hintLeft(now))) {
 			// Somewhere else to go, parking off, or no wait can fit: the
-			// answer is now, as the cause says.
-			v = v.refusal()
+			// answer is now, as the cause says. A call that will not park
+			// is never granted (grants go to parked calls): it draws
+			// against the pace's share, as without grants.
+			if v.ungranted {
+				v = g.decide(now, t, e, deadline, draw, false, call.batch, true)
+			}
+			if v.action == gatePark {
+				v = v.refusal()
+			}
 		} else {
 			v.parked = &parkedCall{at: now, until: until, call: call, drawAt: now.Add(parkRecheck)}
 			e.parked++
@@ -471,7 +480,7 @@ func (g *gate) checkRetry(now time.Time, t target, deadline, parkLimit time.Dura
 	if e == nil || g.off {
 		return gateVerdict{}
 	}
-	v := g.decide(now, t, e, deadline, constDraw(0), true, false)
+	v := g.decide(now, t, e, deadline, constDraw(0), true, false, false)
 	switch v.action {
 	case gatePark:
 		if v.stopReason == StopFleetShed {
@@ -525,7 +534,7 @@ func (g *gate) resume(now time.Time, t target, p *parkedCall, draw Rand) gateVer
 	} else {
 		p.drawAt = now.Add(parkRecheck)
 	}
-	v := g.decide(now, t, e, -1, draw, true, p.call.batch)
+	v := g.decide(now, t, e, -1, draw, true, p.call.batch, false)
 	v.waited = now.Sub(p.at)
 	e.pending = !e.rejected
 	left := p.until.Sub(now)
@@ -620,9 +629,10 @@ func (v gateVerdict) refusal() gateVerdict {
 }
 
 // decide is the order of checks of docs/clients.md; a batch call draws
-// against the batch class's share when the assignment names one. The
-// caller holds g.mu.
-func (g *gate) decide(now time.Time, t target, e *gateEntry, deadline time.Duration, draw Rand, resumed, batch bool) gateVerdict {
+// against the batch class's share when the assignment names one; drawn: a
+// pace with grants draws too (a call that will not park). The caller
+// holds g.mu.
+func (g *gate) decide(now time.Time, t target, e *gateEntry, deadline time.Duration, draw Rand, resumed, batch, drawn bool) gateVerdict {
 	e.refill(now)
 	a := e.a
 	if a == nil {
@@ -661,11 +671,11 @@ func (g *gate) decide(now time.Time, t target, e *gateEntry, deadline time.Durat
 			return gateVerdict{probe: true}
 		}
 		return park(StopCircuitOpen, "breaker probing")
-	case a.hasPacePermits && e.grants == 0:
+	case a.hasPacePermits && e.grants == 0 && !drawn:
 		v := park(StopFleetShed, "paced")
-		v.admitFraction = a.admitFraction
+		v.admitFraction, v.ungranted = a.admitFraction, true
 		return v
-	case !a.hasPacePermits && share(a, batch) < 1 && draw.Float64() >= share(a, batch):
+	case (!a.hasPacePermits || drawn) && share(a, batch) < 1 && draw.Float64() >= share(a, batch):
 		v := park(StopFleetShed, "paced")
 		v.admitFraction, v.batchShare = share(a, batch), batch && a.hasBatchFraction
 		return v

@@ -142,6 +142,8 @@ type Verdict struct {
 	// BatchShare: a pace shed the call at the batch class's share;
 	// AtLease: the process was at its lease of requests in flight.
 	BatchShare, AtLease bool
+	// ungranted: a pace with grants parked the call for want of one.
+	ungranted bool
 }
 
 // Parked is a call the gate holds.
@@ -250,7 +252,14 @@ func (g *Gate) CheckClass(now time.Time, deadline time.Duration, class Class, ca
 		switch {
 		case canFallBack && g.a.Fallback != nil, limit < 0, !until.After(now.Add(g.hintLeft(now))):
 			// Somewhere else to go, parking off, or no wait can fit: the
-			// answer is now, as the cause says.
+			// answer is now, as the cause says. A call that will not park
+			// is never granted (grants go to parked calls): it draws
+			// against the pace's share, as without grants.
+			if v.ungranted {
+				if v = g.checkDrawn(now, deadline, draw, class); v.Action != Park {
+					break
+				}
+			}
 			v.Action, v.Reason = Stop, g.a.Reason
 		default:
 			v.Parked = &Parked{At: now, Until: until, canFallBack: canFallBack, class: class, drawAt: now.Add(Recheck)}
@@ -369,6 +378,17 @@ func (g *Gate) parked(now time.Time, r policydv1.StopReason, cause string) Verdi
 // the process's own budget allows (the daemon that would wake it is away).
 // A pace draws a call against its class's share.
 func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resumed bool, class Class) Verdict {
+	return g.decide(now, deadline, draw, resumed, class, false)
+}
+
+// checkDrawn is check for a first attempt that will not park, under a pace
+// with grants: it draws against the pace's share instead.
+func (g *Gate) checkDrawn(now time.Time, deadline time.Duration, draw float64, class Class) Verdict {
+	return g.decide(now, deadline, draw, false, class, true)
+}
+
+// decide is check's rule; drawn: a pace with grants draws (checkDrawn).
+func (g *Gate) decide(now time.Time, deadline time.Duration, draw float64, resumed bool, class Class, drawn bool) Verdict {
 	g.refill(now)
 	a := g.a
 	if a == nil {
@@ -398,9 +418,11 @@ func (g *Gate) check(now time.Time, deadline time.Duration, draw float64, resume
 			return Verdict{Probe: true}
 		}
 		return g.parked(now, policydv1.StopReason_STOP_REASON_CIRCUIT_OPEN, "breaker probing")
-	case a.PacePermits != nil && g.grants == 0:
-		return g.parked(now, policydv1.StopReason_STOP_REASON_FLEET_SHED, "paced")
-	case a.PacePermits == nil && a.share(class) < 1 && draw >= a.share(class):
+	case a.PacePermits != nil && g.grants == 0 && !drawn:
+		v := g.parked(now, policydv1.StopReason_STOP_REASON_FLEET_SHED, "paced")
+		v.ungranted = true
+		return v
+	case (a.PacePermits == nil || drawn) && a.share(class) < 1 && draw >= a.share(class):
 		v := g.parked(now, policydv1.StopReason_STOP_REASON_FLEET_SHED, "paced")
 		v.BatchShare = class == Batch && a.BatchAdmitFraction != nil
 		return v

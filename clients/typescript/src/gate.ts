@@ -116,6 +116,8 @@ export interface GateVerdict {
   /** FLEET_SHED: the process was at its lease, with inFlight requests in flight. */
   atLease?: boolean | undefined;
   inFlight?: number | undefined;
+  /** A pace with grants parked the call for want of one. */
+  ungranted?: boolean | undefined;
 }
 
 const ADMIT: Readonly<GateVerdict> = Object.freeze({
@@ -246,13 +248,19 @@ export class Gate {
   ): GateVerdict {
     const batch = cls === "batch";
     if (batch) this.batchFirst++;
-    const v = this.#check(nowMs, deadlineMs, draw, false, batch);
+    let v = this.#check(nowMs, deadlineMs, draw, false, batch);
     if (v.action === "park") {
       const a = this.#a!;
       const limit = parkLimitMs ?? PARK_LIMIT_MS;
       const until = nowMs + (deadlineMs ?? limit);
       if ((canFallBack && a.fallback) || limit <= 0 || until <= nowMs + this.#hintLeft(nowMs)) {
-        // Somewhere else to go, parking off, or no wait can fit: the answer is now.
+        // Somewhere else to go, parking off, or no wait can fit: the answer is now. A call that
+        // will not park is never granted (grants go to parked calls): it draws against the pace's
+        // share, as without grants.
+        if (v.ungranted) {
+          v = this.#check(nowMs, deadlineMs, draw, false, batch, true);
+          if (v.action !== "park") return this.#count(v, canFallBack);
+        }
         return this.#count({ ...v, action: "stop", reason: a.reason }, canFallBack);
       }
       this.parks++;
@@ -361,6 +369,7 @@ export class Gate {
     draw: number | (() => number),
     resumed: boolean,
     batch: boolean,
+    drawPace = false,
   ): GateVerdict {
     this.#refill(nowMs);
     const a = this.#a;
@@ -395,9 +404,9 @@ export class Gate {
       if (!resumed && drawn() < share) return { ...ADMIT, probe: true };
       return this.#park(nowMs, "CIRCUIT_OPEN", "breaker probing");
     }
-    if (a.pacePermits !== undefined) {
+    if (a.pacePermits !== undefined && !drawPace) {
       // Granted, not drawn: no grant left parks the call whatever its draw.
-      if (this.#grants === 0n) return this.#park(nowMs, "FLEET_SHED", "paced");
+      if (this.#grants === 0n) return { ...this.#park(nowMs, "FLEET_SHED", "paced"), ungranted: true };
     } else if (share < 1 && drawn() >= share) {
       return { ...this.#park(nowMs, "FLEET_SHED", "paced"), batchShare };
     }

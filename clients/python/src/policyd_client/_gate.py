@@ -136,6 +136,8 @@ class GateVerdict:
     #: FLEET_SHED at the lease: the process had ``in_flight`` requests in flight, its lease.
     at_lease: bool = False
     in_flight: int = 0
+    #: A pace with grants parked the call for want of one.
+    ungranted: bool = False
 
 
 _ADMIT = GateVerdict()
@@ -273,7 +275,13 @@ class Gate:
             limit = PARK_LIMIT if park_limit is None else park_limit
             until = now + (deadline if deadline is not None else limit)
             if (can_fall_back and a.fallback is not None) or limit <= 0 or until <= now + self._hint_left(now):
-                # Somewhere else to go, parking off, or no wait can fit: the answer is now.
+                # Somewhere else to go, parking off, or no wait can fit: the answer is now. A call
+                # that will not park is never granted (grants go to parked calls): it draws against
+                # the pace's share, as without grants.
+                if v.ungranted:
+                    v = self._check(now, deadline, draw, False, batch, drawn=True)
+                    if v.action is not GateAction.PARK:
+                        return self._count(v, can_fall_back)
                 return self._count(replace(v, action=GateAction.STOP, reason=a.reason), can_fall_back)
             self.parks += 1
             self.parked_new += 1
@@ -376,7 +384,9 @@ class Gate:
             text += f", ~{int(hint + 0.5)} s"
         return replace(base, action=GateAction.PARK, stop_reason=reason, reason=text)
 
-    def _check(self, now: float, deadline: float | None, draw: float, resumed: bool, batch: bool) -> GateVerdict:
+    def _check(
+        self, now: float, deadline: float | None, draw: float, resumed: bool, batch: bool, drawn: bool = False
+    ) -> GateVerdict:
         self._refill(now)
         a = self.assignment
         if a is None:
@@ -413,9 +423,9 @@ class Gate:
             return self._park(now, "CIRCUIT_OPEN", "breaker probing", stop("CIRCUIT_OPEN"))
         own = a.batch_admit_fraction if batch else None  # the batch class's own share, when paced apart
         share = a.admit_fraction if own is None else own
-        if a.pace_permits is not None:
+        if a.pace_permits is not None and not drawn:
             if self.grants == 0:  # granted, not drawn: no grant left parks the call whatever its draw
-                return self._park(now, "FLEET_SHED", "paced", stop("FLEET_SHED"))
+                return replace(self._park(now, "FLEET_SHED", "paced", stop("FLEET_SHED")), ungranted=True)
         elif share < 1 and draw >= share:
             shed = replace(stop("FLEET_SHED"), admit_fraction=share, batch_share=own is not None)
             return self._park(now, "FLEET_SHED", "paced", shed)
