@@ -182,7 +182,6 @@ func (f *Fleet) Report(u Usage) {
 		b.firstAttempts.add(now, int(u.Admitted-u.Released+u.Shed+u.ParkedNew))
 		b.addBatch(now, &c.Breaker, u.BatchFirst)
 		b.reportParked(u.ClientID, u.Parked)
-		b.noteGrantUse(u.ClientID, u.Admitted, u.Parked, now)
 		b.reportInFlight(u.ClientID, u.InFlight)
 		b.retries.add(now, int(u.Retries))
 		b.admitted.add(now, int(u.Admitted))
@@ -206,6 +205,7 @@ func (f *Fleet) Report(u Usage) {
 		av.maybeOpen(now, u.ClientID, "reported failures", &c.Breaker, emit)
 	}
 	if rl := bs[1]; rl != nil {
+		rl.noteGrantUse(u.ClientID, u.Admitted, u.Parked, now) // a pace's grants are the rate-limit bucket's
 		rl.addTokens(now, &c.Breaker, u.FirstAttemptTokens, u.RetryTokens)
 		rl.addUsage(now, &c.Breaker, u.InputTokensUsed, u.InputTokensEstimated)
 		rl.addOutput(now, &c.Breaker, u.OutputTokensUsed, u.OutputCalls)
