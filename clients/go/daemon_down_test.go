@@ -99,13 +99,15 @@ func TestDaemonSlowFailsOpenAfterTimeout(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	// A second, so that a loaded machine's scheduling (the suites of
-	// make test run side by side) cannot pass for a second timeout.
-	const timeout = time.Second
+	// Two seconds, so that a loaded machine's scheduling (the suites of
+	// make test run side by side; CI once stalled this test a second)
+	// cannot pass for a second timeout.
+	const timeout = 2 * time.Second
 	for _, journal := range []bool{false, true} {
 		var decided decisions
+		var rpcs rpcCounter
 		c := newClient(t, l.Addr().String(), policyd.WithDaemonTimeout(timeout), policyd.WithJournal(journal),
-			policyd.WithRand(fixedRand(0)), decided.option())
+			policyd.WithRand(fixedRand(0)), decided.option(), rpcs.option())
 		srv := newFlaky(t, step{status: 503}, step{status: 200})
 
 		start := time.Now()
@@ -116,6 +118,13 @@ func TestDaemonSlowFailsOpenAfterTimeout(t *testing.T) {
 		// NextDelay once BeginContext timed out, nor for its records at the end.
 		if took := time.Since(start); took < timeout || took > 2*timeout-50*time.Millisecond {
 			t.Errorf("journal %v: Do took %v, want one %v daemon timeout", journal, took, timeout)
+		}
+		wantNextDelay := 1
+		if journal {
+			wantNextDelay = 0 // BeginContext already timed out; the records go in the background
+		}
+		if n := count(rpcs.get(), "NextDelay"); n != wantNextDelay {
+			t.Errorf("journal %v: %d NextDelay RPCs (%v), want %d", journal, n, rpcs.get(), wantNextDelay)
 		}
 		if ds := decided.get(); len(ds) != 1 || !ds[0].FailOpen {
 			t.Errorf("journal %v: decisions = %+v, want one fail-open decision", journal, ds)
@@ -168,4 +177,15 @@ func TestDaemonBackEndsFailOpen(t *testing.T) {
 	if !strings.Contains(logs.String(), "daemon reachable again") {
 		t.Errorf("no log that policyd is reachable again:\n%s", logs.String())
 	}
+}
+
+// count is how many of methods are method.
+func count(methods []string, method string) int {
+	n := 0
+	for _, m := range methods {
+		if m == method {
+			n++
+		}
+	}
+	return n
 }
