@@ -86,6 +86,8 @@ type Bucket struct {
 	paceWhyText       string
 	cut               float64 // pacing's cut after 429s (see throttled)
 	cutAt             time.Time
+	cutRise           float64   // the cut's rise a second (riseAfterCut)
+	bound             int       // the limit that bound the pace when it was last computed
 	paceNotes         []Event   // pace changes not yet published (pace.go)
 	paceNoteAt        time.Time // the last cut's event
 	paceCuts          int64     // cuts since it
@@ -474,6 +476,7 @@ func (b *Bucket) pace(now time.Time, c *Config) (float64, int) {
 			f, which = t, outputLimit
 		}
 	}
+	b.bound = which
 	return f, which
 }
 
@@ -591,7 +594,8 @@ func (b *Bucket) tokenCounts(c *BreakerConfig) *tokenDemand {
 
 // throttled cuts the paced share (CutFactor, at most every cutEvery, not
 // below MinCut) when a paced bucket still gets 429s; it rises again by
-// RisePerSecond (pace.go). The demand and retries pacing divides by are
+// RisePerSecond, or OutputRisePerSecond when the output-token limit bound
+// the pace (pace.go). The demand and retries pacing divides by are
 // averages over the window: they lag a sudden quota, and the 429s tell at
 // once (measured in the simulation's quota scenario: most 429s came in the
 // first seconds).
@@ -599,7 +603,7 @@ func (b *Bucket) throttled(now time.Time, c *Config, client string) {
 	if !b.limitsKnown() || now.Sub(b.cutAt) < cutEvery {
 		return
 	}
-	b.cut, b.cutAt = max(MinCut, CutFactor*b.cutNow(now, c)), now
+	b.cut, b.cutAt, b.cutRise = max(MinCut, CutFactor*b.cutNow(now, c)), now, riseAfterCut(b.bound)
 	b.paceCuts++
 	if now.Sub(b.paceNoteAt) >= time.Second {
 		b.notePace(now, client, fmt.Sprintf("pace cut after a 429: %d %% of the limit's share (cuts: %d)", int(100*b.cut+0.5), b.paceCuts), b.paceCuts, c)
@@ -617,7 +621,7 @@ func (b *Bucket) cutNow(now time.Time, c *Config) float64 {
 	if c.Pacing.Share > 0 {
 		top = 1 / c.Pacing.Share
 	}
-	return min(top, b.cut+RisePerSecond*now.Sub(b.cutAt).Seconds())
+	return min(top, b.cut+b.cutRise*now.Sub(b.cutAt).Seconds())
 }
 
 func typeName(t policydv1.FailureType) string { return enums.Short(t) }

@@ -116,3 +116,45 @@ func TestOutputPaceIsCutBy429s(t *testing.T) {
 		t.Fatalf("a 429 did not cut the output pace: %.3f → %.3f", before, after)
 	}
 }
+
+// After a cut the pace probes for the limit again at RisePerSecond, and
+// at half that while the output-token limit binds: a call's output is
+// counted at the fleet's average until it ends, so an overdraw shows late.
+func TestPaceRisesAfterACutByTheLimitThatBinds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		usage Usage // each of two clients' report: 100 calls
+		rise  float64
+	}{
+		{name: "output tokens bind", rise: OutputRisePerSecond,
+			usage: Usage{Admitted: 100, OutputTokensPerMinute: 60000, OutputTokensUsed: 40000, OutputCalls: 100}},
+		{name: "requests bind", rise: RisePerSecond,
+			usage: Usage{Admitted: 100, RequestsPerMinute: 600, OutputTokensPerMinute: 6000000, OutputTokensUsed: 40000, OutputCalls: 100}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f, clk, _ := newTestFleet(t, nil)
+			for _, client := range []string{"a", "b"} {
+				u := tt.usage
+				u.Target, u.ClientID = streamTarget, client
+				f.Report(u)
+			}
+			const sinceStart, after = 300 * time.Millisecond, 5 * time.Second
+			clk.advance(sinceStart)
+			f.Assign(streamTarget, "a") // the pace, and the limit that binds it
+			f.Decide(ask("a", rateLimit, time.Second))
+			cut := f.Assign(streamTarget, "a").AdmitFraction
+			clk.advance(after)
+			risen := f.Assign(streamTarget, "a").AdmitFraction
+			// The share is proportional to the cut: CutFactor of the pace at
+			// the 429 (started at 1, risen for sinceStart), then rising.
+			c := CutFactor * (1 + RisePerSecond*sinceStart.Seconds())
+			want := (c + tt.rise*after.Seconds()) / c
+			if got := risen / cut; got < want-0.005 || got > want+0.005 {
+				t.Fatalf("the pace rose ×%.3f in %v after a cut (%.3f → %.3f), want ×%.3f (%v a second)", got, after, cut, risen, want, tt.rise)
+			}
+		})
+	}
+}

@@ -21,8 +21,8 @@ import (
 //   - the share it gives moves as TCP's congestion window and the AWS
 //     SDKs' adaptive retry mode do (additive increase, multiplicative
 //     decrease): cut by CutFactor on a 429, raised by RisePerSecond of the
-//     limit each second without one, up to the whole limit, never below
-//     MinCut;
+//     limit each second without one (half that while the output-token
+//     limit binds), up to the whole limit, never below MinCut;
 //   - a success whose headers say more than half the limit is left lifts
 //     a cut at once (followRemaining).
 
@@ -38,12 +38,30 @@ const LimitTTL = 3 * time.Second
 // The pace's AIMD: a 429 cuts the share to CutFactor of itself (at most
 // every cutEvery, never below MinCut); each second without one raises it
 // by RisePerSecond, up to the limit itself (1 / Share of the paced share).
+//
+// OutputRisePerSecond is the rise after a cut while the output-token limit
+// bound the pace: a call's output is known only when it ends, so each is
+// counted at the fleet's average (of 100 to 10,000 tokens, in the
+// simulation) and an overdraw shows seconds later; the pace probes for
+// the limit half as fast. Measured (output, seeds 1–10, life inf): with
+// three replicas 1.0–1.6 % of attempts 429s and 96–99 % of the limit used,
+// against 1.2–2.7 % and 97–99 % at RisePerSecond; with one, 0.2–0.6 %
+// against 0.2–1.0 %.
 const (
-	CutFactor     = 0.9
-	MinCut        = 0.3
-	RisePerSecond = 0.02
-	cutEvery      = 200 * time.Millisecond
+	CutFactor           = 0.9
+	MinCut              = 0.3
+	RisePerSecond       = 0.02
+	OutputRisePerSecond = 0.01
+	cutEvery            = 200 * time.Millisecond
 )
+
+// riseAfterCut is the pace's rise a second after a cut while bound binds.
+func riseAfterCut(bound int) float64 {
+	if bound == outputLimit {
+		return OutputRisePerSecond
+	}
+	return RisePerSecond
+}
 
 // ParkRecheck is how often a client's gate draws again for a call parked
 // by a pace (refgate.Recheck): the daemon counts each parked call as that
@@ -117,7 +135,7 @@ func (b *Bucket) learnLimit(now time.Time, c *Config, which int, perMinute int64
 	}
 	if !wasPacing {
 		// The pace starts at Share of the limit and rises while no 429 comes.
-		b.cut, b.cutAt = 1, now
+		b.cut, b.cutAt, b.cutRise = 1, now, RisePerSecond
 		b.noteBaseRate(now, &c.Breaker)
 	}
 	how := "reported by a second client"
@@ -310,7 +328,7 @@ func (b *Bucket) followRemaining(now time.Time, c *Config, share float64) {
 		top = 1 / c.Pacing.Share
 	}
 	lifted := b.cutNow(now, c) < top
-	b.cut, b.cutAt = top, now
+	b.cut, b.cutAt, b.cutRise = top, now, RisePerSecond
 	if lifted {
 		b.notePace(now, "", fmt.Sprintf("pace lifted to the limit's whole share: a success's headers say %d %% of it is left", int(100*share+0.5)), 0, c)
 	}

@@ -18,10 +18,9 @@ var outputSeeds = []uint64{1, 2, 3, 4, 5}
 // Pacing on output tokens (the output scenario: outputs of 100–10 k tokens
 // at twice a key's output-token limit, Anthropic's headers), with one and
 // three replicas sharing the fleet, both lifetimes, over outputSeeds: ≤ 2
-// % of attempts throttled in every run with one replica, and on average
-// over the seeds with three, ≥ 90 % of the limit used in every run, no more calls
-// lost than the seed's best baseline (+0.01), at least 0.9 of its output
-// tokens and 0.8 of its calls served.
+// % of attempts throttled and ≥ 90 % of the limit used in every run, no
+// more calls lost than the seed's best baseline (+0.01), at least 0.9 of
+// its output tokens and 0.8 of its calls served.
 func TestOutputGoals(t *testing.T) {
 	skipUnderRace(t)
 	sc, err := NewScenario(Output, DefaultTiming)
@@ -55,11 +54,9 @@ func TestOutputGoals(t *testing.T) {
 		for _, replicas := range []int{1, 3} {
 			t.Run(fmt.Sprintf("life=%s/replicas=%d", LifeName(life), replicas), func(t *testing.T) {
 				const throttledMax = 0.02
-				throttled := 0.0
 				for _, seed := range outputSeeds {
 					r, b := run(t, PolicyFleetStream, life, replicas, seed), bests[seed]
-					throttled += r.Throttled / float64(len(outputSeeds))
-					if replicas == 1 && r.Throttled > throttledMax {
+					if r.Throttled > throttledMax {
 						t.Errorf("seed %d: %.3f of attempts throttled; want ≤ %.3f", seed, r.Throttled, throttledMax)
 					}
 					if r.QuotaUsed < 0.9 {
@@ -75,9 +72,6 @@ func TestOutputGoals(t *testing.T) {
 					if r.SuccessPathDecisions != 0 {
 						t.Errorf("seed %d: %d decisions on the success path", seed, r.SuccessPathDecisions)
 					}
-				}
-				if throttled > throttledMax {
-					t.Errorf("a mean of %.3f of attempts throttled over seeds %v; want ≤ %.3f", throttled, outputSeeds, throttledMax)
 				}
 			})
 		}
