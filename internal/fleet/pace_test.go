@@ -27,7 +27,8 @@ func TestPaceLearntLimit(t *testing.T) {
 			run: func(f *Fleet, _ *fakeClock) { report(f, "a", rpm); report(f, "a", rpm) }},
 		{name: "a second client corroborates", want: 0.93 * 10 / 20, why: "pacing a limit of 600 requests a minute",
 			run: func(f *Fleet, _ *fakeClock) { report(f, "a", rpm); report(f, "b", rpm) }},
-		{name: "a 429 corroborates", want: 0.93 * 10 / 10, why: "pacing a limit of 600",
+		{name: "a 429 corroborates, and the pace starts cut", want: 0.93 * 10 / 10 * StartCutOn429,
+			why: "pacing a limit of 600 requests a minute (last seen 0s ago): 79 % of first attempts, at 85 % of the limit's share after a 429",
 			run: func(f *Fleet, _ *fakeClock) {
 				report(f, "a", 0)
 				a := ask("a", rateLimit, time.Second)
@@ -66,6 +67,11 @@ func TestPaceLearntLimit(t *testing.T) {
 				a.RequestsPerMinute = rpm
 				f.Decide(a)
 				f.Report(Usage{Target: streamTarget, ClientID: "a", RequestsPerMinute: rpm, RemainingShare: 0.8})
+			}},
+		{name: "retries that fill the room leave first attempts the room at the least cut", want: MinCut * 0.93 * 10 / 20, why: "pacing",
+			run: func(f *Fleet, _ *fakeClock) {
+				report(f, "a", rpm)
+				f.Report(Usage{Target: streamTarget, ClientID: "b", Admitted: 100, Retries: 200, RequestsPerMinute: rpm}) // 20 retries a second
 			}},
 		{name: "without a 429 the pace rises, additively, to the whole limit", want: 10.0 / 20, why: "pacing",
 			run: func(f *Fleet, clk *fakeClock) {

@@ -15,6 +15,10 @@ import (
 // (docs/fleet-simulation.md).
 var outputSeeds = []uint64{1, 2, 3, 4, 5}
 
+// tokenSeeds are the seeds the tokens goals are met over, for the same
+// reasons as outputSeeds.
+var tokenSeeds = []uint64{1, 2, 3, 4, 5}
+
 // Pacing on output tokens (the output scenario: outputs of 100–10 k tokens
 // at twice a key's output-token limit, Anthropic's headers), with one and
 // three replicas sharing the fleet, both lifetimes, over outputSeeds: ≤ 2

@@ -199,53 +199,61 @@ func TestAgentGoals(t *testing.T) {
 
 // Pacing on input tokens (the tokens scenario: prompts of 1 k–100 k
 // tokens at twice a key's input-token limit), with one and three replicas
-// sharing the fleet, both lifetimes: ≤ 2 % of attempts throttled with ≥ 90
-// % of the limit used, no more calls lost than the best baseline (+0.01),
-// and at least 0.9 of its input tokens served. Not met (docs/
-// fleet-simulation.md, "Goals not met"): calls completed are 0.85–0.88 of
-// the best baseline's, which completes more small calls because it loses
-// big ones (loss 0.05–0.06 against 0.002).
+// sharing the fleet, both lifetimes, over tokenSeeds: ≤ 2 % of attempts
+// throttled with ≥ 90 % of the limit used in every run, no more calls lost
+// than the seed's best baseline (+0.01), and at least 0.9 of its input
+// tokens served. Not met (docs/fleet-simulation.md, "Goals not met"):
+// calls completed are 0.85–0.88 of the best baseline's, which completes
+// more small calls because it loses big ones (loss 0.05–0.06 against
+// 0.002).
 func TestTokenGoals(t *testing.T) {
 	skipUnderRace(t)
 	sc, err := NewScenario(Tokens, DefaultTiming)
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(t *testing.T, pol string, life, replicas int) *Result {
+	run := func(t *testing.T, pol string, life, replicas int, seed uint64) *Result {
 		p, err := NewPolicy(pol)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Run(Config{Scenario: sc, Policy: p, Agents: agents, Life: life, Seed: 1, Replicas: replicas,
+		res, err := Run(Config{Scenario: sc, Policy: p, Agents: agents, Life: life, Seed: seed, Replicas: replicas,
 			Exchanges: fleettest.Exchanges, NoReference: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Log(res.Line())
+		t.Logf("seed %d: %s", seed, res.Line())
 		return res
 	}
-	bestLoss, bestTokens, bestCalls := math.Inf(1), 0.0, 0.0
-	for _, pol := range baselines {
-		r := run(t, pol, 0, 1)
-		bestLoss, bestTokens, bestCalls = min(bestLoss, r.Loss), max(bestTokens, r.TokenGoodput), max(bestCalls, r.Goodput)
+	type best struct{ loss, tokens, calls float64 }
+	bests := map[uint64]best{}
+	for _, seed := range tokenSeeds {
+		b := best{loss: math.Inf(1)}
+		for _, pol := range baselines {
+			r := run(t, pol, 0, 1, seed)
+			b = best{min(b.loss, r.Loss), max(b.tokens, r.TokenGoodput), max(b.calls, r.Goodput)}
+		}
+		bests[seed] = b
 	}
 	for _, life := range []int{0, 3} {
 		for _, replicas := range []int{1, 3} {
 			t.Run(fmt.Sprintf("life=%s/replicas=%d", LifeName(life), replicas), func(t *testing.T) {
-				r := run(t, PolicyFleetStream, life, replicas)
-				throttledMax := 0.02
-				if r.Throttled > throttledMax || r.QuotaUsed < 0.9 {
-					t.Errorf("%.3f of attempts throttled, %.2f of the limit used; want ≤ %.3f and ≥ 0.9", r.Throttled, r.QuotaUsed, throttledMax)
-				}
-				if r.Loss > bestLoss+0.01 {
-					t.Errorf("loss %.3f, the best baseline's %.3f; want ≤ +0.01", r.Loss, bestLoss)
-				}
-				if r.TokenGoodput < 0.9*bestTokens || r.Goodput < 0.8*bestCalls {
-					t.Errorf("%.1f k input tokens and %.2f calls a second served, the best baselines' %.1f k and %.2f; want ≥ 0.9 × and ≥ 0.8 ×",
-						r.TokenGoodput, r.Goodput, bestTokens, bestCalls)
-				}
-				if r.SuccessPathDecisions != 0 {
-					t.Errorf("%d decisions on the success path", r.SuccessPathDecisions)
+				for _, seed := range tokenSeeds {
+					r, b := run(t, PolicyFleetStream, life, replicas, seed), bests[seed]
+					const throttledMax = 0.02
+					if r.Throttled > throttledMax || r.QuotaUsed < 0.9 {
+						t.Errorf("seed %d: %.3f of attempts throttled, %.2f of the limit used; want ≤ %.3f and ≥ 0.9", seed, r.Throttled, r.QuotaUsed, throttledMax)
+					}
+					if r.Loss > b.loss+0.01 {
+						t.Errorf("seed %d: loss %.3f, the best baseline's %.3f; want ≤ +0.01", seed, r.Loss, b.loss)
+					}
+					if r.TokenGoodput < 0.9*b.tokens || r.Goodput < 0.8*b.calls {
+						t.Errorf("seed %d: %.1f k input tokens and %.2f calls a second served, the best baselines' %.1f k and %.2f; want ≥ 0.9 × and ≥ 0.8 ×",
+							seed, r.TokenGoodput, r.Goodput, b.tokens, b.calls)
+					}
+					if r.SuccessPathDecisions != 0 {
+						t.Errorf("seed %d: %d decisions on the success path", seed, r.SuccessPathDecisions)
+					}
 				}
 			})
 		}
