@@ -31,6 +31,8 @@ var statusPrefixes = [][]byte{
 	[]byte("http status: "),
 	[]byte("got status: "),
 	[]byte("http error "),
+	// openai-python 0.x's APIError: "HTTP code 403 from API (<html>...)".
+	[]byte("http code "),
 	[]byte("http/1.1 "),
 	[]byte("http/2 "),
 	[]byte("api error: "),

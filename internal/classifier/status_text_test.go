@@ -36,6 +36,7 @@ func TestStatusFromText(t *testing.T) {
 		{"Client error '429 Too Many Requests' for url 'https://x'", 429},
 		{"Gemini error in batch 1: 500 An internal error has occurred.", 500},
 		{"Invalid response object from API: '{\"message\":\"Unauthorized\"}' (HTTP response code was 401)", 401},
+		{"HTTP code 403 from API (<html><title>403: Forbidden</title><body>403: Forbidden</body></html>)", 403},
 		{"max_tokens: 500", 0},
 		{"timeout: 500ms", 0},
 		{"[4290] items", 0},
