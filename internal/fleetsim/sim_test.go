@@ -1,7 +1,6 @@
 package fleetsim
 
 import (
-	"fmt"
 	"math"
 	"reflect"
 	"slices"
@@ -10,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/policyd/policyd/internal/fleet"
-	"github.com/policyd/policyd/internal/fleet/fleettest"
 )
 
 const agents = 200 // the goals are stated for 200 agents
@@ -207,57 +205,7 @@ func TestAgentGoals(t *testing.T) {
 // more small calls because it loses big ones (loss 0.05–0.06 against
 // 0.002).
 func TestTokenGoals(t *testing.T) {
-	skipUnderRace(t)
-	sc, err := NewScenario(Tokens, DefaultTiming)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := func(t *testing.T, pol string, life, replicas int, seed uint64) *Result {
-		p, err := NewPolicy(pol)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := Run(Config{Scenario: sc, Policy: p, Agents: agents, Life: life, Seed: seed, Replicas: replicas,
-			Exchanges: fleettest.Exchanges, NoReference: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("seed %d: %s", seed, res.Line())
-		return res
-	}
-	type best struct{ loss, tokens, calls float64 }
-	bests := map[uint64]best{}
-	for _, seed := range tokenSeeds {
-		b := best{loss: math.Inf(1)}
-		for _, pol := range baselines {
-			r := run(t, pol, 0, 1, seed)
-			b = best{min(b.loss, r.Loss), max(b.tokens, r.TokenGoodput), max(b.calls, r.Goodput)}
-		}
-		bests[seed] = b
-	}
-	for _, life := range []int{0, 3} {
-		for _, replicas := range []int{1, 3} {
-			t.Run(fmt.Sprintf("life=%s/replicas=%d", LifeName(life), replicas), func(t *testing.T) {
-				for _, seed := range tokenSeeds {
-					r, b := run(t, PolicyFleetStream, life, replicas, seed), bests[seed]
-					const throttledMax = 0.02
-					if r.Throttled > throttledMax || r.QuotaUsed < 0.9 {
-						t.Errorf("seed %d: %.3f of attempts throttled, %.2f of the limit used; want ≤ %.3f and ≥ 0.9", seed, r.Throttled, r.QuotaUsed, throttledMax)
-					}
-					if r.Loss > b.loss+0.01 {
-						t.Errorf("seed %d: loss %.3f, the best baseline's %.3f; want ≤ +0.01", seed, r.Loss, b.loss)
-					}
-					if r.TokenGoodput < 0.9*b.tokens || r.Goodput < 0.8*b.calls {
-						t.Errorf("seed %d: %.1f k input tokens and %.2f calls a second served, the best baselines' %.1f k and %.2f; want ≥ 0.9 × and ≥ 0.8 ×",
-							seed, r.TokenGoodput, r.Goodput, b.tokens, b.calls)
-					}
-					if r.SuccessPathDecisions != 0 {
-						t.Errorf("seed %d: %d decisions on the success path", seed, r.SuccessPathDecisions)
-					}
-				}
-			})
-		}
-	}
+	checkPacingGoals(t, Tokens, tokenSeeds, "input tokens", func(r *Result) float64 { return r.TokenGoodput })
 }
 
 // Priority classes (the classes scenario: the quota, with the interactive
