@@ -164,7 +164,7 @@ func run(args []string, stdout io.Writer) error {
 
 // replicaScenarios are the scenarios run with several replicas: the ones
 // whose outcome depends on the fleet being one (breakers, pacing, holds).
-var replicaScenarios = []string{fleetsim.Outage, fleetsim.Quota, fleetsim.Herd, fleetsim.Tokens, fleetsim.Output}
+var replicaScenarios = []string{fleetsim.Outage, fleetsim.Quota, fleetsim.Herd, fleetsim.Partial, fleetsim.Restart, fleetsim.Tokens, fleetsim.Output}
 
 func list(s string, all []string) ([]string, error) {
 	if s == "all" {

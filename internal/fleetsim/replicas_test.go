@@ -30,13 +30,16 @@ func within(got, want float64) bool {
 
 // The replicas' goal: three replicas behind a per-call balancer, sharing
 // the fleet through an exchange, score within 10 % of one replica in the
-// outage, shared-quota and herd scenarios. The exchange is the in-memory
+// outage, shared-quota, herd, partial and restart scenarios (after a
+// restart, the busiest second within 20 %: the restarted replicas do not
+// know the traffic before the outage and release their parked calls over
+// the longest window). The exchange is the in-memory
 // one, which meets the PostgreSQL exchange's contract
 // (fleettest.ExerciseExchange); TestReplicaGoalsOverPostgres runs one
 // scenario over a real PostgreSQL, as the daemon's replicas meet.
 func TestReplicaGoals(t *testing.T) {
 	skipUnderRace(t)
-	replicaGoals(t, fleettest.Exchanges, []string{PolicyFleet, PolicyFleetStream}, []string{Outage, Quota, Herd})
+	replicaGoals(t, fleettest.Exchanges, []string{PolicyFleet, PolicyFleetStream}, []string{Outage, Quota, Herd, Partial, Restart})
 }
 
 func TestReplicaGoalsOverPostgres(t *testing.T) {
@@ -97,6 +100,15 @@ func replicaGoals(t *testing.T, exchanges func(n int) ([]fleet.Exchange, func(),
 					}
 				case Herd:
 					check("herd", three.Herd, one.Herd)
+				case Partial, Restart:
+					if three.Loss > one.Loss+0.01 {
+						t.Errorf("%s: loss with 3 replicas %.3f, with 1 %.3f; want ≤ +0.01", name, three.Loss, one.Loss)
+					}
+					if name == Partial {
+						check("unaffected model's goodput", three.Unaffected, one.Unaffected)
+					} else if three.Herd > 1.2*one.Herd {
+						t.Errorf("restart: busiest second after the outage with 3 replicas %.2f ×, with 1 %.2f ×; want within 20 %%", three.Herd, one.Herd)
+					}
 				}
 			})
 		}
