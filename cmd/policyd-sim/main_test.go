@@ -23,13 +23,13 @@ func TestRunReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	err := run([]string{"-scenario", "herd,partial", "-policy", "fleet,sdk", "-life", "inf", "-replicas", "1,3",
+	err := run([]string{"-scenario", "herd,classes", "-policy", "fleet,sdk", "-life", "inf", "-replicas", "1,3",
 		"-database-url", journaltest.DatabaseURL(t), "-doc", doc}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	// herd: fleet and sdk alone, then fleet with 3 replicas; partial: alone only.
+	// herd: fleet and sdk alone, then fleet with 3 replicas; classes: alone only.
 	if len(lines) != 5 || !strings.Contains(lines[2], "policy=fleet agents=200 life=inf replicas=3 ") {
 		t.Fatalf("lines:\n%s\nwant 5, the third fleet with replicas=3", out.String())
 	}
