@@ -8,7 +8,7 @@
 // each policy (process lifetime inf) into <dir>/<scenario>.svg; with -doc it
 // rewrites the results table of that Markdown file between the markers
 // <!-- sim:table:begin --> and <!-- sim:table:end -->. With -replicas 1,3
-// it also runs the outage, quota, herd, tokens and output scenarios with three policyd
+// it also runs the outage, quota, herd, partial, restart, tokens and output scenarios with three policyd
 // replicas behind a per-call balancer, sharing their fleet through the
 // PostgreSQL at -database-url (cleared before each run), or in memory
 // without one (the same exchange contract, no database). `make simulate`
@@ -59,7 +59,7 @@ func run(args []string, stdout io.Writer) error {
 	seed := fs.Uint64("seed", 1, "the run's seed")
 	svgDir := fs.String("svg-dir", "", "draw <dir>/<scenario>.svg (attempts and successful calls per second, and parked calls, life inf, every policy asked for)")
 	doc := fs.String("doc", "", "rewrite this Markdown file's table between <!-- sim:table:begin --> and <!-- sim:table:end -->")
-	replicaList := fs.String("replicas", "1", "policyd replicas, comma-separated (e.g. 1,3): more than one runs the outage, quota, herd, tokens and output scenarios of the policies with fleet memory, sharing it through -database-url, or in memory without one")
+	replicaList := fs.String("replicas", "1", "policyd replicas, comma-separated (e.g. 1,3): more than one runs the outage, quota, herd, partial, restart, tokens and output scenarios of the policies with fleet memory, sharing it through -database-url, or in memory without one")
 	databaseURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL `url` the replicas share (migrated; its fleet tables are cleared before each run); empty: they share an in-memory exchange (env DATABASE_URL)")
 	if err := fs.Parse(args); err != nil {
 		return err
