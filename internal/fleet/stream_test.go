@@ -111,31 +111,39 @@ func TestPacingFromRateLimitHeaders(t *testing.T) {
 }
 
 // A provider that goes down trips the breaker on the last seconds' outcomes
-// when the window's earlier successes still outweigh its failures; with
-// trip_window off it waits for the window.
+// when the window's earlier successes still outweigh its failures, also
+// while the calls admitted before it still succeed (at least TripRate, 80
+// %, of the last 2 s failed); with trip_window off it waits for the window.
 func TestBreakerTripsOnTheLastSeconds(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		trip     time.Duration
+		recentOK int // successes reported in the last 2 s, among 25 failures
 		wantOpen bool
+		why      string
 	}{
-		{"trip_window 2s", 2 * time.Second, true},
-		{"trip_window off", 0, false},
+		{"trip_window 2s", 2 * time.Second, 0, true, "20 failures in 2s from 3 clients"},
+		{"5 successes in the last 2 s: open at 80 %", 2 * time.Second, 5, true, "20 of 25 attempts failed in 2s"},
+		{"8 successes in the last 2 s: at most 76 %", 2 * time.Second, 8, false, ""},
+		{"trip_window off", 0, 0, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, clk, rec := newTestFleet(t, func(c *Config) { c.Breaker.TripWindow = tc.trip })
 			f.Report(Usage{Target: streamTarget, ClientID: "a", Admitted: 100, Succeeded: 100})
 			clk.advance(8 * time.Second) // the successes are still in the 10 s window
-			for i := range 25 {          // 25 of 125 outcomes in the window, 25 of 25 in the last 2 s
+			if tc.recentOK > 0 {
+				f.Report(Usage{Target: streamTarget, ClientID: "a", Succeeded: int64(tc.recentOK)})
+			}
+			for i := range 25 { // 25 of 125+ outcomes in the window
 				f.Decide(ask(string(rune('a'+i%3)), overloaded, time.Second))
 			}
 			a := f.Assign(streamTarget, "a")
 			if (a.Breaker == Open) != tc.wantOpen {
-				t.Fatalf("breaker %v after 25 failures in a row, 100 successes 8 s before; want open %v", a.Breaker, tc.wantOpen)
+				t.Fatalf("breaker %v after 25 failures and %d successes in the last 2 s, 100 successes 8 s before; want open %v", a.Breaker, tc.recentOK, tc.wantOpen)
 			}
 			if tc.wantOpen {
-				if e := rec.events[len(rec.events)-1]; e.Kind != EventBreakerOpen || !strings.Contains(e.Reason, "failures in 2s from 3 clients") {
-					t.Fatalf("last event %+v, want breaker_open naming the 2 s", e)
+				if e := rec.events[len(rec.events)-1]; e.Kind != EventBreakerOpen || !strings.Contains(e.Reason, tc.why) {
+					t.Fatalf("last event %+v, want breaker_open saying %q", e, tc.why)
 				}
 			}
 		})

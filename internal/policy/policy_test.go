@@ -444,7 +444,7 @@ func TestBreakerFailuresStillRead(t *testing.T) {
 	}
 }
 
-// A breaker's failure_rate above the trip's default rate (0.9) needs no
+// A breaker's failure_rate above the trip's default rate (0.8) needs no
 // trip settings of its own: the two rates are independent.
 func TestBreakerFailureRateAboveTheTripRate(t *testing.T) {
 	t.Parallel()
