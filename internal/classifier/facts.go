@@ -567,8 +567,11 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool, depth i
 		// Portkey's gateway relays an upstream's body that is not JSON as
 		// {"html-message": "..."}.
 		// Stability AI: {"name": "content_moderation", "errors": ["Your
-		// request was flagged ..."]}.
-		case "message", "Message", "detail", "error_description", "msg", "errorMessage", "error_msg", "errmsg", "error_message", "html-message", "errors":
+		// request was flagged ..."]}. MiniMax answers every failure with
+		// {"base_resp": {"status_code": 1002, "status_msg": "rate limit"}},
+		// often in an HTTP 200.
+		case "message", "Message", "detail", "error_description", "msg", "errorMessage", "error_msg", "errmsg", "error_message", "html-message", "errors",
+			"status_msg":
 			text(value)
 			if depth < maxEmbedDepth && embedded == "" && strings.IndexByte(value, '{') >= 0 {
 				embedded = value

@@ -518,6 +518,24 @@ func TestStatedInWords(t *testing.T) {
 		{name: "h11's chunked body cut short", failure: &policydv1.Failure{
 			Message: "LLM request failed: peer closed connection without sending complete message body (incomplete chunked read)"},
 			wantType: typeStreamCut, wantRetryable: true, wantRule: "network.mid_stream"},
+		{name: "Ktor's chunked decoder cut short", failure: &policydv1.Failure{ErrorName: "OpenAIHttpException",
+			Message: "chunked transfer encoding, state: READING_LENGTH"},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "network.mid_stream"},
+		{name: "MiniMax's base_resp in a 200: its status_msg is the message", failure: &policydv1.Failure{HttpStatus: 200,
+			Body: `{"id": "", "base_resp": {"status_code": 1002, "status_msg": "rate limit"}}`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a 400 whose words say the rate limit was exceeded", failure: &policydv1.Failure{HttpStatus: 400,
+			Body: `{"error":{"type":"invalid_request_error","message":"rate limit exceeded, please try again later"}}`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a rate-limit class's name in a wrapper's message", failure: &policydv1.Failure{
+			Message: "**ERROR**: GENERIC_ERROR - litellm.RateLimitError: RateLimitError: DashscopeException - You exceeded your current requests list."},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
+		{name: "a monthly allowance in a 429 is an exhausted quota", failure: &policydv1.Failure{HttpStatus: 429,
+			Body: `{"error": "Your searches for the month have run out. You can upgrade your plan at https://serpapi.com/pricing"}`},
+			wantType: typeQuota, wantRule: "quota.daily"},
+		{name: "Swift AsyncHTTPClient's deadline is a timeout", failure: &policydv1.Failure{ErrorName: "HTTPClientError",
+			Message: "HTTPClientError.deadlineExceeded"},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "network.timeout"},
 	})
 }
 
