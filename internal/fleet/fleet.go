@@ -283,9 +283,13 @@ func (d *decision) record() {
 	a, c, now, sw := d.a, d.c, d.now, d.a.Switches
 	if d.rl != nil {
 		on429 := a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT
+		wasPacing := d.rl.pacing()
 		d.rl.learnLimit(now, c, requestLimit, a.RequestsPerMinute, a.ClientID, on429)
 		d.rl.learnLimit(now, c, tokenLimit, a.InputTokensPerMinute, a.ClientID, on429)
 		d.rl.learnLimit(now, c, outputLimit, a.OutputTokensPerMinute, a.ClientID, on429)
+		if on429 && !wasPacing && d.rl.pacing() && (a.InputTokensPerMinute > 0 || a.OutputTokensPerMinute > 0) {
+			d.rl.startCut()
+		}
 		d.rl.noteLeft(now, a.Left)
 	}
 	if d.rl != nil && a.FailureType == policydv1.FailureType_FAILURE_TYPE_RATE_LIMIT {

@@ -27,8 +27,7 @@ func TestPaceLearntLimit(t *testing.T) {
 			run: func(f *Fleet, _ *fakeClock) { report(f, "a", rpm); report(f, "a", rpm) }},
 		{name: "a second client corroborates", want: 0.93 * 10 / 20, why: "pacing a limit of 600 requests a minute",
 			run: func(f *Fleet, _ *fakeClock) { report(f, "a", rpm); report(f, "b", rpm) }},
-		{name: "a 429 corroborates, and the pace starts cut", want: 0.93 * 10 / 10 * StartCutOn429,
-			why: "pacing a limit of 600 requests a minute (last seen 0s ago): 79 % of first attempts, at 85 % of the limit's share after a 429",
+		{name: "a 429 corroborates", want: 0.93 * 10 / 10, why: "pacing a limit of 600",
 			run: func(f *Fleet, _ *fakeClock) {
 				report(f, "a", 0)
 				a := ask("a", rateLimit, time.Second)
@@ -179,6 +178,37 @@ func TestPaceOnInputTokens(t *testing.T) {
 			if min(tt.want, 1)-0.01 > a.AdmitFraction || a.AdmitFraction > min(tt.want, 1)+0.01 ||
 				!strings.Contains(a.Reason, tt.why) || (tt.without != "" && strings.Contains(a.Reason, tt.without)) {
 				t.Fatalf("assignment %+v, want a fraction about %.3f, a reason with %q and without %q", a, min(tt.want, 1), tt.why, tt.without)
+			}
+		})
+	}
+}
+
+// A pace that a 429 carrying a token limit started begins at
+// StartCutOn429 of its share (the fleet is over the limit already, and the
+// demand the pace divides by lags); one that a request limit's 429 started
+// begins at its share.
+func TestPaceStartedByATokenLimits429StartsCut(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		rpm, tpm int64 // the 429's limits
+		want     float64
+	}{
+		{name: "input tokens", tpm: 60000, want: 0.93 * 1000 / 4000 * StartCutOn429},
+		{name: "requests", rpm: 600, want: 0.93 * 10 / 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f, _, _ := newTestFleet(t, nil)
+			for _, client := range []string{"a", "b"} { // 20 calls and 4,000 tokens a second
+				f.Report(Usage{Target: streamTarget, ClientID: client, Admitted: 100, FirstAttemptTokens: 20000})
+			}
+			a := ask("a", rateLimit, time.Second)
+			a.RequestsPerMinute, a.InputTokensPerMinute = tt.rpm, tt.tpm
+			f.Decide(a)
+			if got := f.Assign(streamTarget, "a").AdmitFraction; got < tt.want-0.01 || got > tt.want+0.01 {
+				t.Fatalf("admit fraction %.3f after the 429, want about %.3f", got, tt.want)
 			}
 		})
 	}
