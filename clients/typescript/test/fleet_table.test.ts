@@ -6,12 +6,22 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { createRouterTransport } from "@connectrpc/connect";
 import { Coordinator } from "@policyd/client";
-import { BreakerState, CoordinateResponseSchema, FallbackKind } from "@policyd/client/proto";
+import {
+  type Assignment,
+  AssignmentSchema,
+  BreakerState,
+  CoordinateResponseSchema,
+  FallbackKind,
+} from "@policyd/client/proto";
 
 const target = { provider: "openai", model: "gpt-4o", keyId: "" };
+
+/** A response assigning target for a minute, with the given fields. */
+const assignment = (fields: Exclude<MessageInitShape<typeof AssignmentSchema>, Assignment>) =>
+  create(CoordinateResponseSchema, { assignments: [{ target, ttl: { seconds: 60n }, ...fields }] });
 
 /** A coordinator without a stream, on a clock the test moves; parking off unless parkLimitMs is given. */
 async function table(parkLimitMs = 0) {
@@ -31,18 +41,12 @@ async function table(parkLimitMs = 0) {
   await co.close(); // no stream: the test takes the reports
   const assign = (admitFraction: number, batchAdmitFraction?: number, inFlightLease?: number) =>
     co.applyResponse(
-      create(CoordinateResponseSchema, {
-        assignments: [
-          {
-            target,
-            ttl: { seconds: 60n },
-            breaker: BreakerState.CLOSED,
-            admitFraction,
-            reason: "a lease of 1 of the 4 requests in flight the target allows",
-            ...(batchAdmitFraction !== undefined ? { batchAdmitFraction } : {}),
-            ...(inFlightLease !== undefined ? { inFlightLease } : {}),
-          },
-        ],
+      assignment({
+        breaker: BreakerState.CLOSED,
+        admitFraction,
+        reason: "a lease of 1 of the 4 requests in flight the target allows",
+        ...(batchAdmitFraction !== undefined ? { batchAdmitFraction } : {}),
+        ...(inFlightLease !== undefined ? { inFlightLease } : {}),
       }),
     );
   const report = () => {
@@ -109,16 +113,10 @@ describe("bucket usage in the fleet reports", () => {
     report();
     const openWithFallback = () =>
       co.applyResponse(
-        create(CoordinateResponseSchema, {
-          assignments: [
-            {
-              target,
-              ttl: { seconds: 60n },
-              breaker: BreakerState.OPEN,
-              admitFraction: 1,
-              fallback: { kind: FallbackKind.OTHER_MODEL, provider: "openai", model: "gpt-4o-mini" },
-            },
-          ],
+        assignment({
+          breaker: BreakerState.OPEN,
+          admitFraction: 1,
+          fallback: { kind: FallbackKind.OTHER_MODEL, provider: "openai", model: "gpt-4o-mini" },
         }),
       );
     openWithFallback();
@@ -169,20 +167,12 @@ describe("bucket usage in the fleet reports", () => {
     const { co, clock, report, check } = await table(120_000);
     check(); // subscribes
     report();
-    co.applyResponse(
-      create(CoordinateResponseSchema, {
-        assignments: [{ target, ttl: { seconds: 60n }, breaker: BreakerState.OPEN, admitFraction: 1 }],
-      }),
-    );
+    co.applyResponse(assignment({ breaker: BreakerState.OPEN, admitFraction: 1 }));
     const gated = co.checkRetry(target, undefined);
     assert.equal(gated.verdict.action, "park");
     assert.deepEqual(report(), { ...zero, parked: 1n });
     clock.now = 1000;
-    co.applyResponse(
-      create(CoordinateResponseSchema, {
-        assignments: [{ target, ttl: { seconds: 60n }, breaker: BreakerState.CLOSED, admitFraction: 1 }],
-      }),
-    );
+    co.applyResponse(assignment({ breaker: BreakerState.CLOSED, admitFraction: 1 }));
     assert.equal(co.resume(target, gated.verdict.parked!).verdict.action, "admit");
     assert.deepEqual(report(), zero, "released, but not as a first attempt");
   });
@@ -217,17 +207,11 @@ describe("bucket usage in the fleet reports", () => {
 describe("the assignment's park hint", () => {
   /** An open breaker, with the daemon's estimate of the wait when hintSeconds is given. */
   const open = (hintSeconds?: bigint) =>
-    create(CoordinateResponseSchema, {
-      assignments: [
-        {
-          target,
-          ttl: { seconds: 60n },
-          breaker: BreakerState.OPEN,
-          admitFraction: 1,
-          reason: "breaker open",
-          ...(hintSeconds !== undefined ? { parkHint: { seconds: hintSeconds } } : {}),
-        },
-      ],
+    assignment({
+      breaker: BreakerState.OPEN,
+      admitFraction: 1,
+      reason: "breaker open",
+      ...(hintSeconds !== undefined ? { parkHint: { seconds: hintSeconds } } : {}),
     });
 
   test("a call whose deadline comes before the hint's wait stops at once; without the hint it parks", async () => {
@@ -332,17 +316,11 @@ describe("leases of requests in flight", () => {
 describe("the pace's grants", () => {
   /** A pace of 25 %, with the running count of grants when permits is given. */
   const paced = (permits?: bigint) =>
-    create(CoordinateResponseSchema, {
-      assignments: [
-        {
-          target,
-          ttl: { seconds: 60n },
-          breaker: BreakerState.CLOSED,
-          admitFraction: 0.25,
-          reason: "pacing",
-          ...(permits !== undefined ? { pacePermits: permits } : {}),
-        },
-      ],
+    assignment({
+      breaker: BreakerState.CLOSED,
+      admitFraction: 0.25,
+      reason: "pacing",
+      ...(permits !== undefined ? { pacePermits: permits } : {}),
     });
 
   test("a paced first attempt goes only against a grant, whatever its draw; a retry neither parks nor spends", async () => {
