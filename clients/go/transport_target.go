@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // What a request through the transport calls (docs/clients.md, "The
@@ -119,59 +120,109 @@ func modelOf(body []byte, path string) string {
 // last, when the key repeats, as JSON decoders read it); empty when body is
 // not JSON, or its model is not a string. It scans the body's top level
 // instead of decoding it: a request carries a whole conversation, and the
-// transport reads every one.
+// transport reads every one. The scan checks the body's structure (strings
+// closed, brackets matched, nothing after the object, only JSON's bytes
+// between the strings), not each literal's spelling, which a full validator
+// would: that check cost more than the rest of the transport's work on a
+// success, and a body so malformed is refused by the provider anyway.
 func jsonModel(body []byte) string {
 	i := skipSpace(body, 0)
-	if i >= len(body) || body[i] != '{' || !json.Valid(body) {
+	if i >= len(body) || body[i] != '{' {
 		return ""
 	}
-	var raw []byte         // the last model's value, when it is a string
-	depth, key := 0, false // key: the next string at depth 1 is a key
+	var open [32]byte
+	stack := open[:0] // the open brackets
+	var raw []byte    // the last model's value, when it is a string
+	key := false      // the next string at depth 1 is a key
 	for ; i < len(body); i++ {
 		switch c := body[i]; c {
 		case '{', '[':
-			depth++
-			key = depth == 1
+			stack = append(stack, c)
+			key = c == '{' && len(stack) == 1
 		case '}', ']':
-			depth--
+			if len(stack) == 0 || stack[len(stack)-1] != c-2 { // '{'+2 == '}', '['+2 == ']'
+				return ""
+			}
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				if skipSpace(body, i+1) != len(body) {
+					return ""
+				}
+				return modelValue(raw)
+			}
 		case ',':
-			key = depth == 1
+			key = len(stack) == 1
 		case '"':
 			end := stringEnd(body, i)
-			if key && depth == 1 {
+			if end < 0 {
+				return ""
+			}
+			if key && len(stack) == 1 {
 				key = false
+				colon := skipSpace(body, end)
+				if colon >= len(body) || body[colon] != ':' {
+					return ""
+				}
 				if string(body[i:end]) == `"model"` {
 					raw = nil
-					if v := skipSpace(body, skipSpace(body, end)+1); body[v] == '"' { // past the ':'
-						raw = body[v:stringEnd(body, v)]
+					if v := skipSpace(body, colon+1); v < len(body) && body[v] == '"' {
+						if e := stringEnd(body, v); e > 0 {
+							raw = body[v:e]
+						}
 					}
 				}
 			}
 			i = end - 1
+		default:
+			if !jsonBetween[c] {
+				return ""
+			}
 		}
 	}
+	return "" // not closed
+}
+
+// modelValue is a JSON string's value, raw with its quotes; "" for nil.
+func modelValue(raw []byte) string {
 	if raw == nil {
 		return ""
 	}
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1 : len(raw)-1])
+	if v := raw[1 : len(raw)-1]; bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v) {
+		return string(v)
 	}
 	var m string
 	_ = json.Unmarshal(raw, &m)
 	return m
 }
 
-// stringEnd is the index just past the JSON string that starts at i.
+// jsonBetween holds the bytes JSON allows outside its strings and
+// brackets: white space, ':', numbers and the letters of true, false and
+// null.
+var jsonBetween = func() (t [256]bool) {
+	for _, c := range []byte(" \t\r\n:0123456789+-.eEtrufalsn") {
+		t[c] = true
+	}
+	return t
+}()
+
+// stringEnd is the index just past the JSON string that starts at i, -1
+// when it is not closed. It jumps from quote to quote (bytes.IndexByte)
+// rather than reading each byte: a conversation is mostly strings.
 func stringEnd(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
+	for {
+		j := bytes.IndexByte(b[i+1:], '"')
+		if j < 0 {
+			return -1
+		}
+		i += 1 + j
+		slashes := 0
+		for k := i - 1; b[k] == '\\'; k-- {
+			slashes++
+		}
+		if slashes%2 == 0 {
 			return i + 1
 		}
 	}
-	return len(b)
 }
 
 // skipSpace is the index of the first byte at or after i that is not JSON

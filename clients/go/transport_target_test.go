@@ -66,6 +66,28 @@ func transportCall(t *testing.T, tr *transport, url, body string) Call {
 	return tr.call(req, rb, 0)
 }
 
+// FuzzJSONModel: jsonModel never panics, and on valid JSON it reads what
+// a JSON decoder reads: the top level's last "model", when a string.
+func FuzzJSONModel(f *testing.F) {
+	for _, s := range []string{`{"model":"gpt-4o"}`, `{"messages":[{"model":"x"}],"model":"a\\"b"}`, `{"model":1}`, `{"model"`, `[]`, `{"a":"\\\\"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got := jsonModel(body)
+		var top map[string]json.RawMessage
+		if !json.Valid(body) || json.Unmarshal(body, &top) != nil {
+			return
+		}
+		var want string
+		if raw, ok := top["model"]; ok {
+			_ = json.Unmarshal(raw, &want)
+		}
+		if got != want {
+			t.Errorf("jsonModel(%q) = %q, a decoder reads %q", body, got, want)
+		}
+	})
+}
+
 // The model is read from a body's top level only, and not from one over
 // 8 MiB; the options win over the request.
 func TestTransportModel(t *testing.T) {
@@ -78,6 +100,12 @@ func TestTransportModel(t *testing.T) {
 		{"the last of a repeated key", `{"model":"gpt-4o-mini","model":"gpt-4o"}`, "gpt-4o"},
 		{"the last, not a string", `{"model":"gpt-4o","model":1}`, ""},
 		{"truncated", `{"model":"gpt-4o"`, ""},
+		{"truncated in a string", `{"model":"gpt-4o","messages":[{"content":"hi \\"`, ""},
+		{"an escaped quote ends no string", `{"note":"a \\\"model\\\": b","model":"gpt-4o"}`, "gpt-4o"},
+		{"brackets crossed", `{"messages":[{"role":"user"]},"model":"gpt-4o"}`, ""},
+		{"text after the object", `{"model":"gpt-4o"} {"model":"no"}`, ""},
+		{"not JSON between strings", `{"model":"gpt-4o", x}`, ""},
+		{"a key without its colon", `{"model" "gpt-4o"}`, ""},
 		{"too large to read", `{"model":"gpt-4o"}` + strings.Repeat(" ", maxInspectedBody), ""},
 	}
 	for _, tt := range tests {
