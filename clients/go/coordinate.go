@@ -6,7 +6,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -400,27 +400,35 @@ func (c *Client) observeRateLimits(t target, h http.Header) {
 // repeated values joined with ", ", values longer than policyd accepts
 // dropped, the first 16 names in order.
 func rateLimitHeaders(h http.Header) map[string]string {
-	var names []string
+	var kept [maxRateLimits]string
+	names := kept[:0]
 	for name := range h {
-		n := strings.ToLower(name)
-		if rateLimitName(n) && len(n) <= maxHeaderNameBytes {
+		if rateLimitName(name) && len(name) <= maxHeaderNameBytes {
 			names = append(names, name)
 		}
 	}
 	if len(names) == 0 {
 		return nil
 	}
-	sort.Slice(names, func(i, j int) bool { return strings.ToLower(names[i]) < strings.ToLower(names[j]) })
+	if len(names) > maxRateLimits { // which 16: the first by name, whatever the map's order
+		slices.SortFunc(names, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
+	}
 	out := make(map[string]string, min(len(names), maxRateLimits))
 	for _, name := range names {
 		if len(out) == maxRateLimits {
 			break
 		}
-		v := strings.Join(h[name], ", ")
-		if len(v) > maxRateLimitByte {
+		v := h[name]
+		joined := ""
+		if len(v) == 1 {
+			joined = v[0]
+		} else {
+			joined = strings.Join(v, ", ")
+		}
+		if len(joined) > maxRateLimitByte {
 			continue // a clipped limit would misstate it: dropped, as the other clients do
 		}
-		out[strings.ToLower(name)] = v
+		out[lowerASCII(name)] = joined
 	}
 	if len(out) == 0 {
 		return nil
@@ -428,15 +436,25 @@ func rateLimitHeaders(h http.Header) map[string]string {
 	return out
 }
 
+// lowerASCII is name in lower case, name itself when it is already.
+func lowerASCII(name string) string {
+	for i := 0; i < len(name); i++ {
+		if 'A' <= name[i] && name[i] <= 'Z' {
+			return strings.ToLower(name)
+		}
+	}
+	return name
+}
+
 // rateLimitPrefixes are the prefixes of the rate-limit headers policyd
 // reads.
 var rateLimitPrefixes = []string{"x-ratelimit-", "anthropic-ratelimit-"}
 
-// rateLimitName says whether a lower-case header name is a rate-limit
+// rateLimitName says whether a header name, in any case, is a rate-limit
 // header policyd reads.
 func rateLimitName(n string) bool {
 	for _, p := range rateLimitPrefixes {
-		if strings.HasPrefix(n, p) && len(n) > len(p) {
+		if len(n) > len(p) && strings.EqualFold(n[:len(p)], p) {
 			return true
 		}
 	}

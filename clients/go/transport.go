@@ -121,8 +121,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	err = t.c.do(req.Context(), call, func(ctx context.Context, attempt int) error {
 		closeResponse(last)
 		last, sent = nil, nil
-		out := req.Clone(ctx)
-		out.Header.Del(InputTokensHeader)
+		out := outgoing(ctx, req)
 		var berr error
 		if out.Body, out.GetBody, berr = body.forAttempt(req, attempt); berr != nil {
 			return berr
@@ -208,6 +207,19 @@ func inputTokens(req *http.Request, body *requestBody) (int, error) {
 		return int(n), nil
 	}
 	return int((body.size(req) + 3) / 4), nil
+}
+
+// outgoing is the request an attempt sends: req under ctx, without
+// InputTokensHeader. A shallow copy shares req's headers, which nothing
+// downstream changes; a deep one (a new header map) only when the header
+// must go.
+func outgoing(ctx context.Context, req *http.Request) *http.Request {
+	if _, ok := req.Header[InputTokensHeader]; !ok {
+		return req.WithContext(ctx)
+	}
+	out := req.Clone(ctx)
+	out.Header.Del(InputTokensHeader)
+	return out
 }
 
 // urlOp is the Op http.Client names a method by in its *url.Error.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync/atomic"
 )
 
@@ -26,17 +27,37 @@ func readRequestBody(req *http.Request) (*requestBody, error) {
 	if req.Body == nil || req.Body == http.NoBody {
 		return &requestBody{none: true}, nil
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, min(max(req.ContentLength, 0), maxInspectedBody)+bytes.MinRead))
-	_, err := io.Copy(buf, io.LimitReader(req.Body, maxInspectedBody+1))
+	buf, err := readUpTo(req.Body, req.ContentLength, maxInspectedBody+1)
 	if err != nil {
 		req.Body.Close()
 		return nil, fmt.Errorf("policyd: reading the request body: %w", err)
 	}
-	if buf.Len() <= maxInspectedBody {
+	if len(buf) <= maxInspectedBody {
 		req.Body.Close()
-		return &requestBody{buf: buf.Bytes(), whole: true}, nil
+		return &requestBody{buf: buf, whole: true}, nil
 	}
-	return &requestBody{buf: buf.Bytes(), rest: req.Body, getBody: req.GetBody}, nil
+	return &requestBody{buf: buf, rest: req.Body, getBody: req.GetBody}, nil
+}
+
+// readUpTo reads r to its end or to limit bytes, into one buffer sized
+// for size (a Content-Length; unknown when negative) and a byte more, so
+// that a body of the size it says ends without the buffer growing.
+func readUpTo(r io.Reader, size int64, limit int) ([]byte, error) {
+	buf := make([]byte, 0, min(max(size, 0), int64(limit-1))+1)
+	for len(buf) < limit {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, min(cap(buf), limit-len(buf)))
+		}
+		n, err := r.Read(buf[len(buf):min(cap(buf), limit)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
 }
 
 // forAttempt is the body (and GetBody) of attempt number attempt.
