@@ -314,6 +314,17 @@ func (c *Classifier) addName(fx *facts, s string, top bool) {
 // connection error (default_rules.yaml lists it among network_kinds).
 const connectionErrorName = "ConnectionError"
 
+// problemJSON reports whether the response's Content-Type is RFC 9457's
+// application/problem+json.
+func (fx *facts) problemJSON() bool {
+	for name, v := range fx.headers {
+		if len(name) == len("content-type") && strings.EqualFold(name, "content-type") {
+			return strings.Contains(strings.ToLower(v), "problem+json")
+		}
+	}
+	return false
+}
+
 // serverDate returns the response's Date header, or "".
 func serverDate(headers map[string]string) string {
 	for name, v := range headers {
@@ -570,11 +581,28 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool, depth i
 		// request was flagged ..."]}. MiniMax answers every failure with
 		// {"base_resp": {"status_code": 1002, "status_msg": "rate limit"}},
 		// often in an HTTP 200.
-		case "message", "Message", "detail", "error_description", "msg", "errorMessage", "error_msg", "errmsg", "error_message", "html-message", "errors",
-			"status_msg":
+		// Deepgram: {"err_code": "Bad Request", "err_msg": "..."}; Baidu's
+		// SDKs: {"errorCode": 18, "errorMsg": "[18] Open api qps request
+		// limit reached"}.
+		case "message", "Message", "detail", "error_description", "msg", "errorMessage", "error_msg", "errorMsg", "err_msg", "errmsg", "error_message",
+			"html-message", "errors", "status_msg":
 			text(value)
 			if depth < maxEmbedDepth && embedded == "" && strings.IndexByte(value, '{') >= 0 {
 				embedded = value
+			}
+		case "details":
+			// Explorium: {"details": "You have insufficient credits ..."}.
+			// (Google's "details" is an array of typed objects, read above
+			// by their keys.)
+			if isString {
+				text(value)
+			}
+		case "title":
+			// RFC 9457 problem details: the title is the problem's summary
+			// ("You do not have enough credit"), read only when the
+			// response says it is one.
+			if isString && depth == 0 && fx.problemJSON() {
+				text(value)
 			}
 		case "error":
 			// {"error": "rate_limited"}: both a kind and a message.
