@@ -91,3 +91,29 @@ func FuzzParseRuleSet(f *testing.F) {
 		}
 	})
 }
+
+// FuzzStringEnd holds stringEnd, which jumps from quote to quote, to the
+// plain reading: byte by byte, a backslash escaping the byte after it.
+func FuzzStringEnd(f *testing.F) {
+	for _, s := range []string{`abc"`, `a\"b"`, `a\\"b`, `\\\"x"`, `no end`, `\`, `"`} {
+		f.Add(s, 0)
+	}
+	f.Fuzz(func(t *testing.T, doc string, from int) {
+		if from < 0 || from > len(doc) {
+			return
+		}
+		want := -1
+		for i := from; i < len(doc); i++ {
+			if doc[i] == '"' {
+				want = i
+				break
+			}
+			if doc[i] == '\\' {
+				i++
+			}
+		}
+		if got := stringEnd(doc, from); got != want {
+			t.Errorf("stringEnd(%q, %d) = %d, want %d", doc, from, got, want)
+		}
+	})
+}

@@ -1,5 +1,7 @@
 package classifier
 
+import "strings"
+
 // scanJSONKeys walks a JSON document once and calls visit for every object
 // key whose value is a string, a number or true, with the raw value (escapes are
 // left as they are; a string value is passed without its quotes). Keys are
@@ -66,12 +68,21 @@ func scanJSONKeys(doc string, visit func(key, value string, isString bool)) {
 // stringEnd returns the index of the quote closing a JSON string whose
 // contents start at from, or -1. A backslash escapes the byte after it.
 func stringEnd(doc string, from int) int {
+	// Jump from quote to quote (strings.IndexByte) rather than read each
+	// byte: a body is mostly strings. A quote ends the string unless an odd
+	// run of backslashes escapes it.
 	for i := from; i < len(doc); i++ {
-		switch doc[i] {
-		case '"':
+		j := strings.IndexByte(doc[i:], '"')
+		if j < 0 {
+			return -1
+		}
+		i += j
+		slashes := 0
+		for k := i - 1; k >= from && doc[k] == '\\'; k-- {
+			slashes++
+		}
+		if slashes%2 == 0 {
 			return i
-		case '\\':
-			i++
 		}
 	}
 	return -1
