@@ -316,12 +316,13 @@ class FleetTable:
             self._disabled = True
             self._entries.clear()
 
-    def _entry(self, target: Target, now: float) -> _Entry | None:
+    def _entry(self, target: Target, now: float | None = None) -> _Entry | None:
+        """target's entry, made (at now, else the clock's time) when it is new; None past MAX_TARGETS."""
         e = self._entries.get(target)
         if e is None:
             if len(self._entries) >= MAX_TARGETS:
                 return None
-            e = self._entries[target] = _Entry(now, self._grace, str(target))
+            e = self._entries[target] = _Entry(self._clock() if now is None else now, self._grace, str(target))
         return e
 
     # ---- the callers' side
@@ -432,7 +433,7 @@ class FleetTable:
         with self._lock:
             if self._disabled:
                 return
-            e = self._entry(target, self._clock())
+            e = self._entry(target)
             if e is not None:
                 e.failed += 1
 
@@ -451,7 +452,7 @@ class FleetTable:
         with self._lock:
             if self._disabled:
                 return
-            e = self._entry(target, self._clock())
+            e = self._entry(target)
             if e is not None:
                 e.retries += 1
                 e.retry_tokens += input_tokens
@@ -465,7 +466,7 @@ class FleetTable:
         with self._lock:
             if self._disabled:
                 return
-            e = self._entry(target, self._clock())
+            e = self._entry(target)
             if e is not None:
                 e.used_tokens += min(max(used, 0), MAX_CALL_INPUT_TOKENS)
                 e.used_estimated += min(max(estimated, 0), MAX_CALL_INPUT_TOKENS)
@@ -476,10 +477,9 @@ class FleetTable:
         with self._lock:
             if self._disabled:
                 return
-            e = self._entry(target, self._clock())
+            e = self._entry(target)
             if e is not None:
-                e.output_tokens += min(max(output, 0), MAX_CALL_INPUT_TOKENS)
-                e.output_calls += 1
+                _count_output(e, output)
 
     def flight(self, target: Target, delta: int) -> None:
         """An attempt to target starts (+1) or ends (-1): the report's in_flight gauge, and what
@@ -487,13 +487,21 @@ class FleetTable:
         with self._lock:
             if self._disabled:
                 return
-            e = self._entry(target, self._clock())
-            if e is None:
+            e = self._entry(target)
+            if e is not None:
+                _fly(e, delta)
+
+    def body_ended(self, target: Target, output: int | None) -> None:
+        """A success's body ended, broke off or was closed: out of flight (flight -1) and, when
+        it said one, its output count (record_output), in one step."""
+        with self._lock:
+            if self._disabled:
                 return
-            g = e.gate
-            g.in_flight = max(0, g.in_flight + delta)
-            if delta < 0 and g.assignment is not None and g.assignment.in_flight_lease is not None:
-                _wake_parked(e)
+            e = self._entry(target)
+            if e is not None:
+                _fly(e, -1)
+                if output is not None:
+                    _count_output(e, output)
 
     def in_flight(self, target: Target, fn: Callable[[], T]) -> Callable[[], T]:
         """fn, counted in flight on target while it runs."""
@@ -527,7 +535,7 @@ class FleetTable:
         with self._lock:
             if self._disabled:
                 return
-            e = self._entry(target, self._clock())
+            e = self._entry(target)
             if e is not None:
                 e.headers = kept
 
@@ -653,6 +661,18 @@ class FleetTable:
                     if e.waiter is not None:
                         e.waiter.set()
                         e.waiter = None
+
+
+def _fly(e: _Entry, delta: int) -> None:
+    g = e.gate
+    g.in_flight = max(0, g.in_flight + delta)
+    if delta < 0 and g.assignment is not None and g.assignment.in_flight_lease is not None:
+        _wake_parked(e)
+
+
+def _count_output(e: _Entry, output: int) -> None:
+    e.output_tokens += min(max(output, 0), MAX_CALL_INPUT_TOKENS)
+    e.output_calls += 1
 
 
 def _wake_parked(e: _Entry) -> None:
