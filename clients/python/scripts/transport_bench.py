@@ -38,8 +38,12 @@ addr, pairs, n, body = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loa
 REPLY = (b'{"choices":[{"finish_reason":"stop","index":0,"message":{"content":"ok! ","role":"assistant"}}],'
          b'"created":1795800692,"id":"chatcmpl-fake","model":"gpt-bench","object":"chat.completion",'
          b'"usage":{"completion_tokens":1,"prompt_tokens":2,"total_tokens":3}}')
+class Reply(httpx2.SyncByteStream):  # a body read as it comes, as a connection's is
+    def __iter__(self):
+        yield REPLY
 def answer(request):
-    return httpx2.Response(200, headers={"content-type": "application/json"}, content=REPLY)
+    headers = {"content-type": "application/json", "content-length": str(len(REPLY))}
+    return httpx2.Response(200, headers=headers, stream=Reply())
 def run(c, n):
     start = time.process_time()
     for _ in range(n):

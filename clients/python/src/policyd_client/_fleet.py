@@ -14,7 +14,6 @@ import functools
 import math
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from ._gate import (
@@ -110,12 +109,14 @@ def target_of(provider: str, model: str, key_id: str) -> Target | None:
     )
 
 
-@dataclass(frozen=True)
-class GateCall:
+class GateCall(NamedTuple):  # a tuple, not a frozen dataclass: every call makes one
     """What the gate counts of a call besides its target: its class and its input tokens."""
 
     batch: bool = False
     input_tokens: int = 0
+
+
+_PLAIN_CALL = GateCall()  # interactive, its input tokens unknown
 
 
 def gate_call(priority: str, input_tokens: int) -> GateCall:
@@ -360,7 +361,7 @@ class FleetTable:
         can_fall_back: bool,
         draw: float,
         park_limit: float | None = None,
-        call: GateCall = GateCall(),
+        call: GateCall = _PLAIN_CALL,
     ) -> GateVerdict:
         """Gate a first attempt to target; ``remaining``: seconds before the caller's deadline;
         ``park_limit``: how long a call without a deadline may park (None: the default; 0: off);
