@@ -152,7 +152,8 @@ def _endpoint(host: str, path: str) -> tuple[str, str]:
 def _prepare(fl: _Flavour, request: Any, o: _Options) -> _Request:
     """Read what request calls; strip the input-tokens header before it is sent."""
     headers = request.headers
-    header = headers.get(INPUT_TOKENS_HEADER)
+    given = headers.get_list(INPUT_TOKENS_HEADER)  # as get() joins them, without its KeyError when absent
+    header = ", ".join(given) if given else None
     if header is not None:
         del headers[INPUT_TOKENS_HEADER]
     try:
