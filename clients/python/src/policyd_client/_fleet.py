@@ -155,6 +155,15 @@ def _text(v: Any) -> str:
     return v if isinstance(v, str) else str(v)
 
 
+def _valid_utf8(s: str) -> str:
+    """s with any lone surrogate replaced, so that it can be sent (an ASCII string as it is)."""
+    return s if s.isascii() else s.encode("utf-8", "replace").decode("utf-8")
+
+
+def _utf8_len(s: str) -> int:
+    return len(s) if s.isascii() else len(s.encode())
+
+
 def rate_limit_headers(headers: Any) -> dict[str, str]:
     """The headers a report carries: only ``x-ratelimit-*`` and ``anthropic-ratelimit-*``
     (names in lower case), at most 16, values of at most 64 bytes (longer ones are dropped).
@@ -170,13 +179,18 @@ def rate_limit_headers(headers: Any) -> dict[str, str]:
     for item in items:
         try:
             k, v = item
-            name = _text(k).strip().lower().encode("utf-8", "replace").decode("utf-8")
-            value = _text(v).strip().encode("utf-8", "replace").decode("utf-8")
+            name = _text(k).strip().lower()
+            # Other headers are passed over before any more work (the prefixes are ASCII: making
+            # the name valid UTF-8 cannot change whether it starts with one).
+            if not name.startswith(RATE_LIMIT_PREFIXES) or name in RATE_LIMIT_PREFIXES:
+                continue
+            name = _valid_utf8(name)
+            value = _valid_utf8(_text(v).strip())
         except Exception:
             continue
-        if not any(name.startswith(p) and len(name) > len(p) for p in RATE_LIMIT_PREFIXES) or name in out:
+        if name in out:
             continue
-        if len(name.encode()) > MAX_RATE_LIMIT_NAME_BYTES or len(value.encode()) > MAX_RATE_LIMIT_VALUE_BYTES:
+        if _utf8_len(name) > MAX_RATE_LIMIT_NAME_BYTES or _utf8_len(value) > MAX_RATE_LIMIT_VALUE_BYTES:
             continue
         out[name] = value
         if len(out) == MAX_RATE_LIMIT_HEADERS:

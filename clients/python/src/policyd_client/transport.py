@@ -70,6 +70,8 @@ __all__ = [
 #: How much of an error response's body the transport reads for policyd (the failure's body
 #: is at most that); the SDK gets all of it.
 ERROR_BODY_BYTES = 64 << 10
+# The rate-limit headers' prefixes, as the raw header names are matched against them.
+_RATE_LIMIT_PREFIXES = tuple(p.encode() for p in RATE_LIMIT_PREFIXES)
 
 
 class TransportOptions(TypedDict, total=False):
@@ -210,16 +212,20 @@ class _Exchange:
         fleet = self.client._fleet
         if self.target is None or fleet is None:
             return response.status_code < 400  # type: ignore[no-any-return]
-        # One pass over the headers (names in lower case) for the rate limits and the encoding.
-        limits: list[tuple[str, str]] = []
-        encodings: list[str] = []
-        for k, v in response.headers.multi_items():
-            if k.startswith(RATE_LIMIT_PREFIXES):
-                limits.append((k, v))
-            elif k == "content-encoding":
+        # One pass over the raw headers for the rate limits and the encoding; only those are
+        # decoded (as the headers decode them), not every header a provider sends.
+        headers = response.headers
+        limits: list[tuple[bytes, bytes]] = []
+        encodings: list[bytes] = []
+        for k, v in headers.raw:
+            name = k.lower()
+            if name.startswith(_RATE_LIMIT_PREFIXES):
+                limits.append((name, v))
+            elif name == b"content-encoding":
                 encodings.append(v)
         if limits:
-            fleet.observe(self.target, limits)
+            text = headers.encoding
+            fleet.observe(self.target, [(k.decode(text), v.decode(text)) for k, v in limits])
         if response.status_code < 400:
             target, estimated = self.target, self.r.tokens
             fleet.flight(target, 1)
@@ -227,7 +233,7 @@ class _Exchange:
                 response.stream,
                 self.stream_cut,
                 functools.partial(fleet.body_ended, target),
-                scanner_for(", ".join(encodings)),
+                scanner_for(b", ".join(encodings).decode(headers.encoding) if encodings else ""),
                 lambda used: fleet.record_usage(target, used, estimated),
             )
             return True
