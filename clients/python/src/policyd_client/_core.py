@@ -13,7 +13,7 @@ import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Union
+from typing import TYPE_CHECKING, Literal, NamedTuple, Union
 
 import grpc
 
@@ -188,8 +188,7 @@ def resolve_client_id(given: str | None) -> str:
     return clip_label(given or f"{socket.gethostname()}/{os.getpid()}/{secrets.randbits(32):08x}")
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(NamedTuple):  # a tuple, not a frozen dataclass: every call makes one
     """One call's options, the client's defaults filled in."""
 
     provider: str

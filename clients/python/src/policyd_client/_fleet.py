@@ -14,7 +14,6 @@ import functools
 import math
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from ._gate import (
@@ -110,12 +109,14 @@ def target_of(provider: str, model: str, key_id: str) -> Target | None:
     )
 
 
-@dataclass(frozen=True)
-class GateCall:
+class GateCall(NamedTuple):  # a tuple, not a frozen dataclass: every call makes one
     """What the gate counts of a call besides its target: its class and its input tokens."""
 
     batch: bool = False
     input_tokens: int = 0
+
+
+_PLAIN_CALL = GateCall()  # interactive, its input tokens unknown
 
 
 def gate_call(priority: str, input_tokens: int) -> GateCall:
@@ -154,6 +155,15 @@ def _text(v: Any) -> str:
     return v if isinstance(v, str) else str(v)
 
 
+def _valid_utf8(s: str) -> str:
+    """s with any lone surrogate replaced, so that it can be sent (an ASCII string as it is)."""
+    return s if s.isascii() else s.encode("utf-8", "replace").decode("utf-8")
+
+
+def _utf8_len(s: str) -> int:
+    return len(s) if s.isascii() else len(s.encode())
+
+
 def rate_limit_headers(headers: Any) -> dict[str, str]:
     """The headers a report carries: only ``x-ratelimit-*`` and ``anthropic-ratelimit-*``
     (names in lower case), at most 16, values of at most 64 bytes (longer ones are dropped).
@@ -169,13 +179,18 @@ def rate_limit_headers(headers: Any) -> dict[str, str]:
     for item in items:
         try:
             k, v = item
-            name = _text(k).strip().lower().encode("utf-8", "replace").decode("utf-8")
-            value = _text(v).strip().encode("utf-8", "replace").decode("utf-8")
+            name = _text(k).strip().lower()
+            # Other headers are passed over before any more work (the prefixes are ASCII: making
+            # the name valid UTF-8 cannot change whether it starts with one).
+            if not name.startswith(RATE_LIMIT_PREFIXES) or name in RATE_LIMIT_PREFIXES:
+                continue
+            name = _valid_utf8(name)
+            value = _valid_utf8(_text(v).strip())
         except Exception:
             continue
-        if not any(name.startswith(p) and len(name) > len(p) for p in RATE_LIMIT_PREFIXES) or name in out:
+        if name in out:
             continue
-        if len(name.encode()) > MAX_RATE_LIMIT_NAME_BYTES or len(value.encode()) > MAX_RATE_LIMIT_VALUE_BYTES:
+        if _utf8_len(name) > MAX_RATE_LIMIT_NAME_BYTES or _utf8_len(value) > MAX_RATE_LIMIT_VALUE_BYTES:
             continue
         out[name] = value
         if len(out) == MAX_RATE_LIMIT_HEADERS:
@@ -316,12 +331,13 @@ class FleetTable:
             self._disabled = True
             self._entries.clear()
 
-    def _entry(self, target: Target, now: float) -> _Entry | None:
+    def _entry(self, target: Target, now: float | None = None) -> _Entry | None:
+        """target's entry, made (at now, else the clock's time) when it is new; None past MAX_TARGETS."""
         e = self._entries.get(target)
         if e is None:
             if len(self._entries) >= MAX_TARGETS:
                 return None
-            e = self._entries[target] = _Entry(now, self._grace, str(target))
+            e = self._entries[target] = _Entry(self._clock() if now is None else now, self._grace, str(target))
         return e
 
     # ---- the callers' side
@@ -359,7 +375,7 @@ class FleetTable:
         can_fall_back: bool,
         draw: float,
         park_limit: float | None = None,
-        call: GateCall = GateCall(),
+        call: GateCall = _PLAIN_CALL,
     ) -> GateVerdict:
         """Gate a first attempt to target; ``remaining``: seconds before the caller's deadline;
         ``park_limit``: how long a call without a deadline may park (None: the default; 0: off);
@@ -432,7 +448,7 @@ class FleetTable:
         with self._lock:
             if self._disabled:
                 return
-            e = self._entry(target, self._clock())
+            e = self._entry(target)
             if e is not None:
                 e.failed += 1
 
@@ -451,7 +467,7 @@ class FleetTable:
         with self._lock:
             if self._disabled:
                 return
-            e = self._entry(target, self._clock())
+            e = self._entry(target)
             if e is not None:
                 e.retries += 1
                 e.retry_tokens += input_tokens
@@ -465,7 +481,7 @@ class FleetTable:
         with self._lock:
             if self._disabled:
                 return
-            e = self._entry(target, self._clock())
+            e = self._entry(target)
             if e is not None:
                 e.used_tokens += min(max(used, 0), MAX_CALL_INPUT_TOKENS)
                 e.used_estimated += min(max(estimated, 0), MAX_CALL_INPUT_TOKENS)
@@ -476,10 +492,9 @@ class FleetTable:
         with self._lock:
             if self._disabled:
                 return
-            e = self._entry(target, self._clock())
+            e = self._entry(target)
             if e is not None:
-                e.output_tokens += min(max(output, 0), MAX_CALL_INPUT_TOKENS)
-                e.output_calls += 1
+                _count_output(e, output)
 
     def flight(self, target: Target, delta: int) -> None:
         """An attempt to target starts (+1) or ends (-1): the report's in_flight gauge, and what
@@ -487,13 +502,21 @@ class FleetTable:
         with self._lock:
             if self._disabled:
                 return
-            e = self._entry(target, self._clock())
-            if e is None:
+            e = self._entry(target)
+            if e is not None:
+                _fly(e, delta)
+
+    def body_ended(self, target: Target, output: int | None) -> None:
+        """A success's body ended, broke off or was closed: out of flight (flight -1) and, when
+        it said one, its output count (record_output), in one step."""
+        with self._lock:
+            if self._disabled:
                 return
-            g = e.gate
-            g.in_flight = max(0, g.in_flight + delta)
-            if delta < 0 and g.assignment is not None and g.assignment.in_flight_lease is not None:
-                _wake_parked(e)
+            e = self._entry(target)
+            if e is not None:
+                _fly(e, -1)
+                if output is not None:
+                    _count_output(e, output)
 
     def in_flight(self, target: Target, fn: Callable[[], T]) -> Callable[[], T]:
         """fn, counted in flight on target while it runs."""
@@ -527,7 +550,7 @@ class FleetTable:
         with self._lock:
             if self._disabled:
                 return
-            e = self._entry(target, self._clock())
+            e = self._entry(target)
             if e is not None:
                 e.headers = kept
 
@@ -653,6 +676,18 @@ class FleetTable:
                     if e.waiter is not None:
                         e.waiter.set()
                         e.waiter = None
+
+
+def _fly(e: _Entry, delta: int) -> None:
+    g = e.gate
+    g.in_flight = max(0, g.in_flight + delta)
+    if delta < 0 and g.assignment is not None and g.assignment.in_flight_lease is not None:
+        _wake_parked(e)
+
+
+def _count_output(e: _Entry, output: int) -> None:
+    e.output_tokens += min(max(output, 0), MAX_CALL_INPUT_TOKENS)
+    e.output_calls += 1
 
 
 def _wake_parked(e: _Entry) -> None:

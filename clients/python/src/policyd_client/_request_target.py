@@ -42,6 +42,8 @@ MAX_BODY_BYTES = 8 << 20
 _BYTES_PER_TOKEN = 4
 
 _GEMINI_MODEL = re.compile(r"(?:^|/)models/([^/:]+):[^/]+$")
+# A body whose first byte after (bytes.lstrip's) whitespace opens an object: matched, not copied.
+_OBJECT = re.compile(rb"[ \t\n\r\x0b\x0c]*\{")
 
 # The operation a model API's path names: policyd treats model operations as safe to
 # repeat whatever the method (clients/testdata/safety.json). The path's end, the longest first.
@@ -87,7 +89,7 @@ def model_of(body: bytes | None, path: str) -> str:
     """The model a request names: its JSON body's top-level string ``model`` (a body that is not
     a JSON object, or larger than MAX_BODY_BYTES, names none), else a Gemini-style path's
     ``models/{model}:{method}``, else ""."""
-    if body and len(body) <= MAX_BODY_BYTES and body.lstrip()[:1] == b"{":
+    if body and len(body) <= MAX_BODY_BYTES and _OBJECT.match(body):
         try:
             doc = json.loads(body)
         except (ValueError, RecursionError):

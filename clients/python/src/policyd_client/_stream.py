@@ -169,8 +169,6 @@ class Stream:
     def _subscribe(self, target: Target, remaining: float | None, answered: Waiter) -> float:
         """A target's first call: subscribe it at once, and return how long the call waits for
         answered (set at its first assignment); 0 when it does not wait."""
-        if self._table.known(target):
-            return 0.0  # not its first call: the common case, without a lock
         wait = first_call_wait(remaining)
         if wait <= 0 or not self._open() or not self._table.subscribe(target, answered):
             return 0.0
@@ -257,6 +255,8 @@ class SyncStream(Stream):
 
     def first_call(self, target: Target, remaining: float | None) -> None:
         """A target's first call: subscribe it at once and wait (briefly) for its assignment."""
+        if self._table.known(target):
+            return  # not its first call: the common case, without a lock or an event
         answered = threading.Event()
         wait = self._subscribe(target, remaining, answered)
         if wait > 0:
@@ -332,6 +332,8 @@ class AsyncStream(Stream):
 
     async def first_call(self, target: Target, remaining: float | None) -> None:
         """A target's first call: subscribe it at once and wait (briefly) for its assignment."""
+        if self._table.known(target):
+            return  # not its first call: the common case, without a lock or an event
         answered = asyncio.Event()
         wait = self._subscribe(target, remaining, answered)
         if wait > 0:

@@ -12,6 +12,7 @@ other keys: the quotes around the key are part of the match.
 
 from __future__ import annotations
 
+import re
 import zlib
 
 __all__ = ["UsageScanner", "scanner_for"]
@@ -27,6 +28,9 @@ _COLON = ord(":")
 _DIGITS = frozenset(b"0123456789")
 # More digits than any count: the number is taken as huge (the table clamps it).
 _MAX_DIGITS = 19
+
+# What follows a key when its count is whole in the chunk: read with one match, not byte by byte.
+_COUNT = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*([0-9]+)")
 
 _SEEK, _KEY, _COLON_SEEN, _NUMBER, _DONE = range(5)
 
@@ -86,11 +90,19 @@ class UsageScanner:
                 if j < 0:
                     self._carry = buf[max(i, n - _CARRY) :]
                     return found
-                if buf.endswith(_INPUT_STARTS, i, j):
-                    self._state, self._output_key = _KEY, False
-                elif buf.endswith(_OUTPUT_STARTS, i, j):
-                    self._state, self._output_key = _KEY, True
-                i = j + len(_KEY_END)
+                start, i = i, j + len(_KEY_END)
+                if buf.endswith(_INPUT_STARTS, start, j):
+                    output_key = False
+                elif buf.endswith(_OUTPUT_STARTS, start, j):
+                    output_key = True
+                else:
+                    continue  # another key (total_tokens, cache_read_input_tokens, ...)
+                m = _COUNT.match(buf, i)
+                if m is not None and m.end() < n:  # the whole count, a byte after it: read at once
+                    i = m.end()
+                    found = self._take(output_key, int(m.group(1)[:_MAX_DIGITS]), found)
+                    continue
+                self._state, self._output_key = _KEY, output_key  # read on byte by byte
             elif state == _NUMBER:
                 j = i
                 while j < n and buf[j] in _DIGITS:
@@ -99,10 +111,7 @@ class UsageScanner:
                 if j == n:
                     return found  # the number may go on in the next chunk
                 count, self._digits, self._state, i = int(self._digits), b"", _SEEK, j
-                if self._output_key:
-                    self.output = count
-                elif not self._found:
-                    self._found, found = True, count
+                found = self._take(self._output_key, count, found)
             else:
                 c = buf[i]
                 if c in _SPACE:
@@ -114,4 +123,13 @@ class UsageScanner:
                     self._state = _NUMBER
                 else:  # the key of something else (a string, null, an object): the next one
                     self._state = _SEEK
+        return found
+
+    def _take(self, output_key: bool, count: int, found: int | None) -> int | None:
+        """A count read: the output so far, or the input count to return (the first one only)."""
+        if output_key:
+            self.output = count
+        elif not self._found:
+            self._found = True
+            return count
         return found

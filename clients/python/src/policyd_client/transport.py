@@ -70,6 +70,8 @@ __all__ = [
 #: How much of an error response's body the transport reads for policyd (the failure's body
 #: is at most that); the SDK gets all of it.
 ERROR_BODY_BYTES = 64 << 10
+# The rate-limit headers' prefixes, as the raw header names are matched against them.
+_RATE_LIMIT_PREFIXES = tuple(p.encode() for p in RATE_LIMIT_PREFIXES)
 
 
 class TransportOptions(TypedDict, total=False):
@@ -152,7 +154,8 @@ def _endpoint(host: str, path: str) -> tuple[str, str]:
 def _prepare(fl: _Flavour, request: Any, o: _Options) -> _Request:
     """Read what request calls; strip the input-tokens header before it is sent."""
     headers = request.headers
-    header = headers.get(INPUT_TOKENS_HEADER)
+    given = headers.get_list(INPUT_TOKENS_HEADER)  # as get() joins them, without its KeyError when absent
+    header = ", ".join(given) if given else None
     if header is not None:
         del headers[INPUT_TOKENS_HEADER]
     try:
@@ -209,19 +212,29 @@ class _Exchange:
         fleet = self.client._fleet
         if self.target is None or fleet is None:
             return response.status_code < 400  # type: ignore[no-any-return]
-        limits = [(k, v) for k, v in response.headers.multi_items() if k.startswith(RATE_LIMIT_PREFIXES)]
+        # One pass over the raw headers for the rate limits and the encoding; only those are
+        # decoded (as the headers decode them), not every header a provider sends.
+        headers = response.headers
+        limits: list[tuple[bytes, bytes]] = []
+        encodings: list[bytes] = []
+        for k, v in headers.raw:
+            name = k.lower()
+            if name.startswith(_RATE_LIMIT_PREFIXES):
+                limits.append((name, v))
+            elif name == b"content-encoding":
+                encodings.append(v)
         if limits:
-            fleet.observe(self.target, limits)
+            text = headers.encoding
+            fleet.observe(self.target, [(k.decode(text), v.decode(text)) for k, v in limits])
         if response.status_code < 400:
             target, estimated = self.target, self.r.tokens
             fleet.flight(target, 1)
             response.stream = self.fl.watch(
                 response.stream,
                 self.stream_cut,
-                lambda: fleet.flight(target, -1),
-                scanner_for(response.headers.get("content-encoding", "")),
+                functools.partial(fleet.body_ended, target),
+                scanner_for(b", ".join(encodings).decode(headers.encoding) if encodings else ""),
                 lambda used: fleet.record_usage(target, used, estimated),
-                lambda output: fleet.record_output(target, output),
             )
             return True
         return False
@@ -442,45 +455,31 @@ class _Flavour:
 
         class Watched(hx.SyncByteStream, hx.AsyncByteStream):  # type: ignore[misc, name-defined]
             """A success's body as it comes; an error while reading it is reported, then raised.
-            ``on_end`` is called once: at its end, when it breaks off, or when it is closed.
-            ``scan`` reads each chunk as it passes (None: not scanned); ``on_usage`` gets the
-            input count it finds, once; ``on_output`` the last output count it read, once, when
-            the body ends or is closed (not when it breaks off)."""
+            ``ended`` is called once: at its end, when it breaks off, or when it is closed, with
+            the last output count it read (None: none, or it broke off). ``scan`` reads each chunk
+            as it passes (None: not scanned); ``on_usage`` gets the input count it finds, once."""
 
-            def __init__(
-                self,
-                inner: Any,
-                on_cut: Any,
-                on_end: Any,
-                scan: Any = None,
-                on_usage: Any = None,
-                on_output: Any = None,
-            ) -> None:
-                self._inner, self._on_cut, self._on_end = inner, on_cut, on_end
-                self._scan, self._on_usage, self._on_output = scan, on_usage, on_output
-                self._scanned = scan  # what it read, for the output at the end
+            def __init__(self, inner: Any, on_cut: Any, ended: Any, scan: Any = None, on_usage: Any = None) -> None:
+                self._inner, self._on_cut, self._ended_cb = inner, on_cut, ended
+                self._scan, self._on_usage = scan, on_usage
                 self._ended = False
-
-            def _read(self, chunk: bytes) -> None:
-                used = self._scan.feed(chunk)
-                if used is not None:
-                    self._on_usage(used)
-                if self._scan.done:
-                    self._scan = None
 
             def _end(self, cut: bool = False) -> None:
                 if not self._ended:
                     self._ended = True
-                    self._on_end()
-                    s = self._scanned
-                    if not cut and s is not None and s.output is not None and self._on_output is not None:
-                        self._on_output(s.output)
+                    s = self._scan
+                    self._ended_cb(None if cut or s is None else s.output)
 
             def __iter__(self) -> Iterator[bytes]:
+                scan = self._scan  # None once it is done: it reads no more (its output stays)
                 try:
                     for chunk in self._inner:
-                        if self._scan is not None:
-                            self._read(chunk)
+                        if scan is not None:
+                            used = scan.feed(chunk)
+                            if used is not None:
+                                self._on_usage(used)
+                            if scan.done:
+                                scan = None
                         yield chunk
                 except Exception:
                     self._end(cut=True)
@@ -489,10 +488,15 @@ class _Flavour:
                 self._end()
 
             async def __aiter__(self) -> AsyncIterator[bytes]:
+                scan = self._scan
                 try:
                     async for chunk in self._inner:
-                        if self._scan is not None:
-                            self._read(chunk)
+                        if scan is not None:
+                            used = scan.feed(chunk)
+                            if used is not None:
+                                self._on_usage(used)
+                            if scan.done:
+                                scan = None
                         yield chunk
                 except Exception:
                     self._end(cut=True)
