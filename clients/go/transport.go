@@ -114,6 +114,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	call := t.call(req, body, tokens)
+	body.returnBuffer() // the model and size are read
 	tg, gated := targetOf(call)
 
 	var ok, last *http.Response // the success; the last failed response, its body restored

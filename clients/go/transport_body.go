@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 )
 
@@ -20,30 +21,59 @@ type requestBody struct {
 	rest    io.ReadCloser // not whole: the body past buf, for the first attempt
 	taken   bool          // rest was handed to an attempt, or closed
 	getBody func() (io.ReadCloser, error)
+	// lent: buf is a pooled buffer, to read the model and size from, and
+	// every attempt's body comes from getBody (returnBuffer gives it back).
+	lent bool
 }
+
+// readBuffers lend the buffers a body with GetBody is read into: its
+// bytes are needed only until its model and size are read, since each
+// attempt sends GetBody's copy, so the buffer serves the next request.
+var readBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxLentBuffer is the largest buffer given back to readBuffers: a rare
+// large body's is left to the collector rather than kept.
+const maxLentBuffer = 64 << 10
 
 // readRequestBody reads req's body, whole up to maxInspectedBody.
 func readRequestBody(req *http.Request) (*requestBody, error) {
 	if req.Body == nil || req.Body == http.NoBody {
 		return &requestBody{none: true}, nil
 	}
-	buf, err := readUpTo(req.Body, req.ContentLength, maxInspectedBody+1)
+	var dst []byte
+	lend := req.GetBody != nil
+	if lend {
+		dst = *readBuffers.Get().(*[]byte)
+	}
+	buf, err := readUpTo(dst, req.Body, req.ContentLength, maxInspectedBody+1)
 	if err != nil {
 		req.Body.Close()
 		return nil, fmt.Errorf("policyd: reading the request body: %w", err)
 	}
 	if len(buf) <= maxInspectedBody {
 		req.Body.Close()
-		return &requestBody{buf: buf, whole: true}, nil
+		return &requestBody{buf: buf, whole: true, lent: lend, getBody: req.GetBody}, nil
 	}
 	return &requestBody{buf: buf, rest: req.Body, getBody: req.GetBody}, nil
 }
 
-// readUpTo reads r to its end or to limit bytes, into one buffer sized
-// for size (a Content-Length; unknown when negative) and a byte more, so
-// that a body of the size it says ends without the buffer growing.
-func readUpTo(r io.Reader, size int64, limit int) ([]byte, error) {
-	buf := make([]byte, 0, min(max(size, 0), int64(limit-1))+1)
+// returnBuffer gives a lent buffer back, once the model and size are read.
+func (b *requestBody) returnBuffer() {
+	if !b.lent || b.buf == nil {
+		return
+	}
+	if cap(b.buf) <= maxLentBuffer {
+		buf := b.buf[:0]
+		readBuffers.Put(&buf)
+	}
+	b.buf = nil
+}
+
+// readUpTo reads r to its end or to limit bytes, appended to dst[:0]: a
+// buffer with room for size (a Content-Length; unknown when negative) and
+// a byte more, so that a body of the size it says ends without growing.
+func readUpTo(dst []byte, r io.Reader, size int64, limit int) ([]byte, error) {
+	buf := slices.Grow(dst[:0], int(min(max(size, 0), int64(limit-1))+1))
 	for len(buf) < limit {
 		if len(buf) == cap(buf) {
 			buf = slices.Grow(buf, min(cap(buf), limit-len(buf)))
@@ -65,6 +95,9 @@ func (b *requestBody) forAttempt(req *http.Request, attempt int) (io.ReadCloser,
 	switch {
 	case b.none:
 		return req.Body, nil, nil
+	case b.lent:
+		rc, err := b.getBody()
+		return rc, b.getBody, err
 	case b.whole:
 		get := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b.buf)), nil }
 		rc, _ := get()

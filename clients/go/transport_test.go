@@ -420,6 +420,38 @@ func TestTransportFailsOpen(t *testing.T) {
 	}
 }
 
+// Every attempt sends the whole body: one with GetBody is read once for
+// its model and size, and each attempt sends a copy from GetBody; one
+// without it is kept, and sent again from what was read.
+func TestTransportReplaysBodies(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, closedAddr(t), policyd.WithClock(newFakeClock()), policyd.WithRand(fixedRand(0)), policyd.WithLogger(discardLogger()))
+	hc := c.HTTPClient(policyd.TransportOptions{Provider: "openai"})
+	for _, withGetBody := range []bool{true, false} {
+		srv := newRequestLog(t, 503, 200)
+		req := chatRequest(t, context.Background(), srv.URL, chatBody)
+		copies := 0
+		if withGetBody {
+			req.GetBody = func() (io.ReadCloser, error) {
+				copies++
+				return io.NopCloser(strings.NewReader(chatBody)), nil
+			}
+		} else {
+			req.Body, req.GetBody = io.NopCloser(struct{ io.Reader }{strings.NewReader(chatBody)}), nil
+		}
+		if resp, _ := send(t, hc, req); resp.StatusCode != 200 {
+			t.Fatalf("GetBody %v: status %d, want the retry's 200", withGetBody, resp.StatusCode)
+		}
+		_, bodies := srv.get()
+		if len(bodies) != 2 || bodies[0] != chatBody || bodies[1] != chatBody {
+			t.Errorf("GetBody %v: sent %q, want the whole body twice", withGetBody, bodies)
+		}
+		if want := map[bool]int{true: 2, false: 0}[withGetBody]; copies != want {
+			t.Errorf("GetBody %v: %d copies from GetBody, want %d (one an attempt)", withGetBody, copies, want)
+		}
+	}
+}
+
 // A body the transport cannot send again (over 8 MiB, without GetBody) is
 // irreversible: its failure is returned, not retried.
 func TestTransportUnreplayableBodyIsNotRetried(t *testing.T) {
