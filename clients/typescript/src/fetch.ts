@@ -343,8 +343,11 @@ const LIMIT_HEADERS = [
   "anthropic-ratelimit-output-tokens-limit",
 ];
 
+const LIMIT_NAMES: ReadonlySet<string> = new Set(LIMIT_HEADERS);
+
 function hasRateLimits(headers: Headers): boolean {
-  for (const name of LIMIT_HEADERS) if (headers.has(name)) return true;
+  // One pass over the names (lower case, as Headers keeps them), not a has() a name: each has() validates its name.
+  for (const name of headers.keys()) if (LIMIT_NAMES.has(name)) return true;
   return false;
 }
 
@@ -358,6 +361,9 @@ function scannable(res: Response): boolean {
   const type = (res.headers.get("content-type") ?? "").toLowerCase();
   return type.includes("json") || type.includes("text/event-stream");
 }
+
+/** The wrapper's queue holds nothing: each chunk is read from the response's body when its reader asks. */
+const PULLED: QueuingStrategy<Uint8Array> = Object.freeze({ highWaterMark: 0 });
 
 /**
  * watched is res with a body that passes res's through as it comes (each
@@ -377,34 +383,37 @@ function watched(
     if (scan?.output !== undefined) output(scan.output);
   };
   const reader = res.body!.getReader();
+  let controller!: ReadableStreamDefaultController<Uint8Array>;
+  // The read's handlers are made once a body, not once a chunk.
+  const chunked = (chunk: Awaited<ReturnType<typeof reader.read>>): void => {
+    if (chunk.done) {
+      ended();
+      counted();
+      controller.close();
+    } else {
+      scan?.push(chunk.value);
+      controller.enqueue(chunk.value);
+    }
+  };
+  const failed = (err: unknown): void => {
+    ended();
+    cut(err);
+    controller.error(err);
+  };
   const body = new ReadableStream<Uint8Array>(
     {
-      async pull(controller) {
-        let chunk: Awaited<ReturnType<typeof reader.read>>;
-        try {
-          chunk = await reader.read();
-        } catch (err) {
-          ended();
-          cut(err);
-          controller.error(err);
-          return;
-        }
-        if (chunk.done) {
-          ended();
-          counted();
-          controller.close();
-        } else {
-          scan?.push(chunk.value);
-          controller.enqueue(chunk.value);
-        }
+      start(c) {
+        controller = c;
       },
+      // A promise chain, not an async function: one turn of the microtask queue less a chunk.
+      pull: () => reader.read().then(chunked, failed),
       cancel(reason) {
         ended();
         counted();
         return reader.cancel(reason);
       },
     },
-    { highWaterMark: 0 },
+    PULLED,
   );
   const out = new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
   Object.defineProperty(out, "url", { value: res.url });
