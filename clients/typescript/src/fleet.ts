@@ -125,6 +125,9 @@ interface Entry {
   parkWake: { promise: Promise<void>; resolve: () => void } | undefined;
 }
 
+/** firstAnswer's answer once the target's first assignment came (every call but its first ones'). */
+const NO_WAIT = Object.freeze({ wait: undefined, subscribe: false });
+
 /** @internal The gate table of one client: its rows, their counts and assignments. */
 export class FleetTable {
   readonly #d: TableDeps;
@@ -160,11 +163,11 @@ export class FleetTable {
     const e = this.#entry(target);
     if (!e) return undefined;
     const first = e.firstAnswer;
-    if (!first) return { wait: undefined, subscribe: false };
+    if (!first) return NO_WAIT;
     const now = performance.now();
     if (!reachable) {
       first.windowEnd ??= now; // the first call went without waiting: later ones do not wait either
-      return { wait: undefined, subscribe: false };
+      return NO_WAIT;
     }
     const subscribe = first.windowEnd === undefined;
     first.windowEnd ??= now + FIRST_ANSWER_WAIT_MS;
