@@ -86,8 +86,10 @@ const utf8 = new TextDecoder();
  * and show it to scan in one piece, which finds what chunk by chunk would
  * (a key split anywhere is found alike), then the output count; body, and
  * blob, formData and clone, which read it, are watchedBody's stream, made
- * at its first use. A second stream and its reads cost the transport a
- * tenth of a local request's time; a body read whole needs neither.
+ * at its first use. Its headers are res's own and its url res's. A second
+ * stream, its reads and a copy of the headers were most of what the
+ * transport added to a request (docs/benchmarks.md, "The clients'
+ * transports"); a body read whole needs none of them.
  */
 export class ScannedResponse extends Response {
   readonly #res: Response;
@@ -96,7 +98,8 @@ export class ScannedResponse extends Response {
   #body: ReadableStream<Uint8Array> | undefined;
 
   constructor(res: Response, scan: UsageScanner, output: (n: number) => void) {
-    super(null, initOf(res));
+    // No copy of the headers: headers reads res's own (see below).
+    super(null, { status: res.status, statusText: res.statusText });
     this.#res = res;
     this.#scan = scan;
     this.#output = output;
@@ -129,6 +132,13 @@ export class ScannedResponse extends Response {
       Object.defineProperty(proto, name, { value, writable: true, configurable: true });
     }
     Object.defineProperties(proto, {
+      // res's own, as they came (a fetched response's cannot be changed): no copy to make.
+      headers: {
+        get(this: ScannedResponse) {
+          return this.#res.headers;
+        },
+        configurable: true,
+      },
       url: {
         get(this: ScannedResponse) {
           return this.#res.url;
