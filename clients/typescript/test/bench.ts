@@ -11,46 +11,14 @@
 // (pairs of rounds, default 40), BENCH_SECONDS (a round's length, default 0.5),
 // BENCH_CONCURRENCY (requests in flight, default 8).
 
-import { type ChildProcess, spawn } from "node:child_process";
-import { createInterface } from "node:readline";
 import { createClient } from "@policyd/client";
+import { need, start, startPolicyd } from "./bench_procs.js";
 
 const rounds = Number(process.env["BENCH_ROUNDS"] ?? 40);
 const seconds = Number(process.env["BENCH_SECONDS"] ?? 0.5);
 const concurrency = Number(process.env["BENCH_CONCURRENCY"] ?? 8);
 
-/** Starts bin, and resolves with what pick finds in its first lines of out. */
-function start(bin: string, args: string[], out: "stdout" | "stderr", pick: (line: string) => string | undefined) {
-  const child: ChildProcess = spawn(bin, args, { stdio: ["ignore", out === "stdout" ? "pipe" : "ignore", "pipe"] });
-  const found = new Promise<string>((resolve, reject) => {
-    child.once("exit", (code) => reject(new Error(`${bin} exited (${code})`)));
-    createInterface({ input: child[out]! }).on("line", (line) => {
-      const v = pick(line);
-      if (v) resolve(v);
-    });
-  });
-  return { child, found };
-}
-
-function need(name: string): string {
-  const v = process.env[name];
-  if (!v) throw new Error(`bench: set ${name}`);
-  return v;
-}
-
-const daemon = start(
-  need("POLICYD_BIN"),
-  ["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--fleet", "on"],
-  "stderr",
-  (line) => {
-    try {
-      const rec = JSON.parse(line) as { msg?: string; addr?: string };
-      return rec.msg === "serving" ? rec.addr : undefined;
-    } catch {
-      return undefined;
-    }
-  },
-);
+const daemon = startPolicyd();
 const provider = start(need("FAKEPROVIDER_BIN"), [], "stdout", (line) => /^listening on (\S+)$/.exec(line)?.[1]);
 
 try {
