@@ -16,6 +16,7 @@ import { PolicydError } from "./policyd_error.js";
 import { bodyModelOf, MAX_MODEL_BODY_BYTES, operationOf, pathModelOf, providerOf } from "./request_target.js";
 import { run, type RunContext } from "./run.js";
 import { UsageScanner } from "./usage.js";
+import { ScannedResponse, watched } from "./watched.js";
 
 /**
  * The request header that carries the caller's exact count of a request's
@@ -142,7 +143,7 @@ export function fetchThrough(ctx: RunContext, options: FetchOptions = {}): typeo
         const output = coordinator ? (n: number) => coordinator.output(target, n) : noop;
         if (res.body && isEventStream(res))
           return watched(res, coordinator ? coordinator.began(target) : noop, cut, scan, output);
-        return scan ? watched(res, noop, noop, scan, output) : res;
+        return scan ? new ScannedResponse(res, scan, output) : res;
       }
       // The loop reads a copy (HttpError.fromResponse: the first 64 KiB);
       // the response keeps its whole body for the SDK, should policyd stop.
@@ -343,8 +344,11 @@ const LIMIT_HEADERS = [
   "anthropic-ratelimit-output-tokens-limit",
 ];
 
+const LIMIT_NAMES: ReadonlySet<string> = new Set(LIMIT_HEADERS);
+
 function hasRateLimits(headers: Headers): boolean {
-  for (const name of LIMIT_HEADERS) if (headers.has(name)) return true;
+  // One pass over the names (lower case, as Headers keeps them), not a has() a name: each has() validates its name.
+  for (const name of headers.keys()) if (LIMIT_NAMES.has(name)) return true;
   return false;
 }
 
@@ -357,56 +361,4 @@ function scannable(res: Response): boolean {
   if (!res.body || res.status < 200 || res.status >= 300) return false;
   const type = (res.headers.get("content-type") ?? "").toLowerCase();
   return type.includes("json") || type.includes("text/event-stream");
-}
-
-/**
- * watched is res with a body that passes res's through as it comes (each
- * chunk unchanged, shown to scan first, if given) and tells when it ends
- * (ended: done, cancelled or cut), when it is cut (cut: the read failed
- * after the response began), and, when it ends or is cancelled but not
- * cut, the last output count scan read (output).
- */
-function watched(
-  res: Response,
-  ended: () => void,
-  cut: (err: unknown) => void,
-  scan?: UsageScanner,
-  output: (n: number) => void = noop,
-): Response {
-  const counted = (): void => {
-    if (scan?.output !== undefined) output(scan.output);
-  };
-  const reader = res.body!.getReader();
-  const body = new ReadableStream<Uint8Array>(
-    {
-      async pull(controller) {
-        let chunk: Awaited<ReturnType<typeof reader.read>>;
-        try {
-          chunk = await reader.read();
-        } catch (err) {
-          ended();
-          cut(err);
-          controller.error(err);
-          return;
-        }
-        if (chunk.done) {
-          ended();
-          counted();
-          controller.close();
-        } else {
-          scan?.push(chunk.value);
-          controller.enqueue(chunk.value);
-        }
-      },
-      cancel(reason) {
-        ended();
-        counted();
-        return reader.cancel(reason);
-      },
-    },
-    { highWaterMark: 0 },
-  );
-  const out = new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
-  Object.defineProperty(out, "url", { value: res.url });
-  return out;
 }

@@ -8,7 +8,7 @@ import type { Clock } from "./clock.js";
 import type { Coordinator } from "./coordinate.js";
 import type { Decision } from "./decision.js";
 import { emptyFailure } from "./failure.js";
-import type { Gated } from "./fleet.js";
+import type { FirstAnswer, Gated } from "./fleet.js";
 import type { GateVerdict, PriorityClass, Target } from "./gate.js";
 import type { FallbackHint } from "./options.js";
 import { PolicydError } from "./policyd_error.js";
@@ -90,21 +90,38 @@ export type FirstGated<T> = { send: true; ended: () => void } | { send: false; v
  * gateFirstAttempt runs the gate before a call's first attempt: it returns
  * send (after waiting out a hold) or the fallback's value, and throws a
  * PolicydError (attempts 0) when the gate stopped it, or signal.reason when
- * the caller aborted during the wait. It makes no RPC.
+ * the caller aborted during the wait. It makes no RPC. The common answer,
+ * admitted at once, comes back as it is, not as a promise: a call that
+ * succeeds at once then waits for nothing but its attempt.
  */
-export async function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): Promise<FirstGated<T>> {
+export function gateFirstAttempt<T>(c: Coordinator, f: FirstAttempt<T>): FirstGated<T> | Promise<FirstGated<T>> {
   const first = c.firstAnswer(f.target);
-  if (first) {
-    // The target's first call: its first assignment is on the way (100 ms at most, never past the deadline).
-    const left = f.deadlineMs === undefined ? Infinity : f.deadlineMs - f.clock.now();
-    await waitFor(first.answered, Math.min(first.waitMs, left), f.signal);
-    if (f.callerSignal?.aborted) throw f.callerSignal.reason;
-  }
+  if (first) return firstAnswered(c, f, first);
+  const gated = checkFirst(c, f);
+  if (gated.verdict.action === "admit") return { send: true, ended: gated.ended ?? noop };
+  return gated_(c, f, gated);
+}
+
+const noop = () => {};
+
+/** The target's first call: its first assignment is on the way (100 ms at most, never past the deadline). */
+async function firstAnswered<T>(c: Coordinator, f: FirstAttempt<T>, first: FirstAnswer): Promise<FirstGated<T>> {
+  const left = f.deadlineMs === undefined ? Infinity : f.deadlineMs - f.clock.now();
+  await waitFor(first.answered, Math.min(first.waitMs, left), f.signal);
+  if (f.callerSignal?.aborted) throw f.callerSignal.reason;
+  return gated_(c, f, checkFirst(c, f));
+}
+
+function checkFirst<T>(c: Coordinator, f: FirstAttempt<T>): Gated {
   const remaining = f.deadlineMs === undefined ? undefined : Math.max(0, f.deadlineMs - f.clock.now());
-  let gated = c.check(f.target, remaining, f.fallback !== undefined, { cls: f.cls, inputTokens: f.inputTokens });
+  return c.check(f.target, remaining, f.fallback !== undefined, { cls: f.cls, inputTokens: f.inputTokens });
+}
+
+/** What the gate's answer to a first attempt makes of the call: send it, after a park or a wait; fall back; stop. */
+async function gated_<T>(c: Coordinator, f: FirstAttempt<T>, gated: Gated): Promise<FirstGated<T>> {
   if (gated.verdict.action === "park") gated = await park(c, f.target, gated, f.signal, f.callerSignal, f.onDecision);
   const verdict = gated.verdict;
-  const ended = gated.ended ?? (() => {});
+  const ended = gated.ended ?? noop;
   if (verdict.action === "admit") return { send: true, ended };
   const failure = emptyFailure();
   failure.provider = f.target.provider;

@@ -125,10 +125,15 @@ interface Entry {
   parkWake: { promise: Promise<void>; resolve: () => void } | undefined;
 }
 
+/** firstAnswer's answer once the target's first assignment came (every call but its first ones'). */
+const NO_WAIT = Object.freeze({ wait: undefined, subscribe: false });
+
 /** @internal The gate table of one client: its rows, their counts and assignments. */
 export class FleetTable {
   readonly #d: TableDeps;
   readonly #entries = new Map<string, Entry>();
+  /** The row #entry found last: a call's every step, and most calls after it, name the same target. */
+  #last: Entry | undefined;
   /** The daemon runs without fleet memory (or without the stream): the gate admits everything. */
   #off = false;
 
@@ -146,6 +151,7 @@ export class FleetTable {
     this.#off = true;
     this.answerAll();
     this.#entries.clear(); // nothing to gate or report any more
+    this.#last = undefined;
   }
 
   /**
@@ -160,11 +166,11 @@ export class FleetTable {
     const e = this.#entry(target);
     if (!e) return undefined;
     const first = e.firstAnswer;
-    if (!first) return { wait: undefined, subscribe: false };
+    if (!first) return NO_WAIT;
     const now = performance.now();
     if (!reachable) {
       first.windowEnd ??= now; // the first call went without waiting: later ones do not wait either
-      return { wait: undefined, subscribe: false };
+      return NO_WAIT;
     }
     const subscribe = first.windowEnd === undefined;
     first.windowEnd ??= now + FIRST_ANSWER_WAIT_MS;
@@ -454,7 +460,7 @@ export class FleetTable {
           e.gate.assign(now, undefined);
           e.subscribe = true;
         } else {
-          this.#entries.delete(key);
+          this.#delete(key, e);
         }
         this.#d.debug(`policyd: fleet abandoned ${targetName(t)}`);
         continue;
@@ -471,9 +477,14 @@ export class FleetTable {
   /** The row of target, made at its first use; undefined when it is not gated. */
   #entry(t: Target): Entry | undefined {
     if (this.#off || !t.provider) return undefined;
+    const last = this.#last;
+    if (last && sameTarget(last.target, t)) return last; // no key to build and look up
     const key = keyOf(t);
     let e = this.#entries.get(key);
-    if (e) return e;
+    if (e) {
+      this.#last = e;
+      return e;
+    }
     if (this.#entries.size >= MAX_TARGETS) this.#forget(this.#d.now());
     if (this.#entries.size >= MAX_TARGETS || !acceptable(t)) return undefined;
     const now = this.#d.now();
@@ -511,6 +522,7 @@ export class FleetTable {
     });
     e.firstAnswer = { promise, resolve };
     this.#entries.set(key, e);
+    this.#last = e;
     return e;
   }
 
@@ -519,9 +531,18 @@ export class FleetTable {
     for (const [key, e] of this.#entries) {
       if (now - e.usedAt < FORGET_AFTER_MS || pending(e) || busy(e)) continue;
       if (e.gate.assignment && !e.gate.expired(now)) continue;
-      this.#entries.delete(key);
+      this.#delete(key, e);
     }
   }
+
+  #delete(key: string, e: Entry): void {
+    this.#entries.delete(key);
+    if (this.#last === e) this.#last = undefined;
+  }
+}
+
+function sameTarget(a: Target, b: Target): boolean {
+  return a.provider === b.provider && a.model === b.model && a.keyId === b.keyId;
 }
 
 /** The table's key of a target. */

@@ -65,3 +65,5 @@ export { FLEET_LIMITS } from "./limits.js";
 export { budgetText, gateDecision } from "./texts.js";
 /** @internal What a success's body says its call used, read as the SDK reads it. */
 export { UsageScanner } from "./usage.js";
+/** @internal A success's body as the transport hands it over, watched as it is read. */
+export { ScannedResponse } from "./watched.js";

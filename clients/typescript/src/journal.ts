@@ -165,6 +165,11 @@ export class Journal {
     void this.finish(outcome, signal);
   }
 
+  /** Whether finish has a context to finish: journaled, begun by a failure, not finished yet. */
+  get open(): boolean {
+    return this.#on && this.#failed && !this.#finished;
+  }
+
   /**
    * finish ends the call's RetryContext, if it has one (an attempt failed).
    * While signal is alive it does so before returning; once signal has
@@ -176,7 +181,7 @@ export class Journal {
    * in progress.
    */
   async finish(outcome: JournalOutcome, signal: AbortSignal): Promise<void> {
-    if (!this.#on || !this.#failed || this.#finished) return;
+    if (!this.open) return;
     this.#finished = true;
     if (signal.aborted) {
       this.#c.track(this.#retryFlush(outcome, true));

@@ -94,7 +94,7 @@ export async function run<T>(
   const onDecision = telemetry ? telemetry.hook(ctx.onDecision) : ctx.onDecision;
   try {
     if (coord) {
-      const gated = await gateFirstAttempt(coord, {
+      let gated = gateFirstAttempt(coord, {
         target,
         cls,
         inputTokens,
@@ -106,6 +106,7 @@ export async function run<T>(
         operation: options.operation ?? "",
         onDecision,
       });
+      if (gated instanceof Promise) gated = await gated;
       if (!gated.send) return gated.value;
       firstEnded = gated.ended;
     }
@@ -227,7 +228,7 @@ export async function run<T>(
         await journal.finish("FAILED", signal);
         throw new PolicydError({ cause: err, attempts: attempt, decision, failure, contextId: journal.contextId });
       }
-      await journal.finish("RESOLVED", signal);
+      if (journal.open) await journal.finish("RESOLVED", signal);
       return result;
     }
   } finally {

@@ -14,12 +14,14 @@ export class AttemptSignal {
   readonly #controller: AbortController | undefined;
   readonly #parent: AbortSignal;
   readonly #timer: ReturnType<typeof setTimeout> | undefined;
-  readonly #onAbort = () => this.#controller?.abort(this.#parent.reason);
+  /** The parent's listener, made only when there is a timeout (most attempts have none). */
+  readonly #onAbort: (() => void) | undefined;
 
   constructor(parent: AbortSignal, timeoutMs: number | undefined) {
     this.#parent = parent;
     if (timeoutMs === undefined || timeoutMs <= 0 || parent.aborted) return;
     this.#controller = new AbortController();
+    this.#onAbort = () => this.#controller?.abort(this.#parent.reason);
     parent.addEventListener("abort", this.#onAbort, { once: true });
     const controller = this.#controller;
     this.#timer = setTimeout(
@@ -35,7 +37,7 @@ export class AttemptSignal {
   dispose(): void {
     if (!this.#controller) return; // nothing was added to the parent
     clearTimeout(this.#timer);
-    this.#parent.removeEventListener("abort", this.#onAbort);
+    this.#parent.removeEventListener("abort", this.#onAbort!);
   }
 }
 
@@ -50,7 +52,8 @@ export class Budget {
   readonly #signal: AbortSignal;
   readonly #timer: ReturnType<typeof setTimeout> | undefined;
   readonly #caller: AbortSignal | undefined;
-  readonly #onAbort = () => this.#controller?.abort(this.#caller?.reason);
+  /** The caller's listener, made only when the call has a controller of its own. */
+  readonly #onAbort: (() => void) | undefined;
   #expired = false;
 
   constructor(caller: AbortSignal | undefined, remainingMs: number | undefined) {
@@ -64,7 +67,10 @@ export class Budget {
     this.#signal = controller.signal;
     if (caller) {
       if (caller.aborted) controller.abort(caller.reason);
-      else caller.addEventListener("abort", this.#onAbort, { once: true });
+      else {
+        this.#onAbort = () => this.#controller?.abort(caller.reason);
+        caller.addEventListener("abort", this.#onAbort, { once: true });
+      }
     }
     if (remainingMs !== undefined) {
       const fire = () => {
@@ -87,6 +93,6 @@ export class Budget {
 
   dispose(): void {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
-    if (this.#controller) this.#caller?.removeEventListener("abort", this.#onAbort);
+    if (this.#onAbort) this.#caller?.removeEventListener("abort", this.#onAbort);
   }
 }

@@ -10,16 +10,20 @@
 /**
  * The keys whose count is the call's input tokens (OpenAI's chat, then
  * Anthropic's and OpenAI's Responses API's), and those whose count is its
- * output tokens, alike.
+ * output tokens, alike: each is a prefix before ANCHOR, the end they share,
+ * so that a chunk is searched once (Buffer.indexOf) for all four.
  */
+/** An empty carry. */
+const EMPTY = Buffer.alloc(0);
+const ANCHOR = Buffer.from('_tokens"');
 const KEYS = [
-  { key: Buffer.from('"prompt_tokens"'), output: false },
-  { key: Buffer.from('"input_tokens"'), output: false },
-  { key: Buffer.from('"completion_tokens"'), output: true },
-  { key: Buffer.from('"output_tokens"'), output: true },
+  { prefix: Buffer.from('"prompt'), output: false },
+  { prefix: Buffer.from('"input'), output: false },
+  { prefix: Buffer.from('"completion'), output: true },
+  { prefix: Buffer.from('"output'), output: true },
 ];
 /** The bytes of a chunk's end kept for a key that goes on in the next one. */
-const CARRY = Math.max(...KEYS.map((k) => k.key.length)) - 1;
+const CARRY = Math.max(...KEYS.map((k) => k.prefix.length)) + ANCHOR.length - 1;
 /** More digits than any count: the rest of a longer number is read, not counted. */
 const MAX_DIGITS = 15;
 
@@ -52,7 +56,7 @@ const enum State {
 export class UsageScanner {
   #state = State.Search;
   /** The last bytes searched (at most CARRY), for a key split across chunks. */
-  #carry: Buffer = Buffer.alloc(0);
+  #carry: Buffer = EMPTY;
   #count = 0;
   #digits = 0;
   /** The key being read counts output tokens; the input count was found. */
@@ -108,33 +112,16 @@ export class UsageScanner {
   #search(buf: Buffer, from: number): number {
     if (this.#carry.length > 0) {
       const joined = Buffer.concat([this.#carry, buf.subarray(from, from + CARRY)]);
-      let best = -1;
-      let end = -1;
-      for (const k of KEYS) {
-        const at = joined.indexOf(k.key);
-        if (at >= 0 && at < this.#carry.length && (best < 0 || at < best)) {
-          best = at;
-          end = from + at + k.key.length - this.#carry.length;
-          this.#outputKey = k.output;
-        }
-      }
+      const end = this.#find(joined, 0, this.#carry.length);
       if (end >= 0) {
-        this.#carry = Buffer.alloc(0);
-        return end;
+        const past = from + end - this.#carry.length;
+        this.#carry = EMPTY;
+        return past;
       }
     }
-    let best = -1;
-    let end = -1;
-    for (const k of KEYS) {
-      const at = buf.indexOf(k.key, from);
-      if (at >= 0 && (best < 0 || at < best)) {
-        best = at;
-        end = at + k.key.length;
-        this.#outputKey = k.output;
-      }
-    }
+    const end = this.#find(buf, from, buf.length);
     if (end >= 0) {
-      this.#carry = Buffer.alloc(0);
+      this.#carry = EMPTY;
       return end;
     }
     // The chunk's last bytes; a chunk shorter than that keeps the carry's end before it.
@@ -145,4 +132,30 @@ export class UsageScanner {
         : Buffer.concat([this.#carry, rest]).subarray(-CARRY);
     return -1;
   }
+
+  /**
+   * #find returns the index just past the first key in buf that starts at
+   * or after from and before startsBefore (#outputKey says what it counts);
+   * -1 when there is none. Keys cannot overlap (each starts with a quote
+   * that no other holds inside), so the first anchor that ends a key ends
+   * the first key.
+   */
+  #find(buf: Buffer, from: number, startsBefore: number): number {
+    for (let at = buf.indexOf(ANCHOR, from); at >= 0; at = buf.indexOf(ANCHOR, at + 1)) {
+      for (const k of KEYS) {
+        const start = at - k.prefix.length;
+        if (start < from || !endsWith(buf, at, k.prefix)) continue;
+        if (start >= startsBefore) return -1; // the first key starts too late; later ones later still
+        this.#outputKey = k.output;
+        return at + ANCHOR.length;
+      }
+    }
+    return -1;
+  }
+}
+
+/** Whether buf holds prefix just before index at (at >= prefix.length). */
+function endsWith(buf: Buffer, at: number, prefix: Buffer): boolean {
+  for (let i = prefix.length - 1, j = at - 1; i >= 0; i--, j--) if (buf[j] !== prefix[i]) return false;
+  return true;
 }

@@ -4,52 +4,21 @@
 // on, in alternating rounds of one run, so that both see the same machine;
 // each request with an abort signal of its own, as the SDKs send them.
 // It prints one line: transport/bare=R (the median ratio of the rounds'
-// pairs) and the two rates over the whole run.
+// pairs), the two rates over the whole run, and this process's CPU per
+// request of each (process.cpuUsage over its rounds).
 //
 // Env: POLICYD_BIN and FAKEPROVIDER_BIN (the built binaries), BENCH_ROUNDS
 // (pairs of rounds, default 40), BENCH_SECONDS (a round's length, default 0.5),
 // BENCH_CONCURRENCY (requests in flight, default 8).
 
-import { type ChildProcess, spawn } from "node:child_process";
-import { createInterface } from "node:readline";
 import { createClient } from "@policyd/client";
+import { need, start, startPolicyd } from "./bench_procs.js";
 
 const rounds = Number(process.env["BENCH_ROUNDS"] ?? 40);
 const seconds = Number(process.env["BENCH_SECONDS"] ?? 0.5);
 const concurrency = Number(process.env["BENCH_CONCURRENCY"] ?? 8);
 
-/** Starts bin, and resolves with what pick finds in its first lines of out. */
-function start(bin: string, args: string[], out: "stdout" | "stderr", pick: (line: string) => string | undefined) {
-  const child: ChildProcess = spawn(bin, args, { stdio: ["ignore", out === "stdout" ? "pipe" : "ignore", "pipe"] });
-  const found = new Promise<string>((resolve, reject) => {
-    child.once("exit", (code) => reject(new Error(`${bin} exited (${code})`)));
-    createInterface({ input: child[out]! }).on("line", (line) => {
-      const v = pick(line);
-      if (v) resolve(v);
-    });
-  });
-  return { child, found };
-}
-
-function need(name: string): string {
-  const v = process.env[name];
-  if (!v) throw new Error(`bench: set ${name}`);
-  return v;
-}
-
-const daemon = start(
-  need("POLICYD_BIN"),
-  ["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--fleet", "on"],
-  "stderr",
-  (line) => {
-    try {
-      const rec = JSON.parse(line) as { msg?: string; addr?: string };
-      return rec.msg === "serving" ? rec.addr : undefined;
-    } catch {
-      return undefined;
-    }
-  },
-);
+const daemon = startPolicyd();
 const provider = start(need("FAKEPROVIDER_BIN"), [], "stdout", (line) => /^listening on (\S+)$/.exec(line)?.[1]);
 
 try {
@@ -64,6 +33,7 @@ try {
   const kinds = { transport: client.fetch(), bare: globalThis.fetch };
   const done = { transport: 0, bare: 0 };
   const took = { transport: 0, bare: 0 };
+  const cpu = { transport: 0, bare: 0 }; // µs of this process's CPU (user + system)
 
   /** Sends requests with f, concurrency at a time, for ms; returns how many completed. */
   async function round(f: typeof fetch, ms: number): Promise<number> {
@@ -92,8 +62,11 @@ try {
     const rate = { transport: 0, bare: 0 };
     for (const [name, f] of order) {
       const t0 = performance.now();
+      const c0 = process.cpuUsage();
       const n = await round(f, seconds * 1000);
+      const c = process.cpuUsage(c0);
       const ms = performance.now() - t0;
+      cpu[name] += c.user + c.system;
       done[name] += n;
       took[name] += ms;
       rate[name] = n / ms;
@@ -104,9 +77,13 @@ try {
   ratios.sort((a, b) => a - b);
   const median = ratios[Math.floor(ratios.length / 2)]!;
   const rate = (k: keyof typeof kinds) => (done[k] * 1000) / took[k];
+  const us = (k: keyof typeof kinds) => cpu[k] / done[k];
+  const added = us("transport") - us("bare");
   console.log(
     `transport/bare=${median.toFixed(2)} (transport ${rate("transport").toFixed(0)} req/s, bare ${rate("bare").toFixed(0)} req/s; ` +
-      `the median of ${rounds} pairs of ${seconds}s rounds, ${concurrency} in flight)`,
+      `the median of ${rounds} pairs of ${seconds}s rounds, ${concurrency} in flight); ` +
+      `client CPU per request: transport ${us("transport").toFixed(0)} us, bare ${us("bare").toFixed(0)} us ` +
+      `(${added < 0 ? "" : "+"}${added.toFixed(0)} us)`,
   );
 } finally {
   daemon.child.kill("SIGTERM");
