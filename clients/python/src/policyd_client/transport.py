@@ -36,7 +36,7 @@ from . import _fleet
 from ._core import Deadline, Safety
 from ._fleet import RATE_LIMIT_PREFIXES
 from ._request_target import INPUT_TOKENS_HEADER, input_tokens, model_of, operation_of, provider_of
-from ._usage import scanner_for
+from ._usage import UsageScanner, scanner_for
 from .errors import RetryStopped
 
 if TYPE_CHECKING:
@@ -470,20 +470,26 @@ class _Flavour:
                     s = self._scan
                     self._ended_cb(None if cut or s is None else s.output)
 
+            def _seen(self, scan: UsageScanner, chunk: bytes) -> UsageScanner | None:
+                """Shows chunk to scan; None once scan is done (it reads no more)."""
+                used = scan.feed(chunk)
+                if used is not None:
+                    self._on_usage(used)
+                return None if scan.done else scan
+
+            def _cut(self) -> None:
+                self._end(cut=True)
+                self._on_cut()
+
             def __iter__(self) -> Iterator[bytes]:
                 scan = self._scan  # None once it is done: it reads no more (its output stays)
                 try:
                     for chunk in self._inner:
                         if scan is not None:
-                            used = scan.feed(chunk)
-                            if used is not None:
-                                self._on_usage(used)
-                            if scan.done:
-                                scan = None
+                            scan = self._seen(scan, chunk)
                         yield chunk
                 except Exception:
-                    self._end(cut=True)
-                    self._on_cut()
+                    self._cut()
                     raise
                 self._end()
 
@@ -492,15 +498,10 @@ class _Flavour:
                 try:
                     async for chunk in self._inner:
                         if scan is not None:
-                            used = scan.feed(chunk)
-                            if used is not None:
-                                self._on_usage(used)
-                            if scan.done:
-                                scan = None
+                            scan = self._seen(scan, chunk)
                         yield chunk
                 except Exception:
-                    self._end(cut=True)
-                    self._on_cut()
+                    self._cut()
                     raise
                 self._end()
 
