@@ -2,6 +2,7 @@ package classifier
 
 import (
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -72,6 +73,11 @@ var optionNames = map[string]optionSet{"retry_fetch_errors": optRetryFetchErrors
 type patternIndex struct {
 	exact map[string][]int // lower case pattern -> block indexes
 	globs []globPattern
+	// byBigram files each glob under one byte pair its pattern needs (the
+	// pair fewest globs need), so a kind is compared only with the globs
+	// filed under a pair it has; noBigram holds the globs that need none.
+	byBigram [64][]int32
+	noBigram []int32
 }
 
 type globPattern struct {
@@ -95,6 +101,30 @@ func (p *patternIndex) add(pattern string, blockIndex int) {
 		p.exact = make(map[string][]int)
 	}
 	p.exact[pattern] = append(p.exact[pattern], blockIndex)
+}
+
+// indexGlobs files the globs by byte pair; compile calls it once all are added.
+func (p *patternIndex) indexGlobs() {
+	var count [64]int
+	for _, g := range p.globs {
+		for m := g.glob.need; m != 0; m &= m - 1 {
+			count[bits.TrailingZeros64(m)]++
+		}
+	}
+	p.byBigram, p.noBigram = [64][]int32{}, nil
+	for i, g := range p.globs {
+		if g.glob.need == 0 {
+			p.noBigram = append(p.noBigram, int32(i))
+			continue
+		}
+		best := -1
+		for m := g.glob.need; m != 0; m &= m - 1 {
+			if b := bits.TrailingZeros64(m); best < 0 || count[b] < count[best] {
+				best = b
+			}
+		}
+		p.byBigram[best] = append(p.byBigram[best], int32(i))
+	}
 }
 
 // compile turns a RuleSet into evaluable rules and the kind and code indexes.
@@ -134,6 +164,9 @@ func compile(rs RuleSet) (rules []compiledRule, idx indexes, nblocks int, err er
 		}
 		rules = append(rules, cr)
 	}
+	idx.kinds.indexGlobs()
+	idx.codes.indexGlobs()
+	idx.names.indexGlobs()
 	return rules, idx, nblocks, nil
 }
 

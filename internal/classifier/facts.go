@@ -2,6 +2,7 @@ package classifier
 
 import (
 	"bytes"
+	"math/bits"
 	"net/http"
 	"strings"
 	"time"
@@ -376,11 +377,23 @@ func (p *patternIndex) mark(hits bitset, lower []byte) {
 		return
 	}
 	have := bigramMask(lower)
-	for _, g := range p.globs {
-		if g.glob.need&have == g.glob.need && g.glob.match(lower) {
-			for _, b := range g.blocks {
-				hits.set(b)
-			}
+	for _, i := range p.noBigram {
+		p.markGlob(hits, i, have, lower)
+	}
+	for m := have; m != 0; m &= m - 1 {
+		for _, i := range p.byBigram[bits.TrailingZeros64(m)] {
+			p.markGlob(hits, i, have, lower)
+		}
+	}
+}
+
+// markGlob sets the blocks of glob i when lower, whose byte pairs are have,
+// matches it.
+func (p *patternIndex) markGlob(hits bitset, i int32, have uint64, lower []byte) {
+	g := &p.globs[i]
+	if g.glob.need&have == g.glob.need && g.glob.match(lower) {
+		for _, b := range g.blocks {
+			hits.set(b)
 		}
 	}
 }
