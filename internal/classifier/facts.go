@@ -548,8 +548,16 @@ func (c *Classifier) scanErrorJSON(fx *facts, doc string, withText bool, depth i
 	embedded := "" // the first message that prints an error object of its own
 	scanJSONKeys(doc, func(key, value string, isString bool) {
 		switch key {
-		case "code":
+		case "code", "Code":
+			// Tencent Cloud API 3.0 (and Alibaba Cloud) spell it "Code", and
+			// file a code under its category: "RequestLimitExceeded.IPLimitExceeded",
+			// "AuthFailure.SecretIdNotFound". The category is a kind too.
 			c.addKind(fx, value, false)
+			if isString {
+				if i := strings.IndexByte(value, '.'); i > 0 {
+					c.addKind(fx, value[:i], false)
+				}
+			}
 			if !isString {
 				c.numericCode(fx, value)
 			} else if s := statusCode(value); s != 0 && fx.bodyStatus == 0 {

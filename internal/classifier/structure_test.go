@@ -138,6 +138,12 @@ func TestStructureWhereverItIs(t *testing.T) {
 		{name: "an array of strings before an object is read, and the object too", failure: &policydv1.Failure{
 			Body: `{"tags":["a", "b"],"error":{"type":"overloaded_error","message":"busy"}}`},
 			wantType: typeOverloaded, wantRetryable: true, wantRule: "overloaded"},
+		{name: "Tencent Cloud API 3.0's capitalised Code is a kind", failure: &policydv1.Failure{
+			Body: `{"Response":{"Error":{"Code":"InternalError"}}}`},
+			wantType: typeServerError, wantRetryable: true, wantRule: "server_error"},
+		{name: "a dotted code is read by its category too", failure: &policydv1.Failure{
+			Body: `{"Response":{"Error":{"Code":"RequestLimitExceeded.IPLimitExceeded"}}}`},
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit"},
 	})
 }
 
