@@ -832,7 +832,13 @@ func TestFleetGateParksThroughOutage(t *testing.T) {
 		t.Fatalf("no call parked during the outage")
 	}
 	if ok < during*95/100 {
-		t.Errorf("%d of %d calls started during the outage succeeded; want ≥ 95 %% (parked until the provider was back)", ok, during)
+		why := map[string]int{}
+		for _, c := range calls {
+			if c.err != nil && !c.start.Before(from) && c.start.Before(upAt) {
+				why[c.err.Error()]++
+			}
+		}
+		t.Errorf("%d of %d calls started during the outage succeeded; want ≥ 95 %% (parked until the provider was back); failures: %v", ok, during, why)
 	}
 	if limit := int(2*secs) + 2; upstream > limit {
 		t.Errorf("%d upstream attempts in %.0f s of outage, want at most %d (about one probe a second)", upstream, secs, limit)
