@@ -428,22 +428,12 @@ func rateLimitHeaders(h http.Header) map[string]string {
 		if len(joined) > maxRateLimitByte {
 			continue // a clipped limit would misstate it: dropped, as the other clients do
 		}
-		out[lowerASCII(name)] = joined
+		out[strings.ToLower(name)] = joined // no copy when already lower case
 	}
 	if len(out) == 0 {
 		return nil
 	}
 	return out
-}
-
-// lowerASCII is name in lower case, name itself when it is already.
-func lowerASCII(name string) string {
-	for i := 0; i < len(name); i++ {
-		if 'A' <= name[i] && name[i] <= 'Z' {
-			return strings.ToLower(name)
-		}
-	}
-	return name
 }
 
 // rateLimitPrefixes are the prefixes of the rate-limit headers policyd

@@ -318,18 +318,17 @@ const connectionErrorName = "ConnectionError"
 // problemJSON reports whether the response's Content-Type is RFC 9457's
 // application/problem+json.
 func (fx *facts) problemJSON() bool {
-	for name, v := range fx.headers {
-		if len(name) == len("content-type") && strings.EqualFold(name, "content-type") {
-			return strings.Contains(strings.ToLower(v), "problem+json")
-		}
-	}
-	return false
+	return strings.Contains(strings.ToLower(headerValue(fx.headers, "content-type")), "problem+json")
 }
 
 // serverDate returns the response's Date header, or "".
-func serverDate(headers map[string]string) string {
-	for name, v := range headers {
-		if len(name) == 4 && strings.EqualFold(name, "date") {
+func serverDate(headers map[string]string) string { return headerValue(headers, "date") }
+
+// headerValue returns the value of the header named name (lower case) in
+// any spelling, or "".
+func headerValue(headers map[string]string, name string) string {
+	for n, v := range headers {
+		if len(n) == len(name) && strings.EqualFold(n, name) {
 			return v
 		}
 	}
