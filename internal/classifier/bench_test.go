@@ -1,6 +1,7 @@
 package classifier
 
 import (
+	"strings"
 	"testing"
 
 	policydv1 "github.com/policyd/policyd/gen/policyd/v1"
@@ -33,6 +34,28 @@ func BenchmarkClassify(b *testing.B) {
 func BenchmarkClassifyNetworkError(b *testing.B) {
 	c := newTestClassifier(b)
 	f := &policydv1.Failure{ErrorName: "TypeError", Message: "fetch failed", Causes: nest(3, "SocketError", "UND_ERR_SOCKET")}
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Classify(f, nil, "")
+	}
+}
+
+// BenchmarkClassifyUnrecognised measures a failure no rule recognises, with
+// a ~1 KiB body, answered by the learned fallback: the path a new provider's
+// failure takes.
+func BenchmarkClassifyUnrecognised(b *testing.B) {
+	c, err := New(DefaultRuleSet(), WithLearnedFallback(nil, DefaultProfile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := `{"status":"failure","detail":{"reason":"the inference cluster has no free slot for this deployment",` +
+		`"hint":"the scheduler will place the job when a slot frees up","cluster":"eu-west-4","queue_depth":118,` +
+		`"trace":"` + strings.Repeat("ab12", 200) + `"}}`
+	f := &policydv1.Failure{Provider: "acme", Operation: "chat", Body: body, Message: "deployment call did not complete", ErrorName: "AcmeError"}
+	if got := c.Classify(f, nil, ""); got.GetRule() != RuleLearned {
+		b.Fatalf("rule %q, want %q: pick a body no rule recognises", got.GetRule(), RuleLearned)
+	}
+	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
 		c.Classify(f, nil, "")

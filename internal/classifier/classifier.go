@@ -40,6 +40,10 @@ type Classifier struct {
 	nblocks int
 	now     func() time.Time
 	pool    sync.Pool
+	// learned answers, in the profiles of learnedIn, the failures no rule
+	// recognises (learned.go).
+	learned   *Model
+	learnedIn map[string]bool
 }
 
 // Option configures a Classifier.
@@ -49,6 +53,23 @@ type Option func(*Classifier)
 // The default is time.Now.
 func WithClock(now func() time.Time) Option {
 	return func(c *Classifier) { c.now = now }
+}
+
+// WithLearnedFallback turns the learned fallback on in the named profiles:
+// a failure no rule recognises is answered from the labelled failures it
+// most resembles (learned.go) instead of UNKNOWN. model nil is the built-in
+// one, counted from the conformance corpus.
+func WithLearnedFallback(model *Model, profiles ...string) Option {
+	return func(c *Classifier) {
+		if model == nil {
+			model = BuiltinModel()
+		}
+		c.learned = model
+		c.learnedIn = make(map[string]bool, len(profiles))
+		for _, p := range profiles {
+			c.learnedIn[p] = true
+		}
+	}
 }
 
 // New compiles a rule set. Errors name the rule's file and line and the field.
@@ -116,12 +137,15 @@ func (c *Classifier) ClassifyAt(f *policydv1.Failure, opts *policydv1.ClassifyOp
 
 	out := &policydv1.Classification{}
 	rule := c.match(fx)
-	if rule == nil {
+	switch {
+	case rule == nil && c.learnedIn[profile] && c.learned.answer(f, out, c.types):
+		// answered by the learned fallback
+	case rule == nil:
 		out.FailureType = policydv1.FailureType_FAILURE_TYPE_UNKNOWN
 		out.Rule = RuleUnknown
 		out.Reason = "no rule recognised the failure"
 		out.RecoveryAction = "Inspect the error; policyd does not recognise it and does not retry it."
-	} else {
+	default:
 		res := &rule.result
 		out.FailureType = res.failureType
 		out.Retryable = res.retryable

@@ -16,6 +16,10 @@ func FuzzClassify(f *testing.F) {
 	f.Add(int32(400), `[{"error":{"__type":"x#ValidationException","message":"Input is too long"}}]`, "try again in 1m30s", "", "-1")
 	f.Add(int32(0), `{"a":"\"`, `retry in 9999999999999h`, "ERR_SSL_*", "NaN")
 	c := newTestClassifier(f)
+	learned, err := New(DefaultRuleSet(), WithLearnedFallback(nil, DefaultProfile))
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, status int32, body, message, code, retryAfter string) {
 		failure := &policydv1.Failure{
 			HttpStatus: status, Body: body, Message: message, ErrorCode: code,
@@ -28,6 +32,10 @@ func FuzzClassify(f *testing.F) {
 		}
 		if d := got.GetRetryAfter(); d != nil && (d.AsDuration() < 0 || d.AsDuration() > MaxDelayHint) {
 			t.Fatalf("retry_after %v out of bounds", d.AsDuration())
+		}
+		// The learned fallback's reading of the same failure.
+		if got := learned.Classify(failure, nil, ""); got.GetRule() == "" || got.GetFailureType() == policydv1.FailureType_FAILURE_TYPE_UNSPECIFIED {
+			t.Fatalf("no answer with the learned fallback for %+v: %v", failure, got)
 		}
 	})
 }

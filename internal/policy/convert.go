@@ -56,6 +56,7 @@ func ProfileProto(p *Profile) *policydv1.Profile {
 		Name: p.Name, Description: p.Description, Source: p.Source,
 		DefaultStrategy:   StrategyProto(p.Default),
 		RetryConnectPhase: p.RetryConnectPhase,
+		LearnedFallback:   p.LearnedFallback,
 		IdempotentMethods: p.IdempotentMethods,
 	}
 	if p.Budget > 0 {

@@ -134,6 +134,8 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 			pp.extends = val.Value
 		case "retry_connect_phase":
 			p.RetryConnectPhase, err = parseBool(val)
+		case "learned_fallback":
+			p.LearnedFallback, err = parseBool(val)
 		case "mid_stream_needs_retry_fetch_errors":
 			err = fmt.Errorf("removed: coded network failures mid-stream are always retried and a generic \"fetch failed\" needs retry_fetch_errors in every profile (seed 000's isRetryableError); delete the line")
 		case "idempotent_methods":
@@ -169,7 +171,7 @@ func parseProfile(name string, node *yaml.Node, file string) (*parsedProfile, er
 				p.Strategies[t] = s
 			}
 		default:
-			err = fmt.Errorf("unknown field (want description, extends, retry_connect_phase, idempotent_methods, budget, fleet, status_rules, strategies or default)")
+			err = fmt.Errorf("unknown field (want description, extends, retry_connect_phase, learned_fallback, idempotent_methods, budget, fleet, status_rules, strategies or default)")
 		}
 		if err != nil {
 			if _, ok := errors.AsType[*ParseError](err); ok {

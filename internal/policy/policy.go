@@ -57,6 +57,10 @@ type Profile struct {
 	Default    strategy.Strategy
 	// RetryConnectPhase: whether failures in a stream's connect phase are retried.
 	RetryConnectPhase bool
+	// LearnedFallback: whether a failure no rule recognises is answered from
+	// the labelled failures it most resembles instead of UNKNOWN (the
+	// classifier's learned fallback).
+	LearnedFallback bool
 	// IdempotentMethods are HTTP methods safe to repeat besides GET, HEAD, OPTIONS.
 	IdempotentMethods []string
 	// applied holds, per failure type, the strategy with the global caps
@@ -193,7 +197,13 @@ func build(fileData []byte, file string, caps Caps) (*Policy, error) {
 		chains = doc.chains
 		webhooks = doc.webhooks
 	}
-	c, err := classifier.New(rules)
+	var learnedIn []string
+	for name, pp := range profiles {
+		if pp.profile.LearnedFallback {
+			learnedIn = append(learnedIn, name)
+		}
+	}
+	c, err := classifier.New(rules, classifier.WithLearnedFallback(nil, learnedIn...))
 	if err != nil {
 		return nil, err
 	}
@@ -288,6 +298,9 @@ func (fp *parsedProfile) overlay(base *parsedProfile) *parsedProfile {
 	}
 	if fp.set["retry_connect_phase"] {
 		p.RetryConnectPhase = fp.profile.RetryConnectPhase
+	}
+	if fp.set["learned_fallback"] {
+		p.LearnedFallback = fp.profile.LearnedFallback
 	}
 	if fp.set["idempotent_methods"] {
 		p.IdempotentMethods = fp.profile.IdempotentMethods

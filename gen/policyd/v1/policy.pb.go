@@ -2020,9 +2020,12 @@ type Profile struct {
 	IdempotentMethods []string `protobuf:"bytes,8,rep,name=idempotent_methods,json=idempotentMethods,proto3" json:"idempotent_methods,omitempty"`
 	// The total time allowed since the first attempt (NextDelayRequest.elapsed);
 	// unset means none.
-	Budget        *durationpb.Duration `protobuf:"bytes,9,opt,name=budget,proto3" json:"budget,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Budget *durationpb.Duration `protobuf:"bytes,9,opt,name=budget,proto3" json:"budget,omitempty"`
+	// Whether a failure no rule recognises is answered from the labelled real
+	// failures it most resembles (rule "learned") instead of UNKNOWN.
+	LearnedFallback bool `protobuf:"varint,10,opt,name=learned_fallback,json=learnedFallback,proto3" json:"learned_fallback,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Profile) Reset() {
@@ -2117,6 +2120,13 @@ func (x *Profile) GetBudget() *durationpb.Duration {
 		return x.Budget
 	}
 	return nil
+}
+
+func (x *Profile) GetLearnedFallback() bool {
+	if x != nil {
+		return x.LearnedFallback
+	}
+	return false
 }
 
 // ProfileStrategy is one row of a profile.
@@ -2476,7 +2486,7 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x0eopen_remaining\x18\b \x01(\v2\x19.google.protobuf.DurationR\ropenRemaining\x12\x18\n" +
 	"\astopped\x18\t \x01(\bR\astopped\"E\n" +
 	"\x11NextDelayResponse\x120\n" +
-	"\bdecision\x18\x01 \x01(\v2\x14.policyd.v1.DecisionR\bdecision\"\xb8\x03\n" +
+	"\bdecision\x18\x01 \x01(\v2\x14.policyd.v1.DecisionR\bdecision\"\xe3\x03\n" +
 	"\aProfile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x16\n" +
@@ -2488,7 +2498,9 @@ const file_policyd_v1_policy_proto_rawDesc = "" +
 	"\x13retry_connect_phase\x18\x06 \x01(\bR\x11retryConnectPhase\x12O\n" +
 	"#mid_stream_needs_retry_fetch_errors\x18\a \x01(\bB\x02\x18\x01R\x1emidStreamNeedsRetryFetchErrors\x12-\n" +
 	"\x12idempotent_methods\x18\b \x03(\tR\x11idempotentMethods\x121\n" +
-	"\x06budget\x18\t \x01(\v2\x19.google.protobuf.DurationR\x06budget\"\x99\x01\n" +
+	"\x06budget\x18\t \x01(\v2\x19.google.protobuf.DurationR\x06budget\x12)\n" +
+	"\x10learned_fallback\x18\n" +
+	" \x01(\bR\x0flearnedFallback\"\x99\x01\n" +
 	"\x0fProfileStrategy\x12:\n" +
 	"\ffailure_type\x18\x01 \x01(\x0e2\x17.policyd.v1.FailureTypeR\vfailureType\x120\n" +
 	"\bstrategy\x18\x02 \x01(\v2\x14.policyd.v1.StrategyR\bstrategy\x12\x18\n" +

@@ -414,7 +414,7 @@ class NextDelayResponse(_message.Message):
     def __init__(self, decision: _Optional[_Union[Decision, _Mapping]] = ...) -> None: ...
 
 class Profile(_message.Message):
-    __slots__ = ("name", "description", "source", "strategies", "default_strategy", "retry_connect_phase", "mid_stream_needs_retry_fetch_errors", "idempotent_methods", "budget")
+    __slots__ = ("name", "description", "source", "strategies", "default_strategy", "retry_connect_phase", "mid_stream_needs_retry_fetch_errors", "idempotent_methods", "budget", "learned_fallback")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -424,6 +424,7 @@ class Profile(_message.Message):
     MID_STREAM_NEEDS_RETRY_FETCH_ERRORS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENT_METHODS_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
+    LEARNED_FALLBACK_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     source: str
@@ -433,7 +434,8 @@ class Profile(_message.Message):
     mid_stream_needs_retry_fetch_errors: bool
     idempotent_methods: _containers.RepeatedScalarFieldContainer[str]
     budget: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., source: _Optional[str] = ..., strategies: _Optional[_Iterable[_Union[ProfileStrategy, _Mapping]]] = ..., default_strategy: _Optional[_Union[Strategy, _Mapping]] = ..., retry_connect_phase: _Optional[bool] = ..., mid_stream_needs_retry_fetch_errors: _Optional[bool] = ..., idempotent_methods: _Optional[_Iterable[str]] = ..., budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    learned_fallback: bool
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., source: _Optional[str] = ..., strategies: _Optional[_Iterable[_Union[ProfileStrategy, _Mapping]]] = ..., default_strategy: _Optional[_Union[Strategy, _Mapping]] = ..., retry_connect_phase: _Optional[bool] = ..., mid_stream_needs_retry_fetch_errors: _Optional[bool] = ..., idempotent_methods: _Optional[_Iterable[str]] = ..., budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., learned_fallback: _Optional[bool] = ...) -> None: ...
 
 class ProfileStrategy(_message.Message):
     __slots__ = ("failure_type", "strategy", "summary")
