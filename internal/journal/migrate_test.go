@@ -74,6 +74,8 @@ func TestMigrateUpDownUp(t *testing.T) {
 	}{
 		{"up on an empty database", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"up again changes nothing", func() error { return journal.Migrate(ctx, url) }, schema},
+		{"down to the twelfth schema", func() error { return journal.MigrateTo(ctx, url, 12) }, schema},
+		{"up from the twelfth schema", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"down to the tenth schema", func() error { return journal.MigrateTo(ctx, url, 10) }, without(incidentRelations...)},
 		{"up from the tenth schema", func() error { return journal.Migrate(ctx, url) }, schema},
 		{"down to the fifth schema", func() error { return journal.MigrateTo(ctx, url, 5) },
