@@ -34,8 +34,9 @@ import (
 const RuleLearned = "learned"
 
 // The fallback answers only on evidence: at least minLearnedWords words the
-// model knows that tell retryable failures from the others, and a retryable verdict at least minLearnedPosterior likely.
-// Otherwise the failure stays UNKNOWN and is not retried, as without it.
+// model knows that are minLift times likelier in one verdict than the other,
+// and a verdict at least minLearnedPosterior likely. Otherwise the failure
+// stays UNKNOWN and is not retried, as without the fallback.
 const (
 	minLearnedWords     = 2
 	minLift             = 2
@@ -71,7 +72,7 @@ var unguessable = map[policydv1.FailureType]bool{
 }
 
 // Example is one labelled failure the model is counted from; a nil
-// Retryable or an UNKNOWN Type leaves that model out.
+// Retryable, or a Type the fallback never guesses, leaves that model out.
 type Example struct {
 	Failure   *policydv1.Failure
 	Retryable *bool
@@ -101,7 +102,6 @@ type bayes struct {
 	// prior and logp are derived from totals and counts at load.
 	prior []float64
 	logp  map[string][]float64
-	miss  []float64 // log-probability of a known feature a class never had
 }
 
 // Train counts a model from examples. Only features seen in at least two
@@ -284,6 +284,9 @@ func ParseModel(data []byte) (*Model, error) {
 			return nil, fmt.Errorf("learned model: %s: no classes or totals", name)
 		}
 	}
+	if !slices.Equal(m.retryable.classes, []string{"false", "true"}) {
+		return nil, fmt.Errorf("learned model: retryable: classes %q, want false and true", m.retryable.classes)
+	}
 	if len(m.types.retried) != len(m.types.classes) || len(m.types.stopped) != len(m.types.classes) {
 		return nil, fmt.Errorf("learned model: type: no retried or stopped counts")
 	}
@@ -320,10 +323,8 @@ func (b *bayes) derive() {
 	}
 	k := len(b.classes)
 	b.prior = make([]float64, k)
-	b.miss = make([]float64, k)
 	for y, t := range b.totals {
 		b.prior[y] = math.Log((float64(t) + 0.5) / (float64(n) + 0.5*float64(k)))
-		b.miss[y] = math.Log(0.5 / (float64(t) + 1))
 	}
 	b.logp = make(map[string][]float64, len(b.counts))
 	for f, c := range b.counts {

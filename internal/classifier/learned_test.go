@@ -183,6 +183,7 @@ func TestParseModelErrorsNameTheLine(t *testing.T) {
 		{"a count that is not a number", head + "retryable\tf\tbusy\t1\tx\n" + types, `line 3: count "x" is not a whole number`},
 		{"unknown kind", head + "retryable\tweight\t1\t1\n", `line 3: unknown kind "weight"`},
 		{"no totals", "retryable\tclasses\tfalse\ttrue\n" + types, "retryable: no classes or totals"},
+		{"other verdicts", "retryable\tclasses\tno\tyes\nretryable\ttotal\t1\t1\n" + types, `classes ["no" "yes"], want false and true`},
 		{"not a failure type", head + "type\tclasses\tBUSY\ntype\ttotal\t1\ntype\tretried\t1\ntype\tstopped\t0\n", `"BUSY" is not a failure type`},
 	}
 	for _, tc := range tests {
