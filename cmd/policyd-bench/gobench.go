@@ -21,7 +21,7 @@ type goBenchmark struct {
 // strategy, NextDelay (alone and with fleet memory) and a Coordinate
 // stream's report, from the repository root (the working directory).
 func runGoBenchmarks(ctx context.Context) ([]goBenchmark, error) {
-	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^Benchmark(Classify|ClassifyNetworkError|Decide|NextDelay|NextDelayFleet|CoordinateReport)$",
+	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^Benchmark(Classify|ClassifyNetworkError|ClassifyUnrecognised|Decide|NextDelay|NextDelayFleet|CoordinateReport)$",
 		"-benchmem", "-benchtime", "1s", "./internal/classifier", "./internal/strategy", "./internal/policy", "./internal/server")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
