@@ -26,6 +26,12 @@ func load(t *testing.T) (*policy.Policy, []*cases.Case) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p, readCases(t)
+}
+
+// readCases reads every case of peers/ and corpus/.
+func readCases(t *testing.T) []*cases.Case {
+	t.Helper()
 	files, err := cases.ReadAll("peers", "corpus")
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +40,7 @@ func load(t *testing.T) (*policy.Policy, []*cases.Case) {
 	for _, f := range files {
 		all = append(all, f.Cases...)
 	}
-	return p, all
+	return all
 }
 
 // TestCases replays every case, one subtest per case id. A case fails when

@@ -36,14 +36,7 @@ func examples(all []*cases.Case) []classifier.Example {
 func TestLearnedModel(t *testing.T) {
 	// The cases alone, not load's policy: the policy parses the model this
 	// test rewrites, which may be one an older format left.
-	files, err := cases.ReadAll("peers", "corpus")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all []*cases.Case
-	for _, f := range files {
-		all = append(all, f.Cases...)
-	}
+	all := readCases(t)
 	var want bytes.Buffer
 	if _, err := classifier.Train(examples(all)).WriteTo(&want); err != nil {
 		t.Fatal(err)

@@ -502,6 +502,12 @@ func Features(f *policydv1.Failure) []string {
 		feats = append(feats, "phase:"+enums.Lower(p))
 	}
 	seen := map[string]bool{}
+	addFeature := func(f string) {
+		if !seen[f] {
+			seen[f] = true
+			feats = append(feats, f)
+		}
+	}
 	add := func(text string) {
 		if len(text) > maxTextBytes {
 			text = text[:maxTextBytes]
@@ -511,23 +517,9 @@ func Features(f *policydv1.Failure) []string {
 		// per text, not one per feature.
 		norm, ends := words(text)
 		for i, end := range ends {
-			start := 0
+			addFeature(norm[wordStart(ends, i):end])
 			if i > 0 {
-				start = ends[i-1] + 1
-			}
-			if w := norm[start:end]; !seen[w] {
-				seen[w] = true
-				feats = append(feats, w)
-			}
-			if i > 0 {
-				prev := 0
-				if i > 1 {
-					prev = ends[i-2] + 1
-				}
-				if pair := norm[prev:end]; !seen[pair] {
-					seen[pair] = true
-					feats = append(feats, pair)
-				}
+				addFeature(norm[wordStart(ends, i-1):end]) // the pair that ends here
 			}
 		}
 	}
@@ -548,6 +540,14 @@ func Features(f *policydv1.Failure) []string {
 		add(c.GetMessage())
 	}
 	return feats
+}
+
+// wordStart is where word i of words' joined text starts.
+func wordStart(ends []int, i int) int {
+	if i == 0 {
+		return 0
+	}
+	return ends[i-1] + 1
 }
 
 // singleWords is feats without the word pairs: the type model reads single
