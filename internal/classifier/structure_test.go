@@ -637,3 +637,48 @@ func TestWordsWithoutStatus(t *testing.T) {
 			wantType: typeInvalidRequest, wantRule: "self_hosted.template_refused"},
 	})
 }
+
+// What blind rounds 26-29 showed, one row per kind, with the words of the
+// corpus cases that pin them (conformance/corpus/blind-r26..r29.yaml and
+// browsers.yaml). The rules answer here, without the learned fallback, which
+// was counted from those same cases.
+func TestVocabulariesOfRounds26To29(t *testing.T) {
+	t.Parallel()
+	f := func(status int32, body, message string) *policydv1.Failure {
+		return &policydv1.Failure{HttpStatus: status, Body: body, Message: message}
+	}
+	runClassifyCases(t, []classifyCase{
+		{name: "Google's per-minute quota as a 403", failure: f(403, "", "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' of service 'licensing.googleapis.com'"),
+			wantType: typeRateLimit, wantRetryable: true, wantRule: "rate_limit.per_minute"},
+		{name: "Google's daily limit as a 403", failure: f(403, "", "Daily limit exceeded: Daily Limit Exceeded. The quota will be reset at midnight Pacific Time (PT)."),
+			wantType: typeQuota, wantRule: "quota.daily"},
+		{name: "Google's quotaExceeded reason on a 403", failure: f(403, `{"error": {"errors": [{"domain": "usageLimits", "reason": "quotaExceeded", "message": "Calendar usage limits exceeded."}], "code": 403}}`, ""),
+			wantType: typeQuota, wantRule: "quota.exhausted"},
+		{name: "a 403 whose words say the quota is spent", failure: f(403, "", "Operations quota exceeded, change plan to get more Operations."),
+			wantType: typeQuota, wantRule: "quota.exhausted.message"},
+		{name: "credits short on a 403", failure: f(403, "", "Not Enough Credits"),
+			wantType: typeQuota, wantRule: "quota.exhausted.message"},
+		{name: "a plan to change, no status", failure: f(0, "", "Record quota exceeded, change plan or delete records."),
+			wantType: typeQuota, wantRule: "quota.exhausted.message"},
+		{name: "Docker Hub's pull allowance", failure: f(0, "", "toomanyrequests: You have reached your pull rate limit. You may increase the limit by authenticating and upgrading"),
+			wantType: typeQuota, wantRule: "quota.exhausted.message"},
+		{name: "a gateway's budget", failure: f(429, "", "429 No deployments available - crossed budget: Exceeded budget for deployment model_name: xxx"),
+			wantType: typeQuota, wantRule: "quota.exhausted.message"},
+		{name: "a usage cap in Chinese", failure: f(429, `{"error":{"code":"1308","message":"已达到 5 小时的使用上限。您的限额将在 2026-08-25 07:41:44 重置。"}}`, ""),
+			wantType: typeQuota, wantRule: "quota.exhausted.message"},
+		{name: "AWS's expired session token behind a 403", failure: f(403, "", "Forbidden - ExpiredToken: The security token included in the request is expired"),
+			wantType: typeAuth, wantRule: "auth.invalid"},
+		{name: "a stream a proxy says was interrupted", failure: &policydv1.Failure{ErrorName: "ClientError", Message: "proxy: streaming interrupted", Phase: policydv1.Phase_PHASE_MID_STREAM},
+			wantType: typeStreamCut, wantRetryable: true, wantRule: "stream.interrupted"},
+		{name: "Chromium's refused connection", failure: f(0, "", "net::ERR_CONNECTION_REFUSED at http://localhost:8080/"),
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "Chromium's lost network", failure: f(0, "", "unknown error: net::ERR_INTERNET_DISCONNECTED"),
+			wantType: typeConnection, wantRetryable: true, wantRule: "network.connection"},
+		{name: "a class named for a timeout", failure: &policydv1.Failure{ErrorName: "MongoNetworkTimeoutError"},
+			wantType: typeTimeout, wantRetryable: true, wantRule: "network.timeout"},
+		{name: "DeepSeek's moderation refusal", failure: f(400, `{"detail": "Content Exists Risk"}`, ""),
+			wantType: typeContentPolicy, wantRule: "content_policy"},
+		{name: "DeepSeek's unknown model", failure: f(400, `{"error":{"message":"Model Not Exist","type":"invalid_request_error","param":null,"code":"invalid_request_error"}}`, ""),
+			wantType: typeNotFound, wantRule: "not_found"},
+	})
+}
