@@ -70,3 +70,33 @@ profiles:
 		}
 	}
 }
+
+// learned_fallback answers a failure no rule recognises from the failures it
+// resembles in the profiles that turn it on: default and those that extend
+// it, unless they turn it off; never in a profile of its own.
+func TestLearnedFallbackSetting(t *testing.T) {
+	t.Parallel()
+	doc := `
+profiles:
+  child:
+    extends: default
+  strict:
+    extends: default
+    learned_fallback: false
+  own:
+    default: {retry: false}
+`
+	p, err := Parse([]byte(doc), "policy.yaml", Caps{})
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	f := &policydv1.Failure{Message: "the backend is busy, try later"}
+	for profile, want := range map[string]string{"default": "learned", "child": "learned", "strict": "unknown", "own": "unknown", "agent_cli": "unknown"} {
+		if got := p.Classifier.Classify(f, nil, profile).GetRule(); got != want {
+			t.Errorf("%s: rule %q, want %q", profile, got, want)
+		}
+		if got := ProfileProto(p.Profiles[profile]).GetLearnedFallback(); got != (want == "learned") {
+			t.Errorf("%s: the API's learned_fallback = %v", profile, got)
+		}
+	}
+}

@@ -290,6 +290,7 @@ func TestBadPolicyFileNamesLineAndField(t *testing.T) {
 		{"in-flight cap of 0", "fleet:\n  max_in_flight: {vllm: 0}\n", []string{"p.yaml:2", "max_in_flight.vllm", "not within 1"}},
 		{"in-flight cap on a path", "fleet:\n  max_in_flight: {a/b/c: 4}\n", []string{"max_in_flight.a/b/c", "provider or provider/model"}},
 		{"bad profile fleet", "profiles:\n  x:\n    fleet: sometimes\n", []string{"p.yaml:3", "profiles.x.fleet", `"sometimes"`}},
+		{"bad learned_fallback", "profiles:\n  x:\n    learned_fallback: maybe\n", []string{"p.yaml:3", "profiles.x.learned_fallback", `"maybe"`}},
 		{"bad profile fleet switch", "profiles:\n  x:\n    fleet: {breaker: maybe}\n", []string{"p.yaml:3", "profiles.x.fleet", "breaker"}},
 		{"bad chain target", "fallbacks:\n  openai/gpt-4o: [claude]\n", []string{"p.yaml:2", "fallbacks.openai/gpt-4o", `"claude"`}},
 		{"bad chain source", "fallbacks:\n  gpt-4o: [anthropic/claude]\n", []string{"p.yaml:2", `"gpt-4o"`}},
