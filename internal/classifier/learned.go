@@ -99,9 +99,12 @@ type bayes struct {
 	// retried and stopped count, per class, the examples labelled
 	// retryable and not (the type model only).
 	retried, stopped []int
-	// prior and logp are derived from totals and counts at load.
+	// prior, logp and telling are derived from totals and counts at load.
 	prior []float64
 	logp  map[string][]float64
+	// telling holds the word features (not a status or phase) at least
+	// minLift times likelier in one class than in another.
+	telling map[string]bool
 }
 
 // Train counts a model from examples. Only features seen in at least two
@@ -327,12 +330,16 @@ func (b *bayes) derive() {
 		b.prior[y] = math.Log((float64(t) + 0.5) / (float64(n) + 0.5*float64(k)))
 	}
 	b.logp = make(map[string][]float64, len(b.counts))
+	b.telling = map[string]bool{}
 	for f, c := range b.counts {
 		lp := make([]float64, k)
 		for y, cy := range c {
 			lp[y] = math.Log((float64(cy) + 0.5) / (float64(b.totals[y]) + 1))
 		}
 		b.logp[f] = lp
+		if !strings.Contains(f, ":") && slices.Max(lp)-slices.Min(lp) >= math.Log(minLift) {
+			b.telling[f] = true
+		}
 	}
 }
 
@@ -422,12 +429,7 @@ func (b *bayes) strongest(feats []string, y, other, n int) []string {
 func (b *bayes) tellingWords(feats []string) int {
 	n := 0
 	for _, f := range feats {
-		lp, ok := b.logp[f]
-		if !ok || strings.Contains(f, ":") {
-			continue
-		}
-		lo, hi := slices.Min(lp), slices.Max(lp)
-		if hi-lo >= math.Log(minLift) {
+		if b.telling[f] {
 			n++
 		}
 	}
